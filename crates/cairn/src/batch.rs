@@ -1,0 +1,76 @@
+//! Atomic groups of writes.
+
+use std::collections::HashMap;
+
+use crate::record::Kind;
+
+/// A group of puts and deletes applied atomically by [`crate::Db::write`], across all
+/// shards and across a crash: after reopening, either every operation is there or none.
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = cairn::Db::open(dir.path())?;
+/// let mut batch = cairn::WriteBatch::new();
+/// batch.put("from", "90").put("to", "110").delete("pending");
+/// db.write(batch)?;
+/// assert_eq!(db.get("to")?.as_deref(), Some(&b"110"[..]));
+/// # Ok::<(), cairn::Error>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct WriteBatch {
+    ops: Vec<(Kind, Vec<u8>, Vec<u8>)>,
+}
+
+impl WriteBatch {
+    /// An empty batch.
+    pub fn new() -> WriteBatch {
+        WriteBatch::default()
+    }
+
+    /// Adds a put.
+    pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> &mut WriteBatch {
+        self.ops
+            .push((Kind::Put, key.as_ref().to_vec(), value.as_ref().to_vec()));
+        self
+    }
+
+    /// Adds a delete.
+    pub fn delete(&mut self, key: impl AsRef<[u8]>) -> &mut WriteBatch {
+        self.ops.push((Kind::Delete, key.as_ref().to_vec(), Vec::new()));
+        self
+    }
+
+    /// Number of operations added.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether no operation was added.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Removes every operation.
+    pub fn clear(&mut self) {
+        self.ops.clear();
+    }
+
+    /// The operations with only the last one per key kept, in first-seen key order.
+    pub(crate) fn into_final_ops(self) -> Vec<(Kind, Vec<u8>, Vec<u8>)> {
+        let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(self.ops.len());
+        for (i, (_, k, _)) in self.ops.iter().enumerate() {
+            last.insert(k.as_slice(), i);
+        }
+        if last.len() == self.ops.len() {
+            return self.ops;
+        }
+        let keep: Vec<bool> = (0..self.ops.len())
+            .map(|i| last[self.ops[i].1.as_slice()] == i)
+            .collect();
+        self.ops
+            .into_iter()
+            .zip(keep)
+            .filter_map(|(op, k)| k.then_some(op))
+            .collect()
+    }
+}

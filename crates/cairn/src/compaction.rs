@@ -1,0 +1,356 @@
+//! Compaction: rewrite a sealed segment whose stale fraction passed the threshold,
+//! copying its live records (and the tombstones still needed) to a new segment of the
+//! same shard, then delete it.
+//!
+//! A tombstone is dropped once no other segment of the shard can hold an older version
+//! of its key: every other segment was created after the tombstone was written, or is
+//! sealed and its Bloom filter says the key is absent.
+//!
+//! Compaction works on one segment of one shard at a time and takes the shard's state
+//! lock only for short in-memory updates, so other shards and readers never wait for it;
+//! its I/O is throttled to `Options::compaction_rate`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::bloom::Bloom;
+use crate::db::Core;
+use crate::index::Loc;
+use crate::record::{self, Kind};
+use crate::segment::{self, Entry, SegKind, SegmentFile, SEG_HEADER_LEN};
+use crate::shard::{SegMeta, Shard};
+use crate::{Error, Result};
+
+const CHUNK: usize = 1 << 20;
+
+/// Finds the sealed segment with the highest stale fraction at or above the threshold,
+/// over all shards, and compacts it. Returns whether there was one.
+pub(crate) fn compact_one(core: &Core, manual: bool) -> Result<bool> {
+    let threshold = core.opts.compaction_threshold;
+    let mut best: Option<(usize, u32, f64)> = None;
+    for (i, sh) in core.shards.iter().enumerate() {
+        let st = sh.state.read();
+        if st.compacting || st.failed.is_some() {
+            continue;
+        }
+        for (&id, m) in &st.segs {
+            if !m.sealed || m.damaged || id == st.active.id {
+                continue;
+            }
+            let f = m.stale_fraction();
+            if f >= threshold && best.is_none_or(|b| f > b.2) {
+                best = Some((i, id, f));
+            }
+        }
+    }
+    let Some((si, seg, _)) = best else {
+        return Ok(false);
+    };
+    let shard = &core.shards[si];
+    {
+        let mut st = shard.state.write();
+        if st.compacting {
+            return Ok(true);
+        }
+        st.compacting = true;
+    }
+    let res = compact_segment(core, shard, seg, !manual);
+    shard.state.write().compacting = false;
+    res.map(|_| true)
+}
+
+/// Another segment of the shard, as seen when compaction started.
+struct Other {
+    id: u32,
+    created_seq: u64,
+    sealed: bool,
+    bloom: Arc<std::sync::OnceLock<Bloom>>,
+}
+
+impl Other {
+    /// Whether this segment may hold a version of `key` older than `seq`.
+    fn may_hold_older(&self, shard: &Shard, key: &[u8], seq: u64) -> bool {
+        if self.created_seq > seq {
+            return false;
+        }
+        if !self.sealed {
+            return true;
+        }
+        if self.bloom.get().is_none() {
+            if let Ok(b) = build_bloom(shard, self.id) {
+                let _ = self.bloom.set(b);
+            }
+        }
+        self.bloom.get().is_none_or(|b| b.may_contain(key))
+    }
+}
+
+fn build_bloom(shard: &Shard, id: u32) -> Result<Bloom> {
+    let path = segment::hint_path(&shard.dir, id);
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    segment::read_hint(&path, id, |_, _, _, _, _, k| keys.push(k.to_vec()))?;
+    let mut b = Bloom::with_capacity(keys.len());
+    for k in &keys {
+        b.insert(k);
+    }
+    Ok(b)
+}
+
+/// A record copied to the output, waiting for its index update.
+struct Copied {
+    key: Vec<u8>,
+    kind: Kind,
+    seq: u64,
+    old: Loc,
+    new_off: u32,
+    blockers: Vec<u32>,
+}
+
+struct Output {
+    file: Arc<SegmentFile>,
+    len: u64,
+    buf: Vec<u8>,
+    copied: Vec<Copied>,
+    entries: Vec<Entry>,
+}
+
+struct Throttle {
+    rate: Option<u64>,
+    start: Instant,
+    bytes: u64,
+}
+
+impl Throttle {
+    fn account(&mut self, n: u64) {
+        self.bytes += n;
+        if let Some(rate) = self.rate {
+            let due = Duration::from_secs_f64(self.bytes as f64 / rate as f64);
+            let el = self.start.elapsed();
+            if due > el {
+                std::thread::sleep(due - el);
+            }
+        }
+    }
+}
+
+fn compact_segment(core: &Core, shard: &Shard, seg: u32, throttled: bool) -> Result<()> {
+    let (victim, size, max_seq, others) = {
+        let st = shard.state.read();
+        let Some(m) = st.segs.get(&seg) else {
+            return Ok(());
+        };
+        let others: Vec<Other> = st
+            .segs
+            .iter()
+            .filter(|(&id, _)| id != seg)
+            .map(|(&id, o)| Other {
+                id,
+                created_seq: o.file.created_seq,
+                sealed: o.sealed,
+                bloom: o.bloom.clone(),
+            })
+            .collect();
+        (m.file.clone(), m.size, m.max_seq, others)
+    };
+    // Records up to max_seq may be dropped or copied below; every batch they belong to
+    // must be durable in all shards first, and recorded so.
+    core.persist_watermark(max_seq)?;
+    let created_seq = core.current_seq();
+    let mut out: Option<Output> = None;
+    let mut throttle = Throttle {
+        rate: if throttled {
+            core.opts.compaction_rate
+        } else {
+            None
+        },
+        start: Instant::now(),
+        bytes: 0,
+    };
+    let outcome = segment::scan(&victim, size, |off, rec| {
+        let h = rec.header;
+        let old = Loc {
+            seg,
+            off: off as u32,
+            len: h.record_len() as u32,
+        };
+        let current = shard.state.read().index.get(rec.key);
+        let (keep, blockers) = match h.kind {
+            Kind::Put => (current == Some(old), Vec::new()),
+            Kind::Delete if current.is_some() => (false, Vec::new()),
+            Kind::Delete => {
+                let blockers: Vec<u32> = others
+                    .iter()
+                    .filter(|o| o.may_hold_older(shard, rec.key, h.seq))
+                    .map(|o| o.id)
+                    .collect();
+                (!blockers.is_empty(), blockers)
+            }
+        };
+        if !keep {
+            return Ok(());
+        }
+        if out.is_none() {
+            let id = {
+                let mut st = shard.state.write();
+                st.next_seg += 1;
+                st.next_seg - 1
+            };
+            let f = Arc::new(SegmentFile::create(
+                &core.fs,
+                &shard.dir,
+                shard.id,
+                id,
+                SegKind::Compacted,
+                created_seq,
+            )?);
+            core.add_disk_used(SEG_HEADER_LEN);
+            shard.note_write(SEG_HEADER_LEN);
+            shard
+                .state
+                .write()
+                .segs
+                .insert(id, SegMeta::new(f.clone(), SEG_HEADER_LEN));
+            out = Some(Output {
+                file: f,
+                len: SEG_HEADER_LEN,
+                buf: Vec::with_capacity(CHUNK),
+                copied: Vec::new(),
+                entries: Vec::new(),
+            });
+        }
+        let o = out.as_mut().expect("output created above");
+        let new_off = o.len + o.buf.len() as u64;
+        record::encode(
+            &mut o.buf,
+            h.kind,
+            h.seq,
+            h.batch_total,
+            rec.key,
+            rec.value,
+            h.data_crc,
+        );
+        o.entries.push(Entry {
+            kind: h.kind,
+            seq: h.seq,
+            batch_total: h.batch_total,
+            off: new_off as u32,
+            len: old.len,
+            key: rec.key.to_vec(),
+        });
+        o.copied.push(Copied {
+            key: rec.key.to_vec(),
+            kind: h.kind,
+            seq: h.seq,
+            old,
+            new_off: new_off as u32,
+            blockers,
+        });
+        if o.buf.len() >= CHUNK {
+            let n = o.buf.len() as u64;
+            write_chunk(core, shard, o)?;
+            throttle.account(2 * n);
+        }
+        Ok(())
+    })?;
+    if let Some(o) = out.as_mut() {
+        write_chunk(core, shard, o)?;
+        core.fs.sync_data(&o.file.file, &o.file.path)?;
+        let hint = segment::write_hint(&core.fs, &shard.dir, o.file.id, o.len, &o.entries)?;
+        core.add_disk_used(hint);
+        shard.note_write(hint);
+        let mut st = shard.state.write();
+        if let Some(m) = st.segs.get_mut(&o.file.id) {
+            m.sealed = true;
+            m.hint_size = hint;
+        }
+    }
+    if !outcome.damage.is_empty() || outcome.tail.is_some() {
+        // Records we could not read stay where they are: keep the segment, and do not
+        // try it again automatically. `verify` reports the damage.
+        let mut st = shard.state.write();
+        if let Some(m) = st.segs.get_mut(&seg) {
+            m.damaged = true;
+        }
+        let spot = outcome.damage.first().or(outcome.tail.as_ref());
+        return Err(Error::corruption(
+            &victim.path,
+            format!(
+                "compaction skipped damaged records ({}); segment kept",
+                spot.map_or(String::new(), |s| format!("at {}: {}", s.offset, s.detail))
+            ),
+        ));
+    }
+    // Retire the victim: nothing in the index points at it any more.
+    let freed = {
+        let mut st = shard.state.write();
+        let m = st.segs.remove(&seg);
+        for other in st.segs.values_mut() {
+            if other.blockers.contains(&seg) {
+                other.tomb += other.blocked_tomb;
+                other.blocked_tomb = 0;
+                other.blockers.clear();
+            }
+        }
+        m.map_or(0, |m| m.size + m.hint_size)
+    };
+    core.sub_disk_used(freed);
+    core.fs.remove(&victim.path)?;
+    core.fs.remove(&segment::hint_path(&shard.dir, seg))?;
+    core.fs.sync_dir(&shard.dir)?;
+    log::debug!(
+        "compacted shard {} segment {seg}: {size} bytes, {} records",
+        shard.id,
+        outcome.records
+    );
+    Ok(())
+}
+
+/// Writes the output buffer, then points the index at the copies that are still live.
+fn write_chunk(core: &Core, shard: &Shard, o: &mut Output) -> Result<()> {
+    if o.buf.is_empty() {
+        return Ok(());
+    }
+    core.fs.write_at(&o.file.file, &o.file.path, &o.buf, o.len)?;
+    let n = o.buf.len() as u64;
+    shard.note_write(n);
+    core.add_disk_used(n);
+    o.len += n;
+    o.buf.clear();
+    let mut st = shard.state.write();
+    let st = &mut *st;
+    let mut dead = 0u64;
+    let mut blocked = 0u64;
+    let mut max_seq = 0u64;
+    let mut blockers = Vec::new();
+    for c in o.copied.drain(..) {
+        let new = Loc {
+            seg: o.file.id,
+            off: c.new_off,
+            len: c.old.len,
+        };
+        max_seq = max_seq.max(c.seq);
+        match c.kind {
+            Kind::Put => {
+                if !st.index.replace_if(&c.key, c.old, new) {
+                    dead += new.len as u64;
+                }
+            }
+            Kind::Delete => {
+                blocked += new.len as u64;
+                blockers.extend(c.blockers);
+            }
+        }
+    }
+    if let Some(m) = st.segs.get_mut(&o.file.id) {
+        m.size = o.len;
+        m.dead += dead;
+        m.blocked_tomb += blocked;
+        m.max_seq = m.max_seq.max(max_seq);
+        for b in blockers {
+            if !m.blockers.contains(&b) {
+                m.blockers.push(b);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,719 @@
+//! The store handle: opening, routing keys to shards, the public operations, and the
+//! background threads (sealing, periodic sync, compaction).
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::fs::{self, File};
+use std::ops::{Bound, RangeBounds};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::batch::WriteBatch;
+use crate::fsutil::Fs;
+use crate::iter::Iter;
+use crate::manifest::{self, SeqState};
+use crate::record::Kind;
+use crate::recovery;
+use crate::segment::{SegKind, SegmentFile};
+use crate::shard::{Prepared, Shard};
+use crate::stats::Stats;
+use crate::value::Value;
+use crate::verify::{Damage, VerifyReport};
+use crate::{Error, Options, Result, SyncPolicy, MAX_KEY_LEN, MAX_VALUE_LEN};
+
+/// Store-wide state shared by the handle, the shards and the background threads.
+pub(crate) struct Core {
+    pub dir: PathBuf,
+    pub opts: Options,
+    pub fs: Fs,
+    pub shards: Vec<Shard>,
+    next_seq: AtomicU64,
+    /// Bytes of segment and hint files (including buffered records).
+    disk_used: AtomicU64,
+    /// Highest sequence number known durable in every shard (in memory).
+    durable_seq: AtomicU64,
+    /// The persisted `SEQSTATE`.
+    pub seqstate: Mutex<SeqState>,
+    seal_queue: Mutex<VecDeque<(u32, u32)>>,
+    wake: Condvar,
+    shutdown: AtomicBool,
+    pub open_damage: Vec<Damage>,
+    _lock: File,
+}
+
+impl Core {
+    /// The next sequence number to be assigned.
+    pub fn current_seq(&self) -> u64 {
+        self.next_seq.load(Ordering::SeqCst)
+    }
+
+    pub fn add_disk_used(&self, n: u64) {
+        self.disk_used.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn sub_disk_used(&self, n: u64) {
+        let _ = self
+            .disk_used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(n))
+            });
+    }
+
+    pub fn durable_seq(&self) -> u64 {
+        self.durable_seq.load(Ordering::SeqCst)
+    }
+
+    pub fn is_shutdown(&self) -> bool {
+        self.shutdown.load(Ordering::SeqCst)
+    }
+
+    pub fn shard_of(&self, key: &[u8]) -> usize {
+        (xxh3_64(key) % self.shards.len() as u64) as usize
+    }
+
+    /// Reserves `n` bytes of the size limit; deletes may use a small reserve beyond it
+    /// so that a full store can still be emptied.
+    fn reserve(&self, n: u64, delete: bool) -> Result<()> {
+        let Some(max) = self.opts.max_size else {
+            self.add_disk_used(n);
+            return Ok(());
+        };
+        let limit = if delete {
+            max + (max / 32).max(1 << 20)
+        } else {
+            max
+        };
+        self.disk_used
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+                (used + n <= limit).then_some(used + n)
+            })
+            .map(|_| ())
+            .map_err(|used| {
+                Error::StorageFull(format!(
+                    "writing {n} bytes would pass max_size {max} ({used} bytes in use)"
+                ))
+            })
+    }
+
+    pub fn queue_seal(&self, shard: u32, seg: u32) {
+        self.seal_queue.lock().push_back((shard, seg));
+        self.wake.notify_all();
+    }
+
+    /// Makes every acknowledged write durable and advances the batch watermark.
+    pub fn flush(&self) -> Result<()> {
+        let upto = self.current_seq().saturating_sub(1);
+        for s in &self.shards {
+            s.flush(self, true)?;
+        }
+        self.durable_seq.fetch_max(upto, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Ensures `SEQSTATE` records a watermark of at least `seq`, flushing first if the
+    /// in-memory watermark is behind. Compaction calls this before it may drop or
+    /// rewrite any record up to `seq`.
+    pub fn persist_watermark(&self, seq: u64) -> Result<()> {
+        if self.durable_seq() < seq {
+            self.flush()?;
+        }
+        let mut st = self.seqstate.lock();
+        if st.watermark >= seq {
+            return Ok(());
+        }
+        let mut next = st.clone();
+        next.watermark = self.durable_seq();
+        manifest::write_seqstate(&self.fs, &self.dir, &next)?;
+        *st = next;
+        Ok(())
+    }
+
+    fn write_one(&self, op: Prepared<'_>) -> Result<()> {
+        let shard = &self.shards[self.shard_of(op.key)];
+        shard.check_writable(self)?;
+        let len = op.record_len();
+        let delete = op.kind == Kind::Delete;
+        self.reserve(len, delete)?;
+        let pos = {
+            let mut st = shard.state.write();
+            if let Some(f) = &st.failed {
+                let e = Error::ReadOnly(f.clone());
+                drop(st);
+                self.sub_disk_used(len);
+                return Err(e);
+            }
+            if delete && st.index.get(op.key).is_none() {
+                drop(st);
+                self.sub_disk_used(len);
+                return Ok(());
+            }
+            let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
+            st.append(&op, seq, 1)
+        };
+        shard.note_user((op.key.len() + op.value.len()) as u64);
+        shard.after_write(self, pos, self.opts.sync == SyncPolicy::Always)
+    }
+
+    fn write_batch(&self, batch: WriteBatch) -> Result<()> {
+        let ops = batch.into_final_ops();
+        let mut by_shard: BTreeMap<usize, Vec<Prepared<'_>>> = BTreeMap::new();
+        for (kind, k, v) in &ops {
+            check_key(k)?;
+            check_value(v)?;
+            by_shard
+                .entry(self.shard_of(k))
+                .or_default()
+                .push(Prepared::new(*kind, k, v));
+        }
+        if by_shard.is_empty() {
+            return Ok(());
+        }
+        if ops.len() > u32::MAX as usize {
+            return Err(Error::InvalidArgument("batch has too many operations".into()));
+        }
+        for &s in by_shard.keys() {
+            self.shards[s].check_writable(self)?;
+        }
+        let all_deletes = ops.iter().all(|o| o.0 == Kind::Delete);
+        let reserved: u64 = by_shard.values().flatten().map(|p| p.record_len()).sum();
+        self.reserve(reserved, all_deletes)?;
+        let mut guards: Vec<_> = by_shard
+            .keys()
+            .map(|&s| (s, self.shards[s].state.write()))
+            .collect();
+        if let Some(f) = guards.iter().find_map(|(_, g)| g.failed.clone()) {
+            drop(guards);
+            self.sub_disk_used(reserved);
+            return Err(Error::ReadOnly(f));
+        }
+        // Deletes of absent keys are no-ops and are left out of the batch.
+        let mut effective = 0u64;
+        let mut used = 0u64;
+        let keep: Vec<Vec<bool>> = guards
+            .iter()
+            .map(|(s, g)| {
+                by_shard[s]
+                    .iter()
+                    .map(|p| {
+                        let k = p.kind == Kind::Put || g.index.get(p.key).is_some();
+                        if k {
+                            effective += 1;
+                            used += p.record_len();
+                        }
+                        k
+                    })
+                    .collect()
+            })
+            .collect();
+        if effective == 0 {
+            drop(guards);
+            self.sub_disk_used(reserved);
+            return Ok(());
+        }
+        let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
+        let mut positions = Vec::with_capacity(guards.len());
+        for ((s, g), keep) in guards.iter_mut().zip(&keep) {
+            let mut last = None;
+            for (p, &k) in by_shard[s].iter().zip(keep) {
+                if k {
+                    last = Some(g.append(p, seq, effective as u32));
+                }
+            }
+            if let Some(pos) = last {
+                positions.push((*s, pos));
+            }
+        }
+        drop(guards);
+        self.sub_disk_used(reserved - used);
+        for (s, ps) in &by_shard {
+            let user: usize = ps.iter().map(|p| p.key.len() + p.value.len()).sum();
+            self.shards[*s].note_user(user as u64);
+        }
+        let sync = self.opts.sync == SyncPolicy::Always;
+        let mut first_err = None;
+        for (s, pos) in positions {
+            if let Err(e) = self.shards[s].after_write(self, pos, sync) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Seals the queued segments now (used by `compact` and the background thread).
+    pub fn seal_queued(&self) -> Result<()> {
+        loop {
+            let Some((shard, seg)) = self.seal_queue.lock().pop_front() else {
+                return Ok(());
+            };
+            if let Err(e) = self.shards[shard as usize].seal(self, seg) {
+                // Leave it queued for a later try.
+                self.seal_queue.lock().push_back((shard, seg));
+                return Err(e);
+            }
+        }
+    }
+
+    fn wait(&self, timeout: Duration) {
+        let mut q = self.seal_queue.lock();
+        if q.is_empty() && !self.is_shutdown() {
+            self.wake.wait_for(&mut q, timeout);
+        }
+    }
+
+    /// Background loop: seals rotated segments and runs the periodic sync.
+    fn maintenance_loop(&self) {
+        let interval = match self.opts.sync {
+            SyncPolicy::Every(d) => Some(d),
+            _ => None,
+        };
+        let mut last_sync = Instant::now();
+        while !self.is_shutdown() {
+            if let Err(e) = self.seal_queued() {
+                log::error!("sealing a segment failed: {e}");
+                self.wait(Duration::from_millis(500));
+            }
+            if let Some(d) = interval {
+                if last_sync.elapsed() >= d {
+                    if let Err(e) = self.flush() {
+                        log::error!("periodic sync failed: {e}");
+                    }
+                    last_sync = Instant::now();
+                }
+                self.wait(d.saturating_sub(last_sync.elapsed()).max(Duration::from_millis(1)));
+            } else {
+                self.wait(Duration::from_millis(500));
+            }
+        }
+    }
+
+    fn compaction_loop(&self) {
+        while !self.is_shutdown() {
+            match crate::compaction::compact_one(self, false) {
+                Ok(true) => {}
+                Ok(false) => self.wait(Duration::from_millis(200)),
+                Err(e) => {
+                    log::error!("background compaction failed: {e}");
+                    self.wait(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn check_key(k: &[u8]) -> Result<()> {
+    if k.len() > MAX_KEY_LEN {
+        return Err(Error::KeyTooLarge {
+            len: k.len(),
+            max: MAX_KEY_LEN,
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn check_value(v: &[u8]) -> Result<()> {
+    if v.len() > MAX_VALUE_LEN {
+        return Err(Error::ValueTooLarge {
+            len: v.len(),
+            max: MAX_VALUE_LEN,
+        });
+    }
+    Ok(())
+}
+
+/// Runs `f` over `items` on up to the machine's parallelism, keeping order.
+fn par_map<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> Result<R> + Sync) -> Result<Vec<R>> {
+    let n = items.len();
+    let workers = std::thread::available_parallelism()
+        .map(|p| p.get())
+        .unwrap_or(2)
+        .min(n.max(1));
+    let slots: Vec<Mutex<Option<T>>> = items.into_iter().map(|t| Mutex::new(Some(t))).collect();
+    let results: Vec<Mutex<Option<Result<R>>>> = (0..n).map(|_| Mutex::new(None)).collect();
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                if i >= n {
+                    break;
+                }
+                let item = slots[i].lock().take().expect("each item taken once");
+                *results[i].lock() = Some(f(item));
+            });
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| r.into_inner().expect("every item processed"))
+        .collect()
+}
+
+/// Directory of shard `i`.
+pub(crate) fn shard_dir(dir: &Path, i: u32) -> PathBuf {
+    dir.join("shards").join(format!("{i:04}"))
+}
+
+fn open_core(dir: &Path, opts: Options) -> Result<Core> {
+    opts.validate()?;
+    fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let lock_path = dir.join("LOCK");
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| Error::io(&lock_path, e))?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => return Err(Error::Locked(dir.to_owned())),
+        Err(fs::TryLockError::Error(e)) => return Err(Error::io(&lock_path, e)),
+    }
+    let fs = Fs::new(opts.fault.clone());
+    let nshards = if dir.join(manifest::MANIFEST).exists() {
+        let n = manifest::read_manifest(dir)?;
+        if let Some(want) = opts.shards {
+            if want != n {
+                return Err(Error::InvalidArgument(format!(
+                    "store at {} has {n} shards; the shard count is fixed at creation (asked for {want})",
+                    dir.display()
+                )));
+            }
+        }
+        n
+    } else {
+        create_store(&fs, dir, opts.shards.unwrap_or(crate::options::DEFAULT_SHARDS))?
+    };
+    let mut seqstate = manifest::read_seqstate(dir)?;
+    for i in 0..nshards {
+        let d = shard_dir(dir, i);
+        if !d.is_dir() {
+            return Err(Error::corruption(&d, "shard directory is missing"));
+        }
+    }
+    // Phase 1: load every shard's entries in parallel.
+    let loaded = par_map((0..nshards).collect(), |i| {
+        recovery::load(&fs, i, &shard_dir(dir, i))
+    })?;
+    // Phase 2: batches newer than the watermark must be complete across all shards.
+    let mut counts = HashMap::new();
+    for l in &loaded {
+        l.count_batches(seqstate.watermark, &mut counts);
+    }
+    let mut aborted: HashSet<u64> = seqstate.aborted.iter().copied().collect();
+    let newly: Vec<u64> = counts
+        .iter()
+        .filter(|(seq, (found, total))| *found < *total as u64 && !aborted.contains(seq))
+        .map(|(&seq, _)| seq)
+        .collect();
+    let mut damage: Vec<Damage> = Vec::new();
+    if !newly.is_empty() {
+        for &s in &newly {
+            log::warn!("batch {s} was only partly written before a crash; ignoring all of it");
+        }
+        aborted.extend(&newly);
+        seqstate.aborted.extend(&newly);
+        seqstate.aborted.sort_unstable();
+        manifest::write_seqstate(&fs, dir, &seqstate)?;
+    }
+    let max_seq = loaded
+        .iter()
+        .map(|l| l.max_seq)
+        .chain([seqstate.watermark])
+        .chain(seqstate.aborted.iter().copied())
+        .max()
+        .unwrap_or(0);
+    let next_seq = max_seq + 1;
+    for l in &loaded {
+        damage.extend(l.damage.iter().cloned());
+    }
+    // Phase 3: rebuild each shard's index in parallel.
+    let built = par_map(loaded, |l| {
+        let (id, sdir) = (l.shard, l.dir.clone());
+        let fs = &fs;
+        recovery::build(l, &aborted, |seg| {
+            SegmentFile::create(fs, &sdir, id, seg, SegKind::Data, next_seq)
+        })
+    })?;
+    let mut shards = Vec::with_capacity(built.len());
+    let mut to_seal = Vec::new();
+    let mut disk = 0;
+    for (i, b) in built.into_iter().enumerate() {
+        disk += b.state.disk_bytes();
+        to_seal.extend(b.to_seal.iter().map(|&s| (i as u32, s)));
+        shards.push(Shard::new(i as u32, shard_dir(dir, i as u32), b.state, b.unsynced));
+    }
+    let watermark = seqstate.watermark;
+    Ok(Core {
+        dir: dir.to_owned(),
+        opts,
+        fs,
+        shards,
+        next_seq: AtomicU64::new(next_seq),
+        disk_used: AtomicU64::new(disk),
+        durable_seq: AtomicU64::new(watermark),
+        seqstate: Mutex::new(seqstate),
+        seal_queue: Mutex::new(to_seal.into()),
+        wake: Condvar::new(),
+        shutdown: AtomicBool::new(false),
+        open_damage: damage,
+        _lock: lock,
+    })
+}
+
+fn create_store(fs: &Fs, dir: &Path, n: u32) -> Result<u32> {
+    let shards = dir.join("shards");
+    let has_data = fs::read_dir(dir)
+        .map_err(|e| Error::io(dir, e))?
+        .filter_map(|e| e.ok())
+        .any(|e| e.file_name() != "LOCK" && e.file_name() != "shards");
+    if has_data {
+        return Err(Error::format(
+            dir,
+            "directory is not empty and holds no cairn store (no CAIRN manifest)",
+        ));
+    }
+    if shards.exists() {
+        // A crash during creation may leave shard directories; they must be empty.
+        for e in fs::read_dir(&shards).map_err(|e| Error::io(&shards, e))?.flatten() {
+            let non_empty = fs::read_dir(e.path())
+                .map(|mut d| d.next().is_some())
+                .unwrap_or(true);
+            if non_empty {
+                return Err(Error::corruption(
+                    dir.join(manifest::MANIFEST),
+                    "manifest missing but shard directories hold data",
+                ));
+            }
+        }
+    }
+    for i in 0..n {
+        let d = shard_dir(dir, i);
+        fs::create_dir_all(&d).map_err(|e| Error::io(&d, e))?;
+    }
+    fs.sync_dir(&shards)?;
+    fs.sync_dir(dir)?;
+    manifest::write_manifest(fs, dir, n)?;
+    Ok(n)
+}
+
+struct Handle {
+    core: Arc<Core>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.core.shutdown.store(true, Ordering::SeqCst);
+        {
+            let _q = self.core.seal_queue.lock();
+            self.core.wake.notify_all();
+        }
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+        if let Err(e) = self.core.flush() {
+            log::error!("flush at close failed: {e}");
+        }
+    }
+}
+
+/// A cairn store. Cheap to clone; all clones share the store, and every method takes
+/// `&self`, so one `Db` serves many threads. The store closes (flushing its buffers) when
+/// the last clone is dropped.
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// let db = cairn::Db::open(dir.path())?;
+/// db.put("apple", "red")?;
+/// db.put("banana", "yellow")?;
+/// assert_eq!(db.get("apple")?.as_deref(), Some(&b"red"[..]));
+/// let fruits: Vec<_> = db.prefix("b").map(|kv| kv.map(|(k, _)| k)).collect::<Result<_, _>>()?;
+/// assert_eq!(fruits, vec![b"banana".to_vec()]);
+/// db.delete("apple")?;
+/// assert!(!db.contains("apple")?);
+/// # Ok::<(), cairn::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Db {
+    handle: Arc<Handle>,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db")
+            .field("dir", &self.core().dir)
+            .field("shards", &self.core().shards.len())
+            .finish()
+    }
+}
+
+fn to_owned_bound<K: AsRef<[u8]> + ?Sized>(b: Bound<&K>) -> Bound<Vec<u8>> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_ref().to_vec()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+impl Db {
+    /// Opens the store in `dir` with default [`Options`], creating it if needed.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Db> {
+        Options::new().open(dir)
+    }
+
+    pub(crate) fn open_with(dir: &Path, opts: Options) -> Result<Db> {
+        let core = Arc::new(open_core(dir, opts)?);
+        let mut threads = Vec::new();
+        let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(f)
+                .map_err(|e| Error::io(dir, e))
+        };
+        let c = core.clone();
+        threads.push(spawn(
+            "cairn-maint".into(),
+            Box::new(move || c.maintenance_loop()),
+        )?);
+        if core.opts.background_compaction {
+            for i in 0..core.opts.compaction_threads.max(1) {
+                let c = core.clone();
+                threads.push(spawn(
+                    format!("cairn-compact-{i}"),
+                    Box::new(move || c.compaction_loop()),
+                )?);
+            }
+        }
+        Ok(Db {
+            handle: Arc::new(Handle {
+                core,
+                threads: Mutex::new(threads),
+            }),
+        })
+    }
+
+    pub(crate) fn core(&self) -> &Core {
+        &self.handle.core
+    }
+
+    /// The store's directory.
+    pub fn path(&self) -> &Path {
+        &self.core().dir
+    }
+
+    /// Sets `key` to `value`.
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        let (k, v) = (key.as_ref(), value.as_ref());
+        check_key(k)?;
+        check_value(v)?;
+        self.core().write_one(Prepared::new(Kind::Put, k, v))
+    }
+
+    /// Reads the value of `key`: at most one disk read, checksum verified.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Value>> {
+        let k = key.as_ref();
+        if k.len() > MAX_KEY_LEN {
+            return Ok(None);
+        }
+        let c = self.core();
+        c.shards[c.shard_of(k)].get(k)
+    }
+
+    /// Deletes `key` (a no-op when it is absent).
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
+        let k = key.as_ref();
+        check_key(k)?;
+        self.core().write_one(Prepared::new(Kind::Delete, k, &[]))
+    }
+
+    /// Whether `key` has a value (answered from memory, no disk read).
+    pub fn contains(&self, key: impl AsRef<[u8]>) -> Result<bool> {
+        let k = key.as_ref();
+        let c = self.core();
+        Ok(k.len() <= MAX_KEY_LEN && c.shards[c.shard_of(k)].state.read().index.get(k).is_some())
+    }
+
+    /// Applies every operation of `batch` atomically: readers and a crash see all of it
+    /// or none of it. Within a batch, the last operation on a key wins.
+    pub fn write(&self, batch: WriteBatch) -> Result<()> {
+        self.core().write_batch(batch)
+    }
+
+    /// Every key and value in key order. Reverse with `.rev()`.
+    pub fn iter(&self) -> Iter {
+        Iter::new(self.handle.core.clone(), Bound::Unbounded, Bound::Unbounded)
+    }
+
+    /// The keys within `range`, in key order. Reverse with `.rev()`.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = cairn::Db::open(dir.path())?;
+    /// for k in ["a", "b", "c", "d"] { db.put(k, k)?; }
+    /// let keys: Vec<_> = db.range("b".."d").map(|r| r.unwrap().0).collect();
+    /// assert_eq!(keys, vec![b"b".to_vec(), b"c".to_vec()]);
+    /// let back: Vec<_> = db.range("b"..).rev().map(|r| r.unwrap().0).collect();
+    /// assert_eq!(back, vec![b"d".to_vec(), b"c".to_vec(), b"b".to_vec()]);
+    /// # Ok::<(), cairn::Error>(())
+    /// ```
+    pub fn range<K: AsRef<[u8]> + ?Sized, R: RangeBounds<K>>(&self, range: R) -> Iter {
+        Iter::new(
+            self.handle.core.clone(),
+            to_owned_bound(range.start_bound()),
+            to_owned_bound(range.end_bound()),
+        )
+    }
+
+    /// The keys starting with `prefix`, in key order. Reverse with `.rev()`.
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Iter {
+        let p = prefix.as_ref().to_vec();
+        let end = prefix_successor(&p).map_or(Bound::Unbounded, Bound::Excluded);
+        Iter::new(self.handle.core.clone(), Bound::Included(p), end)
+    }
+
+    /// Makes every write acknowledged so far durable.
+    pub fn flush(&self) -> Result<()> {
+        self.core().flush()
+    }
+
+    /// Runs compaction now: seals rotated segments, then rewrites every sealed segment
+    /// whose stale fraction is at or above the threshold.
+    pub fn compact(&self) -> Result<()> {
+        let c = self.core();
+        c.seal_queued()?;
+        while crate::compaction::compact_one(c, true)? {}
+        Ok(())
+    }
+
+    /// Sizes and amplification, per shard and in total.
+    pub fn stats(&self) -> Stats {
+        crate::stats::collect(self.core())
+    }
+
+    /// Re-reads every record and hint file and reports each damaged place.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        crate::verify::verify(self.core())
+    }
+
+    /// Damage found and skipped while opening (corrupt records, unreadable hints).
+    pub fn open_damage(&self) -> &[Damage] {
+        &self.core().open_damage
+    }
+}
+
+/// The smallest key greater than every key starting with `p`, if any.
+fn prefix_successor(p: &[u8]) -> Option<Vec<u8>> {
+    let mut v = p.to_vec();
+    while let Some(last) = v.pop() {
+        if last < 0xff {
+            v.push(last + 1);
+            return Some(v);
+        }
+    }
+    None
+}

@@ -1,0 +1,97 @@
+//! The one error type of cairn.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Result alias used throughout cairn.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in cairn.
+///
+/// Library code never panics on bad input or I/O failure; it returns one of these.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The key is longer than [`crate::MAX_KEY_LEN`]. Nothing was written.
+    #[error("key of {len} bytes exceeds the limit of {max} bytes")]
+    KeyTooLarge {
+        /// Length of the rejected key.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The value is longer than [`crate::MAX_VALUE_LEN`]. Nothing was written.
+    #[error("value of {len} bytes exceeds the limit of {max} bytes")]
+    ValueTooLarge {
+        /// Length of the rejected value.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The write would make the store larger than its `max_size`, or the disk is full
+    /// (`ENOSPC`). Nothing was written; deletes and compaction free space.
+    #[error("storage full: {0}")]
+    StorageFull(String),
+    /// Another handle (in this or another process) has the store open.
+    #[error("store at {0} is locked by another open handle")]
+    Locked(PathBuf),
+    /// Stored data failed its checksum or is structurally damaged.
+    #[error("corruption in {path}: {detail}")]
+    Corruption {
+        /// The damaged file.
+        path: PathBuf,
+        /// What is wrong, including the offset where known.
+        detail: String,
+    },
+    /// The directory holds a store of another format version, or is not a cairn store.
+    #[error("format error in {path}: {detail}")]
+    Format {
+        /// The offending file.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+    /// An option or argument is invalid.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A previous I/O failure (for example a failed fsync) made the store read-only
+    /// until it is reopened.
+    #[error("store is read-only after an earlier I/O failure: {0}")]
+    ReadOnly(String),
+    /// An operating-system I/O error.
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    /// Wraps an I/O error with the path it happened on. `ENOSPC` becomes
+    /// [`Error::StorageFull`].
+    pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Error {
+        let path = path.into();
+        if source.raw_os_error() == Some(libc::ENOSPC) || source.kind() == io::ErrorKind::StorageFull
+        {
+            return Error::StorageFull(format!("no space left on device writing {}", path.display()));
+        }
+        Error::Io { path, source }
+    }
+
+    pub(crate) fn corruption(path: impl Into<PathBuf>, detail: impl Into<String>) -> Error {
+        Error::Corruption {
+            path: path.into(),
+            detail: detail.into(),
+        }
+    }
+
+    pub(crate) fn format(path: impl Into<PathBuf>, detail: impl Into<String>) -> Error {
+        Error::Format {
+            path: path.into(),
+            detail: detail.into(),
+        }
+    }
+}

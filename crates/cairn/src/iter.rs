@@ -1,0 +1,217 @@
+//! Ordered iteration over all shards.
+//!
+//! Each shard's index is read in small chunks under its read lock (never across I/O);
+//! the chunks are merged by key. Each side remembers the last key it yielded and fetches
+//! only keys beyond it, so a scan yields each key at most once and never skips a key that
+//! exists for the whole scan, however writes and compaction move records meanwhile. A
+//! value is read from the record the index pointed at when its chunk was fetched (the
+//! segment file stays readable even if compaction removes it), so every value returned
+//! is one the key held during the scan.
+
+use std::collections::VecDeque;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use crate::db::Core;
+use crate::index::Loc;
+use crate::shard::{read_value, Source};
+use crate::value::Value;
+use crate::Result;
+
+const FIRST_CHUNK: usize = 32;
+const MAX_CHUNK: usize = 512;
+
+struct Item {
+    key: Vec<u8>,
+    loc: Loc,
+    src: Source,
+}
+
+#[derive(Default)]
+struct Cursor {
+    buf: VecDeque<Item>,
+    /// The last key fetched in this direction.
+    last: Option<Vec<u8>>,
+    exhausted: bool,
+    chunk: usize,
+}
+
+/// An iterator over key-value pairs in key order (or reverse order with `.rev()`),
+/// returned by [`crate::Db::iter`], [`crate::Db::range`] and [`crate::Db::prefix`].
+pub struct Iter {
+    core: Arc<Core>,
+    lo: Bound<Vec<u8>>,
+    hi: Bound<Vec<u8>>,
+    front: Vec<Cursor>,
+    back: Vec<Cursor>,
+    done: bool,
+}
+
+fn above(k: &[u8], lo: &Bound<Vec<u8>>) -> bool {
+    match lo {
+        Bound::Included(b) => k >= b.as_slice(),
+        Bound::Excluded(b) => k > b.as_slice(),
+        Bound::Unbounded => true,
+    }
+}
+
+fn below(k: &[u8], hi: &Bound<Vec<u8>>) -> bool {
+    match hi {
+        Bound::Included(b) => k <= b.as_slice(),
+        Bound::Excluded(b) => k < b.as_slice(),
+        Bound::Unbounded => true,
+    }
+}
+
+fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(v) => Bound::Included(v.as_slice()),
+        Bound::Excluded(v) => Bound::Excluded(v.as_slice()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+impl Iter {
+    pub(crate) fn new(core: Arc<Core>, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>) -> Iter {
+        let n = core.shards.len();
+        let cursors = || {
+            (0..n)
+                .map(|_| Cursor {
+                    chunk: FIRST_CHUNK,
+                    ..Default::default()
+                })
+                .collect()
+        };
+        Iter {
+            front: cursors(),
+            back: cursors(),
+            core,
+            lo,
+            hi,
+            done: false,
+        }
+    }
+
+    fn refill(&mut self, shard: usize, forward: bool) -> Result<()> {
+        let cur = if forward {
+            &mut self.front[shard]
+        } else {
+            &mut self.back[shard]
+        };
+        let (lo, hi) = if forward {
+            (
+                cur.last
+                    .as_deref()
+                    .map_or(as_ref(&self.lo), Bound::Excluded),
+                as_ref(&self.hi),
+            )
+        } else {
+            (
+                as_ref(&self.lo),
+                cur.last
+                    .as_deref()
+                    .map_or(as_ref(&self.hi), Bound::Excluded),
+            )
+        };
+        // An empty or inverted range fetches nothing.
+        let mut entries = Vec::with_capacity(cur.chunk);
+        let st = self.core.shards[shard].state.read();
+        if forward {
+            st.index.scan_forward(lo, hi, cur.chunk, &mut entries);
+        } else {
+            st.index.scan_backward(lo, hi, cur.chunk, &mut entries);
+        }
+        let mut items = Vec::with_capacity(entries.len());
+        for (key, loc) in entries {
+            let src = st.source(loc)?;
+            items.push(Item { key, loc, src });
+        }
+        drop(st);
+        cur.exhausted = items.len() < cur.chunk;
+        cur.chunk = (cur.chunk * 2).min(MAX_CHUNK);
+        if let Some(last) = items.last() {
+            cur.last = Some(last.key.clone());
+        }
+        cur.buf.extend(items);
+        Ok(())
+    }
+
+    fn step(&mut self, forward: bool) -> Option<Result<(Vec<u8>, Value)>> {
+        if self.done {
+            return None;
+        }
+        let n = self.core.shards.len();
+        let mut best: Option<usize> = None;
+        for s in 0..n {
+            let cur = if forward { &self.front[s] } else { &self.back[s] };
+            if cur.buf.is_empty() && !cur.exhausted {
+                if let Err(e) = self.refill(s, forward) {
+                    return Some(Err(e));
+                }
+            }
+            let cur = if forward { &self.front[s] } else { &self.back[s] };
+            if let Some(head) = cur.buf.front() {
+                let better = match best {
+                    None => true,
+                    Some(b) => {
+                        let bk = if forward {
+                            &self.front[b].buf[0].key
+                        } else {
+                            &self.back[b].buf[0].key
+                        };
+                        if forward {
+                            head.key < *bk
+                        } else {
+                            head.key > *bk
+                        }
+                    }
+                };
+                if better {
+                    best = Some(s);
+                }
+            }
+        }
+        let Some(s) = best else {
+            self.done = true;
+            return None;
+        };
+        let item = if forward {
+            self.front[s].buf.pop_front()
+        } else {
+            self.back[s].buf.pop_front()
+        }
+        .expect("chosen cursor has a head");
+        // Stop where the other end has already been.
+        let inside = if forward {
+            below(&item.key, &self.hi)
+        } else {
+            above(&item.key, &self.lo)
+        };
+        if !inside {
+            self.done = true;
+            return None;
+        }
+        if forward {
+            self.lo = Bound::Excluded(item.key.clone());
+        } else {
+            self.hi = Bound::Excluded(item.key.clone());
+        }
+        Some(read_value(item.src, item.loc, &item.key).map(|v| (item.key, v)))
+    }
+}
+
+impl Iterator for Iter {
+    type Item = Result<(Vec<u8>, Value)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.step(true)
+    }
+}
+
+impl DoubleEndedIterator for Iter {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.step(false)
+    }
+}
+
+impl std::iter::FusedIterator for Iter {}

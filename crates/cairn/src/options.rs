@@ -1,0 +1,208 @@
+//! Tuning knobs, chosen when a store is opened.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::fault::FaultInjector;
+use crate::{Db, Error, Result};
+
+/// When writes reach stable storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncPolicy {
+    /// Never fsync on the write path; data reaches the disk when buffers fill,
+    /// segments are sealed, or [`Db::flush`] is called. Fastest.
+    Never,
+    /// A background thread makes every write durable within this interval.
+    Every(Duration),
+    /// A write returns only once it is on stable storage. Concurrent writers
+    /// share fsyncs (group commit).
+    Always,
+}
+
+/// Default number of shards of a new store.
+pub const DEFAULT_SHARDS: u32 = 16;
+/// Default segment size cap (64 MiB).
+pub const DEFAULT_SEGMENT_SIZE: u64 = 64 << 20;
+/// Largest allowed segment size (offsets in the index are 32-bit).
+pub const MAX_SEGMENT_SIZE: u64 = 1 << 30;
+/// Smallest allowed segment size.
+pub const MIN_SEGMENT_SIZE: u64 = 4 << 10;
+/// Largest allowed shard count.
+pub const MAX_SHARDS: u32 = 4096;
+
+/// Builder for opening a store with non-default settings.
+///
+/// ```
+/// use cairn::{Options, SyncPolicy};
+/// # let dir = tempfile::tempdir().unwrap();
+/// let db = Options::new()
+///     .shards(8)
+///     .segment_size(16 << 20)
+///     .compaction_threshold(0.4)
+///     .sync(SyncPolicy::Always)
+///     .open(dir.path())?;
+/// db.put("k", "v")?;
+/// # Ok::<(), cairn::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Options {
+    pub(crate) shards: Option<u32>,
+    pub(crate) segment_size: u64,
+    pub(crate) compaction_threshold: f64,
+    pub(crate) sync: SyncPolicy,
+    pub(crate) max_size: Option<u64>,
+    pub(crate) background_compaction: bool,
+    pub(crate) compaction_threads: usize,
+    pub(crate) compaction_rate: Option<u64>,
+    pub(crate) write_buffer: usize,
+    pub(crate) fault: Option<Arc<FaultInjector>>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options::new()
+    }
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("shards", &self.shards)
+            .field("segment_size", &self.segment_size)
+            .field("compaction_threshold", &self.compaction_threshold)
+            .field("sync", &self.sync)
+            .field("max_size", &self.max_size)
+            .field("background_compaction", &self.background_compaction)
+            .field("compaction_threads", &self.compaction_threads)
+            .field("compaction_rate", &self.compaction_rate)
+            .field("write_buffer", &self.write_buffer)
+            .finish()
+    }
+}
+
+impl Options {
+    /// Default options: 16 shards (for a new store), 64 MiB segments, compaction at 50%
+    /// stale bytes, `SyncPolicy::Never`, no size limit, background compaction on.
+    pub fn new() -> Options {
+        Options {
+            shards: None,
+            segment_size: DEFAULT_SEGMENT_SIZE,
+            compaction_threshold: 0.5,
+            sync: SyncPolicy::Never,
+            max_size: None,
+            background_compaction: true,
+            compaction_threads: 1,
+            compaction_rate: Some(256 << 20),
+            write_buffer: 256 << 10,
+            fault: None,
+        }
+    }
+
+    /// Number of shards for a new store (1..=4096). The count is recorded on disk at
+    /// creation; opening an existing store with a different explicit count is an error.
+    pub fn shards(mut self, n: u32) -> Options {
+        self.shards = Some(n);
+        self
+    }
+
+    /// Size at which a segment file is sealed and a new one started (4 KiB..=1 GiB).
+    pub fn segment_size(mut self, bytes: u64) -> Options {
+        self.segment_size = bytes;
+        self
+    }
+
+    /// Fraction of stale bytes (0.0..=1.0, exclusive of 0) at which a sealed segment is
+    /// rewritten by compaction.
+    pub fn compaction_threshold(mut self, fraction: f64) -> Options {
+        self.compaction_threshold = fraction;
+        self
+    }
+
+    /// Durability policy for writes.
+    pub fn sync(mut self, policy: SyncPolicy) -> Options {
+        self.sync = policy;
+        self
+    }
+
+    /// Upper bound on the bytes the store may occupy on disk. A put that would pass it
+    /// fails with [`Error::StorageFull`].
+    pub fn max_size(mut self, bytes: u64) -> Options {
+        self.max_size = Some(bytes);
+        self
+    }
+
+    /// Whether background threads compact segments automatically (default true).
+    /// [`Db::compact`] works either way.
+    pub fn background_compaction(mut self, on: bool) -> Options {
+        self.background_compaction = on;
+        self
+    }
+
+    /// Number of background compaction threads (default 1).
+    pub fn compaction_threads(mut self, n: usize) -> Options {
+        self.compaction_threads = n;
+        self
+    }
+
+    /// Upper bound on the bytes per second that background compaction reads and writes,
+    /// so that foreground latency stays steady (default 256 MiB/s; `None` = unthrottled).
+    pub fn compaction_rate(mut self, bytes_per_sec: Option<u64>) -> Options {
+        self.compaction_rate = bytes_per_sec;
+        self
+    }
+
+    /// Per-shard in-memory write buffer, flushed to the segment file when full
+    /// (default 256 KiB).
+    pub fn write_buffer(mut self, bytes: usize) -> Options {
+        self.write_buffer = bytes;
+        self
+    }
+
+    #[doc(hidden)]
+    /// Test hook: consult `fault` before every file write, sync and create.
+    pub fn fault_injector(mut self, fault: Arc<FaultInjector>) -> Options {
+        self.fault = Some(fault);
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if let Some(n) = self.shards {
+            if n == 0 || n > MAX_SHARDS {
+                return Err(Error::InvalidArgument(format!(
+                    "shards must be in 1..={MAX_SHARDS}, got {n}"
+                )));
+            }
+        }
+        if !(MIN_SEGMENT_SIZE..=MAX_SEGMENT_SIZE).contains(&self.segment_size) {
+            return Err(Error::InvalidArgument(format!(
+                "segment_size must be in {MIN_SEGMENT_SIZE}..={MAX_SEGMENT_SIZE}, got {}",
+                self.segment_size
+            )));
+        }
+        let t = self.compaction_threshold;
+        if !(t > 0.0 && t <= 1.0) {
+            return Err(Error::InvalidArgument(format!(
+                "compaction_threshold must be in (0, 1], got {t}"
+            )));
+        }
+        if let SyncPolicy::Every(d) = self.sync {
+            if d.is_zero() {
+                return Err(Error::InvalidArgument(
+                    "SyncPolicy::Every needs a non-zero interval".into(),
+                ));
+            }
+        }
+        if self.compaction_rate == Some(0) {
+            return Err(Error::InvalidArgument(
+                "compaction_rate must be positive".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Opens (creating if needed) the store in `dir` with these options.
+    pub fn open(self, dir: impl AsRef<Path>) -> Result<Db> {
+        Db::open_with(dir.as_ref(), self)
+    }
+}

@@ -1,0 +1,359 @@
+//! Opening a shard: load hint files (or scan segments without one), repair torn tails,
+//! drop incomplete batches, and rebuild the index from the newest version of each key.
+//!
+//! Open runs in three phases so that batch atomicity can be checked across shards:
+//! 1. [`load`] (per shard, in parallel): read every segment's entries (key, sequence
+//!    number, location) from its hint file, or by scanning it.
+//! 2. the caller counts, over all shards, the records of each batch newer than the
+//!    durable watermark, and declares the incomplete ones aborted.
+//! 3. [`build`] (per shard, in parallel): sort the entries by key and newest first, and
+//!    bulk-load the index from the winners, accounting dead and tombstone bytes.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::fsutil::Fs;
+use crate::index::{Index, Loc};
+use crate::record::Kind;
+use crate::segment::{self, SegKind, SegmentFile, SEG_HEADER_LEN};
+use crate::shard::{Active, SegMeta, ShardState};
+use crate::verify::Damage;
+use crate::{Error, Result};
+
+/// One record's metadata gathered at open.
+struct Rec {
+    key_off: usize,
+    key_len: u32,
+    kind: Kind,
+    batch_total: u32,
+    seq: u64,
+    loc: Loc,
+}
+
+struct LoadedSeg {
+    file: Arc<SegmentFile>,
+    size: u64,
+    hint_size: u64,
+    sealed: bool,
+}
+
+/// Phase-1 result for one shard.
+pub(crate) struct Loaded {
+    pub shard: u32,
+    pub dir: PathBuf,
+    segs: BTreeMap<u32, LoadedSeg>,
+    arena: Vec<u8>,
+    recs: Vec<Rec>,
+    pub damage: Vec<Damage>,
+    pub max_seq: u64,
+    next_seg: u32,
+}
+
+fn parse_name(name: &str) -> Option<(u32, &str)> {
+    let (stem, ext) = name.split_once('.')?;
+    if stem.len() != 10 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((stem.parse().ok()?, ext))
+}
+
+/// Phase 1: reads the entries of every segment of a shard.
+pub(crate) fn load(fs: &Fs, shard: u32, dir: &Path) -> Result<Loaded> {
+    let mut seg_ids = Vec::new();
+    let mut hint_ids = HashSet::new();
+    let mut max_id = 0u32;
+    let rd = fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+    for ent in rd {
+        let ent = ent.map_err(|e| Error::io(dir, e))?;
+        let name = ent.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.ends_with(".tmp") {
+            fs.remove(&ent.path())?;
+            continue;
+        }
+        match parse_name(name) {
+            Some((id, "seg")) => {
+                seg_ids.push(id);
+                max_id = max_id.max(id);
+            }
+            Some((id, "hint")) => {
+                hint_ids.insert(id);
+                max_id = max_id.max(id);
+            }
+            _ => {}
+        }
+    }
+    seg_ids.sort_unstable();
+    let mut out = Loaded {
+        shard,
+        dir: dir.to_owned(),
+        segs: BTreeMap::new(),
+        arena: Vec::new(),
+        recs: Vec::new(),
+        damage: Vec::new(),
+        max_seq: 0,
+        next_seg: max_id + 1,
+    };
+    for &id in &hint_ids {
+        if seg_ids.binary_search(&id).is_err() {
+            // The segment was removed by compaction after its hint: finish the removal.
+            fs.remove(&segment::hint_path(dir, id))?;
+        }
+    }
+    for id in seg_ids {
+        load_segment(fs, dir, shard, id, hint_ids.contains(&id), &mut out)?;
+    }
+    Ok(out)
+}
+
+fn load_segment(
+    fs: &Fs,
+    dir: &Path,
+    shard: u32,
+    id: u32,
+    has_hint: bool,
+    out: &mut Loaded,
+) -> Result<()> {
+    let path = segment::seg_path(dir, id);
+    let hpath = segment::hint_path(dir, id);
+    let (file, len) = match SegmentFile::open(&path, shard, id) {
+        Ok(Some(x)) => x,
+        Ok(None) => {
+            // Shorter than its header: a crash while it was being created. It holds no
+            // records.
+            fs.remove(&path)?;
+            fs.remove(&hpath)?;
+            return Ok(());
+        }
+        Err(e @ Error::Format { .. }) => return Err(e),
+        Err(e @ Error::Io { .. }) => return Err(e),
+        Err(e) => {
+            out.damage.push(Damage {
+                path: path.clone(),
+                offset: Some(0),
+                detail: format!("segment skipped: {e}"),
+            });
+            return Ok(());
+        }
+    };
+    let file = Arc::new(file);
+    let start = out.recs.len();
+    let push = |out: &mut Loaded, kind, seq, batch_total, off: u32, rlen: u32, key: &[u8]| {
+        out.recs.push(Rec {
+            key_off: out.arena.len(),
+            key_len: key.len() as u32,
+            kind,
+            batch_total,
+            seq,
+            loc: Loc {
+                seg: id,
+                off,
+                len: rlen,
+            },
+        });
+        out.arena.extend_from_slice(key);
+        out.max_seq = out.max_seq.max(seq);
+    };
+    if has_hint {
+        let mut staged = Vec::new();
+        match segment::read_hint(&hpath, id, |kind, seq, batch, off, rlen, key| {
+            staged.push((kind, seq, batch, off, rlen, key.to_vec()))
+        }) {
+            Ok((data_len, hint_size)) if data_len == len => {
+                for (kind, seq, batch, off, rlen, key) in staged {
+                    push(out, kind, seq, batch, off, rlen, &key);
+                }
+                out.segs.insert(
+                    id,
+                    LoadedSeg {
+                        file,
+                        size: len,
+                        hint_size,
+                        sealed: true,
+                    },
+                );
+                return Ok(());
+            }
+            Ok((data_len, _)) => out.damage.push(Damage {
+                path: hpath.clone(),
+                offset: None,
+                detail: format!(
+                    "hint covers {data_len} bytes but the segment has {len}; rescanning"
+                ),
+            }),
+            Err(e @ Error::Io { .. }) => return Err(e),
+            Err(e) => out.damage.push(Damage {
+                path: hpath.clone(),
+                offset: None,
+                detail: format!("{e}; rescanning the segment"),
+            }),
+        }
+        fs.remove(&hpath)?;
+    }
+    out.recs.truncate(start);
+    let outcome = segment::scan(&file, len, |off, rec| {
+        push(
+            out,
+            rec.header.kind,
+            rec.header.seq,
+            rec.header.batch_total,
+            off as u32,
+            rec.header.record_len() as u32,
+            rec.key,
+        );
+        Ok(())
+    })?;
+    for spot in outcome.damage {
+        out.damage.push(Damage {
+            path: path.clone(),
+            offset: Some(spot.offset),
+            detail: format!("{}; skipped, later records kept", spot.detail),
+        });
+    }
+    let mut size = len;
+    if let Some(tail) = outcome.tail {
+        // Nothing intact follows: a write torn by a crash. Cut it off.
+        file.file
+            .set_len(outcome.valid_end)
+            .map_err(|e| Error::io(&path, e))?;
+        fs.sync_data(&file.file, &path)?;
+        log::warn!(
+            "{}: truncated torn tail of {} bytes at offset {} ({})",
+            path.display(),
+            len - outcome.valid_end,
+            tail.offset,
+            tail.detail
+        );
+        size = outcome.valid_end;
+    }
+    out.segs.insert(
+        id,
+        LoadedSeg {
+            file,
+            size,
+            hint_size: 0,
+            sealed: false,
+        },
+    );
+    Ok(())
+}
+
+impl Loaded {
+    /// Adds this shard's batch records newer than `watermark` to `counts`
+    /// (sequence number → (records found, records in the batch)).
+    pub fn count_batches(&self, watermark: u64, counts: &mut HashMap<u64, (u64, u32)>) {
+        for r in &self.recs {
+            if r.batch_total > 1 && r.seq > watermark {
+                counts.entry(r.seq).or_insert((0, r.batch_total)).0 += 1;
+            }
+        }
+    }
+}
+
+/// What phase 3 produced for one shard.
+pub(crate) struct Built {
+    pub state: ShardState,
+    /// Segments to seal in the background (synced and hinted).
+    pub to_seal: Vec<u32>,
+    /// Rotated-out segments not known to be synced.
+    pub unsynced: Vec<Arc<SegmentFile>>,
+}
+
+/// Phase 3: builds the shard's in-memory state, ignoring records of aborted batches.
+/// `new_active` creates a fresh active segment when the newest data segment is sealed.
+pub(crate) fn build(
+    mut l: Loaded,
+    aborted: &HashSet<u64>,
+    new_active: impl FnOnce(u32) -> Result<SegmentFile>,
+) -> Result<Built> {
+    let arena = std::mem::take(&mut l.arena);
+    let key = |r: &Rec| &arena[r.key_off..r.key_off + r.key_len as usize];
+    let mut recs = std::mem::take(&mut l.recs);
+    recs.sort_unstable_by(|a, b| {
+        key(a)
+            .cmp(key(b))
+            .then(b.seq.cmp(&a.seq))
+            .then(b.loc.seg.cmp(&a.loc.seg))
+    });
+    let mut segs: BTreeMap<u32, SegMeta> = l
+        .segs
+        .iter()
+        .map(|(&id, s)| {
+            let mut m = SegMeta::new(s.file.clone(), s.size);
+            m.hint_size = s.hint_size;
+            m.sealed = s.sealed;
+            (id, m)
+        })
+        .collect();
+    let mut live_bytes = 0u64;
+    let mut winners: Vec<(&[u8], Loc)> = Vec::new();
+    let mut i = 0;
+    while i < recs.len() {
+        let k = key(&recs[i]);
+        let mut first = true;
+        while i < recs.len() && key(&recs[i]) == k {
+            let r = &recs[i];
+            let m = segs.get_mut(&r.loc.seg).expect("record of a loaded segment");
+            m.max_seq = m.max_seq.max(r.seq);
+            if aborted.contains(&r.seq) {
+                m.dead += r.loc.len as u64;
+            } else if first {
+                first = false;
+                match r.kind {
+                    Kind::Put => {
+                        live_bytes += r.loc.len as u64;
+                        winners.push((k, r.loc));
+                    }
+                    Kind::Delete => m.tomb += r.loc.len as u64,
+                }
+            } else {
+                m.dead += r.loc.len as u64;
+            }
+            i += 1;
+        }
+    }
+    let index = Index::from_sorted(winners);
+    drop(recs);
+    // The newest data segment keeps taking appends unless it was sealed.
+    let newest_data = segs
+        .iter()
+        .rev()
+        .find(|(_, m)| m.file.kind == SegKind::Data)
+        .map(|(&id, m)| (id, m.sealed));
+    let mut next_seg = l.next_seg;
+    let active = match newest_data {
+        Some((id, false)) => {
+            let m = &segs[&id];
+            Active::new(m.file.clone(), m.size)
+        }
+        _ => {
+            let f = Arc::new(new_active(next_seg)?);
+            next_seg += 1;
+            segs.insert(f.id, SegMeta::new(f.clone(), SEG_HEADER_LEN));
+            Active::new(f, SEG_HEADER_LEN)
+        }
+    };
+    let to_seal: Vec<u32> = segs
+        .iter()
+        .filter(|(&id, m)| !m.sealed && id != active.id)
+        .map(|(&id, _)| id)
+        .collect();
+    let unsynced = to_seal.iter().map(|id| segs[id].file.clone()).collect();
+    Ok(Built {
+        state: ShardState {
+            index,
+            segs,
+            active,
+            pending: None,
+            next_seg,
+            live_bytes,
+            compacting: false,
+            failed: None,
+            write_stuck: false,
+        },
+        to_seal,
+        unsynced,
+    })
+}

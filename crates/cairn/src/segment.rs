@@ -1,0 +1,406 @@
+//! Segment files (append-only logs of records) and their hint files (see FORMAT.md).
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::fsutil::{self, Fs};
+use crate::record::{self, Header, Kind, HEADER_LEN};
+use crate::{Error, Result, FORMAT_VERSION};
+
+/// Magic bytes at the start of every segment file.
+pub const SEG_MAGIC: &[u8; 8] = b"CAIRNSEG";
+/// Magic bytes at the start of every hint file.
+pub const HINT_MAGIC: &[u8; 8] = b"CAIRNHNT";
+/// Bytes of the segment header; the first record starts here.
+pub const SEG_HEADER_LEN: u64 = 40;
+const HINT_HEADER_LEN: usize = 32;
+const HINT_ENTRY_FIXED: usize = 25;
+
+/// Whether a segment was written by the write path or by compaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SegKind {
+    /// Written by puts and deletes, in sequence order.
+    Data = 0,
+    /// Written by compaction: copies of live records.
+    Compacted = 1,
+}
+
+/// An open segment file. Shared by `Arc` between the shard, readers and compaction, so a
+/// file removed by compaction stays readable until its last reader is done.
+#[derive(Debug)]
+pub struct SegmentFile {
+    /// Segment id, unique within the shard.
+    pub id: u32,
+    /// Path of the `.seg` file.
+    pub path: PathBuf,
+    /// The open file.
+    pub file: File,
+    /// Data or compaction output.
+    pub kind: SegKind,
+    /// The global sequence number current when the segment was created.
+    pub created_seq: u64,
+}
+
+/// Path of segment `id` in `dir`.
+pub fn seg_path(dir: &Path, id: u32) -> PathBuf {
+    dir.join(format!("{id:010}.seg"))
+}
+
+/// Path of the hint file of segment `id` in `dir`.
+pub fn hint_path(dir: &Path, id: u32) -> PathBuf {
+    dir.join(format!("{id:010}.hint"))
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+impl SegmentFile {
+    /// Creates a new segment file with its header, durable (file and directory synced).
+    pub fn create(
+        fs: &Fs,
+        dir: &Path,
+        shard: u32,
+        id: u32,
+        kind: SegKind,
+        created_seq: u64,
+    ) -> Result<SegmentFile> {
+        let path = seg_path(dir, id);
+        let file = fs.create_new(&path)?;
+        let mut h = [0u8; SEG_HEADER_LEN as usize];
+        h[0..8].copy_from_slice(SEG_MAGIC);
+        h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        h[12..16].copy_from_slice(&shard.to_le_bytes());
+        h[16..20].copy_from_slice(&id.to_le_bytes());
+        h[20..24].copy_from_slice(&(kind as u32).to_le_bytes());
+        h[24..32].copy_from_slice(&created_seq.to_le_bytes());
+        let crc = record::mask(crc32c::crc32c(&h[0..32]));
+        h[32..36].copy_from_slice(&crc.to_le_bytes());
+        let res = fs
+            .write_at(&file, &path, &h, 0)
+            .and_then(|_| fs.sync_data(&file, &path))
+            .and_then(|_| fs.sync_dir(dir));
+        if let Err(e) = res {
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
+        Ok(SegmentFile {
+            id,
+            path,
+            file,
+            kind,
+            created_seq,
+        })
+    }
+
+    /// Opens an existing segment and checks its header. Returns the file and its length.
+    /// `Ok(None)` means the file is shorter than a header (a crash during creation).
+    pub fn open(path: &Path, shard: u32, id: u32) -> Result<Option<(SegmentFile, u64)>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::io(path, e))?;
+        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        if len < SEG_HEADER_LEN {
+            return Ok(None);
+        }
+        let h = fsutil::read_exact_at(&file, path, 0, SEG_HEADER_LEN as usize)?;
+        if &h[0..8] != SEG_MAGIC {
+            return Err(Error::format(path, "not a cairn segment (bad magic)"));
+        }
+        if record::mask(crc32c::crc32c(&h[0..32])) != u32_at(&h, 32) {
+            return Err(Error::corruption(path, "segment header checksum mismatch"));
+        }
+        let version = u32_at(&h, 8);
+        if version != FORMAT_VERSION {
+            return Err(Error::format(
+                path,
+                format!("segment format version {version}, this build reads {FORMAT_VERSION}"),
+            ));
+        }
+        if u32_at(&h, 12) != shard || u32_at(&h, 16) != id {
+            return Err(Error::corruption(
+                path,
+                format!(
+                    "segment header names shard {} segment {}, expected shard {shard} segment {id}",
+                    u32_at(&h, 12),
+                    u32_at(&h, 16)
+                ),
+            ));
+        }
+        let kind = match u32_at(&h, 20) {
+            0 => SegKind::Data,
+            1 => SegKind::Compacted,
+            k => return Err(Error::format(path, format!("unknown segment kind {k}"))),
+        };
+        Ok(Some((
+            SegmentFile {
+                id,
+                path: path.to_owned(),
+                file,
+                kind,
+                created_seq: u64_at(&h, 24),
+            },
+            len,
+        )))
+    }
+
+    /// Reads `len` bytes at `off`.
+    pub fn read_at(&self, off: u64, len: usize) -> Result<Vec<u8>> {
+        fsutil::read_exact_at(&self.file, &self.path, off, len)
+    }
+}
+
+/// A record found by a scan or listed in a hint file: everything but the value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Put or delete.
+    pub kind: Kind,
+    /// Sequence number.
+    pub seq: u64,
+    /// Records in its batch.
+    pub batch_total: u32,
+    /// Offset of the record in the segment.
+    pub off: u32,
+    /// Length of the record.
+    pub len: u32,
+    /// The key.
+    pub key: Vec<u8>,
+}
+
+/// A damaged stretch of a file found by a scan.
+#[derive(Clone, Debug)]
+pub struct BadSpot {
+    /// Offset where the damage starts.
+    pub offset: u64,
+    /// What was wrong.
+    pub detail: String,
+}
+
+/// What a scan of a segment found.
+#[derive(Debug, Default)]
+pub struct ScanOutcome {
+    /// End of the last intact record (or of the header).
+    pub valid_end: u64,
+    /// Damaged stretches followed by intact records.
+    pub damage: Vec<BadSpot>,
+    /// Bytes after `valid_end` that hold no intact record (a torn tail), with what was wrong.
+    pub tail: Option<BadSpot>,
+    /// Intact records.
+    pub records: u64,
+}
+
+/// Buffered positional reader over a file, handing out contiguous slices.
+pub struct WindowReader<'f> {
+    file: &'f File,
+    len: u64,
+    buf: Vec<u8>,
+    start: u64,
+}
+
+const WINDOW: usize = 1 << 20;
+
+impl<'f> WindowReader<'f> {
+    /// A reader over the first `len` bytes of `file`.
+    pub fn new(file: &'f File, len: u64) -> WindowReader<'f> {
+        WindowReader {
+            file,
+            len,
+            buf: Vec::new(),
+            start: 0,
+        }
+    }
+
+    /// The bytes `[pos, pos+n)`, which must lie within the file length.
+    pub fn slice(&mut self, pos: u64, n: usize) -> std::io::Result<&[u8]> {
+        let end = pos + n as u64;
+        debug_assert!(end <= self.len);
+        if pos < self.start || end > self.start + self.buf.len() as u64 {
+            let want = (n.max(WINDOW) as u64).min(self.len - pos) as usize;
+            self.buf.resize(want, 0);
+            self.file.read_exact_at(&mut self.buf, pos)?;
+            self.start = pos;
+        }
+        let s = (pos - self.start) as usize;
+        Ok(&self.buf[s..s + n])
+    }
+}
+
+/// Checks that a full, intact record starts at `pos`.
+fn record_at(r: &mut WindowReader<'_>, pos: u64, file_len: u64) -> std::io::Result<Option<Header>> {
+    if file_len - pos < HEADER_LEN as u64 {
+        return Ok(None);
+    }
+    let Ok(h) = record::decode_header(r.slice(pos, HEADER_LEN)?) else {
+        return Ok(None);
+    };
+    if pos + h.record_len() > file_len {
+        return Ok(None);
+    }
+    let b = r.slice(pos, h.record_len() as usize)?;
+    Ok(record::decode(b).ok().map(|rec| rec.header))
+}
+
+/// Reads every record of a segment from the header to `file_len`, calling `f` with the
+/// offset and record of each intact one. A damaged record is skipped: when its header
+/// is intact its length is trusted; otherwise the scan searches byte by byte for the next
+/// intact record. Damage with no intact record after it is reported as the tail.
+pub fn scan(
+    seg: &SegmentFile,
+    file_len: u64,
+    mut f: impl FnMut(u64, &record::Record<'_>) -> Result<()>,
+) -> Result<ScanOutcome> {
+    let io = |e| Error::io(&seg.path, e);
+    let mut r = WindowReader::new(&seg.file, file_len);
+    let mut out = ScanOutcome {
+        valid_end: SEG_HEADER_LEN,
+        ..Default::default()
+    };
+    let mut pos = SEG_HEADER_LEN;
+    let mut bad: Option<BadSpot> = None;
+    while pos < file_len {
+        if file_len - pos < HEADER_LEN as u64 {
+            bad.get_or_insert(BadSpot {
+                offset: pos,
+                detail: format!("{} trailing bytes, too short for a record", file_len - pos),
+            });
+            break;
+        }
+        let hb = r.slice(pos, HEADER_LEN).map_err(io)?;
+        match record::decode_header(hb) {
+            Ok(h) if pos + h.record_len() <= file_len => {
+                let b = r.slice(pos, h.record_len() as usize).map_err(io)?;
+                match record::decode(b) {
+                    Ok(rec) => {
+                        if let Some(spot) = bad.take() {
+                            out.damage.push(spot);
+                        }
+                        f(pos, &rec)?;
+                        out.records += 1;
+                        pos += h.record_len();
+                        out.valid_end = pos;
+                    }
+                    Err(e) => {
+                        bad.get_or_insert(BadSpot {
+                            offset: pos,
+                            detail: e.to_string(),
+                        });
+                        pos += h.record_len();
+                    }
+                }
+            }
+            res => {
+                let detail = match res {
+                    Ok(h) => format!("record of {} bytes runs past end of file", h.record_len()),
+                    Err(_) => "unreadable record header".to_string(),
+                };
+                bad.get_or_insert(BadSpot { offset: pos, detail });
+                // Resynchronise: the next offset where an intact record starts.
+                let mut p = pos + 1;
+                loop {
+                    if p >= file_len {
+                        pos = file_len;
+                        break;
+                    }
+                    if record_at(&mut r, p, file_len).map_err(io)?.is_some() {
+                        pos = p;
+                        break;
+                    }
+                    p += 1;
+                }
+            }
+        }
+    }
+    out.tail = bad;
+    Ok(out)
+}
+
+/// Writes the hint file of a segment: every record's metadata and key, checksummed.
+/// Written to a temporary file, synced and renamed into place.
+pub fn write_hint(fs: &Fs, dir: &Path, id: u32, data_len: u64, entries: &[Entry]) -> Result<u64> {
+    let mut b = Vec::with_capacity(
+        HINT_HEADER_LEN + entries.iter().map(|e| HINT_ENTRY_FIXED + e.key.len()).sum::<usize>() + 4,
+    );
+    b.extend_from_slice(HINT_MAGIC);
+    b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    b.extend_from_slice(&id.to_le_bytes());
+    b.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+    b.extend_from_slice(&data_len.to_le_bytes());
+    for e in entries {
+        b.push(e.kind as u8);
+        b.extend_from_slice(&e.seq.to_le_bytes());
+        b.extend_from_slice(&e.batch_total.to_le_bytes());
+        b.extend_from_slice(&e.off.to_le_bytes());
+        b.extend_from_slice(&e.len.to_le_bytes());
+        b.extend_from_slice(&(e.key.len() as u32).to_le_bytes());
+        b.extend_from_slice(&e.key);
+    }
+    let crc = record::mask(crc32c::crc32c(&b));
+    b.extend_from_slice(&crc.to_le_bytes());
+    fs.write_atomic(&hint_path(dir, id), &b)?;
+    Ok(b.len() as u64)
+}
+
+/// Reads and checks a hint file, calling `f` for each entry (key borrowed from the file
+/// buffer). Returns the segment data length the hint covers and the hint file's size.
+pub fn read_hint(
+    path: &Path,
+    id: u32,
+    mut f: impl FnMut(Kind, u64, u32, u32, u32, &[u8]),
+) -> Result<(u64, u64)> {
+    let b = fsutil::read_file(path)?;
+    let bad = |d: &str| Err(Error::corruption(path, d.to_string()));
+    if b.len() < HINT_HEADER_LEN + 4 {
+        return bad("hint file too short");
+    }
+    if &b[0..8] != HINT_MAGIC {
+        return bad("bad hint magic");
+    }
+    let body = &b[..b.len() - 4];
+    if record::mask(crc32c::crc32c(body)) != u32_at(&b, b.len() - 4) {
+        return bad("hint checksum mismatch");
+    }
+    if u32_at(&b, 8) != FORMAT_VERSION {
+        return Err(Error::format(path, format!("hint format version {}", u32_at(&b, 8))));
+    }
+    if u32_at(&b, 12) != id {
+        return bad("hint names another segment");
+    }
+    let count = u64_at(&b, 16);
+    let data_len = u64_at(&b, 24);
+    // Validate completely before handing out anything.
+    let mut pos = HINT_HEADER_LEN;
+    let mut n = 0u64;
+    while pos < body.len() {
+        if body.len() - pos < HINT_ENTRY_FIXED {
+            return bad("hint entry truncated");
+        }
+        let kl = u32_at(body, pos + 21) as usize;
+        if body[pos] != 1 && body[pos] != 2 || body.len() - pos - HINT_ENTRY_FIXED < kl {
+            return bad("hint entry invalid");
+        }
+        pos += HINT_ENTRY_FIXED + kl;
+        n += 1;
+    }
+    if n != count {
+        return bad("hint entry count mismatch");
+    }
+    let mut pos = HINT_HEADER_LEN;
+    while pos < body.len() {
+        let kind = if body[pos] == 1 { Kind::Put } else { Kind::Delete };
+        let seq = u64_at(body, pos + 1);
+        let batch = u32_at(body, pos + 9);
+        let off = u32_at(body, pos + 13);
+        let len = u32_at(body, pos + 17);
+        let kl = u32_at(body, pos + 21) as usize;
+        let key = &body[pos + HINT_ENTRY_FIXED..pos + HINT_ENTRY_FIXED + kl];
+        f(kind, seq, batch, off, len, key);
+        pos += HINT_ENTRY_FIXED + kl;
+    }
+    Ok((data_len, b.len() as u64))
+}

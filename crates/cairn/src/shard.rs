@@ -1,0 +1,530 @@
+//! One shard: its segments, its in-memory index, its write buffer, and the write, read,
+//! flush, group-commit and seal paths. Keys are routed to shards by hash (see `db.rs`);
+//! everything here concerns a single shard.
+//!
+//! Locking: `io` (a mutex) serialises file writes, syncs and segment rotation of the
+//! shard; `state` (a read-write lock) guards the in-memory state and is never held during
+//! I/O, so readers never wait for a writer's disk I/O. Lock order: `io` before `state`;
+//! batches take several `state` locks in shard order.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::bloom::Bloom;
+use crate::db::Core;
+use crate::index::{Index, Loc};
+use crate::record::{self, Kind};
+use crate::segment::{self, Entry, SegKind, SegmentFile, SEG_HEADER_LEN};
+use crate::value::Value;
+use crate::{Error, Result};
+
+/// Bookkeeping for one segment of the shard.
+pub(crate) struct SegMeta {
+    pub file: Arc<SegmentFile>,
+    /// Bytes of the segment including its header (and, for the active segment, buffered
+    /// bytes not yet written).
+    pub size: u64,
+    /// Bytes of the hint file, once written.
+    pub hint_size: u64,
+    /// Bytes of records superseded by newer ones.
+    pub dead: u64,
+    /// Bytes of tombstones that compaction may be able to drop.
+    pub tomb: u64,
+    /// Bytes of tombstones compaction kept because `blockers` may hold older versions.
+    pub blocked_tomb: u64,
+    /// Segments that blocked dropping tombstones here; when one goes, they are retried.
+    pub blockers: Vec<u32>,
+    /// Highest sequence number in the segment.
+    pub max_seq: u64,
+    /// Synced and hinted: eligible for compaction.
+    pub sealed: bool,
+    /// Compaction found damage here; it is not retried automatically.
+    pub damaged: bool,
+    /// Keys of the segment, built from the hint file on first need.
+    pub bloom: Arc<OnceLock<Bloom>>,
+}
+
+impl SegMeta {
+    pub fn new(file: Arc<SegmentFile>, size: u64) -> SegMeta {
+        SegMeta {
+            file,
+            size,
+            hint_size: 0,
+            dead: 0,
+            tomb: 0,
+            blocked_tomb: 0,
+            blockers: Vec::new(),
+            max_seq: 0,
+            sealed: false,
+            damaged: false,
+            bloom: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Bytes that compaction would reclaim.
+    pub fn stale(&self) -> u64 {
+        self.dead + self.tomb
+    }
+
+    /// Stale fraction of the record bytes.
+    pub fn stale_fraction(&self) -> f64 {
+        let body = self.size.saturating_sub(SEG_HEADER_LEN);
+        if body == 0 {
+            1.0
+        } else {
+            self.stale() as f64 / body as f64
+        }
+    }
+}
+
+/// The segment being appended to.
+pub(crate) struct Active {
+    pub id: u32,
+    pub file: Arc<SegmentFile>,
+    /// File offset of `buf[0]`.
+    pub buf_start: u64,
+    /// Records appended but not yet handed to the file.
+    pub buf: Vec<u8>,
+}
+
+impl Active {
+    pub fn new(file: Arc<SegmentFile>, len: u64) -> Active {
+        Active {
+            id: file.id,
+            file,
+            buf_start: len,
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn end(&self) -> u64 {
+        self.buf_start + self.buf.len() as u64
+    }
+}
+
+/// Bytes taken from the write buffer whose write to the file is in progress (or failed
+/// and will be retried). Readers serve records in this range from memory.
+#[derive(Clone)]
+pub(crate) struct Pending {
+    pub seg: u32,
+    pub start: u64,
+    pub data: Arc<Vec<u8>>,
+    pub file: Arc<SegmentFile>,
+}
+
+/// In-memory state of a shard, behind its read-write lock.
+pub(crate) struct ShardState {
+    pub index: Index,
+    pub segs: BTreeMap<u32, SegMeta>,
+    pub active: Active,
+    pub pending: Option<Pending>,
+    pub next_seg: u32,
+    /// Bytes of live records (the index's records).
+    pub live_bytes: u64,
+    /// A compaction of this shard is running.
+    pub compacting: bool,
+    /// Set after a failed fsync: the shard refuses writes until reopened.
+    pub failed: Option<String>,
+    /// The last flush failed; writes retry it before appending.
+    pub write_stuck: bool,
+}
+
+/// Where the bytes of a record can be read.
+pub(crate) enum Source {
+    /// Copied from memory (write buffer or pending write).
+    Bytes(Vec<u8>),
+    /// In a segment file.
+    File(Arc<SegmentFile>),
+}
+
+impl ShardState {
+    /// Finds where the record at `loc` lives right now.
+    pub fn source(&self, loc: Loc) -> Result<Source> {
+        let (off, end) = (loc.off as u64, loc.off as u64 + loc.len as u64);
+        if let Some(p) = &self.pending {
+            if p.seg == loc.seg && off >= p.start && end <= p.start + p.data.len() as u64 {
+                let s = (off - p.start) as usize;
+                return Ok(Source::Bytes(p.data[s..s + loc.len as usize].to_vec()));
+            }
+        }
+        if loc.seg == self.active.id && off >= self.active.buf_start {
+            let s = (off - self.active.buf_start) as usize;
+            if let Some(b) = self.active.buf.get(s..s + loc.len as usize) {
+                return Ok(Source::Bytes(b.to_vec()));
+            }
+        }
+        match self.segs.get(&loc.seg) {
+            Some(m) => Ok(Source::File(m.file.clone())),
+            None => Err(Error::corruption(
+                format!("segment {}", loc.seg),
+                "index points at a segment that does not exist",
+            )),
+        }
+    }
+
+    fn mark_dead(&mut self, loc: Loc) {
+        if let Some(m) = self.segs.get_mut(&loc.seg) {
+            m.dead += loc.len as u64;
+        }
+        self.live_bytes -= loc.len as u64;
+    }
+
+    /// Appends one record to the write buffer and updates the index. Returns the end
+    /// position of the record.
+    pub fn append(&mut self, op: &Prepared<'_>, seq: u64, batch_total: u32) -> (u32, u64) {
+        let off = self.active.end();
+        let len = record::encode(
+            &mut self.active.buf,
+            op.kind,
+            seq,
+            batch_total,
+            op.key,
+            op.value,
+            op.dcrc,
+        ) as u64;
+        let loc = Loc {
+            seg: self.active.id,
+            off: off as u32,
+            len: len as u32,
+        };
+        let meta = self
+            .segs
+            .get_mut(&self.active.id)
+            .expect("active segment has metadata");
+        meta.size += len;
+        meta.max_seq = meta.max_seq.max(seq);
+        match op.kind {
+            Kind::Put => {
+                self.live_bytes += len;
+                if let Some(old) = self.index.insert(op.key, loc) {
+                    self.mark_dead(old);
+                }
+            }
+            Kind::Delete => {
+                meta.tomb += len;
+                if let Some(old) = self.index.remove(op.key) {
+                    self.mark_dead(old);
+                }
+            }
+        }
+        (self.active.id, off + len)
+    }
+
+    /// Bytes of all segment and hint files.
+    pub fn disk_bytes(&self) -> u64 {
+        self.segs.values().map(|m| m.size + m.hint_size).sum()
+    }
+}
+
+/// A write prepared outside the lock: checksum already computed.
+pub(crate) struct Prepared<'a> {
+    pub kind: Kind,
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub dcrc: u32,
+}
+
+impl<'a> Prepared<'a> {
+    pub fn new(kind: Kind, key: &'a [u8], value: &'a [u8]) -> Prepared<'a> {
+        Prepared {
+            kind,
+            key,
+            value,
+            dcrc: record::data_crc(key, value),
+        }
+    }
+
+    pub fn record_len(&self) -> u64 {
+        (record::HEADER_LEN + self.key.len() + self.value.len()) as u64
+    }
+}
+
+/// State of the shard's file I/O, behind its mutex.
+pub(crate) struct IoState {
+    /// Everything appended up to this (segment, offset) is on stable storage.
+    pub durable: (u32, u64),
+    /// Rotated-out segments not yet synced.
+    pub unsynced: Vec<Arc<SegmentFile>>,
+}
+
+/// One shard of the store.
+pub(crate) struct Shard {
+    pub id: u32,
+    pub dir: PathBuf,
+    pub state: RwLock<ShardState>,
+    pub io: Mutex<IoState>,
+    user_bytes: AtomicU64,
+    written_bytes: AtomicU64,
+}
+
+impl Shard {
+    pub fn new(id: u32, dir: PathBuf, state: ShardState, unsynced: Vec<Arc<SegmentFile>>) -> Shard {
+        let durable = (state.active.id, state.active.end());
+        Shard {
+            id,
+            dir,
+            state: RwLock::new(state),
+            io: Mutex::new(IoState { durable, unsynced }),
+            user_bytes: AtomicU64::new(0),
+            written_bytes: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts bytes written to this shard's files (for write amplification).
+    pub fn note_write(&self, n: u64) {
+        self.written_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts key and value bytes a caller wrote to this shard.
+    pub fn note_user(&self, n: u64) {
+        self.user_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn user_bytes(&self) -> u64 {
+        self.user_bytes.load(Ordering::Relaxed)
+    }
+
+    pub fn written_bytes(&self) -> u64 {
+        self.written_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Reads the value of `key`, verifying the record's checksums.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Value>> {
+        let (loc, src) = {
+            let st = self.state.read();
+            let Some(loc) = st.index.get(key) else {
+                return Ok(None);
+            };
+            (loc, st.source(loc)?)
+        };
+        read_value(src, loc, key).map(Some)
+    }
+
+    /// Refuses writes on a failed shard and retries a failed flush before new appends.
+    pub fn check_writable(&self, core: &Core) -> Result<()> {
+        let (failed, stuck) = {
+            let st = self.state.read();
+            (st.failed.clone(), st.write_stuck)
+        };
+        if let Some(f) = failed {
+            return Err(Error::ReadOnly(f));
+        }
+        if stuck {
+            self.flush(core, false)?;
+        }
+        Ok(())
+    }
+
+    /// After an append: flush the buffer when full, and under `SyncPolicy::Always` wait
+    /// until the record at `pos` is durable (sharing the fsync with other writers).
+    pub fn after_write(&self, core: &Core, pos: (u32, u64), sync: bool) -> Result<()> {
+        if sync {
+            return self.sync_to(core, pos);
+        }
+        let full = {
+            let st = self.state.read();
+            st.active.buf.len() >= core.opts.write_buffer
+                || st.active.end() >= core.opts.segment_size
+        };
+        if full {
+            self.flush(core, false)?;
+        }
+        Ok(())
+    }
+
+    /// Group commit: returns once everything up to `pos` is durable.
+    pub fn sync_to(&self, core: &Core, pos: (u32, u64)) -> Result<()> {
+        let mut io = self.io.lock();
+        if io.durable >= pos {
+            return Ok(());
+        }
+        self.flush_locked(core, &mut io, true)
+    }
+
+    /// Writes the buffer to the file (rotating the segment when full); with `sync`, also
+    /// makes everything appended so far durable.
+    pub fn flush(&self, core: &Core, sync: bool) -> Result<()> {
+        let mut io = self.io.lock();
+        self.flush_locked(core, &mut io, sync)
+    }
+
+    /// Writes the buffer to the file and runs `f` on the state while no write is in
+    /// flight, so every byte below `active.buf_start` is in the file.
+    pub fn with_flushed<R>(&self, core: &Core, f: impl FnOnce(&ShardState) -> R) -> Result<R> {
+        let mut io = self.io.lock();
+        self.flush_locked(core, &mut io, false)?;
+        let st = self.state.read();
+        Ok(f(&st))
+    }
+
+    fn write_pending(&self, core: &Core, p: &Pending) -> Result<()> {
+        match core.fs.write_at(&p.file.file, &p.file.path, &p.data, p.start) {
+            Ok(()) => {
+                self.note_write(p.data.len() as u64);
+                let mut st = self.state.write();
+                st.pending = None;
+                st.write_stuck = false;
+                Ok(())
+            }
+            Err(e) => {
+                self.state.write().write_stuck = true;
+                Err(e)
+            }
+        }
+    }
+
+    fn flush_locked(&self, core: &Core, io: &mut IoState, sync: bool) -> Result<()> {
+        // A write that failed earlier goes first, so file order is kept.
+        let stuck = self.state.read().pending.clone();
+        if let Some(p) = stuck {
+            self.write_pending(core, &p)?;
+        }
+        let rotate_id = {
+            let mut st = self.state.write();
+            if let Some(f) = &st.failed {
+                return Err(Error::ReadOnly(f.clone()));
+            }
+            if st.active.end() >= core.opts.segment_size {
+                st.next_seg += 1;
+                Some(st.next_seg - 1)
+            } else {
+                None
+            }
+        };
+        let new_file = match rotate_id {
+            Some(id) => Some(Arc::new(SegmentFile::create(
+                &core.fs,
+                &self.dir,
+                self.id,
+                id,
+                SegKind::Data,
+                core.current_seq(),
+            )?)),
+            None => None,
+        };
+        let (pending, rotated, durable) = {
+            let mut st = self.state.write();
+            let data = std::mem::take(&mut st.active.buf);
+            let pending = (!data.is_empty()).then(|| Pending {
+                seg: st.active.id,
+                start: st.active.buf_start,
+                data: Arc::new(data),
+                file: st.active.file.clone(),
+            });
+            if let Some(p) = &pending {
+                st.active.buf_start += p.data.len() as u64;
+                st.pending = Some(p.clone());
+            }
+            let rotated = new_file.map(|nf| {
+                let meta = SegMeta::new(nf.clone(), SEG_HEADER_LEN);
+                st.segs.insert(nf.id, meta);
+                let old = std::mem::replace(&mut st.active, Active::new(nf, SEG_HEADER_LEN));
+                old.file
+            });
+            (pending, rotated, (st.active.id, st.active.end()))
+        };
+        if let Some(r) = &rotated {
+            self.note_write(SEG_HEADER_LEN);
+            core.add_disk_used(SEG_HEADER_LEN);
+            io.unsynced.push(r.clone());
+        }
+        if let Some(p) = &pending {
+            self.write_pending(core, p)?;
+        }
+        if sync {
+            let active = self.state.read().active.file.clone();
+            let mut files = std::mem::take(&mut io.unsynced);
+            files.push(active);
+            for f in &files {
+                if let Err(e) = core.fs.sync_data(&f.file, &f.path) {
+                    // After a failed fsync the kernel may have dropped the dirty pages:
+                    // nothing written since the last good sync can be trusted to be on
+                    // disk, so the shard stops accepting writes until reopened.
+                    let msg = format!("fsync failed on shard {}: {e}", self.id);
+                    self.state.write().failed = Some(msg);
+                    return Err(e);
+                }
+            }
+            io.durable = durable;
+        }
+        if let Some(r) = rotated {
+            core.queue_seal(self.id, r.id);
+        }
+        Ok(())
+    }
+
+    /// Seals a rotated-out segment: syncs it, writes its hint file, and makes it eligible
+    /// for compaction.
+    pub fn seal(&self, core: &Core, seg: u32) -> Result<()> {
+        let file = match self.state.read().segs.get(&seg) {
+            Some(m) if !m.sealed => m.file.clone(),
+            _ => return Ok(()),
+        };
+        core.fs.sync_data(&file.file, &file.path)?;
+        let len = file
+            .file
+            .metadata()
+            .map_err(|e| Error::io(&file.path, e))?
+            .len();
+        let mut entries = Vec::new();
+        let outcome = segment::scan(&file, len, |off, rec| {
+            entries.push(Entry {
+                kind: rec.header.kind,
+                seq: rec.header.seq,
+                batch_total: rec.header.batch_total,
+                off: off as u32,
+                len: rec.header.record_len() as u32,
+                key: rec.key.to_vec(),
+            });
+            Ok(())
+        })?;
+        if !outcome.damage.is_empty() || outcome.tail.is_some() {
+            log::error!(
+                "segment {} has damage while sealing: {:?} {:?}",
+                file.path.display(),
+                outcome.damage,
+                outcome.tail
+            );
+        }
+        let hint_size = segment::write_hint(&core.fs, &self.dir, seg, outcome.valid_end, &entries)?;
+        self.note_write(hint_size);
+        core.add_disk_used(hint_size);
+        {
+            let mut io = self.io.lock();
+            io.unsynced.retain(|f| f.id != seg);
+        }
+        let mut st = self.state.write();
+        if let Some(m) = st.segs.get_mut(&seg) {
+            m.sealed = true;
+            m.hint_size = hint_size;
+        }
+        Ok(())
+    }
+}
+
+/// Reads and checks the record at `loc` from `src`, expecting a put of `key`.
+pub(crate) fn read_value(src: Source, loc: Loc, key: &[u8]) -> Result<Value> {
+    let (buf, path) = match src {
+        Source::Bytes(b) => (b, None),
+        Source::File(f) => (f.read_at(loc.off as u64, loc.len as usize)?, Some(f)),
+    };
+    let where_ = || match &path {
+        Some(f) => f.path.clone(),
+        None => PathBuf::from("<write buffer>"),
+    };
+    let rec = record::decode(&buf)
+        .map_err(|e| Error::corruption(where_(), format!("record at offset {}: {e}", loc.off)))?;
+    if rec.key != key || rec.header.kind != Kind::Put || rec.header.record_len() != loc.len as u64
+    {
+        return Err(Error::corruption(
+            where_(),
+            format!("record at offset {} is not the indexed one", loc.off),
+        ));
+    }
+    let start = record::HEADER_LEN + rec.key.len();
+    Ok(Value::new(buf, start))
+}
