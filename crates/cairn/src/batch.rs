@@ -36,7 +36,8 @@ impl WriteBatch {
 
     /// Adds a delete.
     pub fn delete(&mut self, key: impl AsRef<[u8]>) -> &mut WriteBatch {
-        self.ops.push((Kind::Delete, key.as_ref().to_vec(), Vec::new()));
+        self.ops
+            .push((Kind::Delete, key.as_ref().to_vec(), Vec::new()));
         self
     }
 

@@ -62,7 +62,9 @@ mod tests {
             b.insert(&i.to_le_bytes());
         }
         assert!((0..10_000u32).all(|i| b.may_contain(&i.to_le_bytes())));
-        let fp = (10_000..110_000u32).filter(|i| b.may_contain(&i.to_le_bytes())).count();
+        let fp = (10_000..110_000u32)
+            .filter(|i| b.may_contain(&i.to_le_bytes()))
+            .count();
         assert!(fp < 2_000, "{fp} false positives in 100000");
     }
 }

@@ -50,6 +50,9 @@ pub(crate) fn compact_one(core: &Core, manual: bool) -> Result<bool> {
     {
         let mut st = shard.state.write();
         if st.compacting {
+            // Another thread is compacting this shard; let it finish.
+            drop(st);
+            std::thread::sleep(Duration::from_millis(1));
             return Ok(true);
         }
         st.compacting = true;
@@ -258,6 +261,7 @@ fn compact_segment(core: &Core, shard: &Shard, seg: u32, throttled: bool) -> Res
         let hint = segment::write_hint(&core.fs, &shard.dir, o.file.id, o.len, &o.entries)?;
         core.add_disk_used(hint);
         shard.note_write(hint);
+        o.file.map_sealed(o.len);
         let mut st = shard.state.write();
         if let Some(m) = st.segs.get_mut(&o.file.id) {
             m.sealed = true;
@@ -310,7 +314,8 @@ fn write_chunk(core: &Core, shard: &Shard, o: &mut Output) -> Result<()> {
     if o.buf.is_empty() {
         return Ok(());
     }
-    core.fs.write_at(&o.file.file, &o.file.path, &o.buf, o.len)?;
+    core.fs
+        .write_at(&o.file.file, &o.file.path, &o.buf, o.len)?;
     let n = o.buf.len() as u64;
     shard.note_write(n);
     core.add_disk_used(n);

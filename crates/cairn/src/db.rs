@@ -174,7 +174,9 @@ impl Core {
             return Ok(());
         }
         if ops.len() > u32::MAX as usize {
-            return Err(Error::InvalidArgument("batch has too many operations".into()));
+            return Err(Error::InvalidArgument(
+                "batch has too many operations".into(),
+            ));
         }
         for &s in by_shard.keys() {
             self.shards[s].check_writable(self)?;
@@ -284,7 +286,10 @@ impl Core {
                     }
                     last_sync = Instant::now();
                 }
-                self.wait(d.saturating_sub(last_sync.elapsed()).max(Duration::from_millis(1)));
+                self.wait(
+                    d.saturating_sub(last_sync.elapsed())
+                        .max(Duration::from_millis(1)),
+                );
             } else {
                 self.wait(Duration::from_millis(500));
             }
@@ -361,6 +366,9 @@ pub(crate) fn shard_dir(dir: &Path, i: u32) -> PathBuf {
 fn open_core(dir: &Path, opts: Options) -> Result<Core> {
     opts.validate()?;
     fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    if !dir.join(manifest::MANIFEST).exists() {
+        check_creatable(dir)?;
+    }
     let lock_path = dir.join("LOCK");
     let lock = File::options()
         .create(true)
@@ -386,7 +394,11 @@ fn open_core(dir: &Path, opts: Options) -> Result<Core> {
         }
         n
     } else {
-        create_store(&fs, dir, opts.shards.unwrap_or(crate::options::DEFAULT_SHARDS))?
+        create_store(
+            &fs,
+            dir,
+            opts.shards.unwrap_or(crate::options::DEFAULT_SHARDS),
+        )?
     };
     let mut seqstate = manifest::read_seqstate(dir)?;
     for i in 0..nshards {
@@ -445,7 +457,12 @@ fn open_core(dir: &Path, opts: Options) -> Result<Core> {
     for (i, b) in built.into_iter().enumerate() {
         disk += b.state.disk_bytes();
         to_seal.extend(b.to_seal.iter().map(|&s| (i as u32, s)));
-        shards.push(Shard::new(i as u32, shard_dir(dir, i as u32), b.state, b.unsynced));
+        shards.push(Shard::new(
+            i as u32,
+            shard_dir(dir, i as u32),
+            b.state,
+            b.unsynced,
+        ));
     }
     let watermark = seqstate.watermark;
     Ok(Core {
@@ -465,21 +482,34 @@ fn open_core(dir: &Path, opts: Options) -> Result<Core> {
     })
 }
 
-fn create_store(fs: &Fs, dir: &Path, n: u32) -> Result<u32> {
-    let shards = dir.join("shards");
+/// A new store may be created only in an empty directory (or one left by a creation
+/// that crashed before writing its manifest).
+fn check_creatable(dir: &Path) -> Result<()> {
     let has_data = fs::read_dir(dir)
         .map_err(|e| Error::io(dir, e))?
         .filter_map(|e| e.ok())
-        .any(|e| e.file_name() != "LOCK" && e.file_name() != "shards");
+        .any(|e| {
+            let name = e.file_name();
+            name != "LOCK" && name != "shards" && !name.to_string_lossy().ends_with(".tmp")
+        });
     if has_data {
         return Err(Error::format(
             dir,
             "directory is not empty and holds no cairn store (no CAIRN manifest)",
         ));
     }
+    Ok(())
+}
+
+fn create_store(fs: &Fs, dir: &Path, n: u32) -> Result<u32> {
+    check_creatable(dir)?;
+    let shards = dir.join("shards");
     if shards.exists() {
         // A crash during creation may leave shard directories; they must be empty.
-        for e in fs::read_dir(&shards).map_err(|e| Error::io(&shards, e))?.flatten() {
+        for e in fs::read_dir(&shards)
+            .map_err(|e| Error::io(&shards, e))?
+            .flatten()
+        {
             let non_empty = fs::read_dir(e.path())
                 .map(|mut d| d.next().is_some())
                 .unwrap_or(true);
@@ -681,10 +711,13 @@ impl Db {
         self.core().flush()
     }
 
-    /// Runs compaction now: seals rotated segments, then rewrites every sealed segment
-    /// whose stale fraction is at or above the threshold.
+    /// Runs compaction now: seals every segment whose stale fraction is at or above the
+    /// threshold (the active one included), then rewrites them.
     pub fn compact(&self) -> Result<()> {
         let c = self.core();
+        for s in &c.shards {
+            s.rotate_if_stale(c, c.opts.compaction_threshold)?;
+        }
         c.seal_queued()?;
         while crate::compaction::compact_one(c, true)? {}
         Ok(())

@@ -74,9 +74,13 @@ impl Error {
     /// [`Error::StorageFull`].
     pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Error {
         let path = path.into();
-        if source.raw_os_error() == Some(libc::ENOSPC) || source.kind() == io::ErrorKind::StorageFull
+        if source.raw_os_error() == Some(libc::ENOSPC)
+            || source.kind() == io::ErrorKind::StorageFull
         {
-            return Error::StorageFull(format!("no space left on device writing {}", path.display()));
+            return Error::StorageFull(format!(
+                "no space left on device writing {}",
+                path.display()
+            ));
         }
         Error::Io { path, source }
     }

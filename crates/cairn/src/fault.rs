@@ -66,6 +66,8 @@ impl FaultInjector {
             return Ok(());
         }
         self.remaining.store(0, Ordering::SeqCst);
-        Err(io::Error::from_raw_os_error(self.errno.load(Ordering::SeqCst)))
+        Err(io::Error::from_raw_os_error(
+            self.errno.load(Ordering::SeqCst),
+        ))
     }
 }

@@ -117,7 +117,10 @@ pub(crate) fn read_exact_at(file: &File, path: &Path, off: u64, len: usize) -> R
     let mut v = vec![0u8; len];
     file.read_exact_at(&mut v, off).map_err(|e| {
         if e.kind() == io::ErrorKind::UnexpectedEof {
-            Error::corruption(path, format!("file ends before {} bytes at offset {off}", len))
+            Error::corruption(
+                path,
+                format!("file ends before {} bytes at offset {off}", len),
+            )
         } else {
             Error::io(path, e)
         }

@@ -143,13 +143,21 @@ impl Iter {
         let n = self.core.shards.len();
         let mut best: Option<usize> = None;
         for s in 0..n {
-            let cur = if forward { &self.front[s] } else { &self.back[s] };
+            let cur = if forward {
+                &self.front[s]
+            } else {
+                &self.back[s]
+            };
             if cur.buf.is_empty() && !cur.exhausted {
                 if let Err(e) = self.refill(s, forward) {
                     return Some(Err(e));
                 }
             }
-            let cur = if forward { &self.front[s] } else { &self.back[s] };
+            let cur = if forward {
+                &self.front[s]
+            } else {
+                &self.back[s]
+            };
             if let Some(head) = cur.buf.front() {
                 let better = match best {
                     None => true,

@@ -32,7 +32,6 @@ mod db;
 mod error;
 pub mod fault;
 mod fsutil;
-#[allow(missing_docs)]
 mod index;
 mod iter;
 mod manifest;

@@ -64,7 +64,10 @@ pub fn read_manifest(dir: &Path) -> Result<u32> {
     let body = unseal(&path, &b, MANIFEST_MAGIC, 16)?;
     let shards = u32_at(body, 12);
     if shards == 0 || shards > crate::options::MAX_SHARDS {
-        return Err(Error::corruption(&path, format!("invalid shard count {shards}")));
+        return Err(Error::corruption(
+            &path,
+            format!("invalid shard count {shards}"),
+        ));
     }
     Ok(shards)
 }

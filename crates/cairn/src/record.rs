@@ -161,8 +161,12 @@ pub enum RecordError {
 impl std::fmt::Display for RecordError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            RecordError::Header(HeaderError::Checksum) => write!(f, "record header checksum mismatch"),
-            RecordError::Header(HeaderError::Invalid) => write!(f, "record header has invalid fields"),
+            RecordError::Header(HeaderError::Checksum) => {
+                write!(f, "record header checksum mismatch")
+            }
+            RecordError::Header(HeaderError::Invalid) => {
+                write!(f, "record header has invalid fields")
+            }
             RecordError::Truncated => write!(f, "record truncated"),
             RecordError::DataChecksum => write!(f, "record data checksum mismatch"),
         }
@@ -191,15 +195,29 @@ mod tests {
     #[test]
     fn round_trip_and_damage() {
         let mut buf = Vec::new();
-        let n = encode(&mut buf, Kind::Put, 7, 3, b"key", b"value", data_crc(b"key", b"value"));
+        let n = encode(
+            &mut buf,
+            Kind::Put,
+            7,
+            3,
+            b"key",
+            b"value",
+            data_crc(b"key", b"value"),
+        );
         assert_eq!(n, HEADER_LEN + 8);
         let r = decode(&buf).unwrap();
-        assert_eq!((r.key, r.value, r.header.seq, r.header.batch_total), (&b"key"[..], &b"value"[..], 7, 3));
+        assert_eq!(
+            (r.key, r.value, r.header.seq, r.header.batch_total),
+            (&b"key"[..], &b"value"[..], 7, 3)
+        );
         for i in 0..buf.len() {
             let mut bad = buf.clone();
             bad[i] ^= 0x10;
             assert!(decode(&bad).is_err(), "flip at {i} undetected");
         }
-        assert_eq!(decode(&buf[..buf.len() - 1]).unwrap_err(), RecordError::Truncated);
+        assert_eq!(
+            decode(&buf[..buf.len() - 1]).unwrap_err(),
+            RecordError::Truncated
+        );
     }
 }

@@ -162,6 +162,7 @@ fn load_segment(
             staged.push((kind, seq, batch, off, rlen, key.to_vec()))
         }) {
             Ok((data_len, hint_size)) if data_len == len => {
+                file.map_sealed(len);
                 for (kind, seq, batch, off, rlen, key) in staged {
                     push(out, kind, seq, batch, off, rlen, &key);
                 }
@@ -295,7 +296,9 @@ pub(crate) fn build(
         let mut first = true;
         while i < recs.len() && key(&recs[i]) == k {
             let r = &recs[i];
-            let m = segs.get_mut(&r.loc.seg).expect("record of a loaded segment");
+            let m = segs
+                .get_mut(&r.loc.seg)
+                .expect("record of a loaded segment");
             m.max_seq = m.max_seq.max(r.seq);
             if aborted.contains(&r.seq) {
                 m.dead += r.loc.len as u64;

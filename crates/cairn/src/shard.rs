@@ -249,6 +249,8 @@ pub(crate) struct IoState {
     pub durable: (u32, u64),
     /// Rotated-out segments not yet synced.
     pub unsynced: Vec<Arc<SegmentFile>>,
+    /// Rotated-out segments to hand to the sealer once their last bytes are written.
+    pub rotated: Vec<u32>,
 }
 
 /// One shard of the store.
@@ -268,7 +270,11 @@ impl Shard {
             id,
             dir,
             state: RwLock::new(state),
-            io: Mutex::new(IoState { durable, unsynced }),
+            io: Mutex::new(IoState {
+                durable,
+                unsynced,
+                rotated: Vec::new(),
+            }),
             user_bytes: AtomicU64::new(0),
             written_bytes: AtomicU64::new(0),
         }
@@ -342,27 +348,45 @@ impl Shard {
         if io.durable >= pos {
             return Ok(());
         }
-        self.flush_locked(core, &mut io, true)
+        self.flush_locked(core, &mut io, true, false)
     }
 
     /// Writes the buffer to the file (rotating the segment when full); with `sync`, also
     /// makes everything appended so far durable.
     pub fn flush(&self, core: &Core, sync: bool) -> Result<()> {
         let mut io = self.io.lock();
-        self.flush_locked(core, &mut io, sync)
+        self.flush_locked(core, &mut io, sync, false)
+    }
+
+    /// Seals the active segment early when its stale fraction reached `threshold`, so
+    /// that compaction can reclaim it (used by `Db::compact`). Returns whether it did.
+    pub fn rotate_if_stale(&self, core: &Core, threshold: f64) -> Result<bool> {
+        let mut io = self.io.lock();
+        let stale = {
+            let st = self.state.read();
+            let m = &st.segs[&st.active.id];
+            st.active.end() > SEG_HEADER_LEN && m.stale_fraction() >= threshold
+        };
+        if stale {
+            self.flush_locked(core, &mut io, false, true)?;
+        }
+        Ok(stale)
     }
 
     /// Writes the buffer to the file and runs `f` on the state while no write is in
     /// flight, so every byte below `active.buf_start` is in the file.
     pub fn with_flushed<R>(&self, core: &Core, f: impl FnOnce(&ShardState) -> R) -> Result<R> {
         let mut io = self.io.lock();
-        self.flush_locked(core, &mut io, false)?;
+        self.flush_locked(core, &mut io, false, false)?;
         let st = self.state.read();
         Ok(f(&st))
     }
 
     fn write_pending(&self, core: &Core, p: &Pending) -> Result<()> {
-        match core.fs.write_at(&p.file.file, &p.file.path, &p.data, p.start) {
+        match core
+            .fs
+            .write_at(&p.file.file, &p.file.path, &p.data, p.start)
+        {
             Ok(()) => {
                 self.note_write(p.data.len() as u64);
                 let mut st = self.state.write();
@@ -370,14 +394,20 @@ impl Shard {
                 st.write_stuck = false;
                 Ok(())
             }
-            Err(e) => {
-                self.state.write().write_stuck = true;
-                Err(e)
-            }
+            Err(e) => Err(e),
         }
     }
 
-    fn flush_locked(&self, core: &Core, io: &mut IoState, sync: bool) -> Result<()> {
+    fn flush_locked(&self, core: &Core, io: &mut IoState, sync: bool, rotate: bool) -> Result<()> {
+        let res = self.flush_inner(core, io, sync, rotate);
+        if res.is_err() {
+            // Refuse new writes until a flush succeeds (see `check_writable`).
+            self.state.write().write_stuck = true;
+        }
+        res
+    }
+
+    fn flush_inner(&self, core: &Core, io: &mut IoState, sync: bool, rotate: bool) -> Result<()> {
         // A write that failed earlier goes first, so file order is kept.
         let stuck = self.state.read().pending.clone();
         if let Some(p) = stuck {
@@ -388,7 +418,8 @@ impl Shard {
             if let Some(f) = &st.failed {
                 return Err(Error::ReadOnly(f.clone()));
             }
-            if st.active.end() >= core.opts.segment_size {
+            let end = st.active.end();
+            if end >= core.opts.segment_size || (rotate && end > SEG_HEADER_LEN) {
                 st.next_seg += 1;
                 Some(st.next_seg - 1)
             } else {
@@ -431,6 +462,7 @@ impl Shard {
             self.note_write(SEG_HEADER_LEN);
             core.add_disk_used(SEG_HEADER_LEN);
             io.unsynced.push(r.clone());
+            io.rotated.push(r.id);
         }
         if let Some(p) = &pending {
             self.write_pending(core, p)?;
@@ -451,8 +483,9 @@ impl Shard {
             }
             io.durable = durable;
         }
-        if let Some(r) = rotated {
-            core.queue_seal(self.id, r.id);
+        // Every byte of the rotated-out segments is in their files now.
+        for id in io.rotated.drain(..) {
+            core.queue_seal(self.id, id);
         }
         Ok(())
     }
@@ -497,6 +530,7 @@ impl Shard {
             let mut io = self.io.lock();
             io.unsynced.retain(|f| f.id != seg);
         }
+        file.map_sealed(outcome.valid_end);
         let mut st = self.state.write();
         if let Some(m) = st.segs.get_mut(&seg) {
             m.sealed = true;
@@ -518,8 +552,7 @@ pub(crate) fn read_value(src: Source, loc: Loc, key: &[u8]) -> Result<Value> {
     };
     let rec = record::decode(&buf)
         .map_err(|e| Error::corruption(where_(), format!("record at offset {}: {e}", loc.off)))?;
-    if rec.key != key || rec.header.kind != Kind::Put || rec.header.record_len() != loc.len as u64
-    {
+    if rec.key != key || rec.header.kind != Kind::Put || rec.header.record_len() != loc.len as u64 {
         return Err(Error::corruption(
             where_(),
             format!("record at offset {} is not the indexed one", loc.off),

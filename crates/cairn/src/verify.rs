@@ -49,6 +49,28 @@ impl VerifyReport {
 pub(crate) fn verify(core: &Core) -> Result<VerifyReport> {
     let mut report = VerifyReport::default();
     for shard in &core.shards {
+        // Every index entry must point inside a segment the shard has.
+        let st = shard.state.read();
+        let mut bad = Vec::new();
+        st.index.for_each(|key, loc| {
+            let ok = st
+                .segs
+                .get(&loc.seg)
+                .is_some_and(|m| loc.off as u64 + loc.len as u64 <= m.size);
+            if !ok && bad.len() < 16 {
+                bad.push(Damage {
+                    path: shard.dir.clone(),
+                    offset: None,
+                    detail: format!(
+                        "index entry for key {} points outside segment {}",
+                        key.escape_ascii(),
+                        loc.seg
+                    ),
+                });
+            }
+        });
+        drop(st);
+        report.damage.extend(bad);
         // Hand the write buffer to the file so the whole log is on disk to check.
         let segs: Vec<_> = shard.with_flushed(core, |st| {
             st.segs

@@ -4,9 +4,14 @@ use cairn::{Db, Options, SyncPolicy, WriteBatch};
 fn put_get_delete_reopen() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let db = Options::new().shards(4).segment_size(64 << 10).open(dir.path()).unwrap();
+        let db = Options::new()
+            .shards(4)
+            .segment_size(64 << 10)
+            .open(dir.path())
+            .unwrap();
         for i in 0..5000u32 {
-            db.put(format!("key{i:05}"), format!("value{i}").repeat(10)).unwrap();
+            db.put(format!("key{i:05}"), format!("value{i}").repeat(10))
+                .unwrap();
         }
         for i in 0..5000u32 {
             assert_eq!(
@@ -26,7 +31,10 @@ fn put_get_delete_reopen() {
         let s = db.stats();
         assert_eq!(s.total.keys, 2500);
     }
-    let db = Options::new().segment_size(64 << 10).open(dir.path()).unwrap();
+    let db = Options::new()
+        .segment_size(64 << 10)
+        .open(dir.path())
+        .unwrap();
     assert_eq!(db.iter().count(), 2500);
     assert!(db.get("key00000").unwrap().is_none());
     assert_eq!(
@@ -43,7 +51,10 @@ fn put_get_delete_reopen() {
 #[test]
 fn sync_always_many_threads() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Options::new().sync(SyncPolicy::Always).open(dir.path()).unwrap();
+    let db = Options::new()
+        .sync(SyncPolicy::Always)
+        .open(dir.path())
+        .unwrap();
     std::thread::scope(|s| {
         for t in 0..8 {
             let db = db.clone();
