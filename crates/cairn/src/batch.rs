@@ -2,7 +2,9 @@
 
 use std::collections::HashMap;
 
+use crate::db::{ikey, NS_USER};
 use crate::record::Kind;
+use crate::MAX_KEY_LEN;
 
 /// A group of puts and deletes applied atomically by [`crate::Db::write`], across all
 /// shards and across a crash: after reopening, either every operation is there or none.
@@ -18,7 +20,10 @@ use crate::record::Kind;
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct WriteBatch {
+    /// Operations on internal keys (namespace byte, then the key).
     ops: Vec<(Kind, Vec<u8>, Vec<u8>)>,
+    /// Length of the first key over the limit, reported when the batch is written.
+    too_large: Option<usize>,
 }
 
 impl WriteBatch {
@@ -29,16 +34,32 @@ impl WriteBatch {
 
     /// Adds a put.
     pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> &mut WriteBatch {
-        self.ops
-            .push((Kind::Put, key.as_ref().to_vec(), value.as_ref().to_vec()));
-        self
+        self.put_ns(NS_USER, key.as_ref(), value.as_ref())
     }
 
     /// Adds a delete.
     pub fn delete(&mut self, key: impl AsRef<[u8]>) -> &mut WriteBatch {
-        self.ops
-            .push((Kind::Delete, key.as_ref().to_vec(), Vec::new()));
+        self.delete_ns(NS_USER, key.as_ref())
+    }
+
+    /// Adds a put of `key` in namespace `ns`.
+    pub(crate) fn put_ns(&mut self, ns: u8, key: &[u8], value: &[u8]) -> &mut WriteBatch {
+        self.check(key);
+        self.ops.push((Kind::Put, ikey(ns, key), value.to_vec()));
         self
+    }
+
+    /// Adds a delete of `key` in namespace `ns`.
+    pub(crate) fn delete_ns(&mut self, ns: u8, key: &[u8]) -> &mut WriteBatch {
+        self.check(key);
+        self.ops.push((Kind::Delete, ikey(ns, key), Vec::new()));
+        self
+    }
+
+    fn check(&mut self, key: &[u8]) {
+        if key.len() > MAX_KEY_LEN && self.too_large.is_none() {
+            self.too_large = Some(key.len());
+        }
     }
 
     /// Number of operations added.
@@ -54,6 +75,12 @@ impl WriteBatch {
     /// Removes every operation.
     pub fn clear(&mut self) {
         self.ops.clear();
+        self.too_large = None;
+    }
+
+    /// Length of the first key over [`MAX_KEY_LEN`], if any.
+    pub(crate) fn too_large_key(&self) -> Option<usize> {
+        self.too_large
     }
 
     /// The operations with only the last one per key kept, in first-seen key order.

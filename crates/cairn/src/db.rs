@@ -26,6 +26,41 @@ use crate::value::Value;
 use crate::verify::{Damage, VerifyReport};
 use crate::{Error, Options, Result, SyncPolicy, MAX_KEY_LEN, MAX_VALUE_LEN};
 
+/// Namespace of the keys of the public key-value API. Every stored key starts with a
+/// namespace byte, so the file store and other layers never collide with user keys.
+pub(crate) const NS_USER: u8 = 0;
+
+/// `ns` followed by `key`: the key as stored.
+pub(crate) fn ikey(ns: u8, key: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(key.len() + 1);
+    v.push(ns);
+    v.extend_from_slice(key);
+    v
+}
+
+/// Internal bounds covering the user bounds `lo..hi` within namespace `ns`.
+pub(crate) fn ns_bounds(ns: u8, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let lo = match lo {
+        Bound::Included(k) => Bound::Included(ikey(ns, k)),
+        Bound::Excluded(k) => Bound::Excluded(ikey(ns, k)),
+        Bound::Unbounded => Bound::Included(vec![ns]),
+    };
+    let hi = match hi {
+        Bound::Included(k) => Bound::Included(ikey(ns, k)),
+        Bound::Excluded(k) => Bound::Excluded(ikey(ns, k)),
+        Bound::Unbounded if ns == u8::MAX => Bound::Unbounded,
+        Bound::Unbounded => Bound::Excluded(vec![ns + 1]),
+    };
+    (lo, hi)
+}
+
+/// Internal bounds of the keys of namespace `ns` starting with `prefix`.
+pub(crate) fn ns_prefix_bounds(ns: u8, prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let p = ikey(ns, prefix);
+    let end = prefix_successor(&p).map_or(Bound::Unbounded, Bound::Excluded);
+    (Bound::Included(p), end)
+}
+
 /// Store-wide state shared by the handle, the shards and the background threads.
 pub(crate) struct Core {
     pub dir: PathBuf,
@@ -133,7 +168,34 @@ impl Core {
         Ok(())
     }
 
-    fn write_one(&self, op: Prepared<'_>) -> Result<()> {
+    /// Reads the value of an internal key.
+    pub fn get(&self, ikey: &[u8]) -> Result<Option<Value>> {
+        self.shards[self.shard_of(ikey)].get(ikey)
+    }
+
+    /// Whether an internal key has a value.
+    pub fn contains(&self, ikey: &[u8]) -> bool {
+        self.shards[self.shard_of(ikey)]
+            .state
+            .read()
+            .index
+            .get(ikey)
+            .is_some()
+    }
+
+    /// Puts an internal key; `sync` false skips the sync of `SyncPolicy::Always` (the
+    /// caller makes the data durable later with `flush`).
+    pub fn put(&self, ikey: &[u8], value: &[u8], sync: bool) -> Result<()> {
+        check_value(value)?;
+        self.write_one(Prepared::new(Kind::Put, ikey, value), sync)
+    }
+
+    /// Deletes an internal key.
+    pub fn delete(&self, ikey: &[u8], sync: bool) -> Result<()> {
+        self.write_one(Prepared::new(Kind::Delete, ikey, &[]), sync)
+    }
+
+    fn write_one(&self, op: Prepared<'_>, sync: bool) -> Result<()> {
         let shard = &self.shards[self.shard_of(op.key)];
         shard.check_writable(self)?;
         let len = op.record_len();
@@ -156,14 +218,20 @@ impl Core {
             st.append(&op, seq, 1)
         };
         shard.note_user((op.key.len() + op.value.len()) as u64);
-        shard.after_write(self, pos, self.opts.sync == SyncPolicy::Always)
+        shard.after_write(self, pos, sync && self.opts.sync == SyncPolicy::Always)
     }
 
-    fn write_batch(&self, batch: WriteBatch) -> Result<()> {
+    /// Applies a batch atomically; `sync` as for [`Core::put`].
+    pub fn write_batch(&self, batch: WriteBatch, sync: bool) -> Result<()> {
+        if let Some(len) = batch.too_large_key() {
+            return Err(Error::KeyTooLarge {
+                len,
+                max: MAX_KEY_LEN,
+            });
+        }
         let ops = batch.into_final_ops();
         let mut by_shard: BTreeMap<usize, Vec<Prepared<'_>>> = BTreeMap::new();
         for (kind, k, v) in &ops {
-            check_key(k)?;
             check_value(v)?;
             by_shard
                 .entry(self.shard_of(k))
@@ -236,7 +304,7 @@ impl Core {
             let user: usize = ps.iter().map(|p| p.key.len() + p.value.len()).sum();
             self.shards[*s].note_user(user as u64);
         }
-        let sync = self.opts.sync == SyncPolicy::Always;
+        let sync = sync && self.opts.sync == SyncPolicy::Always;
         let mut first_err = None;
         for (s, pos) in positions {
             if let Err(e) = self.shards[s].after_write(self, pos, sync) {
@@ -582,10 +650,10 @@ impl std::fmt::Debug for Db {
     }
 }
 
-fn to_owned_bound<K: AsRef<[u8]> + ?Sized>(b: Bound<&K>) -> Bound<Vec<u8>> {
+fn as_bytes<K: AsRef<[u8]> + ?Sized>(b: Bound<&K>) -> Bound<&[u8]> {
     match b {
-        Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
-        Bound::Excluded(k) => Bound::Excluded(k.as_ref().to_vec()),
+        Bound::Included(k) => Bound::Included(k.as_ref()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_ref()),
         Bound::Unbounded => Bound::Unbounded,
     }
 }
@@ -638,10 +706,9 @@ impl Db {
 
     /// Sets `key` to `value`.
     pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
-        let (k, v) = (key.as_ref(), value.as_ref());
+        let k = key.as_ref();
         check_key(k)?;
-        check_value(v)?;
-        self.core().write_one(Prepared::new(Kind::Put, k, v))
+        self.core().put(&ikey(NS_USER, k), value.as_ref(), true)
     }
 
     /// Reads the value of `key`: at most one disk read, checksum verified.
@@ -650,33 +717,32 @@ impl Db {
         if k.len() > MAX_KEY_LEN {
             return Ok(None);
         }
-        let c = self.core();
-        c.shards[c.shard_of(k)].get(k)
+        self.core().get(&ikey(NS_USER, k))
     }
 
     /// Deletes `key` (a no-op when it is absent).
     pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
         let k = key.as_ref();
         check_key(k)?;
-        self.core().write_one(Prepared::new(Kind::Delete, k, &[]))
+        self.core().delete(&ikey(NS_USER, k), true)
     }
 
     /// Whether `key` has a value (answered from memory, no disk read).
     pub fn contains(&self, key: impl AsRef<[u8]>) -> Result<bool> {
         let k = key.as_ref();
-        let c = self.core();
-        Ok(k.len() <= MAX_KEY_LEN && c.shards[c.shard_of(k)].state.read().index.get(k).is_some())
+        Ok(k.len() <= MAX_KEY_LEN && self.core().contains(&ikey(NS_USER, k)))
     }
 
     /// Applies every operation of `batch` atomically: readers and a crash see all of it
     /// or none of it. Within a batch, the last operation on a key wins.
     pub fn write(&self, batch: WriteBatch) -> Result<()> {
-        self.core().write_batch(batch)
+        self.core().write_batch(batch, true)
     }
 
     /// Every key and value in key order. Reverse with `.rev()`.
     pub fn iter(&self) -> Iter {
-        Iter::new(self.handle.core.clone(), Bound::Unbounded, Bound::Unbounded)
+        let (lo, hi) = ns_bounds(NS_USER, Bound::Unbounded, Bound::Unbounded);
+        Iter::new(self.handle.core.clone(), lo, hi, 1)
     }
 
     /// The keys within `range`, in key order. Reverse with `.rev()`.
@@ -692,18 +758,18 @@ impl Db {
     /// # Ok::<(), cairn::Error>(())
     /// ```
     pub fn range<K: AsRef<[u8]> + ?Sized, R: RangeBounds<K>>(&self, range: R) -> Iter {
-        Iter::new(
-            self.handle.core.clone(),
-            to_owned_bound(range.start_bound()),
-            to_owned_bound(range.end_bound()),
-        )
+        let (lo, hi) = ns_bounds(
+            NS_USER,
+            as_bytes(range.start_bound()),
+            as_bytes(range.end_bound()),
+        );
+        Iter::new(self.handle.core.clone(), lo, hi, 1)
     }
 
     /// The keys starting with `prefix`, in key order. Reverse with `.rev()`.
     pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Iter {
-        let p = prefix.as_ref().to_vec();
-        let end = prefix_successor(&p).map_or(Bound::Unbounded, Bound::Excluded);
-        Iter::new(self.handle.core.clone(), Bound::Included(p), end)
+        let (lo, hi) = ns_prefix_bounds(NS_USER, prefix.as_ref());
+        Iter::new(self.handle.core.clone(), lo, hi, 1)
     }
 
     /// Makes every write acknowledged so far durable.

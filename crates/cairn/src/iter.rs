@@ -45,6 +45,8 @@ pub struct Iter {
     front: Vec<Cursor>,
     back: Vec<Cursor>,
     done: bool,
+    /// Bytes of namespace prefix removed from the keys handed out.
+    strip: usize,
 }
 
 fn above(k: &[u8], lo: &Bound<Vec<u8>>) -> bool {
@@ -72,7 +74,9 @@ fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
 }
 
 impl Iter {
-    pub(crate) fn new(core: Arc<Core>, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>) -> Iter {
+    /// An iterator over the internal keys within `lo..hi`, handing out keys without
+    /// their first `strip` bytes.
+    pub(crate) fn new(core: Arc<Core>, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, strip: usize) -> Iter {
         let n = core.shards.len();
         let cursors = || {
             (0..n)
@@ -89,6 +93,7 @@ impl Iter {
             lo,
             hi,
             done: false,
+            strip,
         }
     }
 
@@ -204,7 +209,12 @@ impl Iter {
         } else {
             self.hi = Bound::Excluded(item.key.clone());
         }
-        Some(read_value(item.src, item.loc, &item.key).map(|v| (item.key, v)))
+        let strip = self.strip;
+        Some(read_value(item.src, item.loc, &item.key).map(|v| {
+            let mut key = item.key;
+            key.drain(..strip.min(key.len()));
+            (key, v)
+        }))
     }
 }
 

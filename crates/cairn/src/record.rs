@@ -12,6 +12,9 @@
 
 use crate::{MAX_KEY_LEN, MAX_VALUE_LEN};
 
+/// Largest key stored in a record: a user key plus room for its namespace prefix.
+pub const MAX_RECORD_KEY: usize = MAX_KEY_LEN + 256;
+
 /// Bytes of the fixed record header.
 pub const HEADER_LEN: usize = 28;
 
@@ -117,7 +120,7 @@ pub fn decode_header(b: &[u8]) -> Result<Header, HeaderError> {
     let key_len = kl & 0x00ff_ffff;
     let val_len = u32_at(b, 16);
     let batch_total = u32_at(b, 20);
-    if key_len as usize > MAX_KEY_LEN
+    if key_len as usize > MAX_RECORD_KEY
         || val_len as usize > MAX_VALUE_LEN
         || batch_total == 0
         || (kind == Kind::Delete && val_len != 0)
