@@ -190,6 +190,12 @@ impl Core {
         self.write_one(Prepared::new(Kind::Put, ikey, value), sync)
     }
 
+    /// Puts an internal key and makes it durable now, whatever the sync policy.
+    pub fn put_durable(&self, ikey: &[u8], value: &[u8]) -> Result<()> {
+        self.put(ikey, value, false)?;
+        self.shards[self.shard_of(ikey)].flush(self, true)
+    }
+
     /// Deletes an internal key.
     pub fn delete(&self, ikey: &[u8], sync: bool) -> Result<()> {
         self.write_one(Prepared::new(Kind::Delete, ikey, &[]), sync)
