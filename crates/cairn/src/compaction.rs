@@ -169,7 +169,11 @@ fn compact_segment(core: &Core, shard: &Shard, seg: u32, throttled: bool) -> Res
         start: Instant::now(),
         bytes: 0,
     };
-    let outcome = segment::scan(&victim, size, |off, rec| {
+    let outcome = segment::scan(&victim, size, |off, rec, intact| {
+        if !intact {
+            // Reported in the outcome; the segment is kept.
+            return Ok(());
+        }
         let h = rec.header;
         let old = Loc {
             seg,
@@ -284,6 +288,10 @@ fn compact_segment(core: &Core, shard: &Shard, seg: u32, throttled: bool) -> Res
             ),
         ));
     }
+    // Every record dropped above was superseded by a newer record; make those durable,
+    // with every other record of their batches in all shards, before the old versions
+    // disappear from disk.
+    core.flush()?;
     // Retire the victim: nothing in the index points at it any more.
     let freed = {
         let mut st = shard.state.write();

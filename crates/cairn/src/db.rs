@@ -29,6 +29,8 @@ use crate::{Error, Options, Result, SyncPolicy, MAX_KEY_LEN, MAX_VALUE_LEN};
 /// Namespace of the keys of the public key-value API. Every stored key starts with a
 /// namespace byte, so the file store and other layers never collide with user keys.
 pub(crate) const NS_USER: u8 = 0;
+/// Namespace of the file store's rows (see `files`).
+pub(crate) const NS_FILES: u8 = 1;
 
 /// `ns` followed by `key`: the key as stored.
 pub(crate) fn ikey(ns: u8, key: &[u8]) -> Vec<u8> {
@@ -76,8 +78,12 @@ pub(crate) struct Core {
     pub seqstate: Mutex<SeqState>,
     seal_queue: Mutex<VecDeque<(u32, u32)>>,
     wake: Condvar,
+    /// Set after a failed fsync: the whole store refuses writes until reopened.
+    failed: Mutex<Option<String>>,
     shutdown: AtomicBool,
     pub open_damage: Vec<Damage>,
+    /// File-store state shared by all its handles (key stripes, pins, totals, GC wake-up).
+    pub files: crate::files::Shared,
     _lock: File,
 }
 
@@ -101,6 +107,17 @@ impl Core {
 
     pub fn durable_seq(&self) -> u64 {
         self.durable_seq.load(Ordering::SeqCst)
+    }
+
+    /// Makes the store read-only: after a failed fsync the kernel may have dropped dirty
+    /// pages, so nothing written since the last good sync can be trusted on disk.
+    pub fn fail(&self, msg: String) {
+        self.failed.lock().get_or_insert(msg);
+    }
+
+    /// Why the store is read-only, if it is.
+    pub fn failure(&self) -> Option<String> {
+        self.failed.lock().clone()
     }
 
     pub fn is_shutdown(&self) -> bool {
@@ -203,7 +220,7 @@ impl Core {
 
     fn write_one(&self, op: Prepared<'_>, sync: bool) -> Result<()> {
         let shard = &self.shards[self.shard_of(op.key)];
-        shard.check_writable(self)?;
+        shard.prepare_write(self)?;
         let len = op.record_len();
         let delete = op.kind == Kind::Delete;
         self.reserve(len, delete)?;
@@ -229,6 +246,16 @@ impl Core {
 
     /// Applies a batch atomically; `sync` as for [`Core::put`].
     pub fn write_batch(&self, batch: WriteBatch, sync: bool) -> Result<()> {
+        self.write_batch_inner(batch, sync, false)
+    }
+
+    /// Like [`Core::write_batch`], for a batch that frees space though it holds a small
+    /// put (a file remove): it may use the delete reserve beyond `max_size`.
+    pub fn write_batch_freeing(&self, batch: WriteBatch, sync: bool) -> Result<()> {
+        self.write_batch_inner(batch, sync, true)
+    }
+
+    fn write_batch_inner(&self, batch: WriteBatch, sync: bool, frees: bool) -> Result<()> {
         if let Some(len) = batch.too_large_key() {
             return Err(Error::KeyTooLarge {
                 len,
@@ -253,9 +280,9 @@ impl Core {
             ));
         }
         for &s in by_shard.keys() {
-            self.shards[s].check_writable(self)?;
+            self.shards[s].prepare_write(self)?;
         }
-        let all_deletes = ops.iter().all(|o| o.0 == Kind::Delete);
+        let all_deletes = frees || ops.iter().all(|o| o.0 == Kind::Delete);
         let reserved: u64 = by_shard.values().flatten().map(|p| p.record_len()).sum();
         self.reserve(reserved, all_deletes)?;
         let mut guards: Vec<_> = by_shard
@@ -550,8 +577,10 @@ fn open_core(dir: &Path, opts: Options) -> Result<Core> {
         seqstate: Mutex::new(seqstate),
         seal_queue: Mutex::new(to_seal.into()),
         wake: Condvar::new(),
+        failed: Mutex::new(None),
         shutdown: AtomicBool::new(false),
         open_damage: damage,
+        files: Default::default(),
         _lock: lock,
     })
 }
@@ -613,6 +642,7 @@ struct Handle {
 impl Drop for Handle {
     fn drop(&mut self) {
         self.core.shutdown.store(true, Ordering::SeqCst);
+        self.core.files.wake_gc();
         {
             let _q = self.core.seal_queue.lock();
             self.core.wake.notify_all();
@@ -672,6 +702,7 @@ impl Db {
 
     pub(crate) fn open_with(dir: &Path, opts: Options) -> Result<Db> {
         let core = Arc::new(open_core(dir, opts)?);
+        crate::files::open(&core)?;
         let mut threads = Vec::new();
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
@@ -683,6 +714,11 @@ impl Db {
         threads.push(spawn(
             "cairn-maint".into(),
             Box::new(move || c.maintenance_loop()),
+        )?);
+        let c = core.clone();
+        threads.push(spawn(
+            "cairn-files-gc".into(),
+            Box::new(move || crate::files::gc_loop(c)),
         )?);
         if core.opts.background_compaction {
             for i in 0..core.opts.compaction_threads.max(1) {
@@ -703,6 +739,16 @@ impl Db {
 
     pub(crate) fn core(&self) -> &Core {
         &self.handle.core
+    }
+
+    pub(crate) fn core_arc(&self) -> &Arc<Core> {
+        &self.handle.core
+    }
+
+    /// The file store: large values streamed in chunks over all shards, committed
+    /// atomically, read with range reads (see [`crate::files`]).
+    pub fn files(&self) -> crate::files::FileStore {
+        crate::files::FileStore::new(self.clone())
     }
 
     /// The store's directory.
@@ -797,7 +843,9 @@ impl Db {
 
     /// Sizes and amplification, per shard and in total.
     pub fn stats(&self) -> Stats {
-        crate::stats::collect(self.core())
+        let mut stats = crate::stats::collect(self.core());
+        stats.files = crate::files::stats(self.core_arc());
+        stats
     }
 
     /// Re-reads every record and hint file and reports each damaged place.

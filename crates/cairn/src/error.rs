@@ -29,7 +29,9 @@ pub enum Error {
         max: usize,
     },
     /// The write would make the store larger than its `max_size`, or the disk is full
-    /// (`ENOSPC`). Nothing was written; deletes and compaction free space.
+    /// (`ENOSPC`). The write was not applied; deletes and compaction free space. (Under
+    /// `SyncPolicy::Always`, a disk-full error from the sync that follows a write means the
+    /// write is applied in memory but may not be durable.)
     #[error("storage full: {0}")]
     StorageFull(String),
     /// Another handle (in this or another process) has the store open.
@@ -54,8 +56,9 @@ pub enum Error {
     /// An option or argument is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// A previous I/O failure (for example a failed fsync) made the store read-only
-    /// until it is reopened.
+    /// An fsync failed earlier, so the store refuses writes until it is reopened (the
+    /// kernel may have dropped the unsynced pages; reopening recovers what is on disk).
+    /// Reads keep working.
     #[error("store is read-only after an earlier I/O failure: {0}")]
     ReadOnly(String),
     /// An operating-system I/O error.

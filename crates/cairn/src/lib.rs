@@ -31,6 +31,7 @@ mod compaction;
 mod db;
 mod error;
 pub mod fault;
+pub mod files;
 mod fsutil;
 mod index;
 mod iter;

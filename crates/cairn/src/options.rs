@@ -56,6 +56,7 @@ pub struct Options {
     pub(crate) compaction_threads: usize,
     pub(crate) compaction_rate: Option<u64>,
     pub(crate) write_buffer: usize,
+    pub(crate) chunk_size: Option<u64>,
     pub(crate) fault: Option<Arc<FaultInjector>>,
 }
 
@@ -77,6 +78,7 @@ impl std::fmt::Debug for Options {
             .field("compaction_threads", &self.compaction_threads)
             .field("compaction_rate", &self.compaction_rate)
             .field("write_buffer", &self.write_buffer)
+            .field("chunk_size", &self.chunk_size)
             .finish()
     }
 }
@@ -95,6 +97,7 @@ impl Options {
             compaction_threads: 1,
             compaction_rate: Some(256 << 20),
             write_buffer: 256 << 10,
+            chunk_size: None,
             fault: None,
         }
     }
@@ -159,6 +162,14 @@ impl Options {
         self
     }
 
+    /// Chunk size of the file store ([`crate::files`]) for a new store, in bytes
+    /// (512..=64 MiB, default 128 KiB). It is recorded when the first file is written;
+    /// opening a store that has one with a different explicit size is an error.
+    pub fn chunk_size(mut self, bytes: u64) -> Options {
+        self.chunk_size = Some(bytes);
+        self
+    }
+
     #[doc(hidden)]
     /// Test hook: consult `fault` before every file write, sync and create.
     pub fn fault_injector(mut self, fault: Arc<FaultInjector>) -> Options {
@@ -191,6 +202,14 @@ impl Options {
                 return Err(Error::InvalidArgument(
                     "SyncPolicy::Every needs a non-zero interval".into(),
                 ));
+            }
+        }
+        if let Some(c) = self.chunk_size {
+            use crate::files::{MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
+            if !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&c) {
+                return Err(Error::InvalidArgument(format!(
+                    "chunk_size must be in {MIN_CHUNK_SIZE}..={MAX_CHUNK_SIZE}, got {c}"
+                )));
             }
         }
         if self.compaction_rate == Some(0) {

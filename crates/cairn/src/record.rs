@@ -6,7 +6,7 @@
 //! 12  u32  key_len | kind << 24
 //! 16  u32  val_len
 //! 20  u32  batch_total  records in the batch this record belongs to (1 = none)
-//! 24  u32  header_crc   masked crc32c(bytes 0..24)
+//! 24  u32  header_crc   masked crc32c(bytes 0..24 ‖ key)
 //! 28  key, then value
 //! ```
 
@@ -91,7 +91,7 @@ pub fn encode(
     h[12..16].copy_from_slice(&((key.len() as u32) | ((kind as u32) << 24)).to_le_bytes());
     h[16..20].copy_from_slice(&(value.len() as u32).to_le_bytes());
     h[20..24].copy_from_slice(&batch_total.to_le_bytes());
-    let hcrc = mask(crc32c::crc32c(&h[0..24]));
+    let hcrc = header_crc(&h[0..24], key);
     h[24..28].copy_from_slice(&hcrc.to_le_bytes());
     buf.extend_from_slice(&h);
     buf.extend_from_slice(key);
@@ -99,17 +99,22 @@ pub fn encode(
     buf.len() - start
 }
 
+/// The masked CRC of a header's first 24 bytes and the key: it vouches for the key even
+/// when the value is damaged.
+fn header_crc(fields: &[u8], key: &[u8]) -> u32 {
+    mask(crc32c::crc32c_append(crc32c::crc32c(fields), key))
+}
+
 fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-/// Decodes and checks a record header from the first [`HEADER_LEN`] bytes of `b`.
+/// Decodes the fields of a record header from the first [`HEADER_LEN`] bytes of `b` and
+/// checks their ranges. The header checksum covers the key too, so it is checked by
+/// [`check_header`] once the key bytes are at hand.
 pub fn decode_header(b: &[u8]) -> Result<Header, HeaderError> {
     if b.len() < HEADER_LEN {
         return Err(HeaderError::Invalid);
-    }
-    if mask(crc32c::crc32c(&b[0..24])) != u32_at(b, 24) {
-        return Err(HeaderError::Checksum);
     }
     let kl = u32_at(b, 12);
     let kind = match kl >> 24 {
@@ -139,6 +144,13 @@ pub fn decode_header(b: &[u8]) -> Result<Header, HeaderError> {
     })
 }
 
+/// Checks the header checksum of a record given its header and key bytes (`b` holds at
+/// least the header and the key).
+pub fn check_header(b: &[u8], h: &Header) -> bool {
+    let end = HEADER_LEN + h.key_len as usize;
+    b.len() >= end && header_crc(&b[0..24], &b[HEADER_LEN..end]) == u32_at(b, 24)
+}
+
 /// A whole record, checked: header, both checksums and lengths.
 #[derive(Debug)]
 pub struct Record<'a> {
@@ -157,7 +169,7 @@ pub enum RecordError {
     Header(HeaderError),
     /// The buffer is shorter than the header says.
     Truncated,
-    /// The key or value checksum does not match.
+    /// The header and key are intact but the value's checksum does not match.
     DataChecksum,
 }
 
@@ -171,7 +183,7 @@ impl std::fmt::Display for RecordError {
                 write!(f, "record header has invalid fields")
             }
             RecordError::Truncated => write!(f, "record truncated"),
-            RecordError::DataChecksum => write!(f, "record data checksum mismatch"),
+            RecordError::DataChecksum => write!(f, "record value checksum mismatch"),
         }
     }
 }
@@ -182,6 +194,9 @@ pub fn decode(b: &[u8]) -> Result<Record<'_>, RecordError> {
     let end = header.record_len() as usize;
     if b.len() < end {
         return Err(RecordError::Truncated);
+    }
+    if !check_header(b, &header) {
+        return Err(RecordError::Header(HeaderError::Checksum));
     }
     let key = &b[HEADER_LEN..HEADER_LEN + header.key_len as usize];
     let value = &b[HEADER_LEN + header.key_len as usize..end];

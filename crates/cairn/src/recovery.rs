@@ -119,7 +119,16 @@ fn load_segment(
     let path = segment::seg_path(dir, id);
     let hpath = segment::hint_path(dir, id);
     let (file, len) = match SegmentFile::open(&path, shard, id) {
-        Ok(Some(x)) => x,
+        Ok(Some((file, len, damage))) => {
+            if let Some(detail) = damage {
+                out.damage.push(Damage {
+                    path: path.clone(),
+                    offset: Some(0),
+                    detail: format!("{detail}; its records are read, it takes no more writes"),
+                });
+            }
+            (file, len)
+        }
         Ok(None) => {
             // Shorter than its header: a crash while it was being created. It holds no
             // records.
@@ -194,7 +203,7 @@ fn load_segment(
         fs.remove(&hpath)?;
     }
     out.recs.truncate(start);
-    let outcome = segment::scan(&file, len, |off, rec| {
+    let outcome = segment::scan(&file, len, |off, rec, _intact| {
         push(
             out,
             rec.header.kind,

@@ -101,9 +101,13 @@ impl SegmentFile {
         })
     }
 
-    /// Opens an existing segment and checks its header. Returns the file and its length.
+    /// Opens an existing segment and checks its header. Returns the file, its length,
+    /// and what is wrong with the header if it is damaged: a segment with a damaged header
+    /// is still read (its records carry their own checksums), treated conservatively as a
+    /// compaction output created at sequence 0, so it never takes appends again.
     /// `Ok(None)` means the file is shorter than a header (a crash during creation).
-    pub fn open(path: &Path, shard: u32, id: u32) -> Result<Option<(SegmentFile, u64)>> {
+    /// A header that is intact but of another format version is `Error::Format`.
+    pub fn open(path: &Path, shard: u32, id: u32) -> Result<Option<(SegmentFile, u64, Option<String>)>> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -114,33 +118,32 @@ impl SegmentFile {
             return Ok(None);
         }
         let h = fsutil::read_exact_at(&file, path, 0, SEG_HEADER_LEN as usize)?;
-        if &h[0..8] != SEG_MAGIC {
-            return Err(Error::format(path, "not a cairn segment (bad magic)"));
-        }
-        if record::mask(crc32c::crc32c(&h[0..32])) != u32_at(&h, 32) {
-            return Err(Error::corruption(path, "segment header checksum mismatch"));
-        }
-        let version = u32_at(&h, 8);
-        if version != FORMAT_VERSION {
+        let damage = if &h[0..8] != SEG_MAGIC {
+            Some("segment header has a bad magic number".to_string())
+        } else if record::mask(crc32c::crc32c(&h[0..32])) != u32_at(&h, 32) {
+            Some("segment header checksum mismatch".to_string())
+        } else if u32_at(&h, 8) != FORMAT_VERSION {
             return Err(Error::format(
                 path,
-                format!("segment format version {version}, this build reads {FORMAT_VERSION}"),
-            ));
-        }
-        if u32_at(&h, 12) != shard || u32_at(&h, 16) != id {
-            return Err(Error::corruption(
-                path,
                 format!(
-                    "segment header names shard {} segment {}, expected shard {shard} segment {id}",
-                    u32_at(&h, 12),
-                    u32_at(&h, 16)
+                    "segment format version {}, this build reads {FORMAT_VERSION}",
+                    u32_at(&h, 8)
                 ),
             ));
-        }
-        let kind = match u32_at(&h, 20) {
-            0 => SegKind::Data,
-            1 => SegKind::Compacted,
-            k => return Err(Error::format(path, format!("unknown segment kind {k}"))),
+        } else if u32_at(&h, 12) != shard || u32_at(&h, 16) != id || u32_at(&h, 20) > 1 {
+            Some(format!(
+                "segment header names shard {} segment {} kind {}, expected shard {shard} segment {id}",
+                u32_at(&h, 12),
+                u32_at(&h, 16),
+                u32_at(&h, 20)
+            ))
+        } else {
+            None
+        };
+        let (kind, created_seq) = match (&damage, u32_at(&h, 20)) {
+            (None, 0) => (SegKind::Data, u64_at(&h, 24)),
+            (None, _) => (SegKind::Compacted, u64_at(&h, 24)),
+            (Some(_), _) => (SegKind::Compacted, 0),
         };
         Ok(Some((
             SegmentFile {
@@ -148,10 +151,11 @@ impl SegmentFile {
                 path: path.to_owned(),
                 file,
                 kind,
-                created_seq: u64_at(&h, 24),
+                created_seq,
                 map: OnceLock::new(),
             },
             len,
+            damage,
         )))
     }
 
@@ -284,14 +288,22 @@ fn record_at(r: &mut WindowReader<'_>, pos: u64, file_len: u64) -> std::io::Resu
     Ok(record::decode(b).ok().map(|rec| rec.header))
 }
 
-/// Reads every record of a segment from the header to `file_len`, calling `f` with the
-/// offset and record of each intact one. A damaged record is skipped: when its header
-/// is intact its length is trusted; otherwise the scan searches byte by byte for the next
-/// intact record. Damage with no intact record after it is reported as the tail.
+/// Reads every record of a segment from the header to `file_len`, calling
+/// `f(offset, record, intact)` for each record whose header and key check out.
+///
+/// - An intact record comes with `intact` true.
+/// - A record whose header and key check out but whose value does not comes with
+///   `intact` false and an empty value, and is reported as damage: its key is known, so
+///   the caller can make reads of that key fail instead of returning an older value.
+/// - Bytes that hold no checkable header are skipped by searching byte by byte for the
+///   next offset where a whole intact record starts, and reported as damage.
+///
+/// Damage with no intact record after it is not passed to `f`; it is reported as the
+/// tail (a write torn by a crash).
 pub fn scan(
     seg: &SegmentFile,
     file_len: u64,
-    mut f: impl FnMut(u64, &record::Record<'_>) -> Result<()>,
+    mut f: impl FnMut(u64, &record::Record<'_>, bool) -> Result<()>,
 ) -> Result<ScanOutcome> {
     let io = |e| Error::io(&seg.path, e);
     let mut r = WindowReader::new(&seg.file, file_len);
@@ -300,64 +312,84 @@ pub fn scan(
         ..Default::default()
     };
     let mut pos = SEG_HEADER_LEN;
-    let mut bad: Option<BadSpot> = None;
+    // Damage seen since the last intact record: unreadable stretches, and records with a
+    // damaged value (offset, header, key).
+    let mut gaps: Vec<BadSpot> = Vec::new();
+    let mut held: Vec<(u64, Header, Vec<u8>)> = Vec::new();
     while pos < file_len {
         if file_len - pos < HEADER_LEN as u64 {
-            bad.get_or_insert(BadSpot {
+            gaps.push(BadSpot {
                 offset: pos,
                 detail: format!("{} trailing bytes, too short for a record", file_len - pos),
             });
             break;
         }
         let hb = r.slice(pos, HEADER_LEN).map_err(io)?;
-        match record::decode_header(hb) {
-            Ok(h) if pos + h.record_len() <= file_len => {
+        let mut why = "unreadable record header".to_string();
+        if let Ok(h) = record::decode_header(hb) {
+            if pos + h.record_len() <= file_len {
                 let b = r.slice(pos, h.record_len() as usize).map_err(io)?;
                 match record::decode(b) {
                     Ok(rec) => {
-                        if let Some(spot) = bad.take() {
-                            out.damage.push(spot);
+                        // What came before an intact record is damage, not a torn tail.
+                        for (off, hh, key) in held.drain(..) {
+                            let rec = record::Record {
+                                header: hh,
+                                key: &key,
+                                value: &[],
+                            };
+                            f(off, &rec, false)?;
+                            out.damage.push(BadSpot {
+                                offset: off,
+                                detail: "record value checksum mismatch".into(),
+                            });
                         }
-                        f(pos, &rec)?;
+                        out.damage.append(&mut gaps);
+                        out.damage.sort_by_key(|d| d.offset);
+                        f(pos, &rec, true)?;
                         out.records += 1;
                         pos += h.record_len();
                         out.valid_end = pos;
+                        continue;
                     }
-                    Err(e) => {
-                        bad.get_or_insert(BadSpot {
-                            offset: pos,
-                            detail: e.to_string(),
-                        });
+                    Err(record::RecordError::DataChecksum) => {
+                        let key = b[HEADER_LEN..HEADER_LEN + h.key_len as usize].to_vec();
+                        held.push((pos, h, key));
                         pos += h.record_len();
+                        continue;
                     }
+                    Err(e) => why = e.to_string(),
                 }
-            }
-            res => {
-                let detail = match res {
-                    Ok(h) => format!("record of {} bytes runs past end of file", h.record_len()),
-                    Err(_) => "unreadable record header".to_string(),
-                };
-                bad.get_or_insert(BadSpot {
-                    offset: pos,
-                    detail,
-                });
-                // Resynchronise: the next offset where an intact record starts.
-                let mut p = pos + 1;
-                loop {
-                    if p >= file_len {
-                        pos = file_len;
-                        break;
-                    }
-                    if record_at(&mut r, p, file_len).map_err(io)?.is_some() {
-                        pos = p;
-                        break;
-                    }
-                    p += 1;
-                }
+            } else {
+                why = format!("record of {} bytes runs past the end of the file", h.record_len());
             }
         }
+        gaps.push(BadSpot {
+            offset: pos,
+            detail: why,
+        });
+        // Resynchronise: the next offset where an intact record starts.
+        let mut p = pos + 1;
+        loop {
+            if p >= file_len {
+                pos = file_len;
+                break;
+            }
+            if record_at(&mut r, p, file_len).map_err(io)?.is_some() {
+                pos = p;
+                break;
+            }
+            p += 1;
+        }
     }
-    out.tail = bad;
+    let first_held = held.first().map(|(off, _, _)| BadSpot {
+        offset: *off,
+        detail: "record value checksum mismatch".into(),
+    });
+    out.tail = gaps
+        .into_iter()
+        .chain(first_held)
+        .min_by_key(|d| d.offset);
     Ok(out)
 }
 

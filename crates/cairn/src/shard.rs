@@ -310,34 +310,30 @@ impl Shard {
         read_value(src, loc, key).map(Some)
     }
 
-    /// Refuses writes on a failed shard and retries a failed flush before new appends.
-    pub fn check_writable(&self, core: &Core) -> Result<()> {
-        let (failed, stuck) = {
-            let st = self.state.read();
-            (st.failed.clone(), st.write_stuck)
-        };
-        if let Some(f) = failed {
+    /// Before an append: refuses writes once an fsync failed, and writes out a full
+    /// buffer (or rotates a full segment, or retries a failed write) first, so a write
+    /// that meets an I/O error is refused before anything of it is applied.
+    pub fn prepare_write(&self, core: &Core) -> Result<()> {
+        if let Some(f) = core.failure() {
             return Err(Error::ReadOnly(f));
         }
-        if stuck {
+        let due = {
+            let st = self.state.read();
+            st.write_stuck
+                || st.active.buf.len() >= core.opts.write_buffer
+                || st.active.end() >= core.opts.segment_size
+        };
+        if due {
             self.flush(core, false)?;
         }
         Ok(())
     }
 
-    /// After an append: flush the buffer when full, and under `SyncPolicy::Always` wait
-    /// until the record at `pos` is durable (sharing the fsync with other writers).
+    /// After an append under `SyncPolicy::Always`: waits until the record at `pos` is
+    /// durable, sharing the fsync with other writers.
     pub fn after_write(&self, core: &Core, pos: (u32, u64), sync: bool) -> Result<()> {
         if sync {
             return self.sync_to(core, pos);
-        }
-        let full = {
-            let st = self.state.read();
-            st.active.buf.len() >= core.opts.write_buffer
-                || st.active.end() >= core.opts.segment_size
-        };
-        if full {
-            self.flush(core, false)?;
         }
         Ok(())
     }
@@ -477,7 +473,8 @@ impl Shard {
                     // nothing written since the last good sync can be trusted to be on
                     // disk, so the shard stops accepting writes until reopened.
                     let msg = format!("fsync failed on shard {}: {e}", self.id);
-                    self.state.write().failed = Some(msg);
+                    self.state.write().failed = Some(msg.clone());
+                    core.fail(msg);
                     return Err(e);
                 }
             }
@@ -504,7 +501,7 @@ impl Shard {
             .map_err(|e| Error::io(&file.path, e))?
             .len();
         let mut entries = Vec::new();
-        let outcome = segment::scan(&file, len, |off, rec| {
+        let outcome = segment::scan(&file, len, |off, rec, _intact| {
             entries.push(Entry {
                 kind: rec.header.kind,
                 seq: rec.header.seq,

@@ -39,6 +39,8 @@ pub struct Stats {
     pub total: ShardStats,
     /// Each shard.
     pub shards: Vec<ShardStats>,
+    /// The file store (see [`crate::files`]): live files and their exact content bytes.
+    pub files: crate::files::FileStats,
 }
 
 fn ratio(a: u64, b: u64) -> f64 {
@@ -92,5 +94,6 @@ pub(crate) fn collect(core: &Core) -> Stats {
     Stats {
         total: total.finish(),
         shards,
+        files: Default::default(),
     }
 }

@@ -1,0 +1,152 @@
+//! Reclaiming the chunks of versions nobody can reach any more, and the file totals.
+//!
+//! Garbage is named by rows, never found by scanning chunks: a garbage row (`'g'`) is
+//! written in the same batch that removes or replaces a file's metadata, and an intent
+//! row (`'w'`), made durable before a large file's first chunk, stays until the commit
+//! batch deletes it. An intent row whose writer is gone (dropped, failed, or killed with
+//! the process) is garbage too. A pass deletes the chunks each row names (skipping
+//! versions an open reader or live writer pins), makes those deletes reach the disk, and
+//! only then deletes the rows, so a crash at any point leaves the row to redo the work.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::db::{ikey, Core, NS_FILES};
+use crate::{Iter, Result, WriteBatch};
+
+use super::{layout, settle_shards, sync_chunks, tag_bounds, GcReport, Totals};
+
+/// Deletes per batch.
+const DELETE_BATCH: usize = 1024;
+/// How long the background collector sleeps when nothing wakes it.
+const IDLE: Duration = Duration::from_secs(30);
+
+/// One garbage or intent row.
+pub(crate) struct GarbageRow {
+    /// The row's key within the file namespace (tag, then the version).
+    key: Vec<u8>,
+    vid: u128,
+    /// Chunk indexes below this may exist.
+    bound: u64,
+}
+
+/// Every garbage and intent row.
+pub(crate) fn garbage_rows(core: &Arc<Core>) -> Result<Vec<GarbageRow>> {
+    let mut rows = Vec::new();
+    for tag in [layout::TAG_GC, layout::TAG_INTENT] {
+        let (lo, hi) = tag_bounds(tag);
+        for r in Iter::new(core.clone(), lo, hi, 1) {
+            let (key, v) = r?;
+            rows.push(GarbageRow {
+                vid: layout::vid_of_row(&key)?,
+                bound: layout::decode_bound(&v)?,
+                key,
+            });
+        }
+    }
+    Ok(rows)
+}
+
+/// One collection pass. With `background`, stops early (leaving the rest for the next
+/// open) when the store is closing.
+pub(crate) fn pass(core: &Arc<Core>, background: bool) -> Result<GcReport> {
+    let sh = &core.files;
+    let _run = sh.gc_run.lock();
+    let mut report = GcReport::default();
+    let rows = garbage_rows(core)?;
+    let todo: Vec<GarbageRow> = {
+        let mut pins = sh.pins.lock();
+        rows.into_iter()
+            .filter(|r| {
+                if pins.counts.contains_key(&r.vid) {
+                    pins.deferred.insert(r.vid);
+                    report.deferred += 1;
+                    false
+                } else {
+                    true
+                }
+            })
+            .collect()
+    };
+    if todo.is_empty() {
+        return Ok(report);
+    }
+    let mut batch = WriteBatch::new();
+    for row in &todo {
+        let end = row.bound.min(u32::MAX as u64 + 1);
+        for idx in 0..end {
+            let ck = layout::chunk_key(row.vid, idx as u32);
+            if !core.contains(&ikey(NS_FILES, &ck)) {
+                continue;
+            }
+            batch.delete_ns(NS_FILES, &ck);
+            report.chunks += 1;
+            if batch.len() >= DELETE_BATCH {
+                core.write_batch(std::mem::take(&mut batch), false)?;
+                if background && core.is_shutdown() {
+                    return Ok(report);
+                }
+            }
+        }
+        report.versions += 1;
+    }
+    core.write_batch(std::mem::take(&mut batch), false)?;
+    // The chunk deletes must be as durable as the row deletes that follow.
+    if report.chunks > 0 {
+        let all: Vec<usize> = (0..core.shards.len()).collect();
+        settle_shards(core, &all, sync_chunks(core))?;
+    }
+    for row in &todo {
+        batch.delete_ns(NS_FILES, &row.key);
+    }
+    core.write_batch(batch, false)?;
+    Ok(report)
+}
+
+/// The live totals, computed from the meta rows on first use (with every key stripe
+/// held, so that no commit or remove runs meanwhile) and kept up to date afterwards.
+pub(crate) fn totals(core: &Arc<Core>) -> Result<Totals> {
+    let sh = &core.files;
+    if let Some(t) = *sh.totals.lock() {
+        return Ok(t);
+    }
+    let _init = sh.totals_init.lock();
+    if let Some(t) = *sh.totals.lock() {
+        return Ok(t);
+    }
+    let stripes: Vec<_> = sh.stripes.iter().map(|s| s.lock()).collect();
+    let mut t = Totals::default();
+    let (lo, hi) = tag_bounds(layout::TAG_META);
+    for r in Iter::new(core.clone(), lo, hi, 2) {
+        let (key, v) = r?;
+        match layout::decode_meta(&v) {
+            Ok(s) => {
+                t.files += 1;
+                t.bytes += s.size;
+                t.chunks += s.chunks;
+            }
+            Err(e) => log::error!(
+                "file store: unreadable metadata of {}: {e}",
+                key.escape_ascii()
+            ),
+        }
+    }
+    *sh.totals.lock() = Some(t);
+    drop(stripes);
+    Ok(t)
+}
+
+/// The background collector: computes the totals, collects what a previous run left,
+/// then collects whenever woken (by removes, overwrites, abandoned writers and readers
+/// letting go of a version) or every [`IDLE`] interval.
+pub(crate) fn gc_loop(core: Arc<Core>) {
+    if let Err(e) = totals(&core) {
+        log::error!("file store: computing totals failed: {e}");
+    }
+    while !core.is_shutdown() {
+        if let Err(e) = pass(&core, true) {
+            log::error!("file store: garbage collection failed: {e}");
+        }
+        core.files.wait_for_gc_work(&core, IDLE);
+    }
+}
