@@ -431,8 +431,17 @@ pub fn read_hint(
     id: u32,
     mut f: impl FnMut(Kind, u64, u32, u32, u32, &[u8]),
 ) -> Result<(u64, u64)> {
-    let b = fsutil::read_file(path)?;
+    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
     let bad = |d: &str| Err(Error::corruption(path, d.to_string()));
+    if len < (HINT_HEADER_LEN + 4) as u64 {
+        return bad("hint file too short");
+    }
+    // SAFETY: hint files are written once, to a temporary name, and renamed into place;
+    // nothing writes to them afterwards. Every access below is bounds-checked.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+    let _ = map.advise(memmap2::Advice::Sequential);
+    let b: &[u8] = &map;
     if b.len() < HINT_HEADER_LEN + 4 {
         return bad("hint file too short");
     }
