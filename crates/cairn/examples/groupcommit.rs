@@ -31,7 +31,10 @@ fn run(threads: usize, secs: f64) -> cairn::Result<f64> {
 }
 
 fn main() -> cairn::Result<()> {
-    let secs: f64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(3.0);
+    let secs: f64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
     let one = run(1, secs)?;
     println!("1 writer:   {one:>9.0} durable puts/s");
     for t in [4, 32] {

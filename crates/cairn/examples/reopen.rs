@@ -6,12 +6,22 @@ use std::time::Instant;
 
 fn main() -> cairn::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let n: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(10_000_000);
+    let n: u64 = args
+        .get(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000_000);
     let vsize: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(100);
-    let dir = args.get(3).cloned().unwrap_or_else(|| "reopen-store".into());
+    let dir = args
+        .get(3)
+        .cloned()
+        .unwrap_or_else(|| "reopen-store".into());
     let t = Instant::now();
     let db = cairn::Db::open(&dir)?;
-    println!("open: {:.3} s, {} keys", t.elapsed().as_secs_f64(), db.stats().total.keys);
+    println!(
+        "open: {:.3} s, {} keys",
+        t.elapsed().as_secs_f64(),
+        db.stats().total.keys
+    );
     if db.stats().total.keys < n {
         let value = vec![0x5au8; vsize];
         let t = Instant::now();

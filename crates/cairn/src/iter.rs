@@ -76,7 +76,12 @@ fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
 impl Iter {
     /// An iterator over the internal keys within `lo..hi`, handing out keys without
     /// their first `strip` bytes.
-    pub(crate) fn new(core: Arc<Core>, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, strip: usize) -> Iter {
+    pub(crate) fn new(
+        core: Arc<Core>,
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+        strip: usize,
+    ) -> Iter {
         let n = core.shards.len();
         let cursors = || {
             (0..n)

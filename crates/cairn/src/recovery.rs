@@ -314,9 +314,7 @@ pub(crate) fn build(
         let (p, k) = (recs[i].prefix, key(&recs[i]));
         let mut first = true;
         let group_start = i;
-        while i < recs.len()
-            && (i == group_start || (recs[i].prefix == p && key(&recs[i]) == k))
-        {
+        while i < recs.len() && (i == group_start || (recs[i].prefix == p && key(&recs[i]) == k)) {
             let r = &recs[i];
             let m = segs
                 .get_mut(&r.loc.seg)

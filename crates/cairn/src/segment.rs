@@ -107,7 +107,11 @@ impl SegmentFile {
     /// compaction output created at sequence 0, so it never takes appends again.
     /// `Ok(None)` means the file is shorter than a header (a crash during creation).
     /// A header that is intact but of another format version is `Error::Format`.
-    pub fn open(path: &Path, shard: u32, id: u32) -> Result<Option<(SegmentFile, u64, Option<String>)>> {
+    pub fn open(
+        path: &Path,
+        shard: u32,
+        id: u32,
+    ) -> Result<Option<(SegmentFile, u64, Option<String>)>> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -361,7 +365,10 @@ pub fn scan(
                     Err(e) => why = e.to_string(),
                 }
             } else {
-                why = format!("record of {} bytes runs past the end of the file", h.record_len());
+                why = format!(
+                    "record of {} bytes runs past the end of the file",
+                    h.record_len()
+                );
             }
         }
         gaps.push(BadSpot {
@@ -386,10 +393,7 @@ pub fn scan(
         offset: *off,
         detail: "record value checksum mismatch".into(),
     });
-    out.tail = gaps
-        .into_iter()
-        .chain(first_held)
-        .min_by_key(|d| d.offset);
+    out.tail = gaps.into_iter().chain(first_held).min_by_key(|d| d.offset);
     Ok(out)
 }
 
@@ -449,20 +453,20 @@ pub fn read_hint(
         return bad("bad hint magic");
     }
     let body = &b[..b.len() - 4];
-    if record::mask(crc32c::crc32c(body)) != u32_at(&b, b.len() - 4) {
+    if record::mask(crc32c::crc32c(body)) != u32_at(b, b.len() - 4) {
         return bad("hint checksum mismatch");
     }
-    if u32_at(&b, 8) != FORMAT_VERSION {
+    if u32_at(b, 8) != FORMAT_VERSION {
         return Err(Error::format(
             path,
-            format!("hint format version {}", u32_at(&b, 8)),
+            format!("hint format version {}", u32_at(b, 8)),
         ));
     }
-    if u32_at(&b, 12) != id {
+    if u32_at(b, 12) != id {
         return bad("hint names another segment");
     }
-    let count = u64_at(&b, 16);
-    let data_len = u64_at(&b, 24);
+    let count = u64_at(b, 16);
+    let data_len = u64_at(b, 24);
     // Validate completely before handing out anything.
     let mut pos = HINT_HEADER_LEN;
     let mut n = 0u64;
