@@ -70,3 +70,11 @@ fn sync_always_many_threads() {
     let db = Db::open(dir.path()).unwrap();
     assert_eq!(db.iter().count(), 1600);
 }
+
+#[test]
+fn db_is_send_sync_clone() {
+    fn assert_traits<T: Send + Sync + Clone + 'static>() {}
+    assert_traits::<Db>();
+    fn assert_send<T: Send>() {}
+    assert_send::<cairn::Iter>();
+}
