@@ -4,8 +4,10 @@
 //! Errors are reported as one `cairn: <error>` line on stderr; the exit statuses are
 //! listed in [`AFTER_HELP`].
 
+mod bench;
 mod demo;
 mod escape;
+mod file;
 mod report;
 
 use std::ffi::{OsStr, OsString};
@@ -110,9 +112,18 @@ enum Command {
     Flush,
     /// Check every record's checksum; exit status 2 if anything is damaged
     Verify,
+    /// Store, read, list, verify and remove files (streamed, chunked, checksummed)
+    #[command(long_about = file::ABOUT)]
+    File(file::FileArgs),
     /// Run a self-checking workload and print timings and statistics
     #[command(long_about = demo::ABOUT)]
     Demo(demo::DemoArgs),
+    /// Benchmark cairn and other engines with the seeds' experiments (see --help)
+    #[command(long_about = bench::ABOUT)]
+    Bench(bench::BenchArgs),
+    /// One suite on one engine, in a child process of `bench`
+    #[command(name = "__bench-child", hide = true)]
+    BenchChild { spec: PathBuf },
 }
 
 /// Options of `scan`.
@@ -199,7 +210,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Compact => compact(dir)?,
         Command::Flush => flush(dir)?,
         Command::Verify => return verify(dir),
+        Command::File(args) => return file::run(dir, &args),
         Command::Demo(args) => return demo::run(dir, &args, &mut stdout()),
+        Command::Bench(args) => return bench::run(&args),
+        Command::BenchChild { spec } => return bench::child(&spec),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,15 +1,25 @@
 //! File-store throughput against the disk's own bandwidth, measured in the same run.
 //!
 //! ```text
-//! cargo run --release -p cairn --example files_bench -- [DIR] [MiB]
+//! cargo run --release -p cairn --example files_bench -- [DIR] [MiB] [ROUNDS]
 //! ```
 //!
-//! DIR (default: a temporary directory under the current one) must be on the disk to
-//! measure; MiB defaults to 512. Steps: `dd`-style sequential write (1 MiB writes, then
-//! fdatasync) and read (after dropping the file's pages from the page cache) of a plain
-//! file; then a file of the same size written to cairn with `SyncPolicy::Never` and with
-//! `SyncPolicy::Always` (durable at commit), read back (warm, and cold after dropping the
-//! store's pages), and removed.
+//! DIR (default: the current directory; a temporary directory is made in it) must be on
+//! the disk to measure; MiB defaults to 512, ROUNDS to 3. Each round measures, one after
+//! the other:
+//!
+//! - the disk, `dd`-style, the better of two ways each: a plain file written with 1 MiB
+//!   writes and `fdatasync`, or with 1 MiB `O_DIRECT` writes; read back with 1 MiB reads
+//!   after its pages were dropped from the page cache, or with 1 MiB `O_DIRECT` reads;
+//! - cairn with `SyncPolicy::Never` and with `SyncPolicy::Always` (durable at commit):
+//!   one file of the same size streamed in through `FileWriter` (1 MiB writes) and
+//!   committed; the store closed and reopened, its pages dropped, the file read back
+//!   cold (1 MiB reads), then warm; then removed (the caller's time), and its chunks
+//!   reclaimed (the background collector's work, run in the foreground here).
+//!
+//! Every figure of every round is printed, then the best and the median per figure and
+//! the ratios to the disk's figures of the same rounds (other load on the machine only
+//! ever makes a figure worse, so the best shows what the code can do).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -60,36 +70,7 @@ impl Read for Source {
     }
 }
 
-/// CPU time (user + system) of this process so far, all threads.
-fn cpu() -> Duration {
-    // SAFETY: getrusage fills the struct it is given.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
-thread_local! {
-    static CPU_MARK: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
-}
-
-/// Starts a timed phase: wall clock now, CPU mark for [`rate`].
-fn start() -> Instant {
-    CPU_MARK.with(|m| m.set(cpu()));
-    Instant::now()
-}
-
-fn rate(bytes: u64, d: Duration) -> String {
-    let used = cpu() - CPU_MARK.with(|m| m.get());
-    format!(
-        "{:7.0} MiB/s ({:.3} s, CPU {:.3} s)",
-        bytes as f64 / MIB as f64 / d.as_secs_f64(),
-        d.as_secs_f64(),
-        used.as_secs_f64()
-    )
-}
-
-/// Drops the page-cache pages of every file under `dir`.
+/// Drops the page-cache pages of every file under `dir` (after syncing them).
 fn drop_cache(dir: &Path) {
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -99,18 +80,155 @@ fn drop_cache(dir: &Path) {
                 stack.push(p);
             } else if let Ok(f) = File::open(&p) {
                 let _ = f.sync_all();
-                // SAFETY: plain syscall on an open descriptor.
+                // SAFETY: an advisory system call on an open descriptor.
                 unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
             }
         }
     }
 }
 
-fn dd(dir: &Path, size: u64) -> (String, String) {
+/// Reads `r` to its end in 1 MiB reads; returns the byte count.
+fn drain(mut r: impl Read) -> u64 {
+    let mut buf = vec![0u8; MIB as usize];
+    let mut n = 0;
+    loop {
+        match r.read(&mut buf).unwrap() {
+            0 => return n,
+            k => n += k as u64,
+        }
+    }
+}
+
+/// One figure: a duration, and the bytes it moved (0 for latencies).
+#[derive(Clone, Copy, Default)]
+struct Fig {
+    secs: f64,
+    bytes: u64,
+}
+
+impl Fig {
+    fn new(d: Duration, bytes: u64) -> Fig {
+        Fig {
+            secs: d.as_secs_f64(),
+            bytes,
+        }
+    }
+
+    fn mib_s(self) -> f64 {
+        self.bytes as f64 / MIB as f64 / self.secs
+    }
+
+    fn show(self) -> String {
+        if self.bytes == 0 {
+            format!("{:9.3} ms", self.secs * 1e3)
+        } else {
+            format!("{:6.0} MiB/s ({:.3} s)", self.mib_s(), self.secs)
+        }
+    }
+}
+
+const NAMES: [&str; 14] = [
+    "disk write (best of 2 ways)",
+    "disk read (best of 2 ways)",
+    "never: write",
+    "never: read (cold)",
+    "never: read (warm)",
+    "never: remove",
+    "never: 64 KiB file, each",
+    "always: write (durable)",
+    "always: of which commit",
+    "always: read (cold)",
+    "always: read (warm)",
+    "always: remove",
+    "always: 64 KiB file, each",
+    "reclaim 1 file (background)",
+];
+
+/// A 4096-aligned buffer of `len` bytes, for `O_DIRECT`.
+struct Aligned {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+impl Aligned {
+    fn new(len: usize) -> Aligned {
+        let layout = std::alloc::Layout::from_size_align(len, 4096).unwrap();
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!ptr.is_null());
+        Aligned { ptr, layout }
+    }
+
+    fn buf(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr` points at `layout.size()` initialised bytes owned by `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
+    }
+}
+
+impl Drop for Aligned {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) };
+    }
+}
+
+/// The disk at its best, for the ratios: the faster of buffered writes + `fdatasync`
+/// and `O_DIRECT` writes (1 MiB), and of buffered cold reads and `O_DIRECT` reads.
+fn disk(dir: &Path, size: u64, out: &mut Vec<Fig>) {
+    let mut figs = Vec::new();
+    dd(dir, size, &mut figs);
+    direct(dir, size, &mut figs);
+    let best = |a: Fig, b: Fig| if a.secs <= b.secs { a } else { b };
+    out.push(best(figs[0], figs[2]));
+    out.push(best(figs[1], figs[3]));
+}
+
+/// `dd oflag=direct` and `iflag=direct` with 1 MiB blocks.
+fn direct(dir: &Path, size: u64, out: &mut Vec<Fig>) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join("direct.bin");
+    let mut src = Source::new(size);
+    let mut a = Aligned::new(MIB as usize);
+    let t = Instant::now();
+    let mut f = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)
+        .unwrap();
+    let mut left = size;
+    while left > 0 {
+        src.read_exact(a.buf()).unwrap();
+        f.write_all(a.buf()).unwrap();
+        left -= MIB;
+    }
+    f.sync_data().unwrap();
+    out.push(Fig::new(t.elapsed(), size));
+    drop(f);
+    let t = Instant::now();
+    let mut f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)
+        .unwrap();
+    let mut n = 0;
+    loop {
+        match f.read(a.buf()).unwrap() {
+            0 => break,
+            k => n += k as u64,
+        }
+    }
+    assert_eq!(n, size);
+    out.push(Fig::new(t.elapsed(), size));
+    fs::remove_file(&path).unwrap();
+}
+
+fn dd(dir: &Path, size: u64, out: &mut Vec<Fig>) {
     let path = dir.join("dd.bin");
     let mut src = Source::new(size);
     let mut buf = vec![0u8; MIB as usize];
-    let t = start();
+    let t = Instant::now();
     let mut f = OpenOptions::new()
         .create(true)
         .write(true)
@@ -124,90 +242,127 @@ fn dd(dir: &Path, size: u64) -> (String, String) {
         left -= MIB;
     }
     f.sync_data().unwrap();
-    let w = rate(size, t.elapsed());
+    out.push(Fig::new(t.elapsed(), size));
     drop(f);
     drop_cache(dir);
-    let t = start();
-    let mut f = File::open(&path).unwrap();
-    while f.read(&mut buf).unwrap() > 0 {}
-    let r = rate(size, t.elapsed());
+    let t = Instant::now();
+    assert_eq!(drain(File::open(&path).unwrap()), size);
+    out.push(Fig::new(t.elapsed(), size));
     fs::remove_file(&path).unwrap();
-    (w, r)
 }
+
+fn cairn_round(dir: &Path, policy: SyncPolicy, size: u64, out: &mut Vec<Fig>) -> Fig {
+    let db = Options::new().sync(policy).open(dir).unwrap();
+    let files = db.files();
+    files.put("warm-up", vec![1u8; 4 << 20]).unwrap();
+    let t = Instant::now();
+    let mut w = files.create("big").unwrap();
+    let mut src = Source::new(size);
+    let mut buf = vec![0u8; MIB as usize];
+    loop {
+        let n = src.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        w.write_all(&buf[..n]).unwrap();
+    }
+    let streamed = t.elapsed();
+    let stat = w.commit().unwrap();
+    let took = t.elapsed();
+    assert_eq!(stat.size, size);
+    out.push(Fig::new(took, size));
+    if policy == SyncPolicy::Always {
+        out.push(Fig::new(took - streamed, 0));
+    }
+    // Cold: closed, reopened (open scans segments that have no hint file yet, which
+    // caches them), and then dropped from the page cache.
+    drop(files);
+    drop(db);
+    let db = Options::new().sync(policy).open(dir).unwrap();
+    let files = db.files();
+    drop_cache(dir);
+    for _ in ["cold", "warm"] {
+        let t = Instant::now();
+        assert_eq!(drain(files.open("big").unwrap().unwrap()), size);
+        out.push(Fig::new(t.elapsed(), size));
+    }
+    let t = Instant::now();
+    assert!(files.remove("big").unwrap());
+    out.push(Fig::new(t.elapsed(), 0));
+    // The background collector may already be at it; wait for it to be done.
+    let t = Instant::now();
+    files.collect_garbage().unwrap();
+    let reclaim = Fig::new(t.elapsed(), 0);
+    assert_eq!(db.stats().files.pending_gc, 0);
+    // Small files, one writer: the time per file.
+    let data = vec![7u8; SMALL_FILE];
+    let t = Instant::now();
+    for i in 0..SMALL_FILES {
+        files.put(format!("small/{i}"), &data).unwrap();
+    }
+    out.push(Fig::new(t.elapsed() / SMALL_FILES, 0));
+    reclaim
+}
+
+/// Small files written per round and policy, and their size.
+const SMALL_FILES: u32 = 500;
+const SMALL_FILE: usize = 64 << 10;
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let base: PathBuf = args.next().map(PathBuf::from).unwrap_or_else(|| ".".into());
     let mib: u64 = args.next().map(|s| s.parse().unwrap()).unwrap_or(512);
+    let rounds: usize = args.next().map(|s| s.parse().unwrap()).unwrap_or(3);
     let size = mib * MIB;
     let tmp = tempfile::tempdir_in(&base).unwrap();
-    println!("file store bench: {mib} MiB in {}", tmp.path().display());
-
-    let (w, r) = dd(tmp.path(), size);
-    println!("disk  write 1 MiB blocks + fdatasync: {w}");
-    println!("disk  read (cold):                    {r}");
-
-    for (name, policy) in [("never", SyncPolicy::Never), ("always", SyncPolicy::Always)] {
-        let dir = tmp.path().join(name);
-        let db = Options::new().sync(policy).open(&dir).unwrap();
-        let files = db.files();
-        files.put("warm-up", vec![1u8; 4 << 20]).unwrap();
-        let t = start();
-        let mut w = files.create("big").unwrap();
-        let mut src = Source::new(size);
-        let mut buf = vec![0u8; MIB as usize];
-        loop {
-            let n = src.read(&mut buf).unwrap();
-            if n == 0 {
-                break;
-            }
-            w.write_all(&buf[..n]).unwrap();
+    println!(
+        "file store bench: a {mib} MiB file, {rounds} round(s), in {}",
+        tmp.path().display()
+    );
+    let mut all: Vec<Vec<Fig>> = Vec::new();
+    for round in 0..rounds {
+        let mut figs = Vec::new();
+        disk(tmp.path(), size, &mut figs);
+        let mut reclaim = Fig::default();
+        for (name, policy) in [("never", SyncPolicy::Never), ("always", SyncPolicy::Always)] {
+            let dir = tmp.path().join(format!("{name}-{round}"));
+            reclaim = cairn_round(&dir, policy, size, &mut figs);
+            fs::remove_dir_all(&dir).unwrap();
         }
-        let streamed = t.elapsed();
-        let stat = w.commit().unwrap();
-        let wt = t.elapsed();
-        assert_eq!(stat.size, size);
-        println!(
-            "cairn write, sync {name:6}:             {} (commit {:.3} s)",
-            rate(size, wt),
-            (wt - streamed).as_secs_f64()
-        );
-        // Cold: closed, reopened (open scans segments without hint files, which
-        // caches them), then dropped from the page cache.
-        drop(files);
-        drop(db);
-        let db = Options::new().sync(policy).open(&dir).unwrap();
-        let files = db.files();
-        drop_cache(&dir);
-        for temp in ["cold", "warm"] {
-            let t = start();
-            let mut rd = files.open("big").unwrap().unwrap();
-            let mut n = 0;
-            loop {
-                let k = rd.read(&mut buf).unwrap();
-                if k == 0 {
-                    break;
-                }
-                n += k as u64;
-            }
-            assert_eq!(n, size);
-            println!(
-                "cairn read ({temp}):                    {}",
-                rate(size, t.elapsed())
-            );
+        figs.push(reclaim);
+        println!("round {round}:");
+        for (n, f) in NAMES.iter().zip(&figs) {
+            println!("  {n:28} {}", f.show());
         }
-        let t = start();
-        assert!(files.remove("big").unwrap());
+        all.push(figs);
+    }
+    // Best (shortest time) and median per figure.
+    let pick = |i: usize, median: bool| -> Fig {
+        let mut v: Vec<Fig> = all.iter().map(|r| r[i]).collect();
+        v.sort_by(|a, b| a.secs.total_cmp(&b.secs));
+        if median {
+            v[v.len() / 2]
+        } else {
+            v[0]
+        }
+    };
+    println!("summary (best / median of {rounds}):");
+    for (i, n) in NAMES.iter().enumerate() {
         println!(
-            "cairn remove:                         {:.3} ms",
-            t.elapsed().as_secs_f64() * 1e3
+            "  {n:28} {} / {}",
+            pick(i, false).show(),
+            pick(i, true).show()
         );
-        let t = start();
-        let gc = files.collect_garbage().unwrap();
+    }
+    for median in [false, true] {
+        let (dw, dr) = (pick(0, median), pick(1, median));
         println!(
-            "cairn reclaim (background work):      {:.1} ms, {} chunks",
-            t.elapsed().as_secs_f64() * 1e3,
-            gc.chunks
+            "ratios to the disk ({}): never write {:.0}%, always write {:.0}%, never read cold {:.0}%, always read cold {:.0}%",
+            if median { "medians" } else { "bests" },
+            100.0 * pick(2, median).mib_s() / dw.mib_s(),
+            100.0 * pick(7, median).mib_s() / dw.mib_s(),
+            100.0 * pick(3, median).mib_s() / dr.mib_s(),
+            100.0 * pick(9, median).mib_s() / dr.mib_s(),
         );
     }
 }

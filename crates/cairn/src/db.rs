@@ -41,7 +41,11 @@ pub(crate) fn ikey(ns: u8, key: &[u8]) -> Vec<u8> {
 }
 
 /// Internal bounds covering the user bounds `lo..hi` within namespace `ns`.
-pub(crate) fn ns_bounds(ns: u8, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+pub(crate) fn ns_bounds(
+    ns: u8,
+    lo: Bound<&[u8]>,
+    hi: Bound<&[u8]>,
+) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
     let lo = match lo {
         Bound::Included(k) => Bound::Included(ikey(ns, k)),
         Bound::Excluded(k) => Bound::Excluded(ikey(ns, k)),
@@ -167,6 +171,19 @@ impl Core {
         Ok(())
     }
 
+    /// A clean close: everything durable, a hint file for every active segment (so the
+    /// next open reads no data), and the batch watermark recorded.
+    fn close(&self) -> Result<()> {
+        if self.failure().is_some() {
+            return Ok(());
+        }
+        self.flush()?;
+        for s in &self.shards {
+            s.hint_active(self)?;
+        }
+        self.persist_watermark(self.durable_seq())
+    }
+
     /// Ensures `SEQSTATE` records a watermark of at least `seq`, flushing first if the
     /// in-memory watermark is behind. Compaction calls this before it may drop or
     /// rewrite any record up to `seq`.
@@ -188,6 +205,48 @@ impl Core {
     /// Reads the value of an internal key.
     pub fn get(&self, ikey: &[u8]) -> Result<Option<Value>> {
         self.shards[self.shard_of(ikey)].get(ikey)
+    }
+
+    /// Asks the kernel to start reading the record of an internal key into the page
+    /// cache, without waiting (a no-op if the key is absent or its record is still in
+    /// memory). Lets a streaming reader (the file store) keep several reads in flight.
+    pub fn prefetch(&self, ikey: &[u8]) {
+        let src = {
+            let st = self.shards[self.shard_of(ikey)].state.read();
+            st.index
+                .get(ikey)
+                .and_then(|loc| st.source(loc).ok().map(|s| (loc, s)))
+        };
+        if let Some((loc, crate::shard::Source::File(f))) = src {
+            use std::os::unix::io::AsRawFd;
+            // SAFETY: an advisory system call on a descriptor that `f` keeps open.
+            unsafe {
+                libc::posix_fadvise(
+                    f.file.as_raw_fd(),
+                    loc.off as libc::off_t,
+                    loc.len as libc::off_t,
+                    libc::POSIX_FADV_WILLNEED,
+                );
+            }
+        }
+    }
+
+    /// Starts writing shard `shard`'s written-but-unsynced data of its active segment
+    /// to disk without waiting (`sync_file_range(SYNC_FILE_RANGE_WRITE)`), so that a
+    /// later sync finds less to do. A streaming writer (the file store) calls this as it
+    /// goes, so that the sync at its commit overlaps with the streaming.
+    pub fn start_writeback(&self, shard: usize) {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::io::AsRawFd;
+            let file = self.shards[shard].state.read().active.file.clone();
+            // SAFETY: an advisory system call on a descriptor that `file` keeps open.
+            unsafe {
+                libc::sync_file_range(file.file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = shard;
     }
 
     /// Whether an internal key has a value.
@@ -545,10 +604,11 @@ fn open_core(dir: &Path, opts: Options) -> Result<Core> {
         damage.extend(l.damage.iter().cloned());
     }
     // Phase 3: rebuild each shard's index in parallel.
+    let segment_size = opts.segment_size;
     let built = par_map(loaded, |l| {
         let (id, sdir) = (l.shard, l.dir.clone());
         let fs = &fs;
-        recovery::build(l, &aborted, |seg| {
+        recovery::build(l, &aborted, fs, segment_size, |seg| {
             SegmentFile::create(fs, &sdir, id, seg, SegKind::Data, next_seq)
         })
     })?;
@@ -650,8 +710,8 @@ impl Drop for Handle {
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }
-        if let Err(e) = self.core.flush() {
-            log::error!("flush at close failed: {e}");
+        if let Err(e) = self.core.close() {
+            log::error!("closing the store failed: {e}");
         }
     }
 }
@@ -837,7 +897,14 @@ impl Db {
             s.rotate_if_stale(c, c.opts.compaction_threshold)?;
         }
         c.seal_queued()?;
-        while crate::compaction::compact_one(c, true)? {}
+        // Bounded by the segments that exist now, so that it returns even while writers
+        // keep producing stale segments.
+        let budget: usize = c.shards.iter().map(|s| s.state.read().segs.len()).sum();
+        for _ in 0..budget {
+            if !crate::compaction::compact_one(c, true)? {
+                break;
+            }
+        }
         Ok(())
     }
 

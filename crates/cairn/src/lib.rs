@@ -21,6 +21,9 @@
 //! # Ok::<(), cairn::Error>(())
 //! ```
 //!
+//! [`Db::files`] is a file store on top of it: values of any size streamed in chunks
+//! over all shards, committed atomically, read with range reads ([`files`]).
+//!
 //! See DESIGN.md for how it works and FORMAT.md for the bytes on disk.
 
 #![deny(missing_docs)]

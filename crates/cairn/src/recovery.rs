@@ -285,6 +285,8 @@ pub(crate) struct Built {
 pub(crate) fn build(
     mut l: Loaded,
     aborted: &HashSet<u64>,
+    fs: &Fs,
+    segment_size: u64,
     new_active: impl FnOnce(u32) -> Result<SegmentFile>,
 ) -> Result<Built> {
     let arena = std::mem::take(&mut l.arena);
@@ -339,16 +341,23 @@ pub(crate) fn build(
     }
     let index = Index::from_sorted(winners);
     drop(recs);
-    // The newest data segment keeps taking appends unless it was sealed.
+    // The newest data segment keeps taking appends unless it is full. A clean close
+    // leaves a hint for it (so this open did not read its data); the hint goes now,
+    // since the segment grows again.
     let newest_data = segs
         .iter()
         .rev()
         .find(|(_, m)| m.file.kind == SegKind::Data)
-        .map(|(&id, m)| (id, m.sealed));
+        .map(|(&id, m)| (id, m.sealed, m.size));
     let mut next_seg = l.next_seg;
     let active = match newest_data {
-        Some((id, false)) => {
-            let m = &segs[&id];
+        Some((id, sealed, size)) if !sealed || size < segment_size => {
+            let m = segs.get_mut(&id).expect("segment listed above");
+            if sealed {
+                fs.remove(&segment::hint_path(&l.dir, id))?;
+                m.sealed = false;
+                m.hint_size = 0;
+            }
             Active::new(m.file.clone(), m.size)
         }
         _ => {

@@ -163,19 +163,15 @@ impl SegmentFile {
         )))
     }
 
-    /// Reads `len` bytes at `off`: a copy from the map of a sealed segment, else `pread`.
+    /// Reads `len` bytes at `off`: a copy from the map of a sealed segment when it covers
+    /// them, else `pread`.
     pub fn read_at(&self, off: u64, len: usize) -> Result<Vec<u8>> {
-        if let Some(m) = self.map.get() {
-            let range = off as usize..off as usize + len;
-            return match m.get(range) {
-                Some(b) => Ok(b.to_vec()),
-                None => Err(Error::corruption(
-                    &self.path,
-                    format!(
-                        "record at offset {off} of {len} bytes lies past the end of the segment"
-                    ),
-                )),
-            };
+        if let Some(b) = self
+            .map
+            .get()
+            .and_then(|m| m.get(off as usize..off as usize + len))
+        {
+            return Ok(b.to_vec());
         }
         fsutil::read_exact_at(&self.file, &self.path, off, len)
     }

@@ -487,6 +487,38 @@ impl Shard {
         Ok(())
     }
 
+    /// Writes a hint file for the active segment at a clean close, so the next open
+    /// loads its entries without reading its data. The next open removes the hint again
+    /// before appending.
+    pub fn hint_active(&self, core: &Core) -> Result<()> {
+        let mut io = self.io.lock();
+        self.flush_locked(core, &mut io, true, false)?;
+        let (file, len) = {
+            let st = self.state.read();
+            (st.active.file.clone(), st.active.buf_start)
+        };
+        if len <= SEG_HEADER_LEN {
+            return Ok(());
+        }
+        let mut entries = Vec::new();
+        let outcome = segment::scan(&file, len, |off, rec, _intact| {
+            entries.push(Entry {
+                kind: rec.header.kind,
+                seq: rec.header.seq,
+                batch_total: rec.header.batch_total,
+                off: off as u32,
+                len: rec.header.record_len() as u32,
+                key: rec.key.to_vec(),
+            });
+            Ok(())
+        })?;
+        if outcome.valid_end == len {
+            let n = segment::write_hint(&core.fs, &self.dir, file.id, len, &entries)?;
+            self.note_write(n);
+        }
+        Ok(())
+    }
+
     /// Seals a rotated-out segment: syncs it, writes its hint file, and makes it eligible
     /// for compaction.
     pub fn seal(&self, core: &Core, seg: u32) -> Result<()> {

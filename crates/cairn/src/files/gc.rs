@@ -63,7 +63,12 @@ pub(crate) fn pass(core: &Arc<Core>, background: bool) -> Result<GcReport> {
                     report.deferred += 1;
                     false
                 } else {
-                    true
+                    // The listing may be stale: an intent row listed while its writer
+                    // was committing is gone now (the commit deletes it before the
+                    // writer lets go of its pin), and its version is live. A row that
+                    // exists while its version is unpinned stays garbage: no writer
+                    // owns it and no reader can reach it.
+                    core.contains(&ikey(NS_FILES, &r.key))
                 }
             })
             .collect()

@@ -71,9 +71,9 @@ pub const MAX_CHUNK_SIZE: u64 = 64 << 20;
 /// row tag in front).
 pub const MAX_FILE_KEY_LEN: usize = MAX_KEY_LEN - 1;
 
-/// Files up to this many bytes (or one chunk, if chunks are larger) are written in one
-/// batch with their metadata at commit: no intent row, no extra sync, nothing to reclaim
-/// if the writer is abandoned.
+/// Files up to this many bytes (or one chunk, if chunks are larger) are held in memory
+/// until commit and then stored in one batch with their intent row: no separate sync for
+/// the intent row, and nothing to reclaim if the writer is abandoned.
 const SMALL_FILE_BYTES: u64 = 1 << 20;
 /// Number of key stripes serialising commits, removes and opens of one key.
 const STRIPES: usize = 64;

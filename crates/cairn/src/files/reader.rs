@@ -23,7 +23,14 @@ pub struct FileReader {
     pos: u64,
     /// The chunk read last, with its index.
     cur: Option<(u64, Value)>,
+    /// Chunks below this index have been prefetched.
+    prefetched: u64,
 }
+
+/// Bytes a sequential reader asks the kernel to read ahead of it.
+const READ_AHEAD_BYTES: u64 = 4 << 20;
+/// At most this many chunks are read ahead.
+const READ_AHEAD_MAX_CHUNKS: u64 = 64;
 
 impl std::fmt::Debug for FileReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -45,6 +52,7 @@ impl FileReader {
             stat,
             pos: 0,
             cur: None,
+            prefetched: 0,
         }
     }
 
@@ -100,6 +108,26 @@ impl FileReader {
         Ok(v)
     }
 
+    /// Has the kernel start reading the chunks after `from`, up to the read-ahead
+    /// window, so that a sequential reader keeps several disk reads in flight.
+    fn read_ahead(&mut self, from: u64) {
+        let window = (READ_AHEAD_BYTES / self.stat.chunk_size).clamp(1, READ_AHEAD_MAX_CHUNKS);
+        let end = (from + window).min(self.stat.chunks);
+        let start = self.prefetched.max(from);
+        // Top up in steps of a quarter window, not one chunk at a time.
+        if start >= end || (end - start < (window / 4).max(1) && end < self.stat.chunks) {
+            return;
+        }
+        let core = self.store.core();
+        for idx in start..end {
+            core.prefetch(&ikey(
+                NS_FILES,
+                &layout::chunk_key(self.stat.version, idx as u32),
+            ));
+        }
+        self.prefetched = end;
+    }
+
     /// Reads into `buf` from the current position, as many bytes as fit and the file
     /// has.
     fn read_some(&mut self, buf: &mut [u8]) -> Result<usize> {
@@ -108,6 +136,10 @@ impl FileReader {
         while done < buf.len() && self.pos < self.stat.size {
             let idx = self.pos / cs;
             if self.cur.as_ref().is_none_or(|(i, _)| *i != idx) {
+                let sequential = self.cur.as_ref().map_or(idx == 0, |(i, _)| *i + 1 == idx);
+                if sequential {
+                    self.read_ahead(idx + 1);
+                }
                 self.cur = None;
                 let v = self.load_chunk(idx)?;
                 self.cur = Some((idx, v));

@@ -12,15 +12,19 @@ use super::{
 
 /// The first bound recorded in an intent row; each later one doubles it.
 const FIRST_BOUND: u64 = 64;
+/// Unless the policy is `Never`, a streaming writer starts the disk writes of what it
+/// stored every this many bytes, so that its commit's sync has only the tail to wait for.
+const WRITEBACK_EVERY: u64 = 16 << 20;
 
 /// A file being written, from [`FileStore::create`]. Implements [`std::io::Write`];
 /// [`FileWriter::commit`] makes the whole file visible at once, replacing any previous
 /// version of the key. Dropping it without committing discards it.
 ///
-/// Memory use is one chunk (plus, for files of at most 1 MiB, the file itself, which
-/// is then written in a single batch with its metadata). Larger files are streamed to
-/// the store chunk by chunk; an intent row, made durable before the first of their
-/// chunks is stored, lets a crash's leftovers be found and reclaimed.
+/// Memory use is one chunk, plus, while the file is at most 1 MiB, the file itself: a
+/// small file is stored at commit in one batch together with its intent row. A larger
+/// file is streamed to the store chunk by chunk after its intent row was made durable.
+/// Either way the intent row names every chunk that may have been stored, so a crash's
+/// leftovers are found and reclaimed without any scan.
 ///
 /// A `write` that fails (for example with `StorageFull`, as an `io::Error` of kind
 /// `StorageFull` wrapping the [`Error`]) poisons the writer: it can no longer commit.
@@ -45,6 +49,8 @@ pub struct FileWriter {
     size: u64,
     /// Shards holding stored chunks not yet settled.
     touched: Vec<bool>,
+    /// Bytes stored since the last `start_writeback`.
+    unflushed: u64,
     failed: Option<String>,
     committed: bool,
 }
@@ -85,6 +91,7 @@ impl FileWriter {
             hasher: blake3::Hasher::new(),
             size: 0,
             touched: vec![false; shards],
+            unflushed: 0,
             failed: None,
             committed: false,
             store,
@@ -205,6 +212,13 @@ impl FileWriter {
         let k = ikey(NS_FILES, &layout::chunk_key(self.vid, idx as u32));
         core.put(&k, data, false)?;
         self.touched[core.shard_of(&k)] = true;
+        self.unflushed += data.len() as u64;
+        if self.unflushed >= WRITEBACK_EVERY && sync_chunks(core) {
+            self.unflushed = 0;
+            for s in (0..self.touched.len()).filter(|&s| self.touched[s]) {
+                core.start_writeback(s);
+            }
+        }
         Ok(())
     }
 
@@ -227,20 +241,12 @@ impl FileWriter {
         Ok(())
     }
 
-    /// Stores the last partial chunk and makes every stored chunk reach the OS (and
-    /// stable storage unless the policy is `Never`). Returns the new version's stat.
-    fn finish(&mut self) -> Result<FileStat> {
+    /// Takes the last partial chunk and returns the new version's stat (its content
+    /// hash complete). Nothing more is stored yet.
+    fn seal(&mut self) -> Result<FileStat> {
         self.check_ok()?;
         if self.filled > 0 {
             let r = self.push_chunk();
-            self.poison(r)?;
-        }
-        if self.bound > 0 {
-            let core = self.store.core();
-            let shards: Vec<usize> = (0..self.touched.len())
-                .filter(|&s| self.touched[s])
-                .collect();
-            let r = settle_shards(core, &shards, sync_chunks(core));
             self.poison(r)?;
         }
         self.store.ensure_settings()?;
@@ -252,6 +258,50 @@ impl FileWriter {
             created: SystemTime::now(),
             version: self.vid,
         })
+    }
+
+    /// Stores the chunks still held in memory (a small file) in one batch together with
+    /// their intent row, then makes every stored chunk reach the OS (and stable storage
+    /// unless the policy is `Never`), so that the commit record can never be durable
+    /// before the chunks it names.
+    ///
+    /// The chunks of a small file are not put in the commit batch itself: damage to one
+    /// of them would then make recovery drop the whole batch, metadata included, and the
+    /// file would vanish instead of failing its reads.
+    fn store_and_settle(&mut self) -> Result<()> {
+        if self.bound == 0 && !self.held.is_empty() {
+            let core = self.store.core();
+            let bound = self.held.len() as u64;
+            let key = self.key.as_deref().unwrap_or_default();
+            let mut b = WriteBatch::new();
+            let ik = layout::intent_key(self.vid);
+            // Every shard of this batch is settled before the commit batch is written:
+            // recovery drops a batch with any record missing, chunks included.
+            self.touched[core.shard_of(&ikey(NS_FILES, &ik))] = true;
+            b.put_ns(
+                NS_FILES,
+                &ik,
+                &layout::encode_intent(bound, self.started, key),
+            );
+            for (i, c) in self.held.iter().enumerate() {
+                let ck = layout::chunk_key(self.vid, i as u32);
+                self.touched[core.shard_of(&ikey(NS_FILES, &ck))] = true;
+                b.put_ns(NS_FILES, &ck, c);
+            }
+            let r = core.write_batch(b, false);
+            self.poison(r)?;
+            self.bound = bound;
+            self.held = Vec::new();
+        }
+        if self.bound > 0 {
+            let core = self.store.core();
+            let shards: Vec<usize> = (0..self.touched.len())
+                .filter(|&s| self.touched[s])
+                .collect();
+            let r = settle_shards(core, &shards, sync_chunks(core));
+            self.poison(r)?;
+        }
+        Ok(())
     }
 
     /// Makes the file visible under `key`, atomically replacing any previous version.
@@ -311,15 +361,23 @@ impl FileWriter {
             .key
             .clone()
             .ok_or_else(|| Error::InvalidArgument("writer has no key".into()))?;
-        let stat = self.finish()?;
+        let stat = self.seal()?;
+        self.store_and_settle()?;
         self.publish(&key, stat, false)
     }
 
     /// Commits under the content's hex hash (`put_content`), keeping an identical file
     /// that is already there.
     pub(crate) fn commit_content(mut self) -> Result<String> {
-        let stat = self.finish()?;
+        let stat = self.seal()?;
         let key = stat.hash_hex();
+        let same = |o: &FileStat| o.hash == stat.hash && o.size == stat.size;
+        if self.store.meta(key.as_bytes())?.is_some_and(|o| same(&o)) {
+            // Stored already: nothing of this copy needs to be (what was streamed is
+            // reclaimed, see Drop).
+            return Ok(key);
+        }
+        self.store_and_settle()?;
         self.publish(key.as_bytes(), stat, true)?;
         Ok(key)
     }

@@ -1,0 +1,191 @@
+//! The HaloDB suite (seed 004): 8-byte keys, 1 KiB values, N records: fill sequential,
+//! fill random, random reads with T and with 32 threads, random updates, and reads by T
+//! threads while one thread updates.
+
+use std::fs;
+
+use anyhow::{ensure, Result};
+
+use super::measure::{self, mix64, Group, Kind, Permutation, Phase, Worker};
+use super::{Config, Ctx, SuiteDef};
+
+/// The suite, as the runner knows it.
+pub static SUITE: SuiteDef = SuiteDef {
+    name: "halodb",
+    title: "HaloDB suite (seed 004)",
+    per_engine: true,
+    steps,
+    run,
+};
+
+/// Bytes of a key.
+pub const KEY_SIZE: u64 = 8;
+
+fn steps(_: &Config) -> u64 {
+    6
+}
+
+/// The key of record `i`: its number, big-endian, so that sequential numbers are sorted.
+fn key(i: u64) -> [u8; 8] {
+    i.to_be_bytes()
+}
+
+/// Values of a fixed size, cut from a random buffer at places that depend on the record
+/// and its version, so that they differ without costing time to make.
+pub struct Values {
+    buf: Vec<u8>,
+    size: usize,
+}
+
+impl Values {
+    /// Values of `size` bytes.
+    pub fn new(size: usize, seed: u64) -> Values {
+        let mut rng = measure::Rng::new(seed);
+        let buf = (0..(1 << 20) + size)
+            .map(|_| rng.next_u64() as u8)
+            .collect();
+        Values { buf, size }
+    }
+
+    /// The value of record `i` at `version`.
+    pub fn get(&self, i: u64, version: u64) -> &[u8] {
+        let off = (mix64(i ^ version.rotate_left(40)) % (1 << 20)) as usize;
+        &self.buf[off..off + self.size]
+    }
+}
+
+fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
+    let cfg = ctx.config;
+    let n = cfg.records;
+    ensure!(n > 0, "--records must be positive");
+    let vsize = cfg.value_size;
+    let rec = KEY_SIZE + vsize as u64;
+    let values = Values::new(vsize, cfg.seed);
+    let mut out = Vec::new();
+
+    // 1. Fill sequential, into a store of its own.
+    let dir = ctx.dir.join("fill-sequential");
+    let db = ctx.open(&dir)?;
+    let fill_seq = |w: &mut Worker| -> Result<u64> {
+        let i = w.global();
+        db.put(&key(i), values.get(i, 0))?;
+        Ok(rec)
+    };
+    let mut p = one(ctx.run(&[Group {
+        test: "fill_sequential".into(),
+        title: "fill sequential".into(),
+        kind: Kind::Write,
+        threads: 1,
+        ops: Some(n),
+        op: &fill_seq,
+    }])?);
+    measure::after_write(&mut p, || db.flush(), &dir, n * rec, n * rec)?;
+    let (db, secs) = ctx.reopen(db, &dir)?;
+    p.reopen_secs = Some(secs);
+    db.close()?;
+    fs::remove_dir_all(&dir)?;
+    out.push(p);
+    ctx.progress("fill sequential");
+
+    // 2. Fill random: the same records in a random order; the rest of the suite uses it.
+    let dir = ctx.dir.join("fill-random");
+    let db = ctx.open(&dir)?;
+    let order = Permutation::new(n, cfg.seed);
+    let fill_random = |w: &mut Worker| -> Result<u64> {
+        let i = order.at(w.global());
+        db.put(&key(i), values.get(i, 0))?;
+        Ok(rec)
+    };
+    let mut p = one(ctx.run(&[Group {
+        test: "fill_random".into(),
+        title: "fill random".into(),
+        kind: Kind::Write,
+        threads: 1,
+        ops: Some(n),
+        op: &fill_random,
+    }])?);
+    measure::after_write(&mut p, || db.flush(), &dir, n * rec, n * rec)?;
+    let (db, secs) = ctx.reopen(db, &dir)?;
+    p.reopen_secs = Some(secs);
+    out.push(p);
+    ctx.progress("fill random");
+
+    // 3 and 4. Random reads with T threads, then with 32.
+    let read = |w: &mut Worker| -> Result<u64> {
+        let k = key(w.rng.below(n));
+        if !db.get(&k, &mut w.buf)? {
+            return Err(measure::missing(&k));
+        }
+        ensure!(w.buf.len() == vsize, "value of {k:02x?} has the wrong size");
+        Ok(KEY_SIZE + w.buf.len() as u64)
+    };
+    for threads in [cfg.threads, cfg.many_threads] {
+        let mut p = one(ctx.run(&[Group {
+            test: format!("random_read_{threads}"),
+            title: format!("random read, {threads} threads"),
+            kind: Kind::Read,
+            threads,
+            ops: Some(n),
+            op: &read,
+        }])?);
+        p.write_bytes = None;
+        out.push(p);
+        ctx.progress(&format!("random read, {threads} threads"));
+    }
+
+    // 5. Random updates.
+    let update = |w: &mut Worker| -> Result<u64> {
+        let i = w.rng.below(n);
+        db.put(&key(i), values.get(i, 1 + w.index))?;
+        Ok(rec)
+    };
+    let mut p = one(ctx.run(&[Group {
+        test: "random_update".into(),
+        title: "random update".into(),
+        kind: Kind::Write,
+        threads: 1,
+        ops: Some(n),
+        op: &update,
+    }])?);
+    measure::after_write(&mut p, || db.flush(), &dir, n * rec, n * rec)?;
+    out.push(p);
+    ctx.progress("random update");
+
+    // 6. T threads read while one thread updates, until the readers are done.
+    let background_update = |w: &mut Worker| -> Result<u64> {
+        let i = w.rng.below(n);
+        db.put(&key(i), values.get(i, 1 << 40 | w.index))?;
+        Ok(rec)
+    };
+    let mut phases = ctx.run(&[
+        Group {
+            test: "read_while_writing.reads".into(),
+            title: format!("read while writing: reads, {} threads", cfg.threads),
+            kind: Kind::Read,
+            threads: cfg.threads,
+            ops: Some(n),
+            op: &read,
+        },
+        Group {
+            test: "read_while_writing.writes".into(),
+            title: "read while writing: writes, 1 thread".into(),
+            kind: Kind::Write,
+            threads: 1,
+            ops: None,
+            op: &background_update,
+        },
+    ])?;
+    let written = phases[1].bytes;
+    measure::after_write(&mut phases[1], || db.flush(), &dir, written, n * rec)?;
+    phases[0].write_bytes = None;
+    out.extend(phases);
+    ctx.progress("read while writing");
+    db.close()?;
+    fs::remove_dir_all(&dir)?;
+    Ok(out)
+}
+
+/// The only phase of a one-group run.
+pub fn one(mut phases: Vec<Phase>) -> Phase {
+    phases.remove(0)
+}

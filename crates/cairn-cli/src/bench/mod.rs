@@ -1,0 +1,650 @@
+//! `cairn bench`: the seeds' experiments, run on cairn and on the engines people pick
+//! instead, with identical settings, in one run; results as JSON, a Markdown table and
+//! PNG plots.
+//!
+//! Layout: [`engine`] is the one trait every engine implements and [`engines`] holds one
+//! adapter file per engine; each workload suite is one file ([`halodb`], [`mmcmap`],
+//! [`disk`]) exposing a [`SuiteDef`]; [`measure`] runs and measures threads of
+//! operations; [`table`] and [`plot`] render the results.
+//!
+//! Every (suite, engine) pair runs in a child process of its own (`cairn __bench-child`),
+//! so that peak memory and crashes are per engine; the child reports progress on stderr
+//! and writes its results to a JSON file that the parent collects.
+
+mod disk;
+mod engine;
+mod engines;
+mod halodb;
+mod measure;
+mod mmcmap;
+mod plot;
+mod table;
+
+use std::collections::VecDeque;
+use std::fs;
+use std::io::{self, BufRead, BufReader, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+
+use self::engine::{Engine, EngineSpec, Settings};
+use self::measure::{Group, Phase};
+
+/// Long description of `bench`.
+pub const ABOUT: &str = "\
+Benchmark cairn against other engines with the seeds' experiments, each engine in a
+child process of its own, and write results.json, results.md and plots/*.png to --out.
+
+Suites (--suites): halodb (seed 004: 8-byte keys, 1 KiB values, --records N: fill
+sequential, fill random, random read with --threads T and with 32 threads, random
+update, read while writing; `--records 30000000`, about 31 GB, exceeds this machine's
+24 GiB of memory so that reads hit the disk), mmcmap (seed 003: 32-byte a-z keys equal to values, written,
+read and deleted concurrently at 100k, 1M, 2M and 4M pairs; then 80% reads / 20% writes
+over 1M pairs), disk (the disk's sequential bandwidth and fsync latency, with fio when
+installed).
+
+Peers (RocksDB, LevelDB, LMDB, sled, fjall, redb) exist only in a build with
+`--features peers` (scripts/install-bench-deps.sh installs the libraries they need):
+  cargo run --release -p cairn-cli --features peers -- bench --quick
+
+Every engine gets the same durability (no fsync on the write path; --sync: every write
+durable), compression off, and otherwise its recommended settings; the report lists every
+setting that differs from an engine's defaults.";
+
+/// Options of `bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Small sizes that finish in about a minute with every engine
+    #[arg(long, conflicts_with = "smoke")]
+    quick: bool,
+    /// Tiny sizes, cairn only unless --engines says otherwise (what CI runs)
+    #[arg(long)]
+    smoke: bool,
+    /// Records of the HaloDB suite [default: 1000000; --quick 20000; --smoke 2000]
+    #[arg(long, value_name = "N")]
+    records: Option<u64>,
+    /// Reader threads of the HaloDB suite's random read and read-while-writing tests
+    #[arg(long, value_name = "T", default_value_t = 4)]
+    threads: usize,
+    /// Threads of the mmcmap suite
+    #[arg(long, value_name = "T", default_value_t = 16)]
+    mmcmap_threads: usize,
+    /// Durable writes: every write reaches stable storage before it returns
+    #[arg(long)]
+    sync: bool,
+    /// Engines to run, comma-separated [default: every engine of this build]
+    #[arg(long, value_name = "a,b,c", value_delimiter = ',')]
+    engines: Option<Vec<String>>,
+    /// Suites to run, comma-separated: halodb, mmcmap, disk [default: all]
+    #[arg(long, value_name = "a,b,c", value_delimiter = ',')]
+    suites: Option<Vec<String>>,
+    /// Directory for results.json, results.md and plots/
+    #[arg(long, value_name = "DIR", default_value = "bench-out")]
+    out: PathBuf,
+    /// Directory for the engines' data, removed after each engine [default: OUT/data]
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
+    /// Length of one interval of the throughput-over-time figures, in milliseconds
+    /// [default: 1000; --quick 100; --smoke 50]
+    #[arg(long, value_name = "MS")]
+    interval_ms: Option<u64>,
+    /// Measure the disk with the built-in test even when fio is installed
+    #[arg(long)]
+    no_fio: bool,
+    /// Seed of every random choice
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Run nothing: write results.md and plots/ again from OUT/results.json
+    #[arg(long)]
+    render: bool,
+}
+
+/// Everything a child needs to know about the run; written into the JSON too.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Config {
+    /// "full", "quick" or "smoke".
+    pub mode: String,
+    /// Records of the HaloDB suite.
+    pub records: u64,
+    /// Bytes of a HaloDB-suite value.
+    pub value_size: usize,
+    /// Threads of the HaloDB suite's reads.
+    pub threads: usize,
+    /// The second, larger, thread count of the random-read test (as in the seed).
+    pub many_threads: usize,
+    /// Durable writes.
+    pub sync: bool,
+    /// Pair counts of the mmcmap suite's concurrent tests.
+    pub mmcmap_sizes: Vec<u64>,
+    /// Pairs loaded before the mmcmap suite's mixed test (which then writes a fifth more).
+    pub mmcmap_mixed: u64,
+    /// Threads of the mmcmap suite.
+    pub mmcmap_threads: usize,
+    /// Interval of the throughput-over-time figures, in milliseconds.
+    pub interval_ms: u64,
+    /// Size of the disk test's file.
+    pub disk_bytes: u64,
+    /// Appends with fdatasync of the disk test.
+    pub fsyncs: u64,
+    /// Whether the disk test may use fio.
+    pub use_fio: bool,
+    /// Seed of every random choice.
+    pub seed: u64,
+}
+
+impl Config {
+    fn from_args(args: &BenchArgs) -> Result<Config> {
+        let (mode, records, sizes, mixed, interval, disk, fsyncs) = if args.smoke {
+            ("smoke", 2_000, vec![1_000, 2_000], 1_000, 50, 8 << 20, 20)
+        } else if args.quick {
+            (
+                "quick",
+                20_000,
+                vec![10_000, 30_000],
+                20_000,
+                100,
+                256 << 20,
+                500,
+            )
+        } else {
+            let sizes = vec![100_000, 1_000_000, 2_000_000, 4_000_000];
+            ("full", 1_000_000, sizes, 1_000_000, 1000, 1 << 30, 2000)
+        };
+        if args.threads == 0 || args.mmcmap_threads == 0 {
+            bail!("thread counts must be positive");
+        }
+        Ok(Config {
+            mode: mode.into(),
+            records: args.records.unwrap_or(records),
+            value_size: 1024,
+            threads: args.threads,
+            many_threads: 32,
+            sync: args.sync,
+            mmcmap_sizes: sizes,
+            mmcmap_mixed: mixed,
+            mmcmap_threads: args.mmcmap_threads,
+            interval_ms: args.interval_ms.unwrap_or(interval).max(1),
+            disk_bytes: disk,
+            fsyncs,
+            use_fio: !args.no_fio && !args.smoke,
+            seed: args.seed,
+        })
+    }
+
+    /// An upper bound on the bytes of keys and values any suite stores at once.
+    fn expected_bytes(&self) -> u64 {
+        let halodb = self.records * (halodb::KEY_SIZE + self.value_size as u64);
+        let largest = self.mmcmap_sizes.iter().copied().max().unwrap_or(0);
+        let mmcmap = largest.max(self.mmcmap_mixed * 6 / 5) * 64;
+        halodb.max(mmcmap)
+    }
+}
+
+/// One workload suite: a file in this directory with a `static SUITE: SuiteDef`.
+pub struct SuiteDef {
+    /// Short name, as given to `--suites`.
+    pub name: &'static str,
+    /// Human name.
+    pub title: &'static str,
+    /// Whether it runs once per engine (else once, with no engine).
+    pub per_engine: bool,
+    /// How many progress steps it reports.
+    pub steps: fn(&Config) -> u64,
+    /// Runs it in a child process.
+    pub run: fn(&Ctx<'_>) -> Result<Vec<Phase>>,
+}
+
+/// Every suite, in the order they run. A new suite is one file with a `SuiteDef` and one
+/// line here.
+fn suites() -> Vec<&'static SuiteDef> {
+    vec![&disk::SUITE, &halodb::SUITE, &mmcmap::SUITE]
+}
+
+/// What a suite runs with, in its child process.
+pub struct Ctx<'a> {
+    /// The engine under test (none for the disk suite).
+    pub engine: Option<&'static EngineSpec>,
+    /// The run's configuration.
+    pub config: &'a Config,
+    /// A directory of the suite's own, removed afterwards.
+    pub dir: PathBuf,
+    /// What engines are opened with.
+    pub settings: Settings,
+}
+
+impl Ctx<'_> {
+    /// Opens (creating) a store of the engine under test in `dir`.
+    pub fn open(&self, dir: &Path) -> Result<Box<dyn Engine>> {
+        let spec = self.engine.context("this suite has no engine")?;
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        (spec.open)(dir, &self.settings).with_context(|| format!("opening {}", spec.name))
+    }
+
+    /// Closes `db` and opens it again; returns it with the seconds the opening took.
+    pub fn reopen(&self, db: Box<dyn Engine>, dir: &Path) -> Result<(Box<dyn Engine>, f64)> {
+        db.close()?;
+        let t = Instant::now();
+        let db = self.open(dir)?;
+        Ok((db, t.elapsed().as_secs_f64()))
+    }
+
+    /// Runs `groups` at once and measures them.
+    pub fn run(&self, groups: &[Group<'_>]) -> Result<Vec<Phase>> {
+        measure::run(
+            groups,
+            Duration::from_millis(self.config.interval_ms),
+            self.config.seed,
+        )
+    }
+
+    /// Tells the parent that one step is done.
+    pub fn progress(&self, what: &str) {
+        let _ = writeln!(io::stderr().lock(), "{PROGRESS}{what}");
+    }
+}
+
+/// Prefix of a child's progress lines on stderr.
+const PROGRESS: &str = "@bench-progress ";
+
+/// What the parent tells a child to do.
+#[derive(Debug, Serialize, Deserialize)]
+struct ChildSpec {
+    suite: String,
+    engine: Option<String>,
+    config: Config,
+    dir: PathBuf,
+    result: PathBuf,
+}
+
+/// The results of one suite on one engine.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SuiteRun {
+    /// Suite name.
+    pub suite: String,
+    /// Engine name ("disk" for the disk suite).
+    pub engine: String,
+    /// Each test's figures.
+    pub phases: Vec<Phase>,
+    /// Wall time of the child, in seconds.
+    pub wall_secs: f64,
+    /// Peak resident memory of the child.
+    pub peak_rss_bytes: Option<u64>,
+    /// Bytes the child caused to be written, over the key and value bytes it wrote.
+    pub total_write_amp: Option<f64>,
+    /// Why the run failed, when it did.
+    pub error: Option<String>,
+}
+
+/// An engine as the report describes it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct EngineInfo {
+    /// Short name.
+    pub name: String,
+    /// Library and version.
+    pub library: String,
+    /// Settings that differ from the engine's defaults.
+    pub non_default_settings: Vec<(String, String)>,
+}
+
+/// The machine the run was made on.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Machine {
+    /// Logical CPUs.
+    pub cpus: usize,
+    /// Memory, in bytes.
+    pub memory_bytes: Option<u64>,
+    /// Kernel release.
+    pub kernel: Option<String>,
+}
+
+/// Everything `results.json` holds.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Report {
+    /// The command line.
+    pub command: String,
+    /// Seconds since the epoch when the run started.
+    pub started_unix: u64,
+    /// The machine.
+    pub machine: Machine,
+    /// What was run.
+    pub config: Config,
+    /// The engines and their settings.
+    pub engines: Vec<EngineInfo>,
+    /// One entry per (suite, engine).
+    pub runs: Vec<SuiteRun>,
+}
+
+/// `cairn bench`.
+pub fn run(args: &BenchArgs) -> Result<ExitCode> {
+    if args.render {
+        let path = args.out.join("results.json");
+        let report: Report = serde_json::from_slice(
+            &fs::read(&path).with_context(|| format!("reading {}", path.display()))?,
+        )
+        .with_context(|| format!("parsing {}", path.display()))?;
+        return finish(&report, &args.out);
+    }
+    let config = Config::from_args(args)?;
+    let engines = select_engines(args)?;
+    let suites = select_suites(args)?;
+    let out = args.out.clone();
+    let data = args.data.clone().unwrap_or_else(|| out.join("data"));
+    let scratch = out.join(".children");
+    fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+    fs::create_dir_all(&data).with_context(|| format!("creating {}", data.display()))?;
+
+    let settings = engine_settings(&config);
+    let mut report = Report {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        started_unix: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        machine: machine(),
+        config: config.clone(),
+        engines: engines
+            .iter()
+            .map(|e| EngineInfo {
+                name: e.name.into(),
+                library: e.library.into(),
+                non_default_settings: (e.non_default_settings)(&settings),
+            })
+            .collect(),
+        runs: Vec::new(),
+    };
+
+    let mut jobs: Vec<(&SuiteDef, Option<&EngineSpec>)> = Vec::new();
+    for suite in &suites {
+        if suite.per_engine {
+            jobs.extend(engines.iter().map(|e| (*suite, Some(*e))));
+        } else {
+            jobs.push((suite, None));
+        }
+    }
+    let total: u64 = jobs.iter().map(|(s, _)| (s.steps)(&config)).sum();
+    let bar = if io::stderr().is_terminal() {
+        let bar = ProgressBar::new(total);
+        bar.set_style(
+            ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {wide_msg}")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        bar.enable_steady_tick(Duration::from_millis(200));
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+
+    let results = out.join("results.json");
+    for (suite, engine) in jobs {
+        let run = run_child(suite, engine, &config, &data, &scratch, &bar)?;
+        report.runs.push(run);
+        write_json(&results, &report)?;
+    }
+    bar.finish_and_clear();
+    let _ = fs::remove_dir_all(&scratch);
+    if args.data.is_none() {
+        let _ = fs::remove_dir(&data);
+    }
+
+    finish(&report, &out)
+}
+
+/// Writes results.md and the plots of `report` into `out`, prints the Markdown, and
+/// fails when a run did.
+fn finish(report: &Report, out: &Path) -> Result<ExitCode> {
+    let markdown = table::markdown(report);
+    fs::write(out.join("results.md"), &markdown)?;
+    let plots = plot::all(report, &out.join("plots"))?;
+    let mut stdout = io::stdout().lock();
+    stdout.write_all(markdown.as_bytes())?;
+    writeln!(
+        stdout,
+        "\nwrote {}, {} and {} plot(s) in {}",
+        out.join("results.json").display(),
+        out.join("results.md").display(),
+        plots,
+        out.join("plots").display()
+    )?;
+    stdout.flush()?;
+    let failed: Vec<_> = report
+        .runs
+        .iter()
+        .filter(|r| r.error.is_some())
+        .map(|r| format!("{}/{}", r.suite, r.engine))
+        .collect();
+    if failed.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        bail!("{} run(s) failed: {}", failed.len(), failed.join(", "))
+    }
+}
+
+/// The settings every engine is opened with.
+fn engine_settings(config: &Config) -> Settings {
+    Settings {
+        sync: config.sync,
+        expected_bytes: config.expected_bytes(),
+        threads: config
+            .many_threads
+            .max(config.mmcmap_threads)
+            .max(config.threads)
+            + 1,
+    }
+}
+
+fn select_engines(args: &BenchArgs) -> Result<Vec<&'static EngineSpec>> {
+    let names: Vec<String> = match &args.engines {
+        Some(names) => names.iter().map(|n| n.trim().to_lowercase()).collect(),
+        None if args.smoke => vec!["cairn".into()],
+        None => return Ok(engines::all()),
+    };
+    let mut chosen = Vec::new();
+    for name in names.iter().filter(|n| !n.is_empty()) {
+        match engines::find(name) {
+            Some(spec) if !chosen.iter().any(|c: &&EngineSpec| c.name == spec.name) => {
+                chosen.push(spec)
+            }
+            Some(_) => {}
+            None if engines::PEER_NAMES.contains(&name.as_str()) => bail!(
+                "engine {name} needs a build with the `peers` feature: \
+                 scripts/install-bench-deps.sh && cargo run --release -p cairn-cli \
+                 --features peers -- bench ..."
+            ),
+            None => bail!(
+                "unknown engine {name}: known are cairn, {}",
+                engines::PEER_NAMES.join(", ")
+            ),
+        }
+    }
+    if chosen.is_empty() {
+        bail!("--engines names no engine");
+    }
+    // cairn first: it is what the others are compared with.
+    chosen.sort_by_key(|e| e.name != "cairn");
+    Ok(chosen)
+}
+
+fn select_suites(args: &BenchArgs) -> Result<Vec<&'static SuiteDef>> {
+    let Some(names) = &args.suites else {
+        return Ok(suites());
+    };
+    let known = suites();
+    let mut chosen = Vec::new();
+    for name in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        let Some(suite) = known.iter().find(|s| s.name == name) else {
+            let names: Vec<_> = known.iter().map(|s| s.name).collect();
+            bail!("unknown suite {name}: known are {}", names.join(", "));
+        };
+        if !chosen.iter().any(|c: &&SuiteDef| c.name == suite.name) {
+            chosen.push(*suite);
+        }
+    }
+    // Keep the canonical order (the disk first, so that its limits frame the rest).
+    chosen.sort_by_key(|s| known.iter().position(|k| k.name == s.name));
+    Ok(chosen)
+}
+
+/// Runs one suite on one engine in a child process and collects its results; a child
+/// that fails or crashes becomes a run with an error.
+fn run_child(
+    suite: &SuiteDef,
+    engine: Option<&EngineSpec>,
+    config: &Config,
+    data: &Path,
+    scratch: &Path,
+    bar: &ProgressBar,
+) -> Result<SuiteRun> {
+    let engine_name = engine.map_or("disk", |e| e.name);
+    let name = format!("{}-{}", suite.name, engine_name);
+    let dir = data.join(&name);
+    if dir.exists() {
+        fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    let spec = ChildSpec {
+        suite: suite.name.into(),
+        engine: engine.map(|e| e.name.into()),
+        config: config.clone(),
+        dir: dir.clone(),
+        result: scratch.join(format!("{name}.result.json")),
+    };
+    let _ = fs::remove_file(&spec.result);
+    let spec_path = scratch.join(format!("{name}.spec.json"));
+    write_json(&spec_path, &spec)?;
+    let steps = (suite.steps)(config);
+    bar.set_message(format!("{} on {engine_name}", suite.title));
+    let started = Instant::now();
+    let mut child = Command::new(std::env::current_exe().context("finding the cairn binary")?)
+        .arg("__bench-child")
+        .arg(&spec_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting a benchmark child process")?;
+    let mut tail: VecDeque<String> = VecDeque::new();
+    let mut done = 0;
+    let mut reader = BufReader::new(child.stderr.take().expect("piped stderr"));
+    let mut line = Vec::new();
+    while reader.read_until(b'\n', &mut line)? > 0 {
+        let text = String::from_utf8_lossy(&line).trim_end().to_string();
+        line.clear();
+        if let Some(step) = text.strip_prefix(PROGRESS) {
+            done += 1;
+            bar.inc(1);
+            bar.set_message(format!("{} on {engine_name}: {step}", suite.name));
+            if bar.is_hidden() {
+                eprintln!(
+                    "bench: {} on {engine_name}: {step} ({:.1} s)",
+                    suite.name,
+                    started.elapsed().as_secs_f64()
+                );
+            }
+        } else {
+            bar.suspend(|| eprintln!("[{name}] {text}"));
+            tail.push_back(text);
+            if tail.len() > 20 {
+                tail.pop_front();
+            }
+        }
+    }
+    let status = child.wait()?;
+    bar.inc(steps.saturating_sub(done));
+    let _ = fs::remove_dir_all(&dir);
+    let result = fs::read(&spec.result).ok();
+    match result {
+        Some(bytes) if status.success() => Ok(serde_json::from_slice(&bytes)
+            .with_context(|| format!("reading {}", spec.result.display()))?),
+        _ => {
+            let why = tail.into_iter().collect::<Vec<_>>().join(" | ");
+            let error = format!("child process {status}: {why}");
+            bar.suspend(|| eprintln!("bench: {} on {engine_name} failed: {error}", suite.name));
+            Ok(SuiteRun {
+                suite: suite.name.into(),
+                engine: engine_name.into(),
+                phases: Vec::new(),
+                wall_secs: started.elapsed().as_secs_f64(),
+                peak_rss_bytes: None,
+                total_write_amp: None,
+                error: Some(error),
+            })
+        }
+    }
+}
+
+/// `cairn __bench-child SPEC`: runs one suite on one engine and writes its results.
+pub fn child(spec_path: &Path) -> Result<ExitCode> {
+    let spec: ChildSpec = serde_json::from_slice(
+        &fs::read(spec_path).with_context(|| format!("reading {}", spec_path.display()))?,
+    )?;
+    let suite = suites()
+        .into_iter()
+        .find(|s| s.name == spec.suite)
+        .with_context(|| format!("unknown suite {}", spec.suite))?;
+    let engine = match &spec.engine {
+        Some(name) => Some(engines::find(name).with_context(|| format!("unknown engine {name}"))?),
+        None => None,
+    };
+    let ctx = Ctx {
+        engine,
+        config: &spec.config,
+        dir: spec.dir.clone(),
+        settings: engine_settings(&spec.config),
+    };
+    fs::create_dir_all(&ctx.dir)?;
+    let started = Instant::now();
+    let io_before = measure::proc_write_bytes();
+    let phases = (suite.run)(&ctx)?;
+    let written: u64 = phases
+        .iter()
+        .filter(|p| p.kind == Some(measure::Kind::Write) && p.write_bytes.is_some())
+        .map(|p| p.bytes)
+        .sum();
+    let total_write_amp = match (io_before, measure::proc_write_bytes()) {
+        (Some(a), Some(b)) if written > 0 && engine.is_some() => {
+            Some(b.saturating_sub(a) as f64 / written as f64)
+        }
+        _ => None,
+    };
+    let peak_rss_bytes = phases.iter().filter_map(|p| p.peak_rss_bytes).max();
+    let run = SuiteRun {
+        suite: suite.name.into(),
+        engine: engine.map_or("disk", |e| e.name).into(),
+        phases,
+        wall_secs: started.elapsed().as_secs_f64(),
+        peak_rss_bytes,
+        total_write_amp,
+        error: None,
+    };
+    write_json(&spec.result, &run)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    let mut bytes = serde_json::to_vec_pretty(value)?;
+    bytes.push(b'\n');
+    fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+fn machine() -> Machine {
+    let memory_bytes = fs::read_to_string("/proc/meminfo").ok().and_then(|t| {
+        t.lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|k| k * 1024)
+    });
+    Machine {
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        memory_bytes,
+        kernel: fs::read_to_string("/proc/sys/kernel/osrelease")
+            .ok()
+            .map(|s| s.trim().to_string()),
+    }
+}

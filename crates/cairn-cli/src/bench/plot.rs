@@ -1,0 +1,263 @@
+//! PNG plots of throughput over time, one per (suite, test), a line per engine.
+//!
+//! No system font is needed: text is drawn from the 8×8 bitmap font of `font8x8`,
+//! scaled, pixel by pixel; plotters draws only lines and rectangles.
+
+use std::fs;
+use std::path::Path;
+
+use anyhow::{anyhow, Context, Result};
+use plotters::prelude::*;
+
+use super::table::count;
+use super::{Report, SuiteRun};
+
+const WIDTH: u32 = 1000;
+const HEIGHT: u32 = 560;
+const LEFT: i32 = 100;
+const RIGHT: i32 = 180;
+const TOP: i32 = 60;
+const BOTTOM: i32 = 70;
+
+/// Line colours, cairn's first.
+const COLORS: [RGBColor; 8] = [
+    RGBColor(214, 39, 40),
+    RGBColor(31, 119, 180),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(255, 127, 14),
+    RGBColor(140, 86, 75),
+    RGBColor(23, 190, 207),
+    RGBColor(127, 127, 127),
+];
+
+/// Writes every plot into `dir`; returns how many.
+pub fn all(report: &Report, dir: &Path) -> Result<usize> {
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut written = 0;
+    let mut suites: Vec<&str> = Vec::new();
+    for run in &report.runs {
+        if !suites.contains(&run.suite.as_str()) {
+            suites.push(&run.suite);
+        }
+    }
+    for suite in suites {
+        let runs: Vec<&SuiteRun> = report.runs.iter().filter(|r| r.suite == suite).collect();
+        let mut tests: Vec<(&str, &str)> = Vec::new();
+        for run in &runs {
+            for p in &run.phases {
+                if !p.timeline.is_empty() && !tests.iter().any(|(t, _)| *t == p.test) {
+                    tests.push((&p.test, &p.title));
+                }
+            }
+        }
+        for (test, title) in tests {
+            let series: Vec<(&str, f64, &[f64])> = runs
+                .iter()
+                .filter_map(|r| {
+                    let p = r.phases.iter().find(|p| p.test == test)?;
+                    Some((
+                        r.engine.as_str(),
+                        p.timeline_interval_secs,
+                        p.timeline.as_slice(),
+                    ))
+                })
+                .collect();
+            let name = format!("{suite}-{}.png", test.replace(['.', ' '], "-"));
+            let heading = format!("{suite}: {title} - throughput over time");
+            throughput(&dir.join(name), &heading, &series)?;
+            written += 1;
+        }
+    }
+    Ok(written)
+}
+
+/// One throughput-over-time plot: `(engine, interval seconds, ops/s per interval)`.
+pub fn throughput(path: &Path, heading: &str, series: &[(&str, f64, &[f64])]) -> Result<()> {
+    let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
+    let err = |e: DrawingAreaErrorKind<_>| anyhow!("drawing {}: {e:?}", path.display());
+    root.fill(&WHITE).map_err(err)?;
+    let x_max = series
+        .iter()
+        .map(|(_, dt, t)| dt * t.len() as f64)
+        .fold(0.0, f64::max)
+        .max(1e-3);
+    let y_max = series
+        .iter()
+        .flat_map(|(_, _, t)| t.iter().copied())
+        .fold(0.0, f64::max)
+        .max(1.0);
+    let (x_step, x_end) = nice(x_max);
+    let (y_step, y_end) = nice(y_max * 1.05);
+    let (x0, x1) = (LEFT, WIDTH as i32 - RIGHT);
+    let (y0, y1) = (TOP, HEIGHT as i32 - BOTTOM);
+    let px = |x: f64| x0 + ((x / x_end) * (x1 - x0) as f64).round() as i32;
+    let py = |y: f64| y1 - ((y / y_end) * (y1 - y0) as f64).round() as i32;
+    let grid = RGBColor(225, 225, 225);
+    let ink = RGBColor(40, 40, 40);
+
+    // Grid and tick labels.
+    let mut x = 0.0;
+    while x <= x_end + x_step * 1e-6 {
+        root.draw(&PathElement::new(vec![(px(x), y0), (px(x), y1)], grid))
+            .map_err(err)?;
+        text(
+            &root,
+            px(x),
+            y1 + 10,
+            &tick(x, x_step),
+            2,
+            ink,
+            Align::Center,
+        )
+        .map_err(err)?;
+        x += x_step;
+    }
+    let mut y = 0.0;
+    while y <= y_end + y_step * 1e-6 {
+        root.draw(&PathElement::new(vec![(x0, py(y)), (x1, py(y))], grid))
+            .map_err(err)?;
+        text(&root, x0 - 8, py(y) - 8, &short(y), 2, ink, Align::Right).map_err(err)?;
+        y += y_step;
+    }
+    root.draw(&Rectangle::new([(x0, y0), (x1, y1)], ink))
+        .map_err(err)?;
+    text(
+        &root,
+        (x0 + x1) / 2,
+        y1 + 36,
+        "seconds",
+        2,
+        ink,
+        Align::Center,
+    )
+    .map_err(err)?;
+    text(&root, 12, y0 - 28, "ops/s", 2, ink, Align::Left).map_err(err)?;
+    text(&root, WIDTH as i32 / 2, 14, heading, 2, ink, Align::Center).map_err(err)?;
+
+    // One line per engine, and the legend.
+    for (i, (engine, dt, timeline)) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let style = ShapeStyle::from(color).stroke_width(if i == 0 { 3 } else { 2 });
+        let points: Vec<(i32, i32)> = timeline
+            .iter()
+            .enumerate()
+            .map(|(k, v)| (px((k as f64 + 0.5) * dt), py(*v)))
+            .collect();
+        if points.len() == 1 {
+            root.draw(&Circle::new(points[0], 4, style.filled()))
+                .map_err(err)?;
+        } else {
+            root.draw(&PathElement::new(points, style)).map_err(err)?;
+        }
+        let ly = y0 + 10 + 28 * i as i32;
+        root.draw(&PathElement::new(
+            vec![(x1 + 16, ly + 7), (x1 + 46, ly + 7)],
+            style,
+        ))
+        .map_err(err)?;
+        text(&root, x1 + 54, ly, engine, 2, ink, Align::Left).map_err(err)?;
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// A round step for about five ticks up to `max`, and the axis end (a multiple of it).
+fn nice(max: f64) -> (f64, f64) {
+    let raw = max / 5.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * mag);
+    (step, (max / step).ceil().max(1.0) * step)
+}
+
+/// A tick label of the time axis.
+fn tick(x: f64, step: f64) -> String {
+    if step >= 1.0 {
+        format!("{x:.0}")
+    } else if step >= 0.1 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+/// 1500000 → "1.5M", 250000 → "250k".
+fn short(y: f64) -> String {
+    if y >= 1e6 {
+        format!("{}M", trim(y / 1e6))
+    } else if y >= 1e3 {
+        format!("{}k", trim(y / 1e3))
+    } else {
+        count(y)
+    }
+}
+
+fn trim(x: f64) -> String {
+    let s = format!("{x:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// Horizontal anchoring of [`text`].
+#[derive(Clone, Copy)]
+enum Align {
+    Left,
+    Center,
+    Right,
+}
+
+/// Draws ASCII `s` with its top at `y`, each font pixel a `scale`×`scale` square.
+fn text<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    x: i32,
+    y: i32,
+    s: &str,
+    scale: i32,
+    color: RGBColor,
+    align: Align,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let width = 8 * scale * s.chars().count() as i32;
+    let mut left = match align {
+        Align::Left => x,
+        Align::Center => x - width / 2,
+        Align::Right => x - width,
+    };
+    for ch in s.chars() {
+        let code = if ch.is_ascii() {
+            ch as usize
+        } else {
+            b'?' as usize
+        };
+        let glyph = font8x8::legacy::BASIC_LEGACY[code];
+        for (row, bits) in glyph.iter().enumerate() {
+            for col in 0..8 {
+                if bits & (1 << col) != 0 {
+                    let (gx, gy) = (left + col * scale, y + row as i32 * scale);
+                    area.draw(&Rectangle::new(
+                        [(gx, gy), (gx + scale - 1, gy + scale - 1)],
+                        color.filled(),
+                    ))?;
+                }
+            }
+        }
+        left += 8 * scale;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nice_steps() {
+        assert_eq!(nice(10.0), (2.0, 10.0));
+        assert_eq!(nice(7.3), (2.0, 8.0));
+        assert_eq!(nice(230_000.0), (50_000.0, 250_000.0));
+        assert_eq!(short(1_500_000.0), "1.5M");
+        assert_eq!(short(250_000.0), "250k");
+    }
+}

@@ -1,0 +1,223 @@
+//! `cairn bench --smoke` through the built binary: it finishes quickly and writes sane
+//! JSON, Markdown and plots.
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn cairn() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_cairn"))
+}
+
+fn phases<'a>(json: &'a Value, suite: &str) -> &'a Vec<Value> {
+    let run = json["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .find(|r| r["suite"] == suite)
+        .unwrap_or_else(|| panic!("no {suite} run"));
+    assert!(run["error"].is_null(), "{suite} failed: {}", run["error"]);
+    run["phases"].as_array().expect("phases")
+}
+
+fn phase<'a>(phases: &'a [Value], test: &str) -> &'a Value {
+    phases
+        .iter()
+        .find(|p| p["test"] == test)
+        .unwrap_or_else(|| panic!("no phase {test}"))
+}
+
+fn num(v: &Value, field: &str) -> f64 {
+    v[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{field} of {} is not a number", v["test"]))
+}
+
+/// Checks the figures every measured phase must have.
+fn check_phase(p: &Value) {
+    let name = &p["test"];
+    assert!(num(p, "ops") > 0.0, "{name}: no operations");
+    assert!(num(p, "ops_per_sec") > 0.0, "{name}: no throughput");
+    assert!(num(p, "secs") > 0.0, "{name}: no time");
+    let lat = &p["latency"];
+    let (p50, p99, p999, max) = (
+        num(lat, "p50_ns"),
+        num(lat, "p99_ns"),
+        num(lat, "p999_ns"),
+        num(lat, "max_ns"),
+    );
+    assert!(
+        p50 > 0.0 && p50 <= p99 && p99 <= p999 && p999 <= max,
+        "{name}: {lat}"
+    );
+}
+
+#[test]
+fn smoke_run_writes_sane_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let started = Instant::now();
+    let output = cairn()
+        .args(["bench", "--smoke", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let elapsed = started.elapsed();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "bench --smoke failed: {stderr}");
+    assert!(elapsed < Duration::from_secs(30), "smoke took {elapsed:?}");
+
+    let json: Value = serde_json::from_slice(&fs::read(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(json["config"]["mode"], "smoke");
+    let engines = json["engines"].as_array().unwrap();
+    assert_eq!(engines.len(), 1, "smoke runs cairn alone");
+    assert_eq!(engines[0]["name"], "cairn");
+
+    let halodb = phases(&json, "halodb");
+    let records = json["config"]["records"].as_f64().unwrap();
+    for test in [
+        "fill_sequential",
+        "fill_random",
+        "random_read_4",
+        "random_read_32",
+        "random_update",
+        "read_while_writing.reads",
+        "read_while_writing.writes",
+    ] {
+        check_phase(phase(halodb, test));
+    }
+    for test in ["fill_sequential", "fill_random", "random_update"] {
+        let p = phase(halodb, test);
+        assert_eq!(num(p, "ops"), records, "{test}");
+        // Every record written: 8-byte key and 1024-byte value.
+        assert_eq!(num(p, "bytes"), records * 1032.0, "{test}");
+        assert!(num(p, "space_amp") >= 0.9, "{test}: {}", p["space_amp"]);
+        assert!(num(p, "disk_bytes") > 0.0);
+        assert!(p["write_amp"].is_null() || num(p, "write_amp") >= 0.0);
+    }
+    for test in ["fill_sequential", "fill_random"] {
+        assert!(num(phase(halodb, test), "reopen_secs") > 0.0);
+    }
+    assert!(num(phase(halodb, "random_read_32"), "threads") == 32.0);
+
+    let mmcmap = phases(&json, "mmcmap");
+    for test in [
+        "write_1k",
+        "read_1k",
+        "delete_1k",
+        "write_2k",
+        "read_2k",
+        "delete_2k",
+        "mixed.load",
+        "mixed.reads",
+        "mixed.writes",
+    ] {
+        check_phase(phase(mmcmap, test));
+    }
+    assert_eq!(num(phase(mmcmap, "mixed.writes"), "ops"), 200.0);
+    assert_eq!(num(phase(mmcmap, "mixed.reads"), "ops"), 800.0);
+
+    let disk = phases(&json, "disk");
+    for test in ["seq_write", "seq_read", "fsync"] {
+        let p = phase(disk, test);
+        check_phase(p);
+        assert!(num(p, "mb_per_sec") > 0.0);
+    }
+
+    let md = fs::read_to_string(out.join("results.md")).unwrap();
+    for needle in [
+        "# cairn bench results",
+        "## The disk's own limits",
+        "## HaloDB suite (seed 004): 2,000 records",
+        "| fill random |",
+        "| read while writing: reads, 4 threads |",
+        "## mmcmap suite (seed 003)",
+        "| p50 | p99 | p99.9 | max |",
+    ] {
+        assert!(md.contains(needle), "results.md lacks {needle:?}:\n{md}");
+    }
+    assert!(!md.contains("failed"), "{md}");
+    check_tables(&md);
+    assert!(String::from_utf8_lossy(&output.stdout).contains("| fill sequential |"));
+
+    let plots: Vec<_> = fs::read_dir(out.join("plots")).unwrap().collect();
+    assert!(!plots.is_empty(), "no plots");
+    for plot in plots {
+        let path = plot.unwrap().path();
+        check_png(&path);
+    }
+    assert!(!out.join("data").exists(), "engine data left behind");
+
+    // --render writes the Markdown and the plots again from results.json alone.
+    fs::remove_file(out.join("results.md")).unwrap();
+    fs::remove_dir_all(out.join("plots")).unwrap();
+    let output = cairn()
+        .args(["bench", "--render", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(fs::read_to_string(out.join("results.md")).unwrap(), md);
+    assert!(fs::read_dir(out.join("plots")).unwrap().count() > 0);
+}
+
+/// Every row of every Markdown table has as many cells as its header.
+fn check_tables(md: &str) {
+    let mut header_cells = None;
+    for line in md.lines() {
+        if line.starts_with('|') {
+            let cells = line.matches('|').count();
+            match header_cells {
+                None => header_cells = Some(cells),
+                Some(n) => assert_eq!(cells, n, "row does not fit its header: {line}"),
+            }
+        } else {
+            header_cells = None;
+        }
+    }
+}
+
+fn check_png(path: &Path) {
+    let bytes = fs::read(path).unwrap();
+    assert!(
+        bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "{} is no PNG",
+        path.display()
+    );
+    assert!(bytes.len() > 2000, "{} is nearly empty", path.display());
+}
+
+#[test]
+fn peers_need_the_feature() {
+    if cfg!(feature = "peers") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let output = cairn()
+        .args(["bench", "--smoke", "--engines", "cairn,rocksdb", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--features peers"), "{stderr}");
+}
+
+#[test]
+fn unknown_suite_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = cairn()
+        .args(["bench", "--smoke", "--suites", "nope", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("unknown suite nope"));
+}
