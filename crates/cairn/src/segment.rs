@@ -182,10 +182,11 @@ impl SegmentFile {
         if self.map.get().is_some() || len == 0 {
             return;
         }
-        // SAFETY: a sealed segment is never written or truncated again while the store is
-        // open (the store's LOCK keeps other cairn handles out; compaction only unlinks
-        // files, which keeps mapped pages valid). Reads are bounds-checked against `len`,
-        // which was the file's length when mapped.
+        // SAFETY: cairn never truncates or rewrites the first `len` bytes of a segment
+        // while the store is open: sealed segments are immutable, and a hinted active
+        // segment reused after a clean close only grows past `len`. The store's LOCK
+        // keeps other cairn handles out, and compaction only unlinks files, which keeps
+        // mapped pages valid. Reads are bounds-checked against the map's length.
         let map = unsafe {
             memmap2::MmapOptions::new()
                 .len(len as usize)
