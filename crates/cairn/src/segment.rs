@@ -176,6 +176,11 @@ impl SegmentFile {
         fsutil::read_exact_at(&self.file, &self.path, off, len)
     }
 
+    /// The read-only map of the segment, once it is sealed.
+    pub fn mapped(&self) -> Option<&memmap2::Mmap> {
+        self.map.get()
+    }
+
     /// Maps the first `len` bytes of a sealed segment for reads, saving a system call per
     /// read. Failure to map is not an error: reads then use `pread`.
     pub fn map_sealed(&self, len: u64) {

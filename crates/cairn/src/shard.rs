@@ -571,22 +571,36 @@ impl Shard {
 
 /// Reads and checks the record at `loc` from `src`, expecting a put of `key`.
 pub(crate) fn read_value(src: Source, loc: Loc, key: &[u8]) -> Result<Value> {
+    // A sealed segment's map serves the value without a copy.
+    if let Source::File(f) = &src {
+        let (off, end) = (loc.off as usize, loc.off as usize + loc.len as usize);
+        if let Some(bytes) = f.mapped().and_then(|m| m.get(off..end)) {
+            let start = check_record(bytes, loc, key, || f.path.clone())?;
+            return Ok(Value::mapped(f.clone(), off + start, end));
+        }
+    }
     let (buf, path) = match src {
         Source::Bytes(b) => (b, None),
         Source::File(f) => (f.read_at(loc.off as u64, loc.len as usize)?, Some(f)),
     };
-    let where_ = || match &path {
+    let start = check_record(&buf, loc, key, || match &path {
         Some(f) => f.path.clone(),
         None => PathBuf::from("<write buffer>"),
-    };
-    let rec = record::decode(&buf)
-        .map_err(|e| Error::corruption(where_(), format!("record at offset {}: {e}", loc.off)))?;
-    if rec.key != key || rec.header.kind != Kind::Put || rec.header.record_len() != loc.len as u64 {
+    })?;
+    Ok(Value::new(buf, start))
+}
+
+/// Checks that `bytes` hold an intact put of `key` as the index described it; returns
+/// where its value starts.
+fn check_record(bytes: &[u8], loc: Loc, key: &[u8], path: impl Fn() -> PathBuf) -> Result<usize> {
+    let rec = record::decode(bytes)
+        .map_err(|e| Error::corruption(path(), format!("record at offset {}: {e}", loc.off)))?;
+    if rec.key != key || rec.header.kind != Kind::Put || rec.header.record_len() != loc.len as u64
+    {
         return Err(Error::corruption(
-            where_(),
+            path(),
             format!("record at offset {} is not the indexed one", loc.off),
         ));
     }
-    let start = record::HEADER_LEN + rec.key.len();
-    Ok(Value::new(buf, start))
+    Ok(record::HEADER_LEN + rec.key.len())
 }
