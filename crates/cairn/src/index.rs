@@ -36,7 +36,7 @@ const MERGE_BELOW: usize = LEAF_CAP / 4;
 /// Two leaves are merged only if the result holds at most this many entries.
 const MERGE_MAX: usize = LEAF_CAP * 3 / 4;
 /// Minimum number of entries a leaf's vectors grow by when they are full.
-const GROW_MIN: usize = 4;
+const GROW_MIN: usize = 8;
 /// Upper limit on the spare key bytes reserved when a leaf's key buffer grows.
 const KEY_SLACK_MAX: usize = 1024;
 /// Cache line size assumed by `Leaf::warm`.
@@ -141,7 +141,7 @@ struct Leaf {
 
 /// How many entries a leaf holding `n` entries grows by when full (never beyond `LEAF_CAP`).
 fn grow_step(n: usize) -> usize {
-    (n / 8).max(GROW_MIN).min(LEAF_CAP.saturating_sub(n)).max(1)
+    (n / 4).max(GROW_MIN).min(LEAF_CAP.saturating_sub(n)).max(1)
 }
 
 /// Converts a key offset into the `u32` stored in `Leaf::ends`.

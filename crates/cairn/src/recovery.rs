@@ -178,11 +178,17 @@ fn load_segment(
             out.arena.reserve(m.len() as usize);
             out.recs.reserve(m.len() as usize / 34);
         }
+        let mut outside = false;
         match segment::read_hint(&hpath, id, |kind, seq, batch, off, rlen, key| {
+            outside |= (off as u64) < SEG_HEADER_LEN || off as u64 + rlen as u64 > len;
             push(out, kind, seq, batch, off, rlen, key)
         }) {
+            Ok(_) if outside => out.damage.push(Damage {
+                path: hpath.clone(),
+                offset: None,
+                detail: "hint lists a record outside the segment; rescanning".into(),
+            }),
             Ok((data_len, hint_size)) if data_len == len => {
-                file.map_sealed(len);
                 out.segs.insert(
                     id,
                     LoadedSeg {
@@ -358,15 +364,20 @@ pub(crate) fn build(
                 m.sealed = false;
                 m.hint_size = 0;
             }
-            Active::new(m.file.clone(), m.size)
+            Active::new(m.file.clone(), m.size, segment_size)
         }
         _ => {
             let f = Arc::new(new_active(next_seg)?);
             next_seg += 1;
             segs.insert(f.id, SegMeta::new(f.clone(), SEG_HEADER_LEN));
-            Active::new(f, SEG_HEADER_LEN)
+            Active::new(f, SEG_HEADER_LEN, segment_size)
         }
     };
+    for (id, m) in &segs {
+        if m.sealed && *id != active.id {
+            m.file.map_sealed(m.size);
+        }
+    }
     let to_seal: Vec<u32> = segs
         .iter()
         .filter(|(&id, m)| !m.sealed && id != active.id)

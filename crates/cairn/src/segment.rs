@@ -181,17 +181,27 @@ impl SegmentFile {
         self.map.get()
     }
 
+    /// Maps the first `cap` bytes of the segment taking appends, so that reads of records
+    /// already written to it need no system call and no copy. The map may reach past the
+    /// end of the file: only bytes already written are ever read through it (records
+    /// still buffered or being written are served from memory), and a record beyond `cap`
+    /// is read with `pread`.
+    pub fn map_for_append(&self, cap: u64) {
+        self.map_sealed(cap);
+    }
+
     /// Maps the first `len` bytes of a sealed segment for reads, saving a system call per
     /// read. Failure to map is not an error: reads then use `pread`.
     pub fn map_sealed(&self, len: u64) {
         if self.map.get().is_some() || len == 0 {
             return;
         }
-        // SAFETY: cairn never truncates or rewrites the first `len` bytes of a segment
-        // while the store is open: sealed segments are immutable, and a hinted active
-        // segment reused after a clean close only grows past `len`. The store's LOCK
-        // keeps other cairn handles out, and compaction only unlinks files, which keeps
-        // mapped pages valid. Reads are bounds-checked against the map's length.
+        // SAFETY: cairn never truncates or rewrites bytes of a segment that were written
+        // while the store is open (torn tails are cut at open, before any map exists):
+        // sealed segments are immutable and active ones only grow. Only bytes already
+        // written are read through a map (see `map_for_append`), so no access touches a
+        // page past the end of the file. The store's LOCK keeps other cairn handles out,
+        // and compaction only unlinks files, which keeps mapped pages valid.
         let map = unsafe {
             memmap2::MmapOptions::new()
                 .len(len as usize)

@@ -81,6 +81,9 @@ impl SegMeta {
     }
 }
 
+/// Bytes mapped past a segment's size cap, for the records that overshoot it.
+const APPEND_MAP_SLACK: u64 = 4 << 20;
+
 /// The segment being appended to.
 pub(crate) struct Active {
     pub id: u32,
@@ -92,7 +95,9 @@ pub(crate) struct Active {
 }
 
 impl Active {
-    pub fn new(file: Arc<SegmentFile>, len: u64) -> Active {
+    /// The active segment `file`, holding `len` bytes, capped at `segment_size`.
+    pub fn new(file: Arc<SegmentFile>, len: u64, segment_size: u64) -> Active {
+        file.map_for_append(segment_size.max(len) + APPEND_MAP_SLACK);
         Active {
             id: file.id,
             file,
@@ -449,7 +454,7 @@ impl Shard {
             let rotated = new_file.map(|nf| {
                 let meta = SegMeta::new(nf.clone(), SEG_HEADER_LEN);
                 st.segs.insert(nf.id, meta);
-                let old = std::mem::replace(&mut st.active, Active::new(nf, SEG_HEADER_LEN));
+                let old = std::mem::replace(&mut st.active, Active::new(nf, SEG_HEADER_LEN, core.opts.segment_size));
                 old.file
             });
             (pending, rotated, (st.active.id, st.active.end()))
