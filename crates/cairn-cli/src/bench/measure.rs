@@ -240,14 +240,16 @@ pub fn run(groups: &[Group<'_>], interval: Duration, seed: u64) -> Result<Vec<Ph
     let bytes: Vec<AtomicU64> = groups.iter().map(|_| AtomicU64::new(0)).collect();
     let io_before = proc_write_bytes();
     reset_peak_rss();
-    let start = Instant::now();
+    // Threads wait for `go`, so that every group starts at once, when all are spawned.
+    let go = AtomicBool::new(false);
+    let mut start = Instant::now();
     let mut timelines: Vec<Vec<f64>> = groups.iter().map(|_| Vec::new()).collect();
 
     let peak_anon = std::thread::scope(|scope| {
         for (gi, group) in groups.iter().enumerate() {
             for t in 0..group.threads {
                 let (counters, stop, failure, hists) = (&counters, &stop, &failure, &hists);
-                let (live, finished, done, bytes) = (&live, &finished, &done, &bytes);
+                let (live, finished, done, bytes, go) = (&live, &finished, &done, &bytes, &go);
                 // Named so that a profile (`perf report --sort comm`) splits by phase.
                 let name: String = group
                     .test
@@ -279,7 +281,16 @@ pub fn run(groups: &[Group<'_>], interval: Duration, seed: u64) -> Result<Vec<Ph
                             let mut hist = new_hist();
                             let counter = &counters[gi][t].0;
                             let mut moved = 0u64;
-                            while worker.index < mine && !stop.load(Ordering::Relaxed) {
+                            while !go.load(Ordering::Acquire) {
+                                std::thread::yield_now();
+                            }
+                            // A group without a count does at least one operation,
+                            // however soon the others are done.
+                            let background = group.ops.is_none();
+                            while worker.index < mine
+                                && (!stop.load(Ordering::Relaxed)
+                                    || (background && worker.index == 0))
+                            {
                                 let t0 = Instant::now();
                                 match (group.op)(&mut worker) {
                                     Ok(n) => moved += n,
@@ -327,6 +338,8 @@ pub fn run(groups: &[Group<'_>], interval: Duration, seed: u64) -> Result<Vec<Ph
         let mut last: Vec<u64> = vec![0; groups.len()];
         let mut closed: Vec<bool> = vec![false; groups.len()];
         let finished_at = &finished;
+        start = Instant::now();
+        go.store(true, Ordering::Release);
         let mut last_t = start;
         let mut anon = anon_rss();
         while !closed.iter().all(|c| *c) {

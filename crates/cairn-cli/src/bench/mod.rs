@@ -321,6 +321,12 @@ pub struct Report {
 
 /// `cairn bench`.
 pub fn run(args: &BenchArgs) -> Result<ExitCode> {
+    // One message with its causes, so that an I/O cause is not taken for a failed write
+    // to standard output by the caller.
+    run_bench(args).map_err(|e| anyhow::anyhow!("bench: {e:#}"))
+}
+
+fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
     if args.render {
         let path = args.out.join("results.json");
         let report: Report = serde_json::from_slice(
@@ -518,14 +524,30 @@ fn run_child(
     let steps = (suite.steps)(config);
     bar.set_message(format!("{} on {engine_name}", suite.title));
     let started = Instant::now();
-    let mut child = Command::new(std::env::current_exe().context("finding the cairn binary")?)
+    let spawned = Command::new(self_exe()?)
         .arg("__bench-child")
         .arg(&spec_path)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .spawn()
-        .context("starting a benchmark child process")?;
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(err) => {
+            let error = format!("starting the child process failed: {err}");
+            bar.suspend(|| eprintln!("bench: {} on {engine_name}: {error}", suite.name));
+            bar.inc(steps);
+            return Ok(SuiteRun {
+                suite: suite.name.into(),
+                engine: engine_name.into(),
+                phases: Vec::new(),
+                wall_secs: 0.0,
+                peak_rss_bytes: None,
+                total_write_amp: None,
+                error: Some(error),
+            });
+        }
+    };
     let mut tail: VecDeque<String> = VecDeque::new();
     let mut done = 0;
     let mut reader = BufReader::new(child.stderr.take().expect("piped stderr"));
@@ -576,8 +598,22 @@ fn run_child(
     }
 }
 
+/// The running binary, to start children with. `/proc/self/exe` still runs this very
+/// build when the file was replaced meanwhile (a rebuild in a shared target directory).
+fn self_exe() -> Result<PathBuf> {
+    let proc_exe = Path::new("/proc/self/exe");
+    if proc_exe.exists() {
+        return Ok(proc_exe.to_path_buf());
+    }
+    std::env::current_exe().context("finding the cairn binary")
+}
+
 /// `cairn __bench-child SPEC`: runs one suite on one engine and writes its results.
 pub fn child(spec_path: &Path) -> Result<ExitCode> {
+    run_child_process(spec_path).map_err(|e| anyhow::anyhow!("{e:#}"))
+}
+
+fn run_child_process(spec_path: &Path) -> Result<ExitCode> {
     let spec: ChildSpec = serde_json::from_slice(
         &fs::read(spec_path).with_context(|| format!("reading {}", spec_path.display()))?,
     )?;

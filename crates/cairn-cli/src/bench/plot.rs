@@ -15,7 +15,7 @@ use super::{Report, SuiteRun};
 const WIDTH: u32 = 1000;
 const HEIGHT: u32 = 560;
 const LEFT: i32 = 100;
-const RIGHT: i32 = 180;
+const RIGHT: i32 = 200;
 const TOP: i32 = 60;
 const BOTTOM: i32 = 70;
 
@@ -77,14 +77,22 @@ pub fn throughput(path: &Path, heading: &str, series: &[(&str, f64, &[f64])]) ->
     let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
     let err = |e: DrawingAreaErrorKind<_>| anyhow!("drawing {}: {e:?}", path.display());
     root.fill(&WHITE).map_err(err)?;
-    let x_max = series
+    // An engine many times slower than the rest would squeeze them all into the left
+    // edge: the time axis ends at three times the median run, longer runs are cut.
+    let mut lengths: Vec<f64> = series
         .iter()
         .map(|(_, dt, t)| dt * t.len() as f64)
-        .fold(0.0, f64::max)
+        .collect();
+    lengths.sort_by(f64::total_cmp);
+    let longest = lengths.last().copied().unwrap_or(0.0);
+    let x_max = longest
+        .min(3.0 * lengths.get(lengths.len() / 2).copied().unwrap_or(0.0))
         .max(1e-3);
+    let shown =
+        |dt: f64, t: &[f64]| -> usize { t.len().min(((x_max / dt).ceil() as usize).max(1)) };
     let y_max = series
         .iter()
-        .flat_map(|(_, _, t)| t.iter().copied())
+        .flat_map(|(_, dt, t)| t[..shown(*dt, t)].iter().copied())
         .fold(0.0, f64::max)
         .max(1.0);
     let (x_step, x_end) = nice(x_max);
@@ -139,7 +147,8 @@ pub fn throughput(path: &Path, heading: &str, series: &[(&str, f64, &[f64])]) ->
     for (i, (engine, dt, timeline)) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let style = ShapeStyle::from(color).stroke_width(if i == 0 { 3 } else { 2 });
-        let points: Vec<(i32, i32)> = timeline
+        let cut = shown(*dt, timeline) < timeline.len();
+        let points: Vec<(i32, i32)> = timeline[..shown(*dt, timeline)]
             .iter()
             .enumerate()
             .map(|(k, v)| (px((k as f64 + 0.5) * dt), py(*v)))
@@ -150,13 +159,17 @@ pub fn throughput(path: &Path, heading: &str, series: &[(&str, f64, &[f64])]) ->
         } else {
             root.draw(&PathElement::new(points, style)).map_err(err)?;
         }
-        let ly = y0 + 10 + 28 * i as i32;
+        let ly = y0 + 10 + 34 * i as i32;
         root.draw(&PathElement::new(
             vec![(x1 + 16, ly + 7), (x1 + 46, ly + 7)],
             style,
         ))
         .map_err(err)?;
         text(&root, x1 + 54, ly, engine, 2, ink, Align::Left).map_err(err)?;
+        if cut {
+            let note = format!("cut {:.0}s", dt * timeline.len() as f64);
+            text(&root, x1 + 54, ly + 17, &note, 2, ink, Align::Left).map_err(err)?;
+        }
     }
     root.present().map_err(err)?;
     Ok(())
