@@ -7,3 +7,17 @@ if command -v rustup >/dev/null 2>&1; then
     rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
   done
 fi
+# fuse3 (fusermount3) and rsync for the mounted file-system tests (`cairn mount`). As root,
+# the mount works without fuse3 (mount(2) directly); without apt or permission this step
+# only warns: the mounted tests skip where /dev/fuse can't be used, and the rsync part
+# where rsync is missing.
+fs_missing=()
+command -v fusermount3 >/dev/null 2>&1 || fs_missing+=(fuse3)
+command -v rsync >/dev/null 2>&1 || fs_missing+=(rsync)
+if ((${#fs_missing[@]})) && command -v apt-get >/dev/null 2>&1; then
+  SUDO=""
+  [[ $(id -u) -eq 0 ]] || SUDO="sudo -n"
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+      --no-install-recommends "${fs_missing[@]}"; } >/dev/null 2>&1 \
+    || echo "setup: could not install ${fs_missing[*]} (some mounted tests may skip)" >&2
+fi

@@ -8,6 +8,8 @@ mod bench;
 mod demo;
 mod escape;
 mod file;
+mod fsbench;
+mod mount;
 mod report;
 
 use std::ffi::{OsStr, OsString};
@@ -121,6 +123,13 @@ enum Command {
     /// Benchmark cairn and other engines with the seeds' experiments (see --help)
     #[command(long_about = bench::ABOUT)]
     Bench(bench::BenchArgs),
+    /// Mount the file system of store DIR on MOUNTPOINT through FUSE (foreground)
+    Mount(mount::MountArgs),
+    /// Unmount a `cairn mount`
+    Umount(mount::UmountArgs),
+    /// File-system metadata benchmark: N files in one directory (library, FUSE, plain)
+    #[command(long_about = fsbench::ABOUT)]
+    FsBench(fsbench::FsBenchArgs),
     /// One suite on one engine, in a child process of `bench`
     #[command(name = "__bench-child", hide = true)]
     BenchChild { spec: PathBuf },
@@ -214,6 +223,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Demo(args) => return demo::run(dir, &args, &mut stdout()),
         Command::Bench(args) => return bench::run(&args),
         Command::BenchChild { spec } => return bench::child(&spec),
+        Command::Mount(args) => return mount::mount(&args),
+        Command::Umount(args) => return mount::umount(&args),
+        Command::FsBench(args) => return fsbench::run(&args),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -23,9 +23,20 @@ use crate::{Error, Result};
 
 const CHUNK: usize = 1 << 20;
 
+/// What one call of [`compact_one`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// A segment was compacted.
+    Compacted,
+    /// The best candidate's shard was being compacted by another thread.
+    Busy,
+    /// No segment passes the threshold.
+    Nothing,
+}
+
 /// Finds the sealed segment with the highest stale fraction at or above the threshold,
-/// over all shards, and compacts it. Returns whether there was one.
-pub(crate) fn compact_one(core: &Core, manual: bool) -> Result<bool> {
+/// over all shards, and compacts it.
+pub(crate) fn compact_one(core: &Core, manual: bool) -> Result<Outcome> {
     let threshold = core.opts.compaction_threshold;
     let mut best: Option<(usize, u32, f64)> = None;
     for (i, sh) in core.shards.iter().enumerate() {
@@ -44,7 +55,7 @@ pub(crate) fn compact_one(core: &Core, manual: bool) -> Result<bool> {
         }
     }
     let Some((si, seg, _)) = best else {
-        return Ok(false);
+        return Ok(Outcome::Nothing);
     };
     let shard = &core.shards[si];
     {
@@ -53,13 +64,13 @@ pub(crate) fn compact_one(core: &Core, manual: bool) -> Result<bool> {
             // Another thread is compacting this shard; let it finish.
             drop(st);
             std::thread::sleep(Duration::from_millis(1));
-            return Ok(true);
+            return Ok(Outcome::Busy);
         }
         st.compacting = true;
     }
     let res = compact_segment(core, shard, seg, !manual);
     shard.state.write().compacting = false;
-    res.map(|_| true)
+    res.map(|_| Outcome::Compacted)
 }
 
 /// Another segment of the shard, as seen when compaction started.

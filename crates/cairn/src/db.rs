@@ -31,6 +31,8 @@ use crate::{Error, Options, Result, SyncPolicy, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub(crate) const NS_USER: u8 = 0;
 /// Namespace of the file store's rows (see `files`).
 pub(crate) const NS_FILES: u8 = 1;
+/// Namespace of the file system's rows (see `fs`).
+pub(crate) const NS_FS: u8 = 2;
 
 /// `ns` followed by `key`: the key as stored.
 pub(crate) fn ikey(ns: u8, key: &[u8]) -> Vec<u8> {
@@ -459,8 +461,8 @@ impl Core {
     fn compaction_loop(&self) {
         while !self.is_shutdown() {
             match crate::compaction::compact_one(self, false) {
-                Ok(true) => {}
-                Ok(false) => self.wait(Duration::from_millis(200)),
+                Ok(crate::compaction::Outcome::Compacted) => {}
+                Ok(_) => self.wait(Duration::from_millis(200)),
                 Err(e) => {
                     log::error!("background compaction failed: {e}");
                     self.wait(Duration::from_secs(1));
@@ -899,10 +901,14 @@ impl Db {
         c.seal_queued()?;
         // Bounded by the segments that exist now, so that it returns even while writers
         // keep producing stale segments.
-        let budget: usize = c.shards.iter().map(|s| s.state.read().segs.len()).sum();
-        for _ in 0..budget {
-            if !crate::compaction::compact_one(c, true)? {
-                break;
+        let mut budget: usize = c.shards.iter().map(|s| s.state.read().segs.len()).sum();
+        // Waiting for a background compaction is bounded too (1 ms a try).
+        let mut waits = 0u32;
+        while budget > 0 && waits < 60_000 {
+            match crate::compaction::compact_one(c, true)? {
+                crate::compaction::Outcome::Compacted => budget -= 1,
+                crate::compaction::Outcome::Busy => waits += 1,
+                crate::compaction::Outcome::Nothing => break,
             }
         }
         Ok(())

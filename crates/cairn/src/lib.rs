@@ -35,6 +35,7 @@ mod db;
 mod error;
 pub mod fault;
 pub mod files;
+pub mod fs;
 mod fsutil;
 mod index;
 mod iter;

@@ -454,7 +454,10 @@ impl Shard {
             let rotated = new_file.map(|nf| {
                 let meta = SegMeta::new(nf.clone(), SEG_HEADER_LEN);
                 st.segs.insert(nf.id, meta);
-                let old = std::mem::replace(&mut st.active, Active::new(nf, SEG_HEADER_LEN, core.opts.segment_size));
+                let old = std::mem::replace(
+                    &mut st.active,
+                    Active::new(nf, SEG_HEADER_LEN, core.opts.segment_size),
+                );
                 old.file
             });
             (pending, rotated, (st.active.id, st.active.end()))
@@ -600,8 +603,7 @@ pub(crate) fn read_value(src: Source, loc: Loc, key: &[u8]) -> Result<Value> {
 fn check_record(bytes: &[u8], loc: Loc, key: &[u8], path: impl Fn() -> PathBuf) -> Result<usize> {
     let rec = record::decode(bytes)
         .map_err(|e| Error::corruption(path(), format!("record at offset {}: {e}", loc.off)))?;
-    if rec.key != key || rec.header.kind != Kind::Put || rec.header.record_len() != loc.len as u64
-    {
+    if rec.key != key || rec.header.kind != Kind::Put || rec.header.record_len() != loc.len as u64 {
         return Err(Error::corruption(
             path(),
             format!("record at offset {} is not the indexed one", loc.off),

@@ -1,0 +1,100 @@
+//! Row keys and encodings of the file system (namespace `NS_FS`; see FORMAT.md).
+
+/// Key tag of the inode-number lease row.
+pub(crate) const TAG_LEASE: u8 = b'N';
+/// Key tag of a directory entry: `D parent:u64 partition:u32 name`.
+pub(crate) const TAG_DENTRY: u8 = b'D';
+/// Key tag of an inode row: `I ino:u64`.
+pub(crate) const TAG_INODE: u8 = b'I';
+/// Key tag of a data chunk: `C ino:u64 index:u64`.
+pub(crate) const TAG_CHUNK: u8 = b'C';
+/// Key tag of an extended attribute: `X ino:u64 name`.
+pub(crate) const TAG_XATTR: u8 = b'X';
+/// Key tag of an orphan (unlinked while open): `O ino:u64`.
+pub(crate) const TAG_ORPHAN: u8 = b'O';
+
+/// Inode flag: the file's data is in chunk rows, not inline.
+pub(crate) const FLAG_CHUNKED: u8 = 1;
+/// Inode flag: the inode has (or had) extended attribute rows.
+pub(crate) const FLAG_XATTRS: u8 = 2;
+
+/// Bytes of an encoded inode before its inline data.
+pub(crate) const INODE_HEADER: usize = 1 + 4 * 5 + 8 * 5;
+
+pub(crate) fn lease_key() -> Vec<u8> {
+    vec![TAG_LEASE]
+}
+
+/// Prefix of the entries of directory `parent` in partition `part`.
+pub(crate) fn dentry_prefix(parent: u64, part: u32) -> Vec<u8> {
+    let mut k = Vec::with_capacity(13 + 32);
+    k.push(TAG_DENTRY);
+    k.extend_from_slice(&parent.to_be_bytes());
+    k.extend_from_slice(&part.to_be_bytes());
+    k
+}
+
+pub(crate) fn dentry_key(parent: u64, part: u32, name: &[u8]) -> Vec<u8> {
+    let mut k = dentry_prefix(parent, part);
+    k.extend_from_slice(name);
+    k
+}
+
+/// Length of a dentry key before the name.
+pub(crate) const DENTRY_PREFIX_LEN: usize = 13;
+
+pub(crate) fn inode_key(ino: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9);
+    k.push(TAG_INODE);
+    k.extend_from_slice(&ino.to_be_bytes());
+    k
+}
+
+pub(crate) fn ino_prefix(tag: u8, ino: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(17);
+    k.push(tag);
+    k.extend_from_slice(&ino.to_be_bytes());
+    k
+}
+
+pub(crate) fn chunk_key(ino: u64, idx: u64) -> Vec<u8> {
+    let mut k = ino_prefix(TAG_CHUNK, ino);
+    k.extend_from_slice(&idx.to_be_bytes());
+    k
+}
+
+pub(crate) fn xattr_key(ino: u64, name: &[u8]) -> Vec<u8> {
+    let mut k = ino_prefix(TAG_XATTR, ino);
+    k.extend_from_slice(name);
+    k
+}
+
+pub(crate) fn orphan_key(ino: u64) -> Vec<u8> {
+    ino_prefix(TAG_ORPHAN, ino)
+}
+
+/// Value of a directory entry: the child's inode number and its file type bits.
+pub(crate) fn encode_dentry(ino: u64, mode: u32) -> [u8; 12] {
+    let mut v = [0u8; 12];
+    v[..8].copy_from_slice(&ino.to_le_bytes());
+    v[8..].copy_from_slice(&(mode & libc::S_IFMT).to_le_bytes());
+    v
+}
+
+pub(crate) fn decode_dentry(v: &[u8]) -> Option<(u64, u32)> {
+    if v.len() < 12 {
+        return None;
+    }
+    Some((
+        u64::from_le_bytes(v[..8].try_into().ok()?),
+        u32::from_le_bytes(v[8..12].try_into().ok()?),
+    ))
+}
+
+pub(crate) fn u64_at(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
+}
+
+pub(crate) fn u32_at(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
+}
