@@ -364,7 +364,10 @@ pub fn run(groups: &[Group<'_>], interval: Duration, seed: u64) -> Result<Vec<Ph
                     _ => now,
                 };
                 let dt = end.saturating_duration_since(last_t).as_secs_f64();
-                if !finished || (dt >= interval.as_secs_f64() * 0.2 && sum > last[gi]) {
+                // A short last interval is dropped (it would be noise), unless it is the
+                // phase's only one: every phase gets at least one point.
+                let only = timelines[gi].is_empty() && sum > last[gi];
+                if !finished || only || (dt >= interval.as_secs_f64() * 0.2 && sum > last[gi]) {
                     timelines[gi].push((sum - last[gi]) as f64 / dt.max(1e-9));
                 }
                 last[gi] = sum;
