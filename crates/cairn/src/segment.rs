@@ -409,6 +409,24 @@ pub fn scan(
     Ok(out)
 }
 
+/// Scans a segment (see [`scan`]) and lists every record whose key is known, in file
+/// order: the entries of its hint file.
+pub fn scan_entries(seg: &SegmentFile, file_len: u64) -> Result<(Vec<Entry>, ScanOutcome)> {
+    let mut entries = Vec::new();
+    let outcome = scan(seg, file_len, |off, rec, _intact| {
+        entries.push(Entry {
+            kind: rec.header.kind,
+            seq: rec.header.seq,
+            batch_total: rec.header.batch_total,
+            off: off as u32,
+            len: rec.header.record_len() as u32,
+            key: rec.key.to_vec(),
+        });
+        Ok(())
+    })?;
+    Ok((entries, outcome))
+}
+
 /// Writes the hint file of a segment: every record's metadata and key, checksummed.
 /// Written to a temporary file, synced and renamed into place.
 pub fn write_hint(fs: &Fs, dir: &Path, id: u32, data_len: u64, entries: &[Entry]) -> Result<u64> {

@@ -18,7 +18,7 @@ use crate::bloom::Bloom;
 use crate::db::Core;
 use crate::index::{Index, Loc};
 use crate::record::{self, Kind};
-use crate::segment::{self, Entry, SegKind, SegmentFile, SEG_HEADER_LEN};
+use crate::segment::{self, SegKind, SegmentFile, SEG_HEADER_LEN};
 use crate::value::Value;
 use crate::{Error, Result};
 
@@ -508,18 +508,7 @@ impl Shard {
         if len <= SEG_HEADER_LEN {
             return Ok(());
         }
-        let mut entries = Vec::new();
-        let outcome = segment::scan(&file, len, |off, rec, _intact| {
-            entries.push(Entry {
-                kind: rec.header.kind,
-                seq: rec.header.seq,
-                batch_total: rec.header.batch_total,
-                off: off as u32,
-                len: rec.header.record_len() as u32,
-                key: rec.key.to_vec(),
-            });
-            Ok(())
-        })?;
+        let (entries, outcome) = segment::scan_entries(&file, len)?;
         if outcome.valid_end == len {
             let n = segment::write_hint(&core.fs, &self.dir, file.id, len, &entries)?;
             self.note_write(n);
@@ -540,18 +529,7 @@ impl Shard {
             .metadata()
             .map_err(|e| Error::io(&file.path, e))?
             .len();
-        let mut entries = Vec::new();
-        let outcome = segment::scan(&file, len, |off, rec, _intact| {
-            entries.push(Entry {
-                kind: rec.header.kind,
-                seq: rec.header.seq,
-                batch_total: rec.header.batch_total,
-                off: off as u32,
-                len: rec.header.record_len() as u32,
-                key: rec.key.to_vec(),
-            });
-            Ok(())
-        })?;
+        let (entries, outcome) = segment::scan_entries(&file, len)?;
         if !outcome.damage.is_empty() || outcome.tail.is_some() {
             log::error!(
                 "segment {} has damage while sealing: {:?} {:?}",

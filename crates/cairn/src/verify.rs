@@ -87,18 +87,7 @@ pub(crate) fn verify(core: &Core) -> Result<VerifyReport> {
         })?;
         for (file, len, sealed) in segs {
             report.files_checked += 1;
-            let mut entries = Vec::new();
-            let outcome = segment::scan(&file, len, |off, rec, _intact| {
-                entries.push(Entry {
-                    kind: rec.header.kind,
-                    seq: rec.header.seq,
-                    batch_total: rec.header.batch_total,
-                    off: off as u32,
-                    len: rec.header.record_len() as u32,
-                    key: rec.key.to_vec(),
-                });
-                Ok(())
-            })?;
+            let (entries, outcome) = segment::scan_entries(&file, len)?;
             report.records_checked += outcome.records;
             for spot in outcome.damage.into_iter().chain(outcome.tail) {
                 report.damage.push(Damage {
