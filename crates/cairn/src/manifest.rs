@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use crate::fsutil::{self, Fs};
-use crate::record::mask;
+use crate::record::{mask, u32_at, u64_at};
 use crate::{Error, Result, FORMAT_VERSION};
 
 /// Name of the manifest file in the store directory.
@@ -13,13 +13,6 @@ pub const MANIFEST: &str = "CAIRN";
 pub const SEQSTATE: &str = "SEQSTATE";
 const MANIFEST_MAGIC: &[u8; 8] = b"CAIRNDB\0";
 const SEQ_MAGIC: &[u8; 8] = b"CAIRNSEQ";
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
 
 fn seal(mut b: Vec<u8>) -> Vec<u8> {
     let crc = mask(crc32c::crc32c(&b));

@@ -105,8 +105,16 @@ fn header_crc(fields: &[u8], key: &[u8]) -> u32 {
     mask(crc32c::crc32c_append(crc32c::crc32c(fields), key))
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
+/// The little-endian `u32` at `b[at..at + 4]` (every on-disk integer is little-endian).
+pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// The little-endian `u64` at `b[at..at + 8]`.
+pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut v = [0u8; 8];
+    v.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(v)
 }
 
 /// Decodes the fields of a record header from the first [`HEADER_LEN`] bytes of `b` and
@@ -132,11 +140,9 @@ pub fn decode_header(b: &[u8]) -> Result<Header, HeaderError> {
     {
         return Err(HeaderError::Invalid);
     }
-    let mut seq = [0u8; 8];
-    seq.copy_from_slice(&b[4..12]);
     Ok(Header {
         data_crc: u32_at(b, 0),
-        seq: u64::from_le_bytes(seq),
+        seq: u64_at(b, 4),
         kind,
         key_len,
         val_len,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use crate::fsutil::{self, Fs};
-use crate::record::{self, Header, Kind, HEADER_LEN};
+use crate::record::{self, u32_at, u64_at, Header, Kind, HEADER_LEN};
 use crate::{Error, Result, FORMAT_VERSION};
 
 /// Magic bytes at the start of every segment file.
@@ -53,13 +53,6 @@ pub fn seg_path(dir: &Path, id: u32) -> PathBuf {
 /// Path of the hint file of segment `id` in `dir`.
 pub fn hint_path(dir: &Path, id: u32) -> PathBuf {
     dir.join(format!("{id:010}.hint"))
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 impl SegmentFile {

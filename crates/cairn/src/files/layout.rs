@@ -3,6 +3,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::record::{u32_at, u64_at};
 use crate::{Error, Result};
 
 use super::FileStat;
@@ -78,14 +79,6 @@ pub(crate) fn vid_of_row(key: &[u8]) -> Result<u128> {
             )
         })?;
     Ok(u128::from_be_bytes(b))
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
 /// Settings row value: version, chunk size.

@@ -90,11 +90,3 @@ pub(crate) fn decode_dentry(v: &[u8]) -> Option<(u64, u32)> {
         u32::from_le_bytes(v[8..12].try_into().ok()?),
     ))
 }
-
-pub(crate) fn u64_at(b: &[u8], off: usize) -> u64 {
-    u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
-}
-
-pub(crate) fn u32_at(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
-}

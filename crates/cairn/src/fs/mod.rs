@@ -34,6 +34,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 
 use crate::db::{ikey, ns_prefix_bounds, Core, NS_FS};
+use crate::record::{u32_at, u64_at};
 use crate::{Db, Iter, Options, WriteBatch};
 use layout::*;
 
