@@ -120,6 +120,46 @@ fn smoke_run_writes_sane_results() {
     assert_eq!(num(phase(mmcmap, "mixed.writes"), "ops"), 200.0);
     assert_eq!(num(phase(mmcmap, "mixed.reads"), "ops"), 800.0);
 
+    // The KFS suite: cairn and cairn with one shard, every (operation, size) measured in
+    // every trial.
+    let sizes: Vec<u64> = json["config"]["kfs_sizes"]
+        .as_array()
+        .expect("kfs_sizes")
+        .iter()
+        .map(|s| s.as_u64().unwrap())
+        .collect();
+    let trials = json["config"]["kfs_trials"].as_u64().unwrap();
+    assert!(!sizes.is_empty() && trials >= 2, "{}", json["config"]);
+    for subject in ["cairn", "cairn-1shard"] {
+        let run = json["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["suite"] == "kfs" && r["engine"] == subject)
+            .unwrap_or_else(|| panic!("no kfs run on {subject}"));
+        assert!(run["error"].is_null(), "kfs on {subject}: {}", run["error"]);
+        let kfs = run["phases"].as_array().unwrap();
+        let samples = run["samples"].as_array().expect("kfs samples");
+        for op in ["write", "read", "unlink"] {
+            for size in &sizes {
+                let test = format!("{op}_{}MiB", size >> 20);
+                let p = phase(kfs, &test);
+                check_phase(p);
+                assert_eq!(num(p, "ops"), trials as f64, "{test}");
+                assert_eq!(num(p, "bytes"), (size * trials) as f64, "{test}");
+                let values = samples
+                    .iter()
+                    .find(|s| s["test"] == test.as_str())
+                    .unwrap_or_else(|| panic!("no samples of {test}"))["values"]
+                    .as_array()
+                    .unwrap();
+                assert_eq!(values.len() as u64, trials, "{test}");
+                assert!(values.iter().all(|v| v.as_f64().unwrap() > 0.0), "{test}");
+            }
+        }
+        assert!(samples.iter().any(|s| s["test"] == "store_bytes"));
+    }
+
     let disk = phases(&json, "disk");
     for test in ["seq_write", "seq_read", "fsync"] {
         let p = phase(disk, test);
@@ -136,6 +176,14 @@ fn smoke_run_writes_sane_results() {
         "| read while writing: reads, 4 threads |",
         "## mmcmap suite (seed 003)",
         "| p50 | p99 | p99.9 | max |",
+        "## KFS suite (seeds 000, 001): files of 1 MiB to 4 MiB, 2 trials",
+        "### write",
+        "### read",
+        "### unlink",
+        "| file size | cairn | cairn-1shard | cairn, % of disk write bandwidth |",
+        "| 4 MiB |",
+        "KFS 4 MiB writes: cairn ≥ 70% of the disk's sequential write bandwidth",
+        "KFS unlink: cairn's mean and stddev below cairn-1shard's",
     ] {
         assert!(md.contains(needle), "results.md lacks {needle:?}:\n{md}");
     }
@@ -145,6 +193,12 @@ fn smoke_run_writes_sane_results() {
 
     let plots: Vec<_> = fs::read_dir(out.join("plots")).unwrap().collect();
     assert!(!plots.is_empty(), "no plots");
+    for op in ["write", "read", "unlink"] {
+        assert!(
+            out.join(format!("plots/kfs-{op}.png")).exists(),
+            "no kfs {op} plot"
+        );
+    }
     for plot in plots {
         let path = plot.unwrap().path();
         check_png(&path);

@@ -4,7 +4,7 @@
 //!
 //! Layout: [`engine`] is the one trait every engine implements and [`engines`] holds one
 //! adapter file per engine; each workload suite is one file ([`halodb`], [`mmcmap`],
-//! [`disk`]) exposing a [`SuiteDef`]; [`measure`] runs and measures threads of
+//! [`kfs`], [`disk`]) exposing a [`SuiteDef`]; [`measure`] runs and measures threads of
 //! operations; [`table`] and [`plot`] render the results.
 //!
 //! Every (suite, engine) pair runs in a child process of its own (`cairn __bench-child`),
@@ -15,6 +15,7 @@ mod disk;
 mod engine;
 mod engines;
 mod halodb;
+mod kfs;
 mod measure;
 mod mmcmap;
 mod plot;
@@ -25,6 +26,7 @@ use std::fs;
 use std::io::{self, BufRead, BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
@@ -45,8 +47,11 @@ sequential, fill random, random read with --threads T and with 32 threads, rando
 update, read while writing; `--records 30000000`, about 31 GB, exceeds this machine's
 24 GiB of memory so that reads hit the disk), mmcmap (seed 003: 32-byte a-z keys equal to values, written,
 read and deleted concurrently at 100k, 1M, 2M and 4M pairs; then 80% reads / 20% writes
-over 1M pairs), disk (the disk's sequential bandwidth and fsync latency, with fio when
-installed).
+over 1M pairs), kfs (seeds 000 and 001: files of 8 to 512 MiB in 128 KiB chunks, each
+trial writes every size, reads them back and unlinks them, --trials T times; on cairn's
+file store with its default shards and with one shard, and on RocksDB and LevelDB holding
+the chunks as rows; mean, standard deviation and Welch's t-test per operation and size),
+disk (the disk's sequential bandwidth and fsync latency, with fio when installed).
 
 Peers (RocksDB, LevelDB, LMDB, sled, fjall, redb) exist only in a build with
 `--features peers` (scripts/install-bench-deps.sh installs the libraries they need):
@@ -80,7 +85,10 @@ pub struct BenchArgs {
     /// Engines to run, comma-separated [default: every engine of this build]
     #[arg(long, value_name = "a,b,c", value_delimiter = ',')]
     engines: Option<Vec<String>>,
-    /// Suites to run, comma-separated: halodb, mmcmap, disk [default: all]
+    /// Trials of the KFS suite (the seed ran 100) [default: 10; --quick 3; --smoke 2]
+    #[arg(long, value_name = "N")]
+    trials: Option<u64>,
+    /// Suites to run, comma-separated: disk, halodb, mmcmap, kfs [default: all]
     #[arg(long, value_name = "a,b,c", value_delimiter = ',')]
     suites: Option<Vec<String>>,
     /// Directory for results.json, results.md and plots/
@@ -135,6 +143,12 @@ pub struct Config {
     pub use_fio: bool,
     /// Seed of every random choice.
     pub seed: u64,
+    /// File sizes of the KFS suite, in bytes.
+    #[serde(default)]
+    pub kfs_sizes: Vec<u64>,
+    /// Trials of the KFS suite.
+    #[serde(default)]
+    pub kfs_trials: u64,
 }
 
 impl Config {
@@ -158,6 +172,11 @@ impl Config {
         if args.threads == 0 || args.mmcmap_threads == 0 {
             bail!("thread counts must be positive");
         }
+        let (kfs_sizes, kfs_trials) = kfs::sizes_and_trials(mode);
+        let kfs_trials = args.trials.unwrap_or(kfs_trials);
+        if kfs_trials == 0 {
+            bail!("--trials must be positive");
+        }
         Ok(Config {
             mode: mode.into(),
             records: args.records.unwrap_or(records),
@@ -173,6 +192,8 @@ impl Config {
             fsyncs,
             use_fio: !args.no_fio && !args.smoke,
             seed: args.seed,
+            kfs_sizes,
+            kfs_trials,
         })
     }
 
@@ -202,7 +223,18 @@ pub struct SuiteDef {
 /// Every suite, in the order they run. A new suite is one file with a `SuiteDef` and one
 /// line here.
 fn suites() -> Vec<&'static SuiteDef> {
-    vec![&disk::SUITE, &halodb::SUITE, &mmcmap::SUITE]
+    vec![&disk::SUITE, &halodb::SUITE, &mmcmap::SUITE, &kfs::SUITE]
+}
+
+/// The subjects a per-engine suite runs on `engine`, each in a child of its own: `None`
+/// is the engine as it is, a name is a variant of it (the KFS suite's `cairn-1shard`);
+/// an empty list skips the engine.
+fn subjects(suite: &SuiteDef, engine: &EngineSpec) -> Vec<Option<&'static str>> {
+    if suite.name == kfs::SUITE.name {
+        kfs::subjects(engine)
+    } else {
+        vec![None]
+    }
 }
 
 /// What a suite runs with, in its child process.
@@ -215,6 +247,11 @@ pub struct Ctx<'a> {
     pub dir: PathBuf,
     /// What engines are opened with.
     pub settings: Settings,
+    /// The variant of the engine under test, when the suite runs several (see
+    /// [`subjects`]); it names the run instead of the engine.
+    pub variant: Option<String>,
+    /// Raw per-trial figures a suite records for the report ([`SuiteRun::samples`]).
+    pub samples: Mutex<Vec<Samples>>,
 }
 
 impl Ctx<'_> {
@@ -246,6 +283,14 @@ impl Ctx<'_> {
     pub fn progress(&self, what: &str) {
         let _ = writeln!(io::stderr().lock(), "{PROGRESS}{what}");
     }
+
+    /// Keeps `samples` for the report.
+    pub fn record(&self, samples: Samples) {
+        self.samples
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(samples);
+    }
 }
 
 /// Prefix of a child's progress lines on stderr.
@@ -256,6 +301,8 @@ const PROGRESS: &str = "@bench-progress ";
 struct ChildSpec {
     suite: String,
     engine: Option<String>,
+    #[serde(default)]
+    variant: Option<String>,
     config: Config,
     dir: PathBuf,
     result: PathBuf,
@@ -278,6 +325,18 @@ pub struct SuiteRun {
     pub total_write_amp: Option<f64>,
     /// Why the run failed, when it did.
     pub error: Option<String>,
+    /// Raw per-trial figures of suites that repeat trials (the KFS suite).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<Samples>,
+}
+
+/// One figure of every trial of a test, in trial order.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Samples {
+    /// The test, as in [`measure::Phase::test`].
+    pub test: String,
+    /// The figure of each trial (seconds for a timed operation).
+    pub values: Vec<f64>,
 }
 
 /// An engine as the report describes it.
@@ -363,15 +422,18 @@ fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
         runs: Vec::new(),
     };
 
-    let mut jobs: Vec<(&SuiteDef, Option<&EngineSpec>)> = Vec::new();
+    let mut jobs: Vec<(&SuiteDef, Option<&EngineSpec>, Option<&str>)> = Vec::new();
     for suite in &suites {
         if suite.per_engine {
-            jobs.extend(engines.iter().map(|e| (*suite, Some(*e))));
+            for e in &engines {
+                let variants = subjects(suite, e);
+                jobs.extend(variants.into_iter().map(|v| (*suite, Some(*e), v)));
+            }
         } else {
-            jobs.push((suite, None));
+            jobs.push((suite, None, None));
         }
     }
-    let total: u64 = jobs.iter().map(|(s, _)| (s.steps)(&config)).sum();
+    let total: u64 = jobs.iter().map(|(s, _, _)| (s.steps)(&config)).sum();
     let bar = if io::stderr().is_terminal() {
         let bar = ProgressBar::new(total);
         bar.set_style(
@@ -386,8 +448,8 @@ fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
     };
 
     let results = out.join("results.json");
-    for (suite, engine) in jobs {
-        let run = run_child(suite, engine, &config, &data, &scratch, &bar)?;
+    for (suite, engine, variant) in jobs {
+        let run = run_child(suite, engine, variant, &config, &data, &scratch, &bar)?;
         report.runs.push(run);
         write_json(&results, &report)?;
     }
@@ -500,12 +562,13 @@ fn select_suites(args: &BenchArgs) -> Result<Vec<&'static SuiteDef>> {
 fn run_child(
     suite: &SuiteDef,
     engine: Option<&EngineSpec>,
+    variant: Option<&str>,
     config: &Config,
     data: &Path,
     scratch: &Path,
     bar: &ProgressBar,
 ) -> Result<SuiteRun> {
-    let engine_name = engine.map_or("disk", |e| e.name);
+    let engine_name = variant.unwrap_or(engine.map_or("disk", |e| e.name));
     let name = format!("{}-{}", suite.name, engine_name);
     let dir = data.join(&name);
     if dir.exists() {
@@ -514,6 +577,7 @@ fn run_child(
     let spec = ChildSpec {
         suite: suite.name.into(),
         engine: engine.map(|e| e.name.into()),
+        variant: variant.map(Into::into),
         config: config.clone(),
         dir: dir.clone(),
         result: scratch.join(format!("{name}.result.json")),
@@ -545,6 +609,7 @@ fn run_child(
                 peak_rss_bytes: None,
                 total_write_amp: None,
                 error: Some(error),
+                samples: Vec::new(),
             });
         }
     };
@@ -593,6 +658,7 @@ fn run_child(
                 peak_rss_bytes: None,
                 total_write_amp: None,
                 error: Some(error),
+                samples: Vec::new(),
             })
         }
     }
@@ -630,6 +696,8 @@ fn run_child_process(spec_path: &Path) -> Result<ExitCode> {
         config: &spec.config,
         dir: spec.dir.clone(),
         settings: engine_settings(&spec.config),
+        variant: spec.variant.clone(),
+        samples: Mutex::new(Vec::new()),
     };
     fs::create_dir_all(&ctx.dir)?;
     let started = Instant::now();
@@ -647,14 +715,19 @@ fn run_child_process(spec_path: &Path) -> Result<ExitCode> {
         _ => None,
     };
     let peak_rss_bytes = phases.iter().filter_map(|p| p.peak_rss_bytes).max();
+    let name = match &spec.variant {
+        Some(v) => v.clone(),
+        None => engine.map_or("disk", |e| e.name).into(),
+    };
     let run = SuiteRun {
         suite: suite.name.into(),
-        engine: engine.map_or("disk", |e| e.name).into(),
+        engine: name,
         phases,
         wall_secs: started.elapsed().as_secs_f64(),
         peak_rss_bytes,
         total_write_amp,
         error: None,
+        samples: ctx.samples.into_inner().unwrap_or_else(|e| e.into_inner()),
     };
     write_json(&spec.result, &run)?;
     Ok(ExitCode::SUCCESS)

@@ -1,4 +1,5 @@
-//! PNG plots of throughput over time, one per (suite, test), a line per engine.
+//! PNG plots of throughput over time, one per (suite, test), a line per engine; for the
+//! KFS suite, the mean time by file size with standard-deviation bars, one per operation.
 //!
 //! No system font is needed: text is drawn from the 8×8 bitmap font of `font8x8`,
 //! scaled, pixel by pixel; plotters draws only lines and rectangles.
@@ -9,6 +10,7 @@ use std::path::Path;
 use anyhow::{anyhow, Context, Result};
 use plotters::prelude::*;
 
+use super::kfs::{self, Summary};
 use super::table::count;
 use super::{Report, SuiteRun};
 
@@ -69,7 +71,197 @@ pub fn all(report: &Report, dir: &Path) -> Result<usize> {
             written += 1;
         }
     }
+    written += kfs_plots(report, dir)?;
     Ok(written)
+}
+
+/// The KFS suite's plots, one per operation: the mean time by file size with error bars
+/// of one standard deviation, a series per subject (as the seed's figures). Returns how
+/// many it wrote.
+fn kfs_plots(report: &Report, dir: &Path) -> Result<usize> {
+    let runs: Vec<&SuiteRun> = report
+        .runs
+        .iter()
+        .filter(|r| r.suite == kfs::SUITE.name && r.error.is_none() && !r.samples.is_empty())
+        .collect();
+    let sizes = &report.config.kfs_sizes;
+    let labels: Vec<String> = sizes.iter().map(|s| kfs::size_label(*s)).collect();
+    let mut written = 0;
+    for op in kfs::OPS {
+        let series: Vec<(&str, Vec<Option<Summary>>)> = runs
+            .iter()
+            .map(|r| {
+                let points = sizes
+                    .iter()
+                    .map(|s| kfs::samples(r, &kfs::test_name(op, *s)).and_then(kfs::summarize))
+                    .collect();
+                (r.engine.as_str(), points)
+            })
+            .collect();
+        if series.iter().all(|(_, v)| v.iter().all(Option::is_none)) {
+            continue;
+        }
+        let heading = format!("kfs: {op} time by file size (mean, bars 1 stddev)");
+        error_bars(
+            &dir.join(format!("kfs-{op}.png")),
+            &heading,
+            &labels,
+            &series,
+        )?;
+        written += 1;
+    }
+    Ok(written)
+}
+
+/// One plot of means with ±1 standard deviation bars over categories (`labels`), on a
+/// logarithmic time axis: `(series name, summary of each category)`.
+fn error_bars(
+    path: &Path,
+    heading: &str,
+    labels: &[String],
+    series: &[(&str, Vec<Option<Summary>>)],
+) -> Result<()> {
+    let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
+    let err = |e: DrawingAreaErrorKind<_>| anyhow!("drawing {}: {e:?}", path.display());
+    root.fill(&WHITE).map_err(err)?;
+    let points = || series.iter().flat_map(|(_, v)| v.iter().flatten());
+    let lowest = points()
+        .map(|s| {
+            if s.mean - s.sd > 0.0 {
+                s.mean - s.sd
+            } else {
+                s.mean
+            }
+        })
+        .filter(|x| *x > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    let highest = points().map(|s| s.mean + s.sd).fold(0.0, f64::max);
+    let (lowest, highest) = if lowest.is_finite() && highest > 0.0 {
+        (lowest, highest.max(lowest * 1.01))
+    } else {
+        (1e-3, 1.0)
+    };
+    let lo = lowest.log10().floor();
+    let hi = highest.log10().ceil().max(lo + 1.0);
+    // Room on the right for legends of up to 13 characters ("cairn-1shard").
+    let (x0, x1) = (LEFT, WIDTH as i32 - RIGHT - 70);
+    let (y0, y1) = (TOP, HEIGHT as i32 - BOTTOM);
+    let py = |y: f64| -> i32 {
+        let f = (y.max(10f64.powf(lo)).log10() - lo) / (hi - lo);
+        y1 - (f * (y1 - y0) as f64).round() as i32
+    };
+    let n = labels.len().max(1);
+    let slot = (x1 - x0) as f64 / n as f64;
+    let grid = RGBColor(225, 225, 225);
+    let ink = RGBColor(40, 40, 40);
+
+    // Grid and tick labels: 1, 2 and 5 of every decade.
+    let mut decade = lo as i32;
+    while decade < hi as i32 {
+        for m in [1.0, 2.0, 5.0] {
+            let y = m * 10f64.powi(decade);
+            root.draw(&PathElement::new(vec![(x0, py(y)), (x1, py(y))], grid))
+                .map_err(err)?;
+            text(
+                &root,
+                x0 - 8,
+                py(y) - 8,
+                &time_tick(y),
+                2,
+                ink,
+                Align::Right,
+            )
+            .map_err(err)?;
+        }
+        decade += 1;
+    }
+    let top = 10f64.powf(hi);
+    text(
+        &root,
+        x0 - 8,
+        py(top) - 8,
+        &time_tick(top),
+        2,
+        ink,
+        Align::Right,
+    )
+    .map_err(err)?;
+    for (i, label) in labels.iter().enumerate() {
+        let x = x0 + ((i as f64 + 0.5) * slot).round() as i32;
+        root.draw(&PathElement::new(vec![(x, y0), (x, y1)], grid))
+            .map_err(err)?;
+        text(&root, x, y1 + 10, label, 2, ink, Align::Center).map_err(err)?;
+    }
+    root.draw(&Rectangle::new([(x0, y0), (x1, y1)], ink))
+        .map_err(err)?;
+    text(
+        &root,
+        (x0 + x1) / 2,
+        y1 + 36,
+        "file size",
+        2,
+        ink,
+        Align::Center,
+    )
+    .map_err(err)?;
+    text(&root, 12, y0 - 28, "time (log)", 2, ink, Align::Left).map_err(err)?;
+    text(&root, WIDTH as i32 / 2, 14, heading, 2, ink, Align::Center).map_err(err)?;
+
+    // One series per subject, shifted a little sideways so that the bars stay apart.
+    let spread = (slot * 0.5).min(12.0 * series.len() as f64);
+    for (k, (name, summaries)) in series.iter().enumerate() {
+        let color = COLORS[k % COLORS.len()];
+        let style = ShapeStyle::from(color).stroke_width(if k == 0 { 3 } else { 2 });
+        let shift = if series.len() > 1 {
+            (k as f64 / (series.len() - 1) as f64 - 0.5) * spread
+        } else {
+            0.0
+        };
+        let mut line = Vec::new();
+        for (i, s) in summaries.iter().enumerate() {
+            let Some(s) = s else { continue };
+            let x = x0 + ((i as f64 + 0.5) * slot + shift).round() as i32;
+            let (top, bottom) = (py(s.mean + s.sd), py(s.mean - s.sd));
+            root.draw(&PathElement::new(vec![(x, top), (x, bottom)], style))
+                .map_err(err)?;
+            // A bar reaching zero runs off the bottom of the log axis: no cap there.
+            let capped = if s.mean - s.sd > 0.0 {
+                vec![top, bottom]
+            } else {
+                vec![top]
+            };
+            for y in capped {
+                root.draw(&PathElement::new(vec![(x - 5, y), (x + 5, y)], style))
+                    .map_err(err)?;
+            }
+            root.draw(&Circle::new((x, py(s.mean)), 4, style.filled()))
+                .map_err(err)?;
+            line.push((x, py(s.mean)));
+        }
+        if line.len() > 1 {
+            root.draw(&PathElement::new(line, style)).map_err(err)?;
+        }
+        let ly = y0 + 10 + 34 * k as i32;
+        root.draw(&PathElement::new(
+            vec![(x1 + 16, ly + 7), (x1 + 46, ly + 7)],
+            style,
+        ))
+        .map_err(err)?;
+        text(&root, x1 + 54, ly, name, 2, ink, Align::Left).map_err(err)?;
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// A tick label of a time axis: "5ms", "20ms", "1s", "200us".
+fn time_tick(secs: f64) -> String {
+    if secs >= 1.0 {
+        format!("{}s", trim(secs))
+    } else if secs >= 1e-3 {
+        format!("{}ms", trim(secs * 1e3))
+    } else {
+        format!("{}us", trim(secs * 1e6))
+    }
 }
 
 /// One throughput-over-time plot: `(engine, interval seconds, ops/s per interval)`.
@@ -272,5 +464,7 @@ mod tests {
         assert_eq!(nice(230_000.0), (50_000.0, 250_000.0));
         assert_eq!(short(1_500_000.0), "1.5M");
         assert_eq!(short(250_000.0), "250k");
+        assert_eq!(time_tick(0.02), "20ms");
+        assert_eq!(time_tick(2.0), "2s");
     }
 }

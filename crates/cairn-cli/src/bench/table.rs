@@ -1,9 +1,12 @@
 //! The Markdown report: engines and settings, the disk's limits, a throughput table per
-//! suite with each peer's ratio to cairn, details per test, and the issue's targets.
+//! suite with each peer's ratio to cairn, details per test (for the KFS suite: mean ±
+//! standard deviation per operation and size, with Welch's t-test against cairn), and
+//! the issue's targets.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
+use super::kfs::{self, samples, size_label, summarize, test_name, welch_p, Summary};
 use super::measure::{Kind, Phase};
 use super::{Report, SuiteRun};
 
@@ -89,6 +92,11 @@ pub fn markdown(report: &Report) -> String {
     for suite in suite_names(report) {
         let runs: Vec<&SuiteRun> = report.runs.iter().filter(|r| r.suite == suite).collect();
         let _ = writeln!(md, "## {}\n", suite_title(&suite, report));
+        if suite == kfs::SUITE.name {
+            kfs_section(&mut md, report, &runs, disk_bw(Some(Kind::Write)));
+            runs_table(&mut md, &runs);
+            continue;
+        }
         let engines: Vec<&str> = runs.iter().map(|r| r.engine.as_str()).collect();
         let cairn = runs
             .iter()
@@ -128,26 +136,7 @@ pub fn markdown(report: &Report) -> String {
             let _ = writeln!(md, "{row}");
         }
         md.push('\n');
-
-        let _ = writeln!(
-            md,
-            "| engine | wall time | peak RSS | write amp (suite) | status |\n|---|---:|---:|---:|---|"
-        );
-        for run in &runs {
-            let _ = writeln!(
-                md,
-                "| {} | {:.1} s | {} | {} | {} |",
-                run.engine,
-                run.wall_secs,
-                run.peak_rss_bytes.map_or("–".into(), bytes),
-                run.total_write_amp
-                    .map_or("–".into(), |a| format!("{a:.2}")),
-                run.error
-                    .as_deref()
-                    .map_or("ok".into(), |e| format!("failed: {}", e.replace('|', "/")))
-            );
-        }
-        md.push('\n');
+        runs_table(&mut md, &runs);
 
         let _ = writeln!(md, "### Details\n");
         let _ = writeln!(
@@ -210,6 +199,280 @@ pub fn markdown(report: &Report) -> String {
     md
 }
 
+/// Wall time, peak memory, write amplification and status of each run of a suite.
+fn runs_table(md: &mut String, runs: &[&SuiteRun]) {
+    let _ = writeln!(
+        md,
+        "| engine | wall time | peak RSS | write amp (suite) | status |\n|---|---:|---:|---:|---|"
+    );
+    for run in runs {
+        let _ = writeln!(
+            md,
+            "| {} | {:.1} s | {} | {} | {} |",
+            run.engine,
+            run.wall_secs,
+            run.peak_rss_bytes.map_or("–".into(), bytes),
+            run.total_write_amp
+                .map_or("–".into(), |a| format!("{a:.2}")),
+            run.error
+                .as_deref()
+                .map_or("ok".into(), |e| format!("failed: {}", e.replace('|', "/")))
+        );
+    }
+    md.push('\n');
+}
+
+/// The KFS suite: per operation, a table of file sizes × subjects; then the store's size.
+fn kfs_section(md: &mut String, report: &Report, runs: &[&SuiteRun], disk_write: Option<f64>) {
+    let cfg = &report.config;
+    let _ = writeln!(
+        md,
+        "Each trial writes one file of every size (128 KiB chunks of random bytes), then reads \
+         them all back, then unlinks them all, one operation at a time; {} trials on one store \
+         per subject. A cell is the mean ± standard deviation of one operation's time over the \
+         trials and the MB/s of that mean; for the others also their mean time over cairn's \
+         (above 1× cairn is faster) and the two-sided p-value of Welch's t-test against cairn. \
+         cairn-1shard is cairn with one shard. RocksDB and LevelDB hold each chunk as a row \
+         keyed by file id ‖ chunk index (big-endian): a put per chunk, a get per chunk until \
+         the first missing one, an unlink is one batch of deletes. Durability: {}.\n",
+        cfg.kfs_trials,
+        if cfg.sync {
+            "each file durable at its end (cairn: SyncPolicy::Always, its commit syncs; \
+             the others: puts without sync, then the adapter's flush: RocksDB syncs its WAL \
+             and flushes its memtable, LevelDB writes an empty synced batch)"
+        } else {
+            "none asked for (cairn: SyncPolicy::Never; the others: puts without sync)"
+        }
+    );
+    let cairn = runs
+        .iter()
+        .find(|r| r.engine == "cairn" && r.error.is_none());
+    for op in kfs::OPS {
+        let _ = writeln!(md, "### {op}\n");
+        let with_disk = op == "write" && disk_write.is_some() && cairn.is_some();
+        let names: Vec<&str> = runs.iter().map(|r| r.engine.as_str()).collect();
+        let _ = writeln!(
+            md,
+            "| file size | {} |{}",
+            names.join(" | "),
+            if with_disk {
+                " cairn, % of disk write bandwidth |"
+            } else {
+                ""
+            }
+        );
+        let _ = writeln!(
+            md,
+            "|---|{}{}",
+            "---:|".repeat(names.len()),
+            if with_disk { "---:|" } else { "" }
+        );
+        for &size in &cfg.kfs_sizes {
+            let test = test_name(op, size);
+            let base = cairn.and_then(|c| samples(c, &test));
+            let mut row = format!("| {} |", size_label(size));
+            for run in runs {
+                let values = samples(run, &test);
+                let cell = match (&run.error, values.and_then(summarize)) {
+                    (Some(_), _) => "failed".to_string(),
+                    (None, None) => "–".to_string(),
+                    (None, Some(s)) => {
+                        let mut cell = duration(s.mean, s.sd);
+                        // An unlink moves no data: its MB/s would mean nothing.
+                        if op != "unlink" {
+                            let mbps = size as f64 / s.mean.max(1e-12) / 1e6;
+                            let _ = write!(cell, ", {mbps:.0} MB/s");
+                        }
+                        if run.engine != "cairn" {
+                            if let (Some(b), Some(v)) = (base, values) {
+                                if let Some(c) = summarize(b).filter(|c| c.mean > 0.0) {
+                                    let _ = write!(
+                                        cell,
+                                        "; {}, {}",
+                                        ratio(s.mean / c.mean),
+                                        p_value(welch_p(b, v))
+                                    );
+                                }
+                            }
+                        }
+                        cell
+                    }
+                };
+                let _ = write!(row, " {cell} |");
+            }
+            if with_disk {
+                let pct = match (base.and_then(summarize), disk_write) {
+                    (Some(s), Some(bw)) if s.mean > 0.0 && bw > 0.0 => {
+                        format!("{:.0}%", 100.0 * size as f64 / s.mean / 1e6 / bw)
+                    }
+                    _ => "–".into(),
+                };
+                let _ = write!(row, " {pct} |");
+            }
+            let _ = writeln!(md, "{row}");
+        }
+        md.push('\n');
+    }
+    let _ = writeln!(
+        md,
+        "### Store on disk\n\nBytes the store took on disk after each trial's unlinks \
+         (cairn reclaims removed files in the background, the others by compaction).\n"
+    );
+    let _ = writeln!(
+        md,
+        "| subject | after trial 1 | after the last trial | most |\n|---|---:|---:|---:|"
+    );
+    for run in runs {
+        let Some(v) = samples(run, kfs::STORE_BYTES).filter(|v| !v.is_empty()) else {
+            continue;
+        };
+        let most = v.iter().copied().fold(0.0, f64::max);
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} |",
+            run.engine,
+            bytes(v[0] as u64),
+            bytes(v[v.len() - 1] as u64),
+            bytes(most as u64)
+        );
+    }
+    md.push('\n');
+}
+
+/// The unit, its scale and the decimals that show a time of `mean` seconds.
+fn time_format(mean: f64) -> (f64, &'static str, usize) {
+    let (scale, unit) = if mean >= 1.0 {
+        (1.0, "s")
+    } else if mean >= 1e-3 {
+        (1e3, "ms")
+    } else {
+        (1e6, "µs")
+    };
+    let m = mean * scale;
+    let digits = if m >= 100.0 {
+        0
+    } else if m >= 10.0 {
+        1
+    } else {
+        2
+    };
+    (scale, unit, digits)
+}
+
+/// "12.3 ± 0.4 ms", "1.23 ± 0.05 s": a mean and a standard deviation of seconds.
+fn duration(mean: f64, sd: f64) -> String {
+    let (scale, unit, digits) = time_format(mean);
+    format!("{:.digits$} ± {:.digits$} {unit}", mean * scale, sd * scale)
+}
+
+/// "12.3 ms", "1.23 s", "45.6 µs".
+fn seconds(x: f64) -> String {
+    let (scale, unit, digits) = time_format(x);
+    format!("{:.digits$} {unit}", x * scale)
+}
+
+/// "p = 0.012", "p < 0.001", or "p = –" when it cannot be computed.
+fn p_value(p: Option<f64>) -> String {
+    match p {
+        Some(p) if p < 0.001 => "p < 0.001".into(),
+        Some(p) => format!("p = {p:.3}"),
+        None => "p = –".into(),
+    }
+}
+
+/// The KFS suite's targets: cairn's mean and standard deviation below every other
+/// subject's at every size of each operation with p < 0.05, and its largest writes at
+/// 70% of the disk's sequential write bandwidth or more.
+fn kfs_targets(report: &Report, out: &mut Vec<(String, String, bool)>) {
+    let kfs_runs = || {
+        report
+            .runs
+            .iter()
+            .filter(|r| r.suite == kfs::SUITE.name && r.error.is_none())
+    };
+    let Some(cairn) = kfs_runs().find(|r| r.engine == "cairn") else {
+        return;
+    };
+    let sizes = &report.config.kfs_sizes;
+    for other in kfs_runs().filter(|r| r.engine != "cairn") {
+        for op in kfs::OPS {
+            let (mut met, mut total, mut misses) = (0, 0, Vec::new());
+            for &size in sizes {
+                let test = test_name(op, size);
+                let (Some(a), Some(b)) = (samples(cairn, &test), samples(other, &test)) else {
+                    continue;
+                };
+                let (Some(sa), Some(sb)) = (summarize(a), summarize(b)) else {
+                    continue;
+                };
+                total += 1;
+                let why = kfs_misses(sa, sb, welch_p(a, b));
+                if why.is_empty() {
+                    met += 1;
+                } else {
+                    misses.push(format!("{} ({})", size_label(size), why.join(", ")));
+                }
+            }
+            if total > 0 {
+                let measured = if misses.is_empty() {
+                    format!("{met}/{total} sizes")
+                } else {
+                    format!("{met}/{total} sizes; missed: {}", misses.join("; "))
+                };
+                out.push((
+                    format!(
+                        "KFS {op}: cairn's mean and stddev below {}'s at every size, p < 0.05",
+                        other.engine
+                    ),
+                    measured,
+                    misses.is_empty(),
+                ));
+            }
+        }
+    }
+    let disk = report
+        .runs
+        .iter()
+        .find(|r| r.suite == "disk" && r.error.is_none())
+        .and_then(|d| d.phases.iter().find(|p| p.test == "seq_write"))
+        .map(|p| p.mb_per_sec)
+        .filter(|bw| *bw > 0.0);
+    if let (Some(&largest), Some(bw)) = (sizes.iter().max(), disk) {
+        let test = test_name("write", largest);
+        if let Some(s) = samples(cairn, &test)
+            .and_then(summarize)
+            .filter(|s| s.mean > 0.0)
+        {
+            let mbps = largest as f64 / s.mean / 1e6;
+            out.push((
+                format!(
+                    "KFS {} writes: cairn ≥ 70% of the disk's sequential write bandwidth",
+                    size_label(largest)
+                ),
+                format!("{:.0}% ({mbps:.0} of {bw:.0} MB/s)", 100.0 * mbps / bw),
+                mbps >= 0.7 * bw,
+            ));
+        }
+    }
+}
+
+/// Why cairn (`c`) does not beat another subject (`o`) at one size: empty when its mean
+/// and standard deviation are both lower and the difference is significant.
+fn kfs_misses(c: Summary, o: Summary, p: Option<f64>) -> Vec<String> {
+    let mut why = Vec::new();
+    if c.mean >= o.mean {
+        why.push(format!("mean {} vs {}", seconds(c.mean), seconds(o.mean)));
+    }
+    if c.sd >= o.sd {
+        why.push(format!("stddev {} vs {}", seconds(c.sd), seconds(o.sd)));
+    }
+    match p {
+        Some(p) if p < 0.05 => {}
+        p => why.push(p_value(p)),
+    }
+    why
+}
+
 /// Suites with engines, in the order they ran.
 fn suite_names(report: &Report) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
@@ -234,6 +497,15 @@ fn suite_title(suite: &str, report: &Report) -> String {
             "mmcmap suite (seed 003): 32-byte a–z keys equal to values, {} threads",
             c.mmcmap_threads
         ),
+        "kfs" => match (c.kfs_sizes.iter().min(), c.kfs_sizes.iter().max()) {
+            (Some(a), Some(b)) => format!(
+                "KFS suite (seeds 000, 001): files of {} to {}, {} trials",
+                size_label(*a),
+                size_label(*b),
+                c.kfs_trials
+            ),
+            _ => "KFS suite (seeds 000, 001)".into(),
+        },
         other => other.to_string(),
     }
 }
@@ -359,6 +631,7 @@ fn targets(report: &Report) -> Vec<(String, String, bool)> {
             }
         }
     }
+    kfs_targets(report, &mut out);
     out
 }
 
@@ -445,5 +718,10 @@ mod tests {
         assert_eq!(latency(12_345), "12.3 µs");
         assert_eq!(bytes(3 << 20), "3.0 MiB");
         assert_eq!(ratio(2.345), "2.35×");
+        assert_eq!(duration(0.0123, 0.0004), "12.3 ± 0.4 ms");
+        assert_eq!(duration(1.234, 0.05), "1.23 ± 0.05 s");
+        assert_eq!(seconds(0.0000456), "45.6 µs");
+        assert_eq!(p_value(Some(0.0001)), "p < 0.001");
+        assert_eq!(p_value(None), "p = –");
     }
 }
