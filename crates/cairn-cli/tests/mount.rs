@@ -33,6 +33,11 @@ struct Mount {
 impl Mount {
     /// Mounts `store` on `mp`; `None` (with a printed reason) where FUSE can't be used.
     fn new(store: &Path, mp: &Path) -> Option<Mount> {
+        Mount::with_args(store, mp, &[])
+    }
+
+    /// [`Mount::new`] with more arguments of `cairn mount`.
+    fn with_args(store: &Path, mp: &Path, args: &[&str]) -> Option<Mount> {
         if let Err(e) = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -45,6 +50,7 @@ impl Mount {
             .arg("mount")
             .arg(store)
             .arg(mp)
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -256,6 +262,25 @@ fn workload(t: &Path, src: &Path, tarball: &Path) -> Vec<String> {
     );
     outs.push(sh(t, "ls -l many | wc -l && ls many | sort | tail -3"));
     sh(t, "rm -r many");
+    // What the kernel caches (entries and attributes, kept long) follows every change.
+    outs.push(sh(
+        t,
+        "mkdir cache && cd cache && echo one > a && ln a b && stat -c '%n %h %s %a' a b && \
+         rm b && stat -c '%n %h %s %a' a && echo longer >> a && stat -c '%s' a && \
+         truncate -s 2 a && stat -c '%s' a && cat a && echo && chmod 604 a && stat -c '%a' a && \
+         mkdir d1 d2 && stat -c '%n %h' d1 d2 . && mv d1 d2/ && stat -c '%n %h' d2 d2/d1 . && \
+         echo x > c && mv c a && stat -c '%n %h %s' a && cat a && \
+         echo y > f && ln f g && mv f a && stat -c '%n %h %s' a g && ls -la | tail -n +2 | awk '{print $1, $2, $5, $9}'",
+    ));
+    // Permission answers: access(2), and exec of files with and without x bits.
+    outs.push(sh(
+        t,
+        "mkdir perm && cd perm && printf '#!/bin/sh\\necho ran\\n' > s && chmod 644 s && \
+         { ./s 2>/dev/null || echo refused; } && { test -x s && echo x || echo no-x; } && \
+         { test -x . && echo dir-x; } && chmod 000 s && { test -r s && test -w s && echo rw; } && \
+         { cat s >/dev/null && echo read; } && chmod 010 s && ./s && test -x s && echo x && \
+         chmod 700 . && echo >> s && echo written",
+    ));
     if have("git") {
         sh(
             t,
@@ -275,6 +300,17 @@ fn workload(t: &Path, src: &Path, tarball: &Path) -> Vec<String> {
 
 #[test]
 fn everyday_tools_match_a_plain_directory() {
+    everyday_tools(&[]);
+}
+
+/// The same with the kernel checking permissions (`default_permissions`), as on a mount
+/// by another user than root or with --allow-other.
+#[test]
+fn everyday_tools_with_kernel_permission_checks() {
+    everyday_tools(&["--kernel-permissions"]);
+}
+
+fn everyday_tools(mount_args: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let (store, mp, plain, src) = (
         tmp.path().join("store"),
@@ -291,7 +327,7 @@ fn everyday_tools_match_a_plain_directory() {
         tmp.path(),
         &format!("tar cf '{}' -C src .", tarball.display()),
     );
-    let Some(m) = Mount::new(&store, &mp) else {
+    let Some(m) = Mount::with_args(&store, &mp, mount_args) else {
         return;
     };
     let on_plain = workload(&plain, &src, &tarball);
