@@ -427,6 +427,9 @@ fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
         if suite.per_engine {
             for e in &engines {
                 let variants = subjects(suite, e);
+                if variants.is_empty() {
+                    eprintln!("bench: the {} suite does not run on {}", suite.name, e.name);
+                }
                 jobs.extend(variants.into_iter().map(|v| (*suite, Some(*e), v)));
             }
         } else {
