@@ -1,7 +1,7 @@
 //! The store handle: opening, routing keys to shards, the public operations, and the
 //! background threads (sealing, periodic sync, compaction).
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File};
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
@@ -265,27 +265,68 @@ impl Core {
     /// caller makes the data durable later with `flush`).
     pub fn put(&self, ikey: &[u8], value: &[u8], sync: bool) -> Result<()> {
         check_value(value)?;
-        self.write_one(Prepared::new(Kind::Put, ikey, value), sync)
-    }
-
-    /// Puts an internal key and makes it durable now, whatever the sync policy.
-    pub fn put_durable(&self, ikey: &[u8], value: &[u8]) -> Result<()> {
-        self.put(ikey, value, false)?;
-        self.shards[self.shard_of(ikey)].flush(self, true)
+        let shard = self.shard_of(ikey);
+        let seq = self.write_one(Prepared::new(Kind::Put, ikey, value))?;
+        self.after_write(seq, sync, shard)
     }
 
     /// Deletes an internal key.
     pub fn delete(&self, ikey: &[u8], sync: bool) -> Result<()> {
-        self.write_one(Prepared::new(Kind::Delete, ikey, &[]), sync)
+        let shard = self.shard_of(ikey);
+        let seq = self.write_one(Prepared::new(Kind::Delete, ikey, &[]))?;
+        self.after_write(seq, sync, shard)
     }
 
-    fn write_one(&self, op: Prepared<'_>, sync: bool) -> Result<()> {
+    /// After a write numbered `seq` (`None`: nothing was written): under
+    /// `SyncPolicy::Always` with `sync`, waits until it is durable.
+    /// `shard`: the (first) shard written, synced first.
+    fn after_write(&self, seq: Option<u64>, sync: bool, shard: usize) -> Result<()> {
+        match seq {
+            Some(seq) if sync && self.opts.sync == SyncPolicy::Always => {
+                self.sync_upto(seq, shard)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Returns once every write numbered up to `seq` is durable in every shard (so a
+    /// durable write never depends on a lost earlier one), sharing each shard's fsync
+    /// with the other writers waiting for it. Shards are visited from `first` on: a
+    /// writer syncs its own shard first, so concurrent writers sync different shards in
+    /// parallel and then find the others' shards synced (or join their fsync).
+    pub fn sync_upto(&self, seq: u64, first: usize) -> Result<()> {
+        if self.durable_seq() >= seq {
+            return Ok(());
+        }
+        // A write numbered below `seq` finished its append before its shard's lock was
+        // released, and `sync_seq` takes that lock: nothing below `seq` is missed.
+        let n = self.shards.len();
+        for i in 0..n {
+            let s = &self.shards[(first + i) % n];
+            s.sync_seq(self, seq)?;
+        }
+        self.durable_seq.fetch_max(seq, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Hands every shard's buffered records to the kernel (no fsync): after a killed
+    /// process, the writes made so far survive.
+    pub fn write_out(&self) -> Result<()> {
+        for s in &self.shards {
+            s.flush(self, false)?;
+        }
+        Ok(())
+    }
+
+    /// Appends one record; returns its sequence number, or `None` for the delete of an
+    /// absent key (nothing written).
+    fn write_one(&self, op: Prepared<'_>) -> Result<Option<u64>> {
         let shard = &self.shards[self.shard_of(op.key)];
         shard.prepare_write(self)?;
         let len = op.record_len();
         let delete = op.kind == Kind::Delete;
         self.reserve(len, delete)?;
-        let pos = {
+        let seq = {
             let mut st = shard.state.write();
             if let Some(f) = &st.failed {
                 let e = Error::ReadOnly(f.clone());
@@ -296,13 +337,14 @@ impl Core {
             if delete && st.index.get(op.key).is_none() {
                 drop(st);
                 self.sub_disk_used(len);
-                return Ok(());
+                return Ok(None);
             }
             let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
-            st.append(&op, seq, 1)
+            st.append(&op, seq, 1);
+            seq
         };
         shard.note_user((op.key.len() + op.value.len()) as u64);
-        shard.after_write(self, pos, sync && self.opts.sync == SyncPolicy::Always)
+        Ok(Some(seq))
     }
 
     /// Applies a batch atomically; `sync` as for [`Core::put`].
@@ -380,16 +422,11 @@ impl Core {
             return Ok(());
         }
         let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
-        let mut positions = Vec::with_capacity(guards.len());
         for ((s, g), keep) in guards.iter_mut().zip(&keep) {
-            let mut last = None;
             for (p, &k) in by_shard[s].iter().zip(keep) {
                 if k {
-                    last = Some(g.append(p, seq, effective as u32));
+                    g.append(p, seq, effective as u32);
                 }
-            }
-            if let Some(pos) = last {
-                positions.push((*s, pos));
             }
         }
         drop(guards);
@@ -398,14 +435,8 @@ impl Core {
             let user: usize = ps.iter().map(|p| p.key.len() + p.value.len()).sum();
             self.shards[*s].note_user(user as u64);
         }
-        let sync = sync && self.opts.sync == SyncPolicy::Always;
-        let mut first_err = None;
-        for (s, pos) in positions {
-            if let Err(e) = self.shards[s].after_write(self, pos, sync) {
-                first_err.get_or_insert(e);
-            }
-        }
-        first_err.map_or(Ok(()), Err)
+        let first = by_shard.keys().next().copied().unwrap_or(0);
+        self.after_write(Some(seq), sync, first)
     }
 
     /// Seals the queued segments now (used by `compact` and the background thread).
@@ -573,34 +604,40 @@ fn open_core(dir: &Path, opts: Options) -> Result<Core> {
     let loaded = par_map((0..nshards).collect(), |i| {
         recovery::load(&fs, i, &shard_dir(dir, i))
     })?;
-    // Phase 2: batches newer than the watermark must be complete across all shards.
-    let mut counts = HashMap::new();
+    // Phase 2: the writes newer than the watermark that survive must be a prefix of
+    // the writes made, each batch whole (see `recovery::find_cut`).
+    let mut seqs = Vec::new();
     for l in &loaded {
-        l.count_batches(seqstate.watermark, &mut counts);
-    }
-    let mut aborted: HashSet<u64> = seqstate.aborted.iter().copied().collect();
-    let newly: Vec<u64> = counts
-        .iter()
-        .filter(|(seq, (found, total))| *found < *total as u64 && !aborted.contains(seq))
-        .map(|(&seq, _)| seq)
-        .collect();
-    let mut damage: Vec<Damage> = Vec::new();
-    if !newly.is_empty() {
-        for &s in &newly {
-            log::warn!("batch {s} was only partly written before a crash; ignoring all of it");
-        }
-        aborted.extend(&newly);
-        seqstate.aborted.extend(&newly);
-        seqstate.aborted.sort_unstable();
-        manifest::write_seqstate(&fs, dir, &seqstate)?;
+        l.seqs_above(seqstate.watermark, &mut seqs);
     }
     let max_seq = loaded
         .iter()
         .map(|l| l.max_seq)
-        .chain([seqstate.watermark])
-        .chain(seqstate.aborted.iter().copied())
+        .chain([seqstate.max_seq()])
         .max()
         .unwrap_or(0);
+    let lost_records = loaded.iter().any(|l| l.lost_records);
+    let cut = recovery::find_cut(seqs, &seqstate, max_seq, lost_records);
+    let mut damage: Vec<Damage> = Vec::new();
+    if cut != recovery::Cut::default() {
+        for s in &cut.aborted {
+            log::warn!("batch {s} was only partly written before damage; ignoring all of it");
+        }
+        for &(lo, hi) in &cut.void {
+            if lost_records {
+                log::warn!("writes {lo}..={hi} are missing after damage");
+            } else {
+                log::warn!(
+                    "write {lo} was lost in a crash; ignoring the writes after it ({lo}..={hi}) \
+                     so that the store holds a prefix of its writes"
+                );
+            }
+            seqstate.add_void(lo, hi);
+        }
+        seqstate.aborted.extend(&cut.aborted);
+        seqstate.aborted.sort_unstable();
+        manifest::write_seqstate(&fs, dir, &seqstate)?;
+    }
     let next_seq = max_seq + 1;
     for l in &loaded {
         damage.extend(l.damage.iter().cloned());
@@ -610,7 +647,7 @@ fn open_core(dir: &Path, opts: Options) -> Result<Core> {
     let built = par_map(loaded, |l| {
         let (id, sdir) = (l.shard, l.dir.clone());
         let fs = &fs;
-        recovery::build(l, &aborted, fs, segment_size, |seg| {
+        recovery::build(l, &seqstate, fs, segment_size, |seg| {
             SegmentFile::create(fs, &sdir, id, seg, SegKind::Data, next_seq)
         })
     })?;

@@ -9,7 +9,7 @@
 //! 3. [`build`] (per shard, in parallel): sort the entries by key and newest first, and
 //!    bulk-load the index from the winners, accounting dead and tombstone bytes.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -50,6 +50,9 @@ pub(crate) struct Loaded {
     recs: Vec<Rec>,
     pub damage: Vec<Damage>,
     pub max_seq: u64,
+    /// Damage made records unreadable (not a torn tail): sequence numbers may be
+    /// missing for a reason other than a crash.
+    pub lost_records: bool,
     next_seg: u32,
 }
 
@@ -96,6 +99,7 @@ pub(crate) fn load(fs: &Fs, shard: u32, dir: &Path) -> Result<Loaded> {
         recs: Vec::new(),
         damage: Vec::new(),
         max_seq: 0,
+        lost_records: false,
         next_seg: max_id + 1,
     };
     for &id in &hint_ids {
@@ -231,6 +235,7 @@ fn load_segment(
         Ok(())
     })?;
     for spot in outcome.damage {
+        out.lost_records = true;
         out.damage.push(Damage {
             path: path.clone(),
             offset: Some(spot.offset),
@@ -266,15 +271,110 @@ fn load_segment(
 }
 
 impl Loaded {
-    /// Adds this shard's batch records newer than `watermark` to `counts`
-    /// (sequence number → (records found, records in the batch)).
-    pub fn count_batches(&self, watermark: u64, counts: &mut HashMap<u64, (u64, u32)>) {
-        for r in &self.recs {
-            if r.batch_total > 1 && r.seq > watermark {
-                counts.entry(r.seq).or_insert((0, r.batch_total)).0 += 1;
+    /// Adds (sequence number, records in its batch) of each of this shard's records
+    /// newer than `watermark` to `out`.
+    pub fn seqs_above(&self, watermark: u64, out: &mut Vec<(u64, u32)>) {
+        out.extend(
+            self.recs
+                .iter()
+                .filter(|r| r.seq > watermark)
+                .map(|r| (r.seq, r.batch_total)),
+        );
+    }
+}
+
+/// What phase 2 decided about the writes newer than the watermark.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Cut {
+    /// Batches partly written (only when damage keeps the prefix from being judged).
+    pub aborted: Vec<u64>,
+    /// Ranges to ignore: the cut-off suffix after a crash, or gaps left by damage.
+    pub void: Vec<(u64, u64)>,
+}
+
+/// Phase 2: every write gets its own sequence number, so after a crash the writes
+/// that survive must be those numbered `watermark + 1 ..= g - 1` for some `g`; the
+/// first number missing (or a batch found incomplete) is the first write lost, and
+/// every later write found is cut off too, so that the store keeps a prefix of its
+/// writes (a write that depended on a lost one never survives without it).
+///
+/// `seqs` holds (sequence number, batch size) of every record newer than the
+/// watermark in every shard; `max_seq` is the highest number found anywhere. With
+/// `lost_records` (damage destroyed records, so a missing number need not mean a
+/// crash), nothing is cut: missing numbers are recorded as void and incomplete batches
+/// as aborted, keeping every intact write.
+pub(crate) fn find_cut(
+    mut seqs: Vec<(u64, u32)>,
+    state: &crate::manifest::SeqState,
+    max_seq: u64,
+    lost_records: bool,
+) -> Cut {
+    seqs.sort_unstable();
+    let mut cut = Cut::default();
+    // The next number expected, and whether a gap before it is being bridged.
+    let mut expected = state.watermark + 1;
+    let mut i = 0;
+    while i < seqs.len() {
+        let (seq, total) = seqs[i];
+        let mut found = 0u64;
+        while i < seqs.len() && seqs[i].0 == seq {
+            found += 1;
+            i += 1;
+        }
+        if state.ignored(seq) {
+            expected = expected.max(seq + 1);
+            continue;
+        }
+        // Numbers between `expected` and `seq` that nothing accounts for were lost.
+        if let Some(gap) = first_unaccounted(state, expected, seq) {
+            if !lost_records {
+                cut.void.push((gap, max_seq));
+                return cut;
+            }
+            for r in unaccounted_ranges(state, gap, seq) {
+                cut.void.push(r);
             }
         }
+        if found < total as u64 {
+            if !lost_records {
+                cut.void.push((seq, max_seq));
+                return cut;
+            }
+            cut.aborted.push(seq);
+        }
+        expected = seq + 1;
     }
+    cut
+}
+
+/// The first number in `from..to` that is neither aborted nor void.
+fn first_unaccounted(state: &crate::manifest::SeqState, from: u64, to: u64) -> Option<u64> {
+    let mut m = from;
+    while m < to {
+        if let Some((_, hi)) = state.in_void(m) {
+            m = hi + 1;
+        } else if state.aborted.binary_search(&m).is_ok() {
+            m += 1;
+        } else {
+            return Some(m);
+        }
+    }
+    None
+}
+
+/// The maximal ranges of `from..to` that are neither aborted nor void.
+fn unaccounted_ranges(state: &crate::manifest::SeqState, from: u64, to: u64) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    let mut m = from;
+    while let Some(g) = first_unaccounted(state, m, to) {
+        let mut end = g;
+        while end + 1 < to && !state.ignored(end + 1) {
+            end += 1;
+        }
+        out.push((g, end));
+        m = end + 1;
+    }
+    out
 }
 
 /// What phase 3 produced for one shard.
@@ -286,11 +386,12 @@ pub(crate) struct Built {
     pub unsynced: Vec<Arc<SegmentFile>>,
 }
 
-/// Phase 3: builds the shard's in-memory state, ignoring records of aborted batches.
-/// `new_active` creates a fresh active segment when the newest data segment is sealed.
+/// Phase 3: builds the shard's in-memory state, ignoring records of aborted batches
+/// and of void ranges. `new_active` creates a fresh active segment when the newest data
+/// segment is sealed.
 pub(crate) fn build(
     mut l: Loaded,
-    aborted: &HashSet<u64>,
+    seqstate: &crate::manifest::SeqState,
     fs: &Fs,
     segment_size: u64,
     new_active: impl FnOnce(u32) -> Result<SegmentFile>,
@@ -328,7 +429,7 @@ pub(crate) fn build(
                 .get_mut(&r.loc.seg)
                 .expect("record of a loaded segment");
             m.max_seq = m.max_seq.max(r.seq);
-            if aborted.contains(&r.seq) {
+            if seqstate.ignored(r.seq) {
                 m.dead += r.loc.len as u64;
             } else if first {
                 first = false;
@@ -395,8 +496,84 @@ pub(crate) fn build(
             compacting: false,
             failed: None,
             write_stuck: false,
+            appended_seq: l.max_seq,
+            taken_seq: l.max_seq,
+            first_unsynced: u64::MAX,
         },
         to_seal,
         unsynced,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::SeqState;
+
+    fn singles(seqs: &[u64]) -> Vec<(u64, u32)> {
+        seqs.iter().map(|&s| (s, 1)).collect()
+    }
+
+    fn state(watermark: u64) -> SeqState {
+        SeqState {
+            watermark,
+            ..SeqState::default()
+        }
+    }
+
+    #[test]
+    fn contiguous_writes_are_kept() {
+        let c = find_cut(singles(&[13, 11, 12, 14]), &state(10), 14, false);
+        assert_eq!(c, Cut::default());
+    }
+
+    #[test]
+    fn a_missing_write_cuts_off_every_later_one() {
+        let c = find_cut(singles(&[11, 12, 14, 15]), &state(10), 15, false);
+        assert_eq!(c.void, vec![(13, 15)]);
+        assert!(c.aborted.is_empty());
+        // The first write after the watermark may be the lost one.
+        let c = find_cut(singles(&[12]), &state(10), 12, false);
+        assert_eq!(c.void, vec![(11, 12)]);
+    }
+
+    #[test]
+    fn a_torn_batch_cuts_itself_and_every_later_write() {
+        let seqs = vec![(11, 1), (12, 3), (12, 3), (13, 1)];
+        let c = find_cut(seqs, &state(10), 13, false);
+        assert_eq!(c.void, vec![(12, 13)]);
+        let whole = vec![(11, 1), (12, 2), (12, 2), (13, 1)];
+        assert_eq!(find_cut(whole, &state(10), 13, false), Cut::default());
+    }
+
+    #[test]
+    fn earlier_cuts_and_aborts_account_for_missing_numbers() {
+        let mut st = state(10);
+        st.add_void(13, 20);
+        st.aborted.push(22);
+        // 13..=20 were cut off earlier and may still be on disk; 22 was aborted.
+        let c = find_cut(singles(&[11, 12, 15, 21, 23, 24]), &st, 24, false);
+        assert_eq!(c, Cut::default());
+        let c = find_cut(singles(&[11, 12, 21, 24]), &st, 24, false);
+        assert_eq!(c.void, vec![(23, 24)]);
+    }
+
+    #[test]
+    fn damage_keeps_every_intact_write_and_records_the_holes() {
+        let seqs = vec![(11, 1), (14, 1), (15, 2), (17, 1)];
+        let c = find_cut(seqs, &state(10), 17, true);
+        assert_eq!(c.void, vec![(12, 13), (16, 16)]);
+        assert_eq!(c.aborted, vec![15]);
+    }
+
+    #[test]
+    fn seqstate_void_ranges() {
+        let mut st = state(5);
+        st.add_void(30, 40);
+        st.add_void(10, 12);
+        assert_eq!(st.void, vec![(10, 12), (30, 40)]);
+        assert!(st.ignored(10) && st.ignored(12) && st.ignored(35));
+        assert!(!st.ignored(13) && !st.ignored(29) && !st.ignored(41));
+        assert_eq!(st.max_seq(), 40);
+    }
 }

@@ -136,6 +136,14 @@ pub(crate) struct ShardState {
     pub failed: Option<String>,
     /// The last flush failed; writes retry it before appending.
     pub write_stuck: bool,
+    /// Highest sequence number appended to this shard.
+    pub appended_seq: u64,
+    /// `appended_seq` when the last sync took the buffer: every record up to it is
+    /// durable once `Shard::synced_seq` reaches it.
+    pub taken_seq: u64,
+    /// Lowest sequence number appended since the last sync took the buffer
+    /// (`u64::MAX`: none).
+    pub first_unsynced: u64,
 }
 
 /// Where the bytes of a record can be read.
@@ -202,6 +210,8 @@ impl ShardState {
             .expect("active segment has metadata");
         meta.size += len;
         meta.max_seq = meta.max_seq.max(seq);
+        self.appended_seq = self.appended_seq.max(seq);
+        self.first_unsynced = self.first_unsynced.min(seq);
         match op.kind {
             Kind::Put => {
                 self.live_bytes += len;
@@ -250,8 +260,6 @@ impl<'a> Prepared<'a> {
 
 /// State of the shard's file I/O, behind its mutex.
 pub(crate) struct IoState {
-    /// Everything appended up to this (segment, offset) is on stable storage.
-    pub durable: (u32, u64),
     /// Rotated-out segments not yet synced.
     pub unsynced: Vec<Arc<SegmentFile>>,
     /// Rotated-out segments to hand to the sealer once their last bytes are written.
@@ -266,22 +274,24 @@ pub(crate) struct Shard {
     pub io: Mutex<IoState>,
     user_bytes: AtomicU64,
     written_bytes: AtomicU64,
+    /// The `taken_seq` of the last sync that completed.
+    synced_seq: AtomicU64,
 }
 
 impl Shard {
     pub fn new(id: u32, dir: PathBuf, state: ShardState, unsynced: Vec<Arc<SegmentFile>>) -> Shard {
-        let durable = (state.active.id, state.active.end());
+        let synced_seq = AtomicU64::new(state.taken_seq);
         Shard {
             id,
             dir,
             state: RwLock::new(state),
             io: Mutex::new(IoState {
-                durable,
                 unsynced,
                 rotated: Vec::new(),
             }),
             user_bytes: AtomicU64::new(0),
             written_bytes: AtomicU64::new(0),
+            synced_seq,
         }
     }
 
@@ -317,36 +327,45 @@ impl Shard {
 
     /// Before an append: refuses writes once an fsync failed, and writes out a full
     /// buffer (or rotates a full segment, or retries a failed write) first, so a write
-    /// that meets an I/O error is refused before anything of it is applied.
+    /// that meets an I/O error is refused before anything of it is applied. A full
+    /// buffer sends every shard's buffer to the kernel, so that no shard keeps old
+    /// writes in memory while later ones reach the files (a crash would cut the later
+    /// ones off: see `recovery::find_cut`).
     pub fn prepare_write(&self, core: &Core) -> Result<()> {
         if let Some(f) = core.failure() {
             return Err(Error::ReadOnly(f));
         }
-        let due = {
+        let (full, rotate) = {
             let st = self.state.read();
-            st.write_stuck
-                || st.active.buf.len() >= core.opts.write_buffer
-                || st.active.end() >= core.opts.segment_size
+            (
+                st.write_stuck || st.active.buf.len() >= core.opts.write_buffer,
+                st.active.end() >= core.opts.segment_size,
+            )
         };
-        if due {
+        if full {
+            core.write_out()?;
+        } else if rotate {
             self.flush(core, false)?;
         }
         Ok(())
     }
 
-    /// After an append under `SyncPolicy::Always`: waits until the record at `pos` is
-    /// durable, sharing the fsync with other writers.
-    pub fn after_write(&self, core: &Core, pos: (u32, u64), sync: bool) -> Result<()> {
-        if sync {
-            return self.sync_to(core, pos);
-        }
-        Ok(())
+    /// Whether every record of this shard numbered up to `seq` is durable: none was
+    /// appended since the last sync took the buffer, and that sync (if it took any of
+    /// them) completed.
+    pub fn durable_upto(&self, seq: u64) -> bool {
+        let st = self.state.read();
+        st.first_unsynced > seq && self.synced_seq.load(Ordering::SeqCst) >= st.taken_seq.min(seq)
     }
 
-    /// Group commit: returns once everything up to `pos` is durable.
-    pub fn sync_to(&self, core: &Core, pos: (u32, u64)) -> Result<()> {
+    /// Group commit: returns once every record of this shard numbered up to `seq` is
+    /// durable, sharing the fsync with other writers.
+    pub fn sync_seq(&self, core: &Core, seq: u64) -> Result<()> {
+        if self.durable_upto(seq) {
+            return Ok(());
+        }
         let mut io = self.io.lock();
-        if io.durable >= pos {
+        if self.durable_upto(seq) {
             return Ok(());
         }
         self.flush_locked(core, &mut io, true, false)
@@ -438,8 +457,12 @@ impl Shard {
             )?)),
             None => None,
         };
-        let (pending, rotated, durable) = {
+        let (pending, rotated, taken) = {
             let mut st = self.state.write();
+            if sync {
+                st.taken_seq = st.appended_seq;
+                st.first_unsynced = u64::MAX;
+            }
             let data = std::mem::take(&mut st.active.buf);
             let pending = (!data.is_empty()).then(|| Pending {
                 seg: st.active.id,
@@ -460,7 +483,7 @@ impl Shard {
                 );
                 old.file
             });
-            (pending, rotated, (st.active.id, st.active.end()))
+            (pending, rotated, st.taken_seq)
         };
         if let Some(r) = &rotated {
             self.note_write(SEG_HEADER_LEN);
@@ -486,7 +509,7 @@ impl Shard {
                     return Err(e);
                 }
             }
-            io.durable = durable;
+            self.synced_seq.fetch_max(taken, Ordering::SeqCst);
         }
         // Every byte of the rotated-out segments is in their files now.
         for id in io.rotated.drain(..) {

@@ -464,7 +464,8 @@ impl FileStore {
         self.shared().chunk_size() as u64
     }
 
-    /// Writes the settings row once, durably, before the store's first file data.
+    /// Writes the settings row once, before the store's first file data (which, after
+    /// a crash, never survives without it: the store keeps a prefix of its writes).
     fn ensure_settings(&self) -> Result<()> {
         let sh = self.shared();
         if sh.settings_stored.load(Ordering::Acquire) {
@@ -472,9 +473,10 @@ impl FileStore {
         }
         let _g = sh.settings_lock.lock();
         if !sh.settings_stored.load(Ordering::Acquire) {
-            self.core().put_durable(
+            self.core().put(
                 &ikey(NS_FILES, &layout::settings_key()),
                 &layout::encode_settings(sh.chunk_size()),
+                false,
             )?;
             sh.settings_stored.store(true, Ordering::Release);
         }

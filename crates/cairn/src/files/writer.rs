@@ -222,8 +222,10 @@ impl FileWriter {
         Ok(())
     }
 
-    /// Records durably, before chunk `idx` is stored, that this version may have chunks
-    /// below a new bound, so a crash's leftovers can be found without any scan.
+    /// Records, before chunk `idx` is stored, that this version may have chunks below a
+    /// new bound, so a crash's leftovers can be found without any scan. No sync is
+    /// needed: the store keeps a prefix of its writes after a crash, so a chunk never
+    /// survives without the intent row written before it.
     fn raise_bound(&mut self, idx: u64) -> Result<()> {
         if self.bound == 0 {
             self.store.ensure_settings()?;
@@ -233,9 +235,10 @@ impl FileWriter {
             bound *= 2;
         }
         let key = self.key.as_deref().unwrap_or_default();
-        self.store.core().put_durable(
+        self.store.core().put(
             &ikey(NS_FILES, &layout::intent_key(self.vid)),
             &layout::encode_intent(bound, self.started, key),
+            false,
         )?;
         self.bound = bound;
         Ok(())

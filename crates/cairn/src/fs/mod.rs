@@ -392,12 +392,12 @@ impl std::fmt::Debug for Fs {
 }
 
 impl Fs {
-    /// Opens (creating if needed) a store at `dir` with the settings the file system
-    /// wants: no user-space write buffer, so that after a killed process the surviving
-    /// changes are a prefix of the changes made (an operation that depends on an earlier
-    /// one never survives without it).
+    /// Opens (creating if needed) a store at `dir` with default options. After a
+    /// crash the store keeps a prefix of the changes made (the engine guarantees it), so
+    /// an operation that depends on an earlier one never survives without it; `fsync`
+    /// makes everything so far durable.
     pub fn open(dir: impl AsRef<Path>) -> FsResult<Fs> {
-        let db = Options::new().write_buffer(0).open(dir)?;
+        let db = Options::new().open(dir)?;
         Fs::new(db)
     }
 
@@ -541,20 +541,7 @@ impl Fs {
             }
         }
         drop(cache);
-        res?;
-        self.write_out()
-    }
-
-    /// Hands every shard's buffered records to the kernel, so that a killed process
-    /// keeps a prefix of the operations (the engine otherwise keeps each shard's last
-    /// records in memory, and a later operation could survive an earlier one it
-    /// depends on).
-    fn write_out(&self) -> FsResult<()> {
-        let core = self.core();
-        for s in &core.shards {
-            s.flush(core, false)?;
-        }
-        Ok(())
+        Ok(res?)
     }
 
     fn get_entry(&self, parent: u64, name: &[u8]) -> FsResult<Option<(u64, u32)>> {
@@ -586,8 +573,10 @@ impl Fs {
         let mut a = self.alloc.lock();
         if a.next >= a.lease_end {
             let end = a.next + LEASE;
+            // No sync needed: a change using a number from this lease is written after
+            // it, and the store keeps a prefix of its writes after a crash.
             self.core()
-                .put_durable(&ikey(NS_FS, &lease_key()), &end.to_le_bytes())?;
+                .put(&ikey(NS_FS, &lease_key()), &end.to_le_bytes(), false)?;
             a.lease_end = end;
         }
         let ino = a.next;
