@@ -85,6 +85,21 @@ impl WriteBatch {
 
     /// The operations with only the last one per key kept, in first-seen key order.
     pub(crate) fn into_final_ops(self) -> Vec<(Kind, Vec<u8>, Vec<u8>)> {
+        // Small batches (the common case) are checked pairwise, without a hash map.
+        if self.ops.len() <= 16 {
+            let n = self.ops.len();
+            let later = |i: usize| (i + 1..n).any(|j| self.ops[j].1 == self.ops[i].1);
+            if !(0..n).any(later) {
+                return self.ops;
+            }
+            let keep: Vec<bool> = (0..n).map(|i| !later(i)).collect();
+            return self
+                .ops
+                .into_iter()
+                .zip(keep)
+                .filter_map(|(op, k)| k.then_some(op))
+                .collect();
+        }
         let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(self.ops.len());
         for (i, (_, k, _)) in self.ops.iter().enumerate() {
             last.insert(k.as_slice(), i);

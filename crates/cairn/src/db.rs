@@ -1,7 +1,7 @@
 //! The store handle: opening, routing keys to shards, the public operations, and the
 //! background threads (sealing, periodic sync, compaction).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::fs::{self, File};
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
@@ -282,9 +282,7 @@ impl Core {
     /// `shard`: the (first) shard written, synced first.
     fn after_write(&self, seq: Option<u64>, sync: bool, shard: usize) -> Result<()> {
         match seq {
-            Some(seq) if sync && self.opts.sync == SyncPolicy::Always => {
-                self.sync_upto(seq, shard)
-            }
+            Some(seq) if sync && self.opts.sync == SyncPolicy::Always => self.sync_upto(seq, shard),
             _ => Ok(()),
         }
     }
@@ -366,15 +364,7 @@ impl Core {
             });
         }
         let ops = batch.into_final_ops();
-        let mut by_shard: BTreeMap<usize, Vec<Prepared<'_>>> = BTreeMap::new();
-        for (kind, k, v) in &ops {
-            check_value(v)?;
-            by_shard
-                .entry(self.shard_of(k))
-                .or_default()
-                .push(Prepared::new(*kind, k, v));
-        }
-        if by_shard.is_empty() {
+        if ops.is_empty() {
             return Ok(());
         }
         if ops.len() > u32::MAX as usize {
@@ -382,38 +372,43 @@ impl Core {
                 "batch has too many operations".into(),
             ));
         }
-        for &s in by_shard.keys() {
+        // Operations grouped by shard (a stable sort keeps their order within a shard).
+        let mut prepared: Vec<(usize, Prepared<'_>)> = Vec::with_capacity(ops.len());
+        for (kind, k, v) in &ops {
+            check_value(v)?;
+            prepared.push((self.shard_of(k), Prepared::new(*kind, k, v)));
+        }
+        prepared.sort_by_key(|p| p.0);
+        let mut shards: Vec<usize> = prepared.iter().map(|p| p.0).collect();
+        shards.dedup();
+        for &s in &shards {
             self.shards[s].prepare_write(self)?;
         }
         let all_deletes = frees || ops.iter().all(|o| o.0 == Kind::Delete);
-        let reserved: u64 = by_shard.values().flatten().map(|p| p.record_len()).sum();
+        let reserved: u64 = prepared.iter().map(|p| p.1.record_len()).sum();
         self.reserve(reserved, all_deletes)?;
-        let mut guards: Vec<_> = by_shard
-            .keys()
-            .map(|&s| (s, self.shards[s].state.write()))
+        let mut guards: Vec<_> = shards
+            .iter()
+            .map(|&s| self.shards[s].state.write())
             .collect();
-        if let Some(f) = guards.iter().find_map(|(_, g)| g.failed.clone()) {
+        if let Some(f) = guards.iter().find_map(|g| g.failed.clone()) {
             drop(guards);
             self.sub_disk_used(reserved);
             return Err(Error::ReadOnly(f));
         }
+        let guard_of = |s: usize| shards.binary_search(&s).unwrap_or(0);
         // Deletes of absent keys are no-ops and are left out of the batch.
         let mut effective = 0u64;
         let mut used = 0u64;
-        let keep: Vec<Vec<bool>> = guards
+        let keep: Vec<bool> = prepared
             .iter()
-            .map(|(s, g)| {
-                by_shard[s]
-                    .iter()
-                    .map(|p| {
-                        let k = p.kind == Kind::Put || g.index.get(p.key).is_some();
-                        if k {
-                            effective += 1;
-                            used += p.record_len();
-                        }
-                        k
-                    })
-                    .collect()
+            .map(|(s, p)| {
+                let k = p.kind == Kind::Put || guards[guard_of(*s)].index.get(p.key).is_some();
+                if k {
+                    effective += 1;
+                    used += p.record_len();
+                }
+                k
             })
             .collect();
         if effective == 0 {
@@ -422,21 +417,17 @@ impl Core {
             return Ok(());
         }
         let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
-        for ((s, g), keep) in guards.iter_mut().zip(&keep) {
-            for (p, &k) in by_shard[s].iter().zip(keep) {
-                if k {
-                    g.append(p, seq, effective as u32);
-                }
+        for ((s, p), &k) in prepared.iter().zip(&keep) {
+            if k {
+                guards[guard_of(*s)].append(p, seq, effective as u32);
             }
         }
         drop(guards);
         self.sub_disk_used(reserved - used);
-        for (s, ps) in &by_shard {
-            let user: usize = ps.iter().map(|p| p.key.len() + p.value.len()).sum();
-            self.shards[*s].note_user(user as u64);
+        for (s, p) in &prepared {
+            self.shards[*s].note_user((p.key.len() + p.value.len()) as u64);
         }
-        let first = by_shard.keys().next().copied().unwrap_or(0);
-        self.after_write(Some(seq), sync, first)
+        self.after_write(Some(seq), sync, shards[0])
     }
 
     /// Seals the queued segments now (used by `compact` and the background thread).
