@@ -544,6 +544,89 @@ fn readdir_cursor_and_changes() {
 }
 
 #[test]
+fn atime_follows_relatime() {
+    let (_d, fs) = fresh();
+    let f = fs.create(&R, ROOT, b"f", 0o644).unwrap();
+    fs.write(f.ino, 0, b"data").unwrap();
+    let before = fs.getattr(f.ino).unwrap();
+    assert!(before.atime <= before.mtime);
+    // First read after a write: atime is not newer than mtime, so it is set.
+    std::thread::sleep(Duration::from_millis(2));
+    fs.read(f.ino, 0, 10).unwrap();
+    let a1 = fs.getattr(f.ino).unwrap().atime;
+    assert!(a1 > before.mtime, "read set atime");
+    // A second read within a day writes nothing.
+    std::thread::sleep(Duration::from_millis(2));
+    fs.read(f.ino, 0, 10).unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().atime, a1);
+    // An atime more than a day old is refreshed.
+    let old = a1 - 2 * 24 * 3600 * 1_000_000_000;
+    let set = SetAttr {
+        atime: Some(TimeSet::At(old)),
+        ..SetAttr::default()
+    };
+    fs.setattr(&R, f.ino, &set).unwrap();
+    // (setattr also set ctime to now, so both rules ask for the update.)
+    fs.read(f.ino, 0, 1).unwrap();
+    assert!(fs.getattr(f.ino).unwrap().atime > a1);
+    // Listing a directory from its start is a read of it.
+    let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap();
+    std::thread::sleep(Duration::from_millis(2));
+    fs.readdir(d.ino, None, 10).unwrap();
+    assert!(fs.getattr(d.ino).unwrap().atime > d.atime);
+    // Reads leave mtime and ctime alone.
+    let after = fs.getattr(f.ino).unwrap();
+    assert_eq!(after.mtime, before.mtime);
+    assert_consistent(&fs);
+}
+
+/// A directory far bigger than a leaf of the index or a page of the listing: paged
+/// listing sees every name once and in order, before and after a reopen, and lookups
+/// and removals work throughout.
+#[test]
+fn big_directory() {
+    const N: u32 = 200_000;
+    let dir = tempfile::tempdir().unwrap();
+    let fs = Fs::open(dir.path()).unwrap();
+    let d = fs.mkdir(&R, ROOT, b"big", 0o755).unwrap();
+    for i in 0..N {
+        // Names in an order unlike their sorted order.
+        let n = (i as u64 * 7919) % N as u64;
+        fs.create(&R, d.ino, format!("n{n:07}").as_bytes(), 0o644)
+            .unwrap();
+    }
+    let list = |fs: &Fs| {
+        let mut out = Vec::with_capacity(N as usize);
+        let mut cursor: Option<Vec<u8>> = None;
+        loop {
+            let page = fs.readdir(d.ino, cursor.as_deref(), 4096).unwrap();
+            let Some(last) = page.last() else { break };
+            cursor = Some(last.name.clone());
+            out.extend(page.into_iter().map(|e| e.name));
+        }
+        out
+    };
+    let want: Vec<Vec<u8>> = (0..N).map(|n| format!("n{n:07}").into_bytes()).collect();
+    assert_eq!(list(&fs), want);
+    drop(fs);
+    let fs = Fs::open(dir.path()).unwrap();
+    assert_eq!(list(&fs), want);
+    assert_eq!(fs.getattr(d.ino).unwrap().nlink, 2);
+    for n in (0..N).step_by(2) {
+        fs.unlink(&R, d.ino, format!("n{n:07}").as_bytes()).unwrap();
+    }
+    let left = list(&fs);
+    assert_eq!(left.len(), N as usize / 2);
+    assert!(left
+        .iter()
+        .zip(want.iter().skip(1).step_by(2))
+        .all(|(a, b)| a == b));
+    assert!(fs.lookup(&R, d.ino, b"n0000001").is_ok());
+    assert_eq!(e(fs.lookup(&R, d.ino, b"n0000002")), libc::ENOENT);
+    assert_consistent(&fs);
+}
+
+#[test]
 fn xattrs() {
     let (_d, fs) = fresh();
     let all = SetAttr {

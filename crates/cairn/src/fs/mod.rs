@@ -21,6 +21,10 @@
 //!
 //! Errors are errno values ([`Errno`]). One [`Fs`] value must own a store at a time (it
 //! serializes the changes of the namespace with a lock of its own).
+//!
+//! Access times follow Linux's default `relatime` rule: a read of a file, or a listing
+//! of a directory from its start, sets the access time when it is not newer than the
+//! modification or change time, or is a day old; other reads write nothing.
 
 mod layout;
 
@@ -1161,6 +1165,9 @@ impl Fs {
         if !i.is_dir() {
             return err(libc::ENOTDIR);
         }
+        if after.is_none() {
+            self.touch_atime(&i)?;
+        }
         let mut out = Vec::new();
         if limit == 0 {
             return Ok(out);
@@ -1176,6 +1183,33 @@ impl Fs {
             }
         }
         Ok(out)
+    }
+
+    /// Sets the access time of `seen` (as just read) to now if the `relatime` rule asks
+    /// for it (see the module documentation).
+    fn touch_atime(&self, seen: &Inode) -> FsResult<()> {
+        const DAY_NS: i64 = 24 * 3600 * 1_000_000_000;
+        let stale = |a: &Attr, now: i64| {
+            a.atime <= a.mtime || a.atime <= a.ctime || now - a.atime >= DAY_NS
+        };
+        if !stale(&seen.attr, now_ns()) {
+            return Ok(());
+        }
+        let _g = self.lock.lock();
+        let mut tx = Tx::new();
+        let mut i = match self.tx_get(&mut tx, seen.attr.ino) {
+            Ok(i) => i,
+            // Removed meanwhile: nothing to record.
+            Err(Errno(libc::ENOENT)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let now = now_ns();
+        if !stale(&i.attr, now) {
+            return Ok(());
+        }
+        i.attr.atime = now;
+        self.tx_put(&mut tx, i);
+        self.commit(tx)
     }
 
     /// Checks that the caller may list directory `ino` (read permission).
@@ -1285,6 +1319,7 @@ impl Fs {
         if i.is_dir() {
             return err(libc::EISDIR);
         }
+        self.touch_atime(&i)?;
         let end = (offset.saturating_add(size as u64)).min(i.attr.size);
         if offset >= end {
             return Ok(Vec::new());
