@@ -4,6 +4,7 @@
 //! Errors are reported as one `cairn: <error>` line on stderr; the exit statuses are
 //! listed in [`AFTER_HELP`].
 
+mod allocator;
 mod bench;
 mod demo;
 mod escape;
