@@ -626,6 +626,56 @@ fn big_directory() {
     assert_consistent(&fs);
 }
 
+/// Directory times changed by file creates and removals are written lazily (every
+/// 64th change); getattr, fsync and close must still show and keep the latest ones.
+#[test]
+fn directory_times_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = Fs::open(dir.path()).unwrap();
+    let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap();
+    let mut last = 0;
+    for i in 0..10 {
+        std::thread::sleep(Duration::from_millis(1));
+        let f = fs
+            .create(&R, d.ino, format!("f{i}").as_bytes(), 0o644)
+            .unwrap();
+        let a = fs.getattr(d.ino).unwrap();
+        assert_eq!(
+            a.mtime, f.ctime,
+            "create {i} shows in the directory's mtime"
+        );
+        assert!(a.mtime > last);
+        last = a.mtime;
+    }
+    drop(fs);
+    let fs = Fs::open(dir.path()).unwrap();
+    assert_eq!(fs.getattr(d.ino).unwrap().mtime, last, "kept at close");
+    std::thread::sleep(Duration::from_millis(1));
+    fs.unlink(&R, d.ino, b"f3").unwrap();
+    let after_unlink = fs.getattr(d.ino).unwrap().mtime;
+    assert!(after_unlink > last);
+    fs.fsync(d.ino).unwrap();
+    // A second handle on a copy of the files sees what fsync wrote, without a close.
+    let copy = tempfile::tempdir().unwrap();
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", dir.path().display()))
+        .arg(copy.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::remove_file(copy.path().join("LOCK")).ok();
+    let fs2 = Fs::open(copy.path()).unwrap();
+    assert_eq!(
+        fs2.getattr(d.ino).unwrap().mtime,
+        after_unlink,
+        "kept by fsync"
+    );
+    assert_eq!(names(&fs2, d.ino).len(), 9);
+    assert_consistent(&fs2);
+    assert_consistent(&fs);
+}
+
 #[test]
 fn xattrs() {
     let (_d, fs) = fresh();

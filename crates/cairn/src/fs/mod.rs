@@ -356,6 +356,9 @@ fn allowed(cred: &Cred, a: &Attr, mask: u32) -> bool {
 struct Tx {
     inodes: BTreeMap<u64, Option<Inode>>,
     batch: WriteBatch,
+    /// A directory whose only change is its times (a file created in it or removed
+    /// from it): its row may be written later (see `Fs::dir_cache`).
+    times_only: Option<u64>,
 }
 
 impl Tx {
@@ -363,8 +366,17 @@ impl Tx {
         Tx {
             inodes: BTreeMap::new(),
             batch: WriteBatch::new(),
+            times_only: None,
         }
     }
+}
+
+/// A directory inode as last changed, and how many changes of its times since its
+/// row was last written.
+#[derive(Clone)]
+struct CachedDir {
+    inode: Inode,
+    unwritten: u32,
 }
 
 struct Alloc {
@@ -381,13 +393,28 @@ pub struct Fs {
     /// Open counts, for files unlinked while open.
     open: Mutex<HashMap<u64, u32>>,
     perms: AtomicBool,
-    /// Directory inodes as last committed, so that creates in a directory don't read
-    /// its row each time. Used and updated only under `lock`.
-    dir_cache: Mutex<HashMap<u64, Inode>>,
+    /// Directory inodes as last changed, so that creates in a directory don't read its
+    /// row each time. Updated only under `lock`. A change of a directory that only
+    /// moves its mtime and ctime (a file created in it or removed from it) updates the
+    /// cached inode and writes its row only every `DIR_TIMES_EVERY` changes, or at
+    /// `fsync`, eviction or close, like Linux's `lazytime`; everything else about the
+    /// directory (entries, link count, mode) is written in the operation's batch.
+    dir_cache: Mutex<HashMap<u64, CachedDir>>,
 }
 
 /// Most directory inodes kept in `dir_cache`.
 const DIR_CACHE_MAX: usize = 4096;
+/// A directory's row is written at least once per this many changes of its times.
+const DIR_TIMES_EVERY: u32 = 64;
+
+impl Drop for Fs {
+    /// Writes the deferred directory times before the store closes.
+    fn drop(&mut self) {
+        if let Err(e) = self.write_dir_times() {
+            log::warn!("writing directory times at close: {e}");
+        }
+    }
+}
 
 impl std::fmt::Debug for Fs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -495,6 +522,9 @@ impl Fs {
     }
 
     fn load(&self, ino: u64) -> FsResult<Option<Inode>> {
+        if let Some(d) = self.dir_cache.lock().get(&ino) {
+            return Ok(Some(d.inode.clone()));
+        }
         match self.core().get(&ikey(NS_FS, &inode_key(ino)))? {
             Some(v) => Ok(Some(Inode::decode(ino, &v)?)),
             None => Ok(None),
@@ -509,11 +539,7 @@ impl Fs {
         if let Some(i) = tx.inodes.get(&ino) {
             return i.clone().ok_or(Errno(libc::ENOENT));
         }
-        let cached = self.dir_cache.lock().get(&ino).cloned();
-        let i = match cached {
-            Some(i) => i,
-            None => self.inode(ino)?,
-        };
+        let i = self.inode(ino)?;
         tx.inodes.insert(ino, Some(i.clone()));
         Ok(i)
     }
@@ -523,29 +549,89 @@ impl Fs {
     }
 
     fn commit(&self, mut tx: Tx) -> FsResult<()> {
+        let mut cache = self.dir_cache.lock();
+        // The directory whose times alone changed is left out of the batch unless its
+        // row is due.
+        let deferred = tx.times_only.filter(|ino| {
+            matches!(cache.get(ino), Some(d) if d.unwritten + 1 < DIR_TIMES_EVERY)
+                && matches!(tx.inodes.get(ino), Some(Some(_)))
+        });
         for (ino, i) in &tx.inodes {
             match i {
-                Some(i) => tx.batch.put_ns(NS_FS, &inode_key(*ino), &i.encode()),
-                None => tx.batch.delete_ns(NS_FS, &inode_key(*ino)),
-            };
+                Some(_) if Some(*ino) == deferred => {}
+                Some(i) => {
+                    tx.batch.put_ns(NS_FS, &inode_key(*ino), &i.encode());
+                }
+                None => {
+                    tx.batch.delete_ns(NS_FS, &inode_key(*ino));
+                }
+            }
         }
         let res = self.core().write_batch(tx.batch, true);
-        let mut cache = self.dir_cache.lock();
+        if res.is_err() {
+            // What is cached may be ahead of the store now: forget it (unwritten time
+            // changes of other directories are written first).
+            drop(cache);
+            let _ = self.write_dir_times();
+            self.dir_cache.lock().clear();
+            return Ok(res?);
+        }
         if cache.len() >= DIR_CACHE_MAX {
+            let dirty = Self::take_unwritten(&mut cache);
             cache.clear();
+            self.write_inodes(dirty)?;
         }
         for (ino, i) in tx.inodes {
             match i {
-                Some(i) if i.is_dir() && res.is_ok() => {
-                    cache.insert(ino, i);
+                Some(i) if i.is_dir() => {
+                    let unwritten = match cache.get(&ino) {
+                        Some(d) if Some(ino) == deferred => d.unwritten + 1,
+                        _ => 0,
+                    };
+                    cache.insert(
+                        ino,
+                        CachedDir {
+                            inode: i,
+                            unwritten,
+                        },
+                    );
                 }
                 _ => {
                     cache.remove(&ino);
                 }
             }
         }
-        drop(cache);
-        Ok(res?)
+        Ok(())
+    }
+
+    /// The cached directories with unwritten time changes, marked written.
+    fn take_unwritten(cache: &mut HashMap<u64, CachedDir>) -> Vec<Inode> {
+        cache
+            .values_mut()
+            .filter(|d| d.unwritten > 0)
+            .map(|d| {
+                d.unwritten = 0;
+                d.inode.clone()
+            })
+            .collect()
+    }
+
+    fn write_inodes(&self, inodes: Vec<Inode>) -> FsResult<()> {
+        if inodes.is_empty() {
+            return Ok(());
+        }
+        let mut b = WriteBatch::new();
+        for i in &inodes {
+            b.put_ns(NS_FS, &inode_key(i.attr.ino), &i.encode());
+        }
+        self.core().write_batch(b, true)?;
+        Ok(())
+    }
+
+    /// Writes the rows of directories whose time changes were deferred.
+    fn write_dir_times(&self) -> FsResult<()> {
+        let dirty = Self::take_unwritten(&mut self.dir_cache.lock());
+        self.write_inodes(dirty)
     }
 
     fn get_entry(&self, parent: u64, name: &[u8]) -> FsResult<Option<(u64, u32)>> {
@@ -798,6 +884,8 @@ impl Fs {
         self.tx_put(&mut tx, i);
         if is_dir {
             p.attr.nlink += 1;
+        } else {
+            tx.times_only = Some(parent);
         }
         p.attr.mtime = now;
         p.attr.ctime = now;
@@ -938,6 +1026,7 @@ impl Fs {
         p.attr.mtime = now;
         p.attr.ctime = now;
         self.tx_put(&mut tx, p);
+        tx.times_only = Some(parent);
         self.commit(tx)
     }
 
@@ -1458,6 +1547,10 @@ impl Fs {
 
     /// Makes every change made so far durable (the whole store is flushed).
     pub fn fsync(&self, _ino: u64) -> FsResult<()> {
+        {
+            let _g = self.lock.lock();
+            self.write_dir_times()?;
+        }
         self.core().flush()?;
         Ok(())
     }
