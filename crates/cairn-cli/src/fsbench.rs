@@ -5,7 +5,8 @@
 //! the disk the store is on (ext4 here), in one run. The create rate is sampled over
 //! the run (20 intervals) so that a slowdown as the directory grows shows.
 
-use std::io::Write;
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -17,6 +18,8 @@ use serde::Serialize;
 
 use cairn::fs::{Cred, Fs, ROOT};
 
+use crate::fsplot;
+
 /// Long description of `fs-bench`.
 pub const ABOUT: &str = "\
 Create N zero-length files in one directory (default 1,000,000; --large 10,000,000),
@@ -24,13 +27,26 @@ sampling the create rate over the run; then stat every file in random order, lis
 directory and unlink every file. Targets (--targets): lib (cairn::fs in this process),
 fuse (cairn mounted through FUSE by a child `cairn mount`; skipped with a message where
 FUSE can't be used), plain (a plain directory under --dir: the disk's own file system,
-e.g. ext4). --json writes the figures.";
+e.g. ext4). Everything is synced to disk before each target, so none pays for another's
+writeback. For the fuse target the FUSE requests per operation are counted too.
+
+The thread that makes the calls runs on one CPU for every target, and so does the FUSE
+server's thread (the child's session thread; the store's own threads are not pinned):
+each FUSE request wakes the server and its reply wakes the caller, and a wakeup across
+CPUs can cost far more than the request itself (about 50 us on a VM without guest halt
+polling), so where the scheduler spreads the two over idle CPUs the mount measures the
+wakeups, not the file system. --no-pin lets the scheduler place them.
+
+Writes results.json, results.md and the plots create-rate.png (creates/s over time, a
+line per target, log scale) and create-rate-by-files.png (against files created) to
+--out. --large takes about 30-60 minutes and 25 GB of free memory for the kernel's
+caches of the fuse and plain targets (which the kernel shrinks when it needs to).";
 
 /// Options of `fs-bench`.
 #[derive(Debug, Args)]
 pub struct FsBenchArgs {
     /// Files to create [default: 1000000; --large 10000000]
-    #[arg(long)]
+    #[arg(long, conflicts_with = "large")]
     files: Option<u64>,
     /// 10,000,000 files
     #[arg(long)]
@@ -42,11 +58,28 @@ pub struct FsBenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "lib,fuse,plain")]
     targets: Vec<String>,
     /// Rate samples over the create phase
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 50)]
     intervals: u64,
-    /// Write the results as JSON to this file
+    /// Directory for results.json, results.md and the plots
+    #[arg(long, value_name = "DIR", default_value = "fs-bench-out")]
+    out: PathBuf,
+    /// Also write the results as JSON to this file
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Don't pin the calling thread and the FUSE server's thread to one CPU
+    #[arg(long)]
+    no_pin: bool,
+}
+
+/// The create rate at the end of one interval of the create phase.
+#[derive(Debug, Serialize)]
+struct Sample {
+    /// Seconds since the first create.
+    seconds: f64,
+    /// Files created so far.
+    files: u64,
+    /// Creates per second over the interval.
+    rate: f64,
 }
 
 /// Results of one target.
@@ -56,14 +89,22 @@ struct TargetRun {
     files: u64,
     /// Creates per second over the whole create phase.
     create_rate: f64,
-    /// Creates per second in each interval, with the elapsed seconds at its end.
-    create_series: Vec<(f64, f64)>,
+    /// The create rate over each interval.
+    create_series: Vec<Sample>,
     /// Creates per second over the first and the last 10% of the creates.
     first_10pct_rate: f64,
     last_10pct_rate: f64,
     stat_rate: f64,
     list_rate: f64,
     unlink_rate: f64,
+    /// Seconds of each phase.
+    create_secs: f64,
+    stat_secs: f64,
+    list_secs: f64,
+    unlink_secs: f64,
+    /// fuse: FUSE requests per file by phase and kind (`create` → `LOOKUP` → 1.0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fuse_requests: Option<BTreeMap<String, BTreeMap<String, f64>>>,
 }
 
 /// One file system under test.
@@ -156,14 +197,188 @@ fn shuffled(n: u64) -> Vec<u64> {
     v
 }
 
-fn run_target(label: &str, t: &mut dyn Target, n: u64, intervals: u64) -> Result<TargetRun> {
-    let step = (n / intervals.max(1)).max(1);
+/// Progress of a phase on stderr: rewritten in place on a terminal, a line every 10
+/// seconds otherwise (a log file).
+struct Progress<'a> {
+    label: &'a str,
+    phase: &'a str,
+    n: u64,
+    start: Instant,
+    last: Instant,
+    tty: bool,
+}
+
+impl<'a> Progress<'a> {
+    fn new(label: &'a str, phase: &'a str, n: u64) -> Progress<'a> {
+        let now = Instant::now();
+        Progress {
+            label,
+            phase,
+            n,
+            start: now,
+            last: now,
+            tty: std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// `done` of `n` are done; `rate`: the latest rate, if the caller has one.
+    fn tick(&mut self, done: u64, rate: Option<f64>) {
+        if done % 1024 != 0 && done != self.n {
+            return;
+        }
+        let every = if self.tty { 0.25 } else { 10.0 };
+        if self.last.elapsed().as_secs_f64() < every && done != self.n {
+            return;
+        }
+        self.last = Instant::now();
+        let secs = self.start.elapsed().as_secs_f64();
+        let rate = rate.unwrap_or(done as f64 / secs.max(1e-9));
+        let left = (self.n - done) as f64 / (done as f64 / secs.max(1e-9)).max(1e-9);
+        let line = format!(
+            "{}: {} {done}/{} ({rate:.0}/s, {secs:.0}s, {left:.0}s left)",
+            self.label, self.phase, self.n
+        );
+        if self.tty {
+            eprint!("\r{line}    ");
+            if done == self.n {
+                eprintln!();
+            }
+        } else {
+            eprintln!("{line}");
+        }
+    }
+}
+
+/// A CPU set holding `cpu` only.
+fn one_cpu(cpu: usize) -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write into it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_ZERO(&mut set);
+        libc::CPU_SET(cpu, &mut set);
+        set
+    }
+}
+
+/// The calling thread, and optionally a FUSE server's session thread, pinned to one CPU
+/// while a target runs; both get their earlier CPU sets back on drop.
+struct Pin {
+    restore: Vec<(i32, libc::cpu_set_t)>,
+}
+
+impl Pin {
+    fn new(cpu: usize, server: Option<i32>) -> Result<Pin> {
+        let mut pin = Pin {
+            restore: Vec::new(),
+        };
+        for tid in std::iter::once(0).chain(server) {
+            // SAFETY: sched_{get,set}affinity with a valid cpu_set_t of the size given.
+            unsafe {
+                let mut old: libc::cpu_set_t = std::mem::zeroed();
+                let size = std::mem::size_of::<libc::cpu_set_t>();
+                if libc::sched_getaffinity(tid, size, &mut old) != 0
+                    || libc::sched_setaffinity(tid, size, &one_cpu(cpu)) != 0
+                {
+                    bail!(
+                        "pinning to CPU {cpu}: {} (--no-pin runs without)",
+                        std::io::Error::last_os_error()
+                    );
+                }
+                pin.restore.push((tid, old));
+            }
+        }
+        Ok(pin)
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        for (tid, set) in &self.restore {
+            // SAFETY: as in `new`.
+            unsafe {
+                libc::sched_setaffinity(*tid, std::mem::size_of::<libc::cpu_set_t>(), set);
+            }
+        }
+    }
+}
+
+/// The request counts of a child `cairn mount` (`CAIRN_FUSE_STATS`).
+struct FuseStats {
+    pid: i32,
+    path: PathBuf,
+}
+
+impl FuseStats {
+    /// The counts so far, by kind; `None` if the mount didn't answer.
+    fn read(&self) -> Option<BTreeMap<String, u64>> {
+        let _ = std::fs::remove_file(&self.path);
+        // SAFETY: kill(2) on our own child; it handles SIGUSR1 (see mount.rs).
+        unsafe { libc::kill(self.pid, libc::SIGUSR1) };
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(5) {
+            if let Ok(text) = std::fs::read_to_string(&self.path) {
+                let mut m = BTreeMap::new();
+                for line in text.lines() {
+                    let mut w = line.split_whitespace();
+                    if let (Some(k), Some(Ok(v))) = (w.next(), w.next().map(str::parse)) {
+                        m.insert(k.to_string(), v);
+                    }
+                }
+                return Some(m);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        None
+    }
+}
+
+/// Requests per file between two counts (kinds that occurred only).
+fn per_file(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+    n: u64,
+) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .filter_map(|(k, v)| {
+            let d = v.saturating_sub(before.get(k).copied().unwrap_or(0));
+            (d > 0).then(|| (k.clone(), d as f64 / n as f64))
+        })
+        .collect()
+}
+
+fn run_target(
+    label: &str,
+    t: &mut dyn Target,
+    n: u64,
+    intervals: u64,
+    stats: Option<&FuseStats>,
+    pin: Option<usize>,
+) -> Result<TargetRun> {
+    let _pin = match pin {
+        Some(cpu) => Some(Pin::new(cpu, stats.map(|s| s.pid))?),
+        None => None,
+    };
+    let step = (n / intervals).max(1);
     let tenth = (n / 10).max(1);
+    let mut requests = BTreeMap::new();
+    let mut counts = stats.and_then(FuseStats::read);
+    let mut phase_done = |phase: &str, counts: &mut Option<BTreeMap<String, u64>>| {
+        if let (Some(s), Some(before)) = (stats, counts.as_ref()) {
+            if let Some(after) = s.read() {
+                requests.insert(phase.to_string(), per_file(before, &after, n));
+                *counts = Some(after);
+            }
+        }
+    };
+
     let mut series = Vec::new();
+    let mut progress = Progress::new(label, "created", n);
     let start = Instant::now();
     let mut last = (start, 0u64);
     let mut first_10 = Duration::ZERO;
     let mut last_10_start = None;
+    let mut rate = None;
     for i in 0..n {
         if i == n - tenth {
             last_10_start = Some(Instant::now());
@@ -176,33 +391,51 @@ fn run_target(label: &str, t: &mut dyn Target, n: u64, intervals: u64) -> Result
         }
         if done % step == 0 || done == n {
             let now = Instant::now();
-            let rate = (done - last.1) as f64 / now.duration_since(last.0).as_secs_f64();
-            series.push((now.duration_since(start).as_secs_f64(), rate));
+            let r = (done - last.1) as f64 / now.duration_since(last.0).as_secs_f64().max(1e-9);
+            series.push(Sample {
+                seconds: now.duration_since(start).as_secs_f64(),
+                files: done,
+                rate: r,
+            });
             last = (now, done);
-            eprint!("\r{label}: created {done}/{n}  ({rate:.0}/s)   ");
+            rate = Some(r);
         }
+        progress.tick(done, rate);
     }
     let create = start.elapsed();
     let last_10 = last_10_start.map_or(create, |s| s.elapsed());
-    eprintln!();
+    phase_done("create", &mut counts);
+
     let order = shuffled(n);
+    let mut progress = Progress::new(label, "stat", n);
     let t0 = Instant::now();
-    for &i in &order {
-        t.stat(&name(i)).with_context(|| format!("{label}: stat"))?;
+    for (k, &i) in order.iter().enumerate() {
+        t.stat(&name(i))
+            .with_context(|| format!("{label}: stat {}", name(i)))?;
+        progress.tick(k as u64 + 1, None);
     }
     let stat = t0.elapsed();
+    drop(order);
+    phase_done("stat", &mut counts);
+
     let t0 = Instant::now();
     let listed = t.list()?;
     let list = t0.elapsed();
     if listed != n {
         bail!("{label}: listed {listed} entries, created {n}");
     }
+    phase_done("list", &mut counts);
+
+    let mut progress = Progress::new(label, "unlinked", n);
     let t0 = Instant::now();
     for i in 0..n {
         t.unlink(&name(i))
-            .with_context(|| format!("{label}: unlink"))?;
+            .with_context(|| format!("{label}: unlink {}", name(i)))?;
+        progress.tick(i + 1, None);
     }
     let unlink = t0.elapsed();
+    phase_done("unlink", &mut counts);
+
     let rate = |k: u64, d: Duration| k as f64 / d.as_secs_f64().max(1e-9);
     Ok(TargetRun {
         target: label.to_string(),
@@ -214,6 +447,11 @@ fn run_target(label: &str, t: &mut dyn Target, n: u64, intervals: u64) -> Result
         stat_rate: rate(n, stat),
         list_rate: rate(n, list),
         unlink_rate: rate(n, unlink),
+        create_secs: create.as_secs_f64(),
+        stat_secs: stat.as_secs_f64(),
+        list_secs: list.as_secs_f64(),
+        unlink_secs: unlink.as_secs_f64(),
+        fuse_requests: stats.map(|_| requests),
     })
 }
 
@@ -231,12 +469,14 @@ struct ChildMount {
 }
 
 impl ChildMount {
-    fn start(store: &Path, mp: &Path) -> Result<ChildMount> {
+    /// Mounts `store` on `mp`, the request counts going to `stats`.
+    fn start(store: &Path, mp: &Path, stats: &Path) -> Result<ChildMount> {
         let exe = std::env::current_exe()?;
         let mut child = Command::new(exe)
             .arg("mount")
             .arg(store)
             .arg(mp)
+            .env("CAIRN_FUSE_STATS", stats)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()?;
@@ -248,6 +488,7 @@ impl ChildMount {
             }
             if start.elapsed() > Duration::from_secs(20) {
                 let _ = child.kill();
+                let _ = child.wait();
                 bail!("mount timed out");
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -261,12 +502,14 @@ impl ChildMount {
 
 impl Drop for ChildMount {
     fn drop(&mut self) {
-        // SIGTERM: the child unmounts and closes the store.
+        // SIGTERM: the child unmounts and closes the store (for a large store that
+        // writes its hint files: allow minutes).
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let start = Instant::now();
         while self.child.try_wait().ok().flatten().is_none() {
-            if start.elapsed() > Duration::from_secs(60) {
+            if start.elapsed() > Duration::from_secs(600) {
+                eprintln!("fuse: the mount did not end in 10 minutes; killing it");
                 let _ = self.child.kill();
                 let _ = Command::new("umount").arg("-l").arg(&self.mp).status();
                 break;
@@ -277,71 +520,69 @@ impl Drop for ChildMount {
     }
 }
 
-/// `cairn fs-bench`.
-pub fn run(args: &FsBenchArgs) -> Result<ExitCode> {
-    let n = args
-        .files
-        .unwrap_or(if args.large { 10_000_000 } else { 1_000_000 });
-    if n == 0 {
-        bail!("--files must be at least 1");
-    }
-    std::fs::create_dir_all(&args.dir)
-        .with_context(|| format!("creating {}", args.dir.display()))?;
-    let mut runs = Vec::new();
-    for target in &args.targets {
-        let work = args.dir.join(format!("{target}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&work);
-        std::fs::create_dir_all(&work)?;
-        let r = match target.as_str() {
-            "lib" => {
-                let fs = Fs::open(work.join("store")).map_err(std::io::Error::from)?;
-                let dir = fs.mkdir(&ME, ROOT, b"d", 0o755)?.ino;
-                let mut t = Lib { fs, dir };
-                Some(run_target("lib", &mut t, n, args.intervals)?)
-            }
-            "fuse" => {
-                let mp = work.join("mnt");
-                std::fs::create_dir_all(&mp)?;
-                match ChildMount::start(&work.join("store"), &mp) {
-                    Err(e) => {
-                        println!("fuse: skipped, the mount failed: {e}");
-                        None
-                    }
-                    Ok(m) => {
-                        let d = mp.join("d");
-                        std::fs::create_dir(&d)?;
-                        let r = run_target("fuse", &mut Posix { dir: d }, n, args.intervals);
-                        drop(m);
-                        Some(r?)
-                    }
+/// Runs one target in `work` (created and removed here).
+fn run_one(
+    target: &str,
+    work: &Path,
+    n: u64,
+    intervals: u64,
+    pin: Option<usize>,
+) -> Result<Option<TargetRun>> {
+    let _ = std::fs::remove_dir_all(work);
+    std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
+    // Start from a clean page cache: none of an earlier target's writeback.
+    // SAFETY: sync(2) has no preconditions.
+    unsafe { libc::sync() };
+    let r = match target {
+        "lib" => {
+            let fs = Fs::open(work.join("store")).map_err(std::io::Error::from)?;
+            let dir = fs.mkdir(&ME, ROOT, b"d", 0o755)?.ino;
+            let mut t = Lib { fs, dir };
+            Some(run_target("lib", &mut t, n, intervals, None, pin)?)
+        }
+        "fuse" => {
+            let mp = work.join("mnt");
+            std::fs::create_dir_all(&mp)?;
+            let stats = work.join("fuse-requests");
+            match ChildMount::start(&work.join("store"), &mp, &stats) {
+                Err(e) => {
+                    println!("fuse: skipped, the mount failed: {e}");
+                    None
+                }
+                Ok(m) => {
+                    let d = mp.join("d");
+                    std::fs::create_dir(&d)?;
+                    let s = FuseStats {
+                        pid: m.child.id() as i32,
+                        path: stats,
+                    };
+                    let r = run_target("fuse", &mut Posix { dir: d }, n, intervals, Some(&s), pin);
+                    drop(m);
+                    Some(r?)
                 }
             }
-            "plain" => {
-                let d = work.join("d");
-                std::fs::create_dir(&d)?;
-                Some(run_target(
-                    "plain",
-                    &mut Posix { dir: d },
-                    n,
-                    args.intervals,
-                )?)
-            }
-            other => bail!("unknown target {other:?} (lib, fuse, plain)"),
-        };
-        let _ = std::fs::remove_dir_all(&work);
-        runs.extend(r);
-    }
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "files in one directory: {n}")?;
-    writeln!(
-        out,
-        "| target | create/s | first 10% /s | last 10% /s | last/first | stat/s (random) | list entries/s | unlink/s |"
-    )?;
-    writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|")?;
-    for r in &runs {
-        writeln!(
-            out,
-            "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.0} |",
+        }
+        "plain" => {
+            let d = work.join("d");
+            std::fs::create_dir(&d)?;
+            let mut t = Posix { dir: d };
+            Some(run_target("plain", &mut t, n, intervals, None, pin)?)
+        }
+        other => bail!("unknown target {other:?} (lib, fuse, plain)"),
+    };
+    Ok(r)
+}
+
+/// The results as a Markdown table, the FUSE requests per operation and the series.
+fn markdown(n: u64, runs: &[TargetRun]) -> String {
+    let mut s = format!("files in one directory: {n}\n\n");
+    s.push_str(
+        "| target | create/s | first 10% /s | last 10% /s | last/first | stat/s (random) | list entries/s | unlink/s |\n",
+    );
+    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    for r in runs {
+        s.push_str(&format!(
+            "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.0} |\n",
             r.target,
             r.create_rate,
             r.first_10pct_rate,
@@ -350,19 +591,127 @@ pub fn run(args: &FsBenchArgs) -> Result<ExitCode> {
             r.stat_rate,
             r.list_rate,
             r.unlink_rate
-        )?;
+        ));
     }
-    for r in &runs {
-        let s: Vec<String> = r
+    for r in runs {
+        if let Some(req) = &r.fuse_requests {
+            s.push('\n');
+            for (phase, kinds) in req {
+                // (Kinds below 0.005 per file, such as the first FLUSH, left out.)
+                let k: Vec<String> = kinds
+                    .iter()
+                    .filter(|(_, v)| **v >= 0.005)
+                    .map(|(k, v)| format!("{k} {v:.2}"))
+                    .collect();
+                let total: f64 = kinds.values().fold(0.0, |a, b| a + b);
+                let detail = if k.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", k.join(", "))
+                };
+                s.push_str(&format!(
+                    "{} requests per file, {phase}: {total:.2}{detail}\n",
+                    r.target
+                ));
+            }
+        }
+    }
+    s.push('\n');
+    for r in runs {
+        let v: Vec<String> = r
             .create_series
             .iter()
-            .map(|(t, v)| format!("{t:.2}s:{v:.0}"))
+            .map(|p| format!("{:.1}s:{:.0}", p.seconds, p.rate))
             .collect();
-        writeln!(out, "create rate over time, {}: {}", r.target, s.join(" "))?;
+        s.push_str(&format!(
+            "create rate over time, {}: {}\n",
+            r.target,
+            v.join(" ")
+        ));
+    }
+    s
+}
+
+/// `cairn fs-bench`.
+pub fn run(args: &FsBenchArgs) -> Result<ExitCode> {
+    let n = args
+        .files
+        .unwrap_or(if args.large { 10_000_000 } else { 1_000_000 });
+    if n == 0 {
+        bail!("--files must be at least 1");
+    }
+    if args.intervals == 0 {
+        bail!("--intervals must be at least 1");
+    }
+    for t in &args.targets {
+        if !["lib", "fuse", "plain"].contains(&t.as_str()) {
+            bail!("unknown target {t:?} (lib, fuse, plain)");
+        }
+    }
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("creating {}", args.dir.display()))?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    // The CPU this thread runs on now (the FUSE server joins it).
+    // SAFETY: sched_getcpu has no preconditions.
+    let pin = (!args.no_pin).then(|| unsafe { libc::sched_getcpu() }.max(0) as usize);
+    match pin {
+        Some(cpu) => eprintln!(
+            "the calling thread and the FUSE server run on CPU {cpu} (--no-pin: anywhere)"
+        ),
+        None => eprintln!("threads not pinned"),
+    }
+    let mut runs = Vec::new();
+    for target in &args.targets {
+        let work = args.dir.join(format!("{target}-{}", std::process::id()));
+        let r = run_one(target, &work, n, args.intervals, pin);
+        let _ = std::fs::remove_dir_all(&work);
+        runs.extend(r?);
+    }
+    let md = markdown(n, &runs);
+    let json = serde_json::to_vec_pretty(&runs)?;
+    let mut written = Vec::new();
+    for (name, bytes) in [("results.md", md.as_bytes()), ("results.json", &json)] {
+        let p = args.out.join(name);
+        std::fs::write(&p, bytes).with_context(|| format!("writing {}", p.display()))?;
+        written.push(p);
     }
     if let Some(p) = &args.json {
-        std::fs::write(p, serde_json::to_vec_pretty(&runs)?)
-            .with_context(|| format!("writing {}", p.display()))?;
+        std::fs::write(p, &json).with_context(|| format!("writing {}", p.display()))?;
     }
+    let points: Vec<Vec<(f64, u64, f64)>> = runs
+        .iter()
+        .map(|r| {
+            r.create_series
+                .iter()
+                .map(|p| (p.seconds, p.files, p.rate))
+                .collect()
+        })
+        .collect();
+    let series: Vec<fsplot::Series<'_>> = runs
+        .iter()
+        .zip(&points)
+        .map(|(r, p)| fsplot::Series {
+            label: &r.target,
+            average: r.create_rate,
+            points: p,
+        })
+        .collect();
+    let heading = format!(
+        "{} zero-length files in one directory: create rate",
+        fsplot::short(n as f64)
+    );
+    for (name, x) in [
+        ("create-rate.png", fsplot::XAxis::Seconds),
+        ("create-rate-by-files.png", fsplot::XAxis::Files),
+    ] {
+        let p = args.out.join(name);
+        fsplot::create_rate(&p, &heading, x, &series)?;
+        written.push(p);
+    }
+    let mut out = std::io::stdout().lock();
+    out.write_all(md.as_bytes())?;
+    let w: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
+    writeln!(out, "\nwritten: {}", w.join(", "))?;
     Ok(ExitCode::SUCCESS)
 }

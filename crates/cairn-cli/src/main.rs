@@ -10,6 +10,7 @@ mod demo;
 mod escape;
 mod file;
 mod fsbench;
+mod fsplot;
 mod mount;
 mod report;
 

@@ -7,11 +7,14 @@ use std::process::Command;
 fn fs_bench_smoke() {
     let tmp = tempfile::tempdir().unwrap();
     let json = tmp.path().join("fs.json");
+    let out_dir = tmp.path().join("out");
     let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
         .args(["fs-bench", "--files", "2000", "--intervals", "4", "--dir"])
         .arg(tmp.path().join("work"))
         .arg("--json")
         .arg(&json)
+        .arg("--out")
+        .arg(&out_dir)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -36,7 +39,37 @@ fn fs_bench_smoke() {
         for f in ["create_rate", "stat_rate", "list_rate", "unlink_rate"] {
             assert!(r[f].as_f64().unwrap() > 0.0, "{f} of {}", r["target"]);
         }
-        assert_eq!(r["create_series"].as_array().unwrap().len(), 4);
+        let series = r["create_series"].as_array().unwrap();
+        assert_eq!(series.len(), 4);
+        assert_eq!(series[3]["files"], 2000);
+        assert!(series.iter().all(|p| p["rate"].as_f64().unwrap() > 0.0));
+    }
+    // Through FUSE, a create of a new file is a LOOKUP and a CREATE (and a RELEASE).
+    if let Some(f) = runs.iter().find(|r| r["target"] == "fuse") {
+        let c = &f["fuse_requests"]["create"];
+        assert!(c["LOOKUP"].as_f64().unwrap() >= 0.99, "{c}");
+        assert!(c["CREATE"].as_f64().unwrap() >= 0.99, "{c}");
+        // FLUSH answers ENOSYS: the kernel sends it once.
+        assert!(
+            c.get("FLUSH").map_or(0.0, |v| v.as_f64().unwrap()) < 0.01,
+            "{c}"
+        );
+        // Root's mounts check permissions in cairn: no GETATTR of the directory first.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            assert!(c.get("GETATTR").is_none(), "{c}");
+        }
+    }
+    // The same JSON in --out, with the table and the plots.
+    let again: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("results.json")).unwrap()).unwrap();
+    assert_eq!(again.as_array().unwrap().len(), runs.len());
+    assert!(std::fs::read_to_string(out_dir.join("results.md"))
+        .unwrap()
+        .contains("| lib |"));
+    for png in ["create-rate.png", "create-rate-by-files.png"] {
+        let bytes = std::fs::read(out_dir.join(png)).unwrap();
+        assert!(bytes.len() > 1000 && &bytes[1..4] == b"PNG", "{png}");
     }
     // Nothing left behind in the work directory.
     assert_eq!(
