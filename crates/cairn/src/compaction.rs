@@ -37,6 +37,9 @@ pub(crate) enum Outcome {
 /// Finds the sealed segment with the highest stale fraction at or above the threshold,
 /// over all shards, and compacts it.
 pub(crate) fn compact_one(core: &Core, manual: bool) -> Result<Outcome> {
+    if drop_dead_segments(core)? > 0 {
+        return Ok(Outcome::Compacted);
+    }
     let threshold = core.opts.compaction_threshold;
     let mut best: Option<(usize, u32, f64)> = None;
     for (i, sh) in core.shards.iter().enumerate() {
@@ -71,6 +74,86 @@ pub(crate) fn compact_one(core: &Core, manual: bool) -> Result<Outcome> {
     let res = compact_segment(core, shard, seg, !manual);
     shard.state.write().compacting = false;
     res.map(|_| Outcome::Compacted)
+}
+
+/// Drops every sealed segment, over all shards, that holds nothing but puts the index no
+/// longer points at (all the chunks of removed files, say): such a segment is removed
+/// whole, without reading its data, and one flush of the store before the removals
+/// covers all of them. Shards being compacted are left alone. Returns how many went.
+fn drop_dead_segments(core: &Core) -> Result<usize> {
+    // Per shard (marked as compacting): the segments to drop.
+    type Claimed = Vec<(usize, Vec<(u32, Arc<SegmentFile>)>)>;
+    let mut claimed: Claimed = Vec::new();
+    let mut max_seq = 0;
+    for (i, sh) in core.shards.iter().enumerate() {
+        let candidates: Vec<(u32, Arc<SegmentFile>, u64, u64)> = {
+            let st = sh.state.read();
+            if st.compacting || st.failed.is_some() {
+                continue;
+            }
+            st.segs
+                .iter()
+                .filter(|(&id, m)| {
+                    m.sealed
+                        && !m.damaged
+                        && id != st.active.id
+                        && m.tomb == 0
+                        && m.blocked_tomb == 0
+                        && m.dead + SEG_HEADER_LEN >= m.size
+                })
+                .map(|(&id, m)| (id, m.file.clone(), m.size, m.max_seq))
+                .collect()
+        };
+        if candidates.is_empty() {
+            continue;
+        }
+        {
+            let mut st = sh.state.write();
+            if st.compacting {
+                continue;
+            }
+            st.compacting = true;
+        }
+        // Nothing can make the index point into a sealed segment again, so what the
+        // hint shows stays true.
+        let dead: Vec<(u32, Arc<SegmentFile>)> = candidates
+            .into_iter()
+            .filter(|(id, _, size, _)| all_dead_by_hint(sh, *id, *size))
+            .map(|(id, f, _, seq)| {
+                max_seq = max_seq.max(seq);
+                (id, f)
+            })
+            .collect();
+        if dead.is_empty() {
+            sh.state.write().compacting = false;
+        } else {
+            claimed.push((i, dead));
+        }
+    }
+    if claimed.is_empty() {
+        return Ok(0);
+    }
+    // The records up to max_seq that go must be below the recorded watermark (so that
+    // open does not take them for lost writes), and the records that superseded them
+    // durable.
+    let res = core
+        .persist_watermark(max_seq)
+        .and_then(|()| core.flush())
+        .and_then(|()| {
+            let mut n = 0;
+            for (i, dead) in &claimed {
+                for (id, f) in dead {
+                    retire(core, &core.shards[*i], *id, f)?;
+                    log::debug!("dropped shard {i} segment {id} whole: all superseded");
+                    n += 1;
+                }
+            }
+            Ok(n)
+        });
+    for (i, _) in &claimed {
+        core.shards[*i].state.write().compacting = false;
+    }
+    res
 }
 
 /// Another segment of the shard, as seen when compaction started.
@@ -145,6 +228,28 @@ impl Throttle {
             }
         }
     }
+}
+
+/// Whether the sealed segment `seg` of `size` bytes holds only puts that the index no
+/// longer points at, as its hint file tells without reading the data. `false` when
+/// unsure (no readable hint, a tombstone, a live record).
+fn all_dead_by_hint(shard: &Shard, seg: u32, size: u64) -> bool {
+    let mut entries: Vec<(Kind, Loc, Vec<u8>)> = Vec::new();
+    let read = segment::read_hint(
+        &segment::hint_path(&shard.dir, seg),
+        seg,
+        |kind, _, _, off, len, key| entries.push((kind, Loc { seg, off, len }, key.to_vec())),
+    );
+    if !matches!(read, Ok((data_len, _)) if data_len == size) {
+        return false;
+    }
+    // Short lock holds: writers of the shard wait for at most one slice of lookups.
+    entries.chunks(256).all(|slice| {
+        let st = shard.state.read();
+        slice
+            .iter()
+            .all(|(kind, loc, key)| *kind == Kind::Put && st.index.get(key) != Some(*loc))
+    })
 }
 
 fn compact_segment(core: &Core, shard: &Shard, seg: u32, throttled: bool) -> Result<()> {
@@ -303,7 +408,18 @@ fn compact_segment(core: &Core, shard: &Shard, seg: u32, throttled: bool) -> Res
     // with every other record of their batches in all shards, before the old versions
     // disappear from disk.
     core.flush()?;
-    // Retire the victim: nothing in the index points at it any more.
+    retire(core, shard, seg, &victim)?;
+    log::debug!(
+        "compacted shard {} segment {seg}: {size} bytes, {} records",
+        shard.id,
+        outcome.records
+    );
+    Ok(())
+}
+
+/// Removes the compacted segment `seg` from the table and from disk: nothing in the
+/// index points at it any more.
+fn retire(core: &Core, shard: &Shard, seg: u32, victim: &SegmentFile) -> Result<()> {
     let freed = {
         let mut st = shard.state.write();
         let m = st.segs.remove(&seg);
@@ -319,13 +435,7 @@ fn compact_segment(core: &Core, shard: &Shard, seg: u32, throttled: bool) -> Res
     core.sub_disk_used(freed);
     core.fs.remove(&victim.path)?;
     core.fs.remove(&segment::hint_path(&shard.dir, seg))?;
-    core.fs.sync_dir(&shard.dir)?;
-    log::debug!(
-        "compacted shard {} segment {seg}: {size} bytes, {} records",
-        shard.id,
-        outcome.records
-    );
-    Ok(())
+    core.fs.sync_dir(&shard.dir)
 }
 
 /// Writes the output buffer, then points the index at the copies that are still live.

@@ -83,6 +83,8 @@ pub(crate) struct Core {
     /// The persisted `SEQSTATE`.
     pub seqstate: Mutex<SeqState>,
     seal_queue: Mutex<VecDeque<(u32, u32)>>,
+    /// A shard asked the maintenance thread for a spare segment.
+    spare_wanted: AtomicBool,
     wake: Condvar,
     /// Set after a failed fsync: the whole store refuses writes until reopened.
     failed: Mutex<Option<String>>,
@@ -163,6 +165,22 @@ impl Core {
         self.wake.notify_all();
     }
 
+    /// Asks the maintenance thread to create the spare segments shards asked for.
+    pub fn want_spare(&self) {
+        self.spare_wanted.store(true, Ordering::SeqCst);
+        let _q = self.seal_queue.lock();
+        self.wake.notify_all();
+    }
+
+    /// Creates the spare segments shards asked for.
+    fn make_spares(&self) {
+        if self.spare_wanted.swap(false, Ordering::SeqCst) {
+            for s in &self.shards {
+                s.make_spare(self);
+            }
+        }
+    }
+
     /// Makes every acknowledged write durable and advances the batch watermark.
     pub fn flush(&self) -> Result<()> {
         let upto = self.current_seq().saturating_sub(1);
@@ -181,6 +199,7 @@ impl Core {
         }
         self.flush()?;
         for s in &self.shards {
+            s.drop_spare(self)?;
             s.hint_active(self)?;
         }
         self.persist_watermark(self.durable_seq())
@@ -432,7 +451,13 @@ impl Core {
 
     /// Seals the queued segments now (used by `compact` and the background thread).
     pub fn seal_queued(&self) -> Result<()> {
+        self.seal_queued_with(|| {})
+    }
+
+    /// Like [`Core::seal_queued`], running `between` before each seal.
+    fn seal_queued_with(&self, between: impl Fn()) -> Result<()> {
         loop {
+            between();
             let Some((shard, seg)) = self.seal_queue.lock().pop_front() else {
                 return Ok(());
             };
@@ -444,9 +469,12 @@ impl Core {
         }
     }
 
-    fn wait(&self, timeout: Duration) {
+    /// Waits for a segment to seal (and, for the maintenance thread, `spares`, for a
+    /// spare segment asked for), shutdown or `timeout`.
+    fn wait(&self, timeout: Duration, spares: bool) {
         let mut q = self.seal_queue.lock();
-        if q.is_empty() && !self.is_shutdown() {
+        let spare_wanted = spares && self.spare_wanted.load(Ordering::SeqCst);
+        if q.is_empty() && !self.is_shutdown() && !spare_wanted {
             self.wake.wait_for(&mut q, timeout);
         }
     }
@@ -459,9 +487,11 @@ impl Core {
         };
         let mut last_sync = Instant::now();
         while !self.is_shutdown() {
-            if let Err(e) = self.seal_queued() {
+            // Spares first: a writer is about to need one, while a seal only frees
+            // memory maps and makes a segment compactable.
+            if let Err(e) = self.seal_queued_with(|| self.make_spares()) {
                 log::error!("sealing a segment failed: {e}");
-                self.wait(Duration::from_millis(500));
+                self.wait(Duration::from_millis(500), true);
             }
             if let Some(d) = interval {
                 if last_sync.elapsed() >= d {
@@ -473,9 +503,10 @@ impl Core {
                 self.wait(
                     d.saturating_sub(last_sync.elapsed())
                         .max(Duration::from_millis(1)),
+                    true,
                 );
             } else {
-                self.wait(Duration::from_millis(500));
+                self.wait(Duration::from_millis(500), true);
             }
         }
     }
@@ -484,10 +515,10 @@ impl Core {
         while !self.is_shutdown() {
             match crate::compaction::compact_one(self, false) {
                 Ok(crate::compaction::Outcome::Compacted) => {}
-                Ok(_) => self.wait(Duration::from_millis(200)),
+                Ok(_) => self.wait(Duration::from_millis(200), false),
                 Err(e) => {
                     log::error!("background compaction failed: {e}");
-                    self.wait(Duration::from_secs(1));
+                    self.wait(Duration::from_secs(1), false);
                 }
             }
         }
@@ -666,6 +697,7 @@ fn open_core(dir: &Path, opts: Options) -> Result<Core> {
         durable_seq: AtomicU64::new(watermark),
         seqstate: Mutex::new(seqstate),
         seal_queue: Mutex::new(to_seal.into()),
+        spare_wanted: AtomicBool::new(false),
         wake: Condvar::new(),
         failed: Mutex::new(None),
         shutdown: AtomicBool::new(false),

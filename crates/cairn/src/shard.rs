@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
@@ -264,6 +264,23 @@ pub(crate) struct IoState {
     pub unsynced: Vec<Arc<SegmentFile>>,
     /// Rotated-out segments to hand to the sealer once their last bytes are written.
     pub rotated: Vec<u32>,
+    /// The next active segment, created ahead of time by the maintenance thread so that
+    /// a rotation does not wait for a file creation's syncs.
+    pub spare: Option<Arc<SegmentFile>>,
+}
+
+/// `Shard::spare` states: no spare and none asked for yet; asked for (the active segment
+/// is half full); ready in `IoState::spare`; creating one failed (asked again after the
+/// next rotation).
+const SPARE_NONE: u8 = 0;
+const SPARE_ASKED: u8 = 1;
+const SPARE_READY: u8 = 2;
+const SPARE_FAILED: u8 = 3;
+
+/// Files a sync took and must make durable, and the `taken_seq` they cover.
+pub(crate) struct ToSync {
+    files: Vec<Arc<SegmentFile>>,
+    taken: u64,
 }
 
 /// One shard of the store.
@@ -272,6 +289,12 @@ pub(crate) struct Shard {
     pub dir: PathBuf,
     pub state: RwLock<ShardState>,
     pub io: Mutex<IoState>,
+    /// Serialises the shard's syncs. Held during `fdatasync` while `io` is not, so that
+    /// appends and write-outs of the shard (another writer's, or a streaming file
+    /// writer's) go on while a sync runs. Lock order: `sync` before `io`.
+    sync: Mutex<()>,
+    /// Where the spare segment stands (`SPARE_*`).
+    spare: AtomicU8,
     user_bytes: AtomicU64,
     written_bytes: AtomicU64,
     /// The `taken_seq` of the last sync that completed.
@@ -288,7 +311,10 @@ impl Shard {
             io: Mutex::new(IoState {
                 unsynced,
                 rotated: Vec::new(),
+                spare: None,
             }),
+            sync: Mutex::new(()),
+            spare: AtomicU8::new(SPARE_NONE),
             user_bytes: AtomicU64::new(0),
             written_bytes: AtomicU64::new(0),
             synced_seq,
@@ -335,13 +361,26 @@ impl Shard {
         if let Some(f) = core.failure() {
             return Err(Error::ReadOnly(f));
         }
-        let (full, rotate) = {
+        let (full, rotate, half) = {
             let st = self.state.read();
+            let end = st.active.end();
             (
                 st.write_stuck || st.active.buf.len() >= core.opts.write_buffer,
-                st.active.end() >= core.opts.segment_size,
+                end >= core.opts.segment_size,
+                end >= core.opts.segment_size / 2,
             )
         };
+        if half && self.spare.load(Ordering::Relaxed) == SPARE_NONE && core.opts.fault.is_none() {
+            // Fault-injection tests get no spares, so that their injected faults meet
+            // the same operations every run.
+            if self
+                .spare
+                .compare_exchange(SPARE_NONE, SPARE_ASKED, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                core.want_spare();
+            }
+        }
         if full {
             core.write_out()?;
         } else if rotate {
@@ -364,18 +403,55 @@ impl Shard {
         if self.durable_upto(seq) {
             return Ok(());
         }
-        let mut io = self.io.lock();
+        // Writers arriving while a sync runs wait here and then find their records
+        // durable (group commit).
+        let _sync = self.sync.lock();
         if self.durable_upto(seq) {
             return Ok(());
         }
-        self.flush_locked(core, &mut io, true, false)
+        self.flush_and_sync(core)
     }
 
     /// Writes the buffer to the file (rotating the segment when full); with `sync`, also
     /// makes everything appended so far durable.
     pub fn flush(&self, core: &Core, sync: bool) -> Result<()> {
+        if sync {
+            let _sync = self.sync.lock();
+            return self.flush_and_sync(core);
+        }
         let mut io = self.io.lock();
-        self.flush_locked(core, &mut io, sync, false)
+        self.flush_locked(core, &mut io, false, false).map(|_| ())
+    }
+
+    /// Writes the buffer out under `io`, then syncs with `io` released. The caller holds
+    /// `sync`.
+    fn flush_and_sync(&self, core: &Core) -> Result<()> {
+        let to_sync = {
+            let mut io = self.io.lock();
+            self.flush_locked(core, &mut io, true, false)?
+        };
+        match to_sync {
+            Some(t) => self.sync_files(core, t),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes the files a sync took durable; then every record up to `t.taken` is. A
+    /// failure makes the shard (and the store) read-only.
+    fn sync_files(&self, core: &Core, t: ToSync) -> Result<()> {
+        for f in &t.files {
+            if let Err(e) = core.fs.sync_data(&f.file, &f.path) {
+                // After a failed fsync the kernel may have dropped the dirty pages:
+                // nothing written since the last good sync can be trusted to be on
+                // disk, so the shard stops accepting writes until reopened.
+                let msg = format!("fsync failed on shard {}: {e}", self.id);
+                self.state.write().failed = Some(msg.clone());
+                core.fail(msg);
+                return Err(e);
+            }
+        }
+        self.synced_seq.fetch_max(t.taken, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Seals the active segment early when its stale fraction reached `threshold`, so
@@ -418,7 +494,17 @@ impl Shard {
         }
     }
 
-    fn flush_locked(&self, core: &Core, io: &mut IoState, sync: bool, rotate: bool) -> Result<()> {
+    /// Writes the buffer to the file (rotating the segment if full, or with `rotate`).
+    /// With `sync`, takes every unsynced file for the caller to sync once `io` is
+    /// released ([`Shard::sync_files`]), and marks everything appended so far as covered
+    /// by that sync.
+    fn flush_locked(
+        &self,
+        core: &Core,
+        io: &mut IoState,
+        sync: bool,
+        rotate: bool,
+    ) -> Result<Option<ToSync>> {
         let res = self.flush_inner(core, io, sync, rotate);
         if res.is_err() {
             // Refuse new writes until a flush succeeds (see `check_writable`).
@@ -427,35 +513,49 @@ impl Shard {
         res
     }
 
-    fn flush_inner(&self, core: &Core, io: &mut IoState, sync: bool, rotate: bool) -> Result<()> {
+    fn flush_inner(
+        &self,
+        core: &Core,
+        io: &mut IoState,
+        sync: bool,
+        rotate: bool,
+    ) -> Result<Option<ToSync>> {
         // A write that failed earlier goes first, so file order is kept.
         let stuck = self.state.read().pending.clone();
         if let Some(p) = stuck {
             self.write_pending(core, &p)?;
         }
-        let rotate_id = {
-            let mut st = self.state.write();
+        let rotate_now = {
+            let st = self.state.read();
             if let Some(f) = &st.failed {
                 return Err(Error::ReadOnly(f.clone()));
             }
             let end = st.active.end();
-            if end >= core.opts.segment_size || (rotate && end > SEG_HEADER_LEN) {
-                st.next_seg += 1;
-                Some(st.next_seg - 1)
-            } else {
-                None
-            }
+            end >= core.opts.segment_size || (rotate && end > SEG_HEADER_LEN)
         };
-        let new_file = match rotate_id {
-            Some(id) => Some(Arc::new(SegmentFile::create(
-                &core.fs,
-                &self.dir,
-                self.id,
-                id,
-                SegKind::Data,
-                core.current_seq(),
-            )?)),
-            None => None,
+        let new_file = if rotate_now {
+            let spare = io.spare.take();
+            self.spare.store(SPARE_NONE, Ordering::SeqCst);
+            match spare {
+                Some(f) => Some(f),
+                None => {
+                    let id = {
+                        let mut st = self.state.write();
+                        st.next_seg += 1;
+                        st.next_seg - 1
+                    };
+                    Some(Arc::new(SegmentFile::create(
+                        &core.fs,
+                        &self.dir,
+                        self.id,
+                        id,
+                        SegKind::Data,
+                        core.current_seq(),
+                    )?))
+                }
+            }
+        } else {
+            None
         };
         let (pending, rotated, taken) = {
             let mut st = self.state.write();
@@ -494,36 +594,87 @@ impl Shard {
         if let Some(p) = &pending {
             self.write_pending(core, p)?;
         }
-        if sync {
-            let active = self.state.read().active.file.clone();
+        let to_sync = sync.then(|| {
             let mut files = std::mem::take(&mut io.unsynced);
-            files.push(active);
-            for f in &files {
-                if let Err(e) = core.fs.sync_data(&f.file, &f.path) {
-                    // After a failed fsync the kernel may have dropped the dirty pages:
-                    // nothing written since the last good sync can be trusted to be on
-                    // disk, so the shard stops accepting writes until reopened.
-                    let msg = format!("fsync failed on shard {}: {e}", self.id);
-                    self.state.write().failed = Some(msg.clone());
-                    core.fail(msg);
-                    return Err(e);
-                }
-            }
-            self.synced_seq.fetch_max(taken, Ordering::SeqCst);
-        }
+            files.push(self.state.read().active.file.clone());
+            ToSync { files, taken }
+        });
         // Every byte of the rotated-out segments is in their files now.
         for id in io.rotated.drain(..) {
             core.queue_seal(self.id, id);
         }
-        Ok(())
+        Ok(to_sync)
+    }
+
+    /// Creates the spare segment if one was asked for (called by the maintenance
+    /// thread). Its header says it was created at the current sequence number, earlier
+    /// than any record it will hold, which only makes compaction keep tombstones more
+    /// conservatively. A crash leaves it as an empty segment that open handles like any
+    /// other.
+    pub fn make_spare(&self, core: &Core) {
+        if self.spare.load(Ordering::SeqCst) != SPARE_ASKED {
+            return;
+        }
+        let id = {
+            let mut st = self.state.write();
+            st.next_seg += 1;
+            st.next_seg - 1
+        };
+        let created = SegmentFile::create(
+            &core.fs,
+            &self.dir,
+            self.id,
+            id,
+            SegKind::Data,
+            core.current_seq(),
+        );
+        let file = match created {
+            Ok(f) => Arc::new(f),
+            Err(e) => {
+                log::warn!("creating a spare segment for shard {}: {e}", self.id);
+                let _ = self.spare.compare_exchange(
+                    SPARE_ASKED,
+                    SPARE_FAILED,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
+                return;
+            }
+        };
+        let mut io = self.io.lock();
+        // A rotation that found no spare meanwhile made a newer active segment itself:
+        // this one is too old to follow it.
+        let usable = io.spare.is_none()
+            && self.spare.load(Ordering::SeqCst) == SPARE_ASKED
+            && id > self.state.read().active.id;
+        if usable {
+            io.spare = Some(file);
+            self.spare.store(SPARE_READY, Ordering::SeqCst);
+        } else {
+            drop(io);
+            let _ = core.fs.remove(&file.path);
+        }
+    }
+
+    /// Removes an unused spare segment (at a clean close).
+    pub fn drop_spare(&self, core: &Core) -> Result<()> {
+        let spare = self.io.lock().spare.take();
+        self.spare.store(SPARE_NONE, Ordering::SeqCst);
+        match spare {
+            Some(f) => core.fs.remove(&f.path),
+            None => Ok(()),
+        }
     }
 
     /// Writes a hint file for the active segment at a clean close, so the next open
     /// loads its entries without reading its data. The next open removes the hint again
     /// before appending.
     pub fn hint_active(&self, core: &Core) -> Result<()> {
+        let _sync = self.sync.lock();
         let mut io = self.io.lock();
-        self.flush_locked(core, &mut io, true, false)?;
+        if let Some(t) = self.flush_locked(core, &mut io, true, false)? {
+            self.sync_files(core, t)?;
+        }
         let (file, len) = {
             let st = self.state.read();
             (st.active.file.clone(), st.active.buf_start)
