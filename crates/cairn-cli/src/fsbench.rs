@@ -37,6 +37,11 @@ CPUs can cost far more than the request itself (about 50 us on a VM without gues
 polling), so where the scheduler spreads the two over idle CPUs the mount measures the
 wakeups, not the file system. --no-pin lets the scheduler place them.
 
+ext4 without a journal won't reuse an inode freed less than a minute ago (six while its
+inode table block is dirty) and scans past such inodes at every create: within minutes
+of a mass unlink on the same file system (an earlier run, say) the plain target creates
+at a fraction of its usual rate. Leave a few minutes between runs.
+
 Writes results.json, results.md and the plots create-rate.png (creates/s over time, a
 line per target, log scale) and create-rate-by-files.png (against files created) to
 --out. --large takes about 30-60 minutes and 25 GB of free memory for the kernel's
