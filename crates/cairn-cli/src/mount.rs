@@ -219,11 +219,28 @@ fn start_stats() -> Result<Option<PathBuf>> {
     Ok(Some(path))
 }
 
+/// The caller of a request. FUSE requests carry no supplementary groups, so for a
+/// non-root caller they are read from `/proc/<pid>/status` (root passes the checks
+/// that groups could matter for).
 fn cred(req: &Request<'_>) -> Cred {
-    Cred {
-        uid: req.uid(),
-        gid: req.gid(),
+    let c = Cred::new(req.uid(), req.gid());
+    if c.uid == 0 {
+        return c;
     }
+    match proc_groups(req.pid()) {
+        Some(groups) => c.with_groups(&groups),
+        None => c,
+    }
+}
+
+/// The supplementary groups of process `pid`, from the `Groups:` line of its status.
+fn proc_groups(pid: u32) -> Option<Vec<u32>> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("Groups:"))?;
+    line["Groups:".len()..]
+        .split_whitespace()
+        .map(|g| g.parse().ok())
+        .collect()
 }
 
 fn time(ns: i64) -> SystemTime {

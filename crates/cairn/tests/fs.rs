@@ -9,14 +9,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const R: Cred = Cred::ROOT;
-const ALICE: Cred = Cred {
-    uid: 1000,
-    gid: 1000,
-};
-const BOB: Cred = Cred {
-    uid: 1001,
-    gid: 1001,
-};
+const ALICE: Cred = Cred::new(1000, 1000);
+const BOB: Cred = Cred::new(1001, 1001);
 
 fn e<T: std::fmt::Debug>(r: FsResult<T>) -> i32 {
     r.expect_err("expected an error").0
@@ -168,6 +162,54 @@ fn permissions() {
     // Switched off (as under a FUSE mount with default_permissions).
     fs.set_permission_checks(false);
     fs.lookup(&BOB, home.ino, b"x").unwrap();
+    assert_consistent(&fs);
+}
+
+#[test]
+fn supplementary_groups() {
+    let (_d, fs) = fresh();
+    let staff = 50;
+    let shared = fs.mkdir(&R, ROOT, b"shared", 0o770).unwrap();
+    fs.setattr(
+        &R,
+        shared.ino,
+        &SetAttr {
+            gid: Some(staff),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let carol = Cred::new(1002, 1002).with_groups(&[7, staff]);
+    // Group access through a supplementary group; none without it.
+    let f = fs.create(&carol, shared.ino, b"notes", 0o640).unwrap();
+    assert_eq!(e(fs.create(&BOB, shared.ino, b"x", 0o644)), libc::EACCES);
+    assert_eq!(e(fs.lookup(&BOB, shared.ino, b"notes")), libc::EACCES);
+    // chgrp to a group the owner belongs to, not to another.
+    let to = |gid| SetAttr {
+        gid: Some(gid),
+        ..Default::default()
+    };
+    fs.setattr(&carol, f.ino, &to(staff)).unwrap();
+    fs.setattr(&carol, f.ino, &to(7)).unwrap();
+    assert_eq!(e(fs.setattr(&carol, f.ino, &to(99))), libc::EPERM);
+    // Reading by another member of the file's group.
+    fs.setattr(&carol, f.ino, &to(staff)).unwrap();
+    let dave = Cred::new(1003, 1003).with_groups(&[staff]);
+    fs.open_file(&dave, f.ino, libc::O_RDONLY).unwrap();
+    fs.release(f.ino).unwrap();
+    assert_eq!(e(fs.open_file(&dave, f.ino, libc::O_WRONLY)), libc::EACCES);
+    // chmod g+s by an owner outside the file's group drops the setgid bit.
+    fs.setattr(&R, f.ino, &to(99)).unwrap();
+    let sgid = SetAttr {
+        mode: Some(0o2640),
+        ..Default::default()
+    };
+    let a = fs.setattr(&carol, f.ino, &sgid).unwrap();
+    assert_eq!(a.mode & 0o7777, 0o640);
+    fs.setattr(&R, f.ino, &to(staff)).unwrap();
+    let a = fs.setattr(&carol, f.ino, &sgid).unwrap();
+    assert_eq!(a.mode & 0o7777, 0o2640);
+    assert_eq!(Groups::new(&[1; 40]).as_slice().len(), Groups::MAX);
     assert_consistent(&fs);
 }
 

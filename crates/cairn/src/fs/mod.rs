@@ -106,17 +106,85 @@ fn err<T>(e: i32) -> FsResult<T> {
 
 /// Who performs an operation: the owner of new files and the subject of permission
 /// checks. Uid 0 passes every check but executing a file with no execute bit.
+///
+/// ```
+/// use cairn::fs::Cred;
+/// let alice = Cred::new(1000, 1000).with_groups(&[27, 100]);
+/// assert!(alice.in_group(27) && alice.in_group(1000) && !alice.in_group(5));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cred {
     /// User id.
     pub uid: u32,
     /// Group id.
     pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Groups,
 }
 
 impl Cred {
     /// The superuser.
-    pub const ROOT: Cred = Cred { uid: 0, gid: 0 };
+    pub const ROOT: Cred = Cred::new(0, 0);
+
+    /// A user with a primary group and no supplementary groups.
+    pub const fn new(uid: u32, gid: u32) -> Cred {
+        Cred {
+            uid,
+            gid,
+            groups: Groups::NONE,
+        }
+    }
+
+    /// The same user with these supplementary groups (the first
+    /// [`Groups::MAX`] of them).
+    pub fn with_groups(self, groups: &[u32]) -> Cred {
+        Cred {
+            groups: Groups::new(groups),
+            ..self
+        }
+    }
+
+    /// Whether the caller belongs to group `gid` (primary or supplementary).
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.as_slice().contains(&gid)
+    }
+}
+
+/// Supplementary group ids of a [`Cred`], held inline so that `Cred` stays `Copy`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Groups {
+    len: u8,
+    ids: [u32; Groups::MAX],
+}
+
+impl Groups {
+    /// Most supplementary groups kept.
+    pub const MAX: usize = 32;
+    /// No supplementary groups.
+    pub const NONE: Groups = Groups {
+        len: 0,
+        ids: [0; Groups::MAX],
+    };
+
+    /// The first [`Groups::MAX`] of `ids`.
+    pub fn new(ids: &[u32]) -> Groups {
+        let mut g = Groups::NONE;
+        let n = ids.len().min(Groups::MAX);
+        g.ids[..n].copy_from_slice(&ids[..n]);
+        g.len = n as u8;
+        g
+    }
+
+    /// The group ids.
+    pub fn as_slice(&self) -> &[u32] {
+        &self.ids[..self.len as usize]
+    }
+}
+
+impl std::fmt::Debug for Groups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
 }
 
 /// Attributes of an inode. Times are nanoseconds since the Unix epoch.
@@ -344,7 +412,7 @@ fn allowed(cred: &Cred, a: &Attr, mask: u32) -> bool {
     }
     let bits = if cred.uid == a.uid {
         (a.mode >> 6) & 7
-    } else if cred.gid == a.gid {
+    } else if cred.in_group(a.gid) {
         (a.mode >> 3) & 7
     } else {
         a.mode & 7
@@ -765,7 +833,12 @@ impl Fs {
             if !owner {
                 return err(libc::EPERM);
             }
-            i.attr.mode = (i.attr.mode & libc::S_IFMT) | (m & 0o7777);
+            let mut m = m & 0o7777;
+            // As Linux does: a caller outside the file's group can't set its setgid bit.
+            if perms && cred.uid != 0 && !cred.in_group(i.attr.gid) {
+                m &= !libc::S_ISGID;
+            }
+            i.attr.mode = (i.attr.mode & libc::S_IFMT) | m;
         }
         if s.uid.is_some() || s.gid.is_some() {
             let uid = s.uid.unwrap_or(i.attr.uid);
@@ -774,7 +847,7 @@ impl Fs {
                 if uid != i.attr.uid || cred.uid != i.attr.uid {
                     return err(libc::EPERM);
                 }
-                if gid != i.attr.gid && gid != cred.gid {
+                if gid != i.attr.gid && !cred.in_group(gid) {
                     return err(libc::EPERM);
                 }
             }
