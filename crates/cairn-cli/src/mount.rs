@@ -219,12 +219,13 @@ fn start_stats() -> Result<Option<PathBuf>> {
     Ok(Some(path))
 }
 
-/// The caller of a request. FUSE requests carry no supplementary groups, so for a
-/// non-root caller they are read from `/proc/<pid>/status` (root passes the checks
-/// that groups could matter for).
-fn cred(req: &Request<'_>) -> Cred {
+/// The caller of a request. FUSE requests carry no supplementary groups, so when
+/// cairn::fs checks permissions (`groups`) they are read from `/proc/<pid>/status` for
+/// a non-root caller (root passes the checks that groups could matter for); when the
+/// kernel checks them, cairn::fs needs only the ids, for the owner of new files.
+fn cred(req: &Request<'_>, groups: bool) -> Cred {
     let c = Cred::new(req.uid(), req.gid());
-    if c.uid == 0 {
+    if c.uid == 0 || !groups {
         return c;
     }
     match proc_groups(req.pid()) {
@@ -346,6 +347,12 @@ fn reply_xattr(reply: ReplyXattr, size: u32, r: FsResult<Vec<u8>>) {
     }
 }
 
+impl CairnFuse {
+    fn cred(&self, req: &Request<'_>) -> Cred {
+        cred(req, self.fs_checks)
+    }
+}
+
 impl Filesystem for CairnFuse {
     fn forget(&mut self, _req: &Request<'_>, _ino: u64, _nlookup: u64) {
         count(Op::Forget);
@@ -368,7 +375,10 @@ impl Filesystem for CairnFuse {
 
     fn lookup(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
         count(Op::Lookup);
-        reply_entry!(reply, self.fs.lookup(&cred(req), parent, name.as_bytes()))
+        reply_entry!(
+            reply,
+            self.fs.lookup(&self.cred(req), parent, name.as_bytes())
+        )
     }
 
     fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
@@ -406,7 +416,7 @@ impl Filesystem for CairnFuse {
             atime: timeset(atime),
             mtime: timeset(mtime),
         };
-        match self.fs.setattr(&cred(req), ino, &s) {
+        match self.fs.setattr(&self.cred(req), ino, &s) {
             Ok(a) => reply.attr(&TTL, &fattr(&a)),
             Err(e) => reply.error(e.0),
         }
@@ -434,7 +444,7 @@ impl Filesystem for CairnFuse {
         reply_entry!(
             reply,
             self.fs
-                .mknod(&cred(req), parent, name.as_bytes(), mode, rdev)
+                .mknod(&self.cred(req), parent, name.as_bytes(), mode, rdev)
         )
     }
 
@@ -450,18 +460,25 @@ impl Filesystem for CairnFuse {
         count(Op::Mkdir);
         reply_entry!(
             reply,
-            self.fs.mkdir(&cred(req), parent, name.as_bytes(), mode)
+            self.fs
+                .mkdir(&self.cred(req), parent, name.as_bytes(), mode)
         )
     }
 
     fn unlink(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         count(Op::Unlink);
-        reply_empty(reply, self.fs.unlink(&cred(req), parent, name.as_bytes()))
+        reply_empty(
+            reply,
+            self.fs.unlink(&self.cred(req), parent, name.as_bytes()),
+        )
     }
 
     fn rmdir(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         count(Op::Rmdir);
-        reply_empty(reply, self.fs.rmdir(&cred(req), parent, name.as_bytes()))
+        reply_empty(
+            reply,
+            self.fs.rmdir(&self.cred(req), parent, name.as_bytes()),
+        )
     }
 
     fn symlink(
@@ -476,7 +493,7 @@ impl Filesystem for CairnFuse {
         reply_entry!(
             reply,
             self.fs.symlink(
-                &cred(req),
+                &self.cred(req),
                 parent,
                 link_name.as_bytes(),
                 target.as_os_str().as_bytes()
@@ -498,7 +515,7 @@ impl Filesystem for CairnFuse {
         reply_empty(
             reply,
             self.fs.rename(
-                &cred(req),
+                &self.cred(req),
                 parent,
                 name.as_bytes(),
                 newparent,
@@ -519,13 +536,14 @@ impl Filesystem for CairnFuse {
         count(Op::Link);
         reply_entry!(
             reply,
-            self.fs.link(&cred(req), ino, newparent, newname.as_bytes())
+            self.fs
+                .link(&self.cred(req), ino, newparent, newname.as_bytes())
         )
     }
 
     fn open(&mut self, req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
         count(Op::Open);
-        match self.fs.open_file(&cred(req), ino, flags) {
+        match self.fs.open_file(&self.cred(req), ino, flags) {
             Ok(_) => reply.opened(0, 0),
             Err(e) => reply.error(e.0),
         }
@@ -596,7 +614,7 @@ impl Filesystem for CairnFuse {
 
     fn opendir(&mut self, req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
         count(Op::Opendir);
-        if let Err(e) = self.fs.opendir(&cred(req), ino) {
+        if let Err(e) = self.fs.opendir(&self.cred(req), ino) {
             return reply.error(e.0);
         }
         self.next_fh += 1;
@@ -707,7 +725,7 @@ impl Filesystem for CairnFuse {
         count(Op::Setxattr);
         let r = self
             .fs
-            .setxattr(&cred(req), ino, name.as_bytes(), value, flags as u32);
+            .setxattr(&self.cred(req), ino, name.as_bytes(), value, flags as u32);
         let ok = r.is_ok();
         reply_empty(reply, r);
         if ok && name.as_bytes() == b"system.posix_acl_access" {
@@ -744,7 +762,10 @@ impl Filesystem for CairnFuse {
 
     fn removexattr(&mut self, req: &Request<'_>, ino: u64, name: &OsStr, reply: ReplyEmpty) {
         count(Op::Removexattr);
-        reply_empty(reply, self.fs.removexattr(&cred(req), ino, name.as_bytes()))
+        reply_empty(
+            reply,
+            self.fs.removexattr(&self.cred(req), ino, name.as_bytes()),
+        )
     }
 
     fn access(&mut self, req: &Request<'_>, ino: u64, mask: i32, reply: ReplyEmpty) {
@@ -754,7 +775,7 @@ impl Filesystem for CairnFuse {
             return reply.ok();
         }
         match self.fs.getattr(ino) {
-            Ok(a) if may_access(&cred(req), &a, mask as u32) => reply.ok(),
+            Ok(a) if may_access(&self.cred(req), &a, mask as u32) => reply.ok(),
             Ok(_) => reply.error(libc::EACCES),
             Err(e) => reply.error(e.0),
         }
@@ -771,7 +792,7 @@ impl Filesystem for CairnFuse {
         reply: ReplyCreate,
     ) {
         count(Op::Create);
-        let c = cred(req);
+        let c = self.cred(req);
         let r = self
             .fs
             .create(&c, parent, name.as_bytes(), mode)
