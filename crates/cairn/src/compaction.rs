@@ -42,9 +42,11 @@ pub(crate) fn compact_one(core: &Core, manual: bool) -> Result<Outcome> {
     }
     let threshold = core.opts.compaction_threshold;
     let mut best: Option<(usize, u32, f64)> = None;
+    // A shard being compacted by another thread that has more to do.
+    let mut busy = false;
     for (i, sh) in core.shards.iter().enumerate() {
         let st = sh.state.read();
-        if st.compacting || st.failed.is_some() {
+        if st.failed.is_some() {
             continue;
         }
         for (&id, m) in &st.segs {
@@ -52,12 +54,19 @@ pub(crate) fn compact_one(core: &Core, manual: bool) -> Result<Outcome> {
                 continue;
             }
             let f = m.stale_fraction();
-            if f >= threshold && best.is_none_or(|b| f > b.2) {
+            if f >= threshold && st.compacting {
+                busy = true;
+            } else if f >= threshold && best.is_none_or(|b| f > b.2) {
                 best = Some((i, id, f));
             }
         }
     }
     let Some((si, seg, _)) = best else {
+        if busy {
+            // Let the other thread finish (a manual compaction then goes on).
+            std::thread::sleep(Duration::from_millis(1));
+            return Ok(Outcome::Busy);
+        }
         return Ok(Outcome::Nothing);
     };
     let shard = &core.shards[si];
@@ -85,8 +94,10 @@ fn drop_dead_segments(core: &Core) -> Result<usize> {
     type Claimed = Vec<(usize, Vec<(u32, Arc<SegmentFile>)>)>;
     let mut claimed: Claimed = Vec::new();
     let mut max_seq = 0;
+    let mut superseded_seq = 0;
     for (i, sh) in core.shards.iter().enumerate() {
-        let candidates: Vec<(u32, Arc<SegmentFile>, u64, u64)> = {
+        // (id, file, size, max_seq, superseded_seq)
+        let candidates: Vec<(u32, Arc<SegmentFile>, u64, u64, u64)> = {
             let st = sh.state.read();
             if st.compacting || st.failed.is_some() {
                 continue;
@@ -101,7 +112,7 @@ fn drop_dead_segments(core: &Core) -> Result<usize> {
                         && m.blocked_tomb == 0
                         && m.dead + SEG_HEADER_LEN >= m.size
                 })
-                .map(|(&id, m)| (id, m.file.clone(), m.size, m.max_seq))
+                .map(|(&id, m)| (id, m.file.clone(), m.size, m.max_seq, m.superseded_seq))
                 .collect()
         };
         if candidates.is_empty() {
@@ -118,9 +129,10 @@ fn drop_dead_segments(core: &Core) -> Result<usize> {
         // hint shows stays true.
         let dead: Vec<(u32, Arc<SegmentFile>)> = candidates
             .into_iter()
-            .filter(|(id, _, size, _)| all_dead_by_hint(sh, *id, *size))
-            .map(|(id, f, _, seq)| {
+            .filter(|(id, _, size, _, _)| all_dead_by_hint(sh, *id, *size))
+            .map(|(id, f, _, seq, by)| {
                 max_seq = max_seq.max(seq);
+                superseded_seq = superseded_seq.max(by);
                 (id, f)
             })
             .collect();
@@ -135,10 +147,16 @@ fn drop_dead_segments(core: &Core) -> Result<usize> {
     }
     // The records up to max_seq that go must be below the recorded watermark (so that
     // open does not take them for lost writes), and the records that superseded them
-    // durable.
+    // durable (often they are already: then no sync at all).
     let res = core
         .persist_watermark(max_seq)
-        .and_then(|()| core.flush())
+        .and_then(|()| {
+            if core.durable_seq() < superseded_seq {
+                core.flush()
+            } else {
+                Ok(())
+            }
+        })
         .and_then(|()| {
             let mut n = 0;
             for (i, dead) in &claimed {
@@ -276,6 +294,8 @@ fn compact_segment(core: &Core, shard: &Shard, seg: u32, throttled: bool) -> Res
     core.persist_watermark(max_seq)?;
     let created_seq = core.current_seq();
     let mut out: Option<Output> = None;
+    // A tombstone dropped because its key has a newer value needs that value durable.
+    let mut newer_value = false;
     let mut throttle = Throttle {
         rate: if throttled {
             core.opts.compaction_rate
@@ -299,7 +319,10 @@ fn compact_segment(core: &Core, shard: &Shard, seg: u32, throttled: bool) -> Res
         let current = shard.state.read().index.get(rec.key);
         let (keep, blockers) = match h.kind {
             Kind::Put => (current == Some(old), Vec::new()),
-            Kind::Delete if current.is_some() => (false, Vec::new()),
+            Kind::Delete if current.is_some() => {
+                newer_value = true;
+                (false, Vec::new())
+            }
             Kind::Delete => {
                 let blockers: Vec<u32> = others
                     .iter()
@@ -406,8 +429,16 @@ fn compact_segment(core: &Core, shard: &Shard, seg: u32, throttled: bool) -> Res
     }
     // Every record dropped above was superseded by a newer record; make those durable,
     // with every other record of their batches in all shards, before the old versions
-    // disappear from disk.
-    core.flush()?;
+    // disappear from disk. (Read now: records superseded during the scan count too.)
+    let superseded = shard
+        .state
+        .read()
+        .segs
+        .get(&seg)
+        .map_or(u64::MAX, |m| m.superseded_seq);
+    if newer_value || core.durable_seq() < superseded {
+        core.flush()?;
+    }
     retire(core, shard, seg, &victim)?;
     log::debug!(
         "compacted shard {} segment {seg}: {size} bytes, {} records",
@@ -478,6 +509,10 @@ fn write_chunk(core: &Core, shard: &Shard, o: &mut Output) -> Result<()> {
     if let Some(m) = st.segs.get_mut(&o.file.id) {
         m.size = o.len;
         m.dead += dead;
+        if dead > 0 {
+            // Copies overwritten meanwhile: by records numbered below this.
+            m.superseded_seq = m.superseded_seq.max(core.current_seq());
+        }
         m.blocked_tomb += blocked;
         m.max_seq = m.max_seq.max(max_seq);
         for b in blockers {

@@ -448,6 +448,12 @@ pub(crate) fn build(
     }
     let index = Index::from_sorted(winners);
     drop(recs);
+    // Whatever superseded a record at open is numbered at most the shard's highest.
+    for m in segs.values_mut() {
+        if m.dead > 0 {
+            m.superseded_seq = l.max_seq;
+        }
+    }
     // The newest data segment keeps taking appends unless it is full. A clean close
     // leaves a hint for it (so this open did not read its data); the hint goes now,
     // since the segment grows again.

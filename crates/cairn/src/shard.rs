@@ -32,6 +32,10 @@ pub(crate) struct SegMeta {
     pub hint_size: u64,
     /// Bytes of records superseded by newer ones.
     pub dead: u64,
+    /// Highest sequence number of a record that superseded one of this segment's (or
+    /// an upper bound of it): once the store is durable up to it, dropping the
+    /// superseded records loses nothing.
+    pub superseded_seq: u64,
     /// Bytes of tombstones that compaction may be able to drop.
     pub tomb: u64,
     /// Bytes of tombstones compaction kept because `blockers` may hold older versions.
@@ -55,6 +59,7 @@ impl SegMeta {
             size,
             hint_size: 0,
             dead: 0,
+            superseded_seq: 0,
             tomb: 0,
             blocked_tomb: 0,
             blockers: Vec::new(),
@@ -80,6 +85,9 @@ impl SegMeta {
         }
     }
 }
+
+/// Id of a new store's first data segment in each shard.
+pub(crate) const FIRST_SEGMENT: u32 = 1;
 
 /// Bytes mapped past a segment's size cap, for the records that overshoot it.
 const APPEND_MAP_SLACK: u64 = 4 << 20;
@@ -179,9 +187,11 @@ impl ShardState {
         }
     }
 
-    fn mark_dead(&mut self, loc: Loc) {
+    /// Accounts the record at `loc` as superseded by the record numbered `by`.
+    fn mark_dead(&mut self, loc: Loc, by: u64) {
         if let Some(m) = self.segs.get_mut(&loc.seg) {
             m.dead += loc.len as u64;
+            m.superseded_seq = m.superseded_seq.max(by);
         }
         self.live_bytes -= loc.len as u64;
     }
@@ -216,13 +226,13 @@ impl ShardState {
             Kind::Put => {
                 self.live_bytes += len;
                 if let Some(old) = self.index.insert(op.key, loc) {
-                    self.mark_dead(old);
+                    self.mark_dead(old, seq);
                 }
             }
             Kind::Delete => {
                 meta.tomb += len;
                 if let Some(old) = self.index.remove(op.key) {
-                    self.mark_dead(old);
+                    self.mark_dead(old, seq);
                 }
             }
         }
@@ -270,8 +280,8 @@ pub(crate) struct IoState {
 }
 
 /// `Shard::spare` states: no spare and none asked for yet; asked for (the active segment
-/// is half full); ready in `IoState::spare`; creating one failed (asked again after the
-/// next rotation).
+/// is half full, or the shard rotated); ready in `IoState::spare`; creating one failed
+/// (asked again at the next rotation).
 const SPARE_NONE: u8 = 0;
 const SPARE_ASKED: u8 = 1;
 const SPARE_READY: u8 = 2;
@@ -364,10 +374,11 @@ impl Shard {
         let (full, rotate, half) = {
             let st = self.state.read();
             let end = st.active.end();
+            let cap = self.segment_cap(core, st.active.id);
             (
                 st.write_stuck || st.active.buf.len() >= core.opts.write_buffer,
-                end >= core.opts.segment_size,
-                end >= core.opts.segment_size / 2,
+                end >= cap,
+                end >= cap / 2,
             )
         };
         if half && self.spare.load(Ordering::Relaxed) == SPARE_NONE && core.opts.fault.is_none() {
@@ -387,6 +398,20 @@ impl Shard {
             self.flush(core, false)?;
         }
         Ok(())
+    }
+
+    /// The size at which the active segment `active` is rotated: `segment_size`, except
+    /// for a new store's first segments, which are staggered over the shards (shard `i`
+    /// of `n` at `1 - i/2n` of it). Keys spread evenly over the shards fill their
+    /// segments at the same pace; without this, every shard would rotate, and have a
+    /// segment sealed and later compacted, at the same moment, in bursts of `n`.
+    fn segment_cap(&self, core: &Core, active: u32) -> u64 {
+        let size = core.opts.segment_size;
+        let n = core.shards.len() as u64;
+        if active != FIRST_SEGMENT || n <= 1 {
+            return size;
+        }
+        size - size / (2 * n) * self.id as u64
     }
 
     /// Whether every record of this shard numbered up to `seq` is durable: none was
@@ -531,11 +556,18 @@ impl Shard {
                 return Err(Error::ReadOnly(f.clone()));
             }
             let end = st.active.end();
-            end >= core.opts.segment_size || (rotate && end > SEG_HEADER_LEN)
+            end >= self.segment_cap(core, st.active.id) || (rotate && end > SEG_HEADER_LEN)
         };
         let new_file = if rotate_now {
             let spare = io.spare.take();
-            self.spare.store(SPARE_NONE, Ordering::SeqCst);
+            // A shard that rotated once will likely rotate again: the next spare is
+            // asked for now, so that it has a whole segment's time to be made.
+            if core.opts.fault.is_none() {
+                self.spare.store(SPARE_ASKED, Ordering::SeqCst);
+                core.want_spare();
+            } else {
+                self.spare.store(SPARE_NONE, Ordering::SeqCst);
+            }
             match spare {
                 Some(f) => Some(f),
                 None => {
