@@ -255,6 +255,81 @@ fn overwrite_while_a_reader_is_open_keeps_the_old_version_readable() {
 }
 
 #[test]
+fn large_files_written_in_pieces_of_any_size_round_trip() {
+    // A large file's chunks are stored by storer threads (one per group of shards, one
+    // with one shard) while the writer hashes; whole chunks written at a chunk boundary
+    // are taken from the caller's bytes. Any mix of piece sizes gives the same file.
+    for shards in [1, 4] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Options::new()
+            .shards(shards)
+            .chunk_size(CS as u64)
+            .open(dir.path())
+            .unwrap();
+        let files = db.files();
+        let data = content(9, 700 * CS + 123);
+        let pieces = [CS, 1, 3 * CS + 5, 2 * CS, 17, CS - 1, 5 * CS];
+        let mut w = files.create("big").unwrap();
+        let (mut at, mut i) = (0, 0);
+        while at < data.len() {
+            let n = pieces[i % pieces.len()].min(data.len() - at);
+            w.write_all(&data[at..at + n]).unwrap();
+            at += n;
+            i += 1;
+        }
+        let stat = w.commit().unwrap();
+        assert_eq!(stat.size, data.len() as u64);
+        assert_eq!(stat.hash, blake3_of(&data));
+        assert_eq!(files.read("big").unwrap().unwrap(), data, "{shards} shards");
+        assert!(files.verify("big").unwrap().unwrap().is_ok());
+        // Overwritten by whole chunks only, then removed: nothing left over.
+        let again = content(10, 400 * CS);
+        let mut w = files.create("big").unwrap();
+        for c in again.chunks(CS) {
+            w.write_all(c).unwrap();
+        }
+        assert_eq!(w.commit().unwrap().hash, blake3_of(&again));
+        assert_eq!(files.read("big").unwrap().unwrap(), again);
+        assert_no_orphans(&db);
+        assert!(files.remove("big").unwrap());
+        assert_no_orphans(&db);
+    }
+}
+
+#[test]
+fn the_background_collector_reclaims_removed_files_on_its_own() {
+    // A remove does not wake the collector (it polls while there is work, and is woken
+    // only when dormant): either way the chunks go without `collect_garbage`.
+    let dir = tempfile::tempdir().unwrap();
+    let db = opts().open(dir.path()).unwrap();
+    let files = db.files();
+    let wait_collected = |what: &str| {
+        let t = Instant::now();
+        while db.stats().files.pending_gc > 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "{what}: not collected"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    // Dormant: nothing was collected since open.
+    std::thread::sleep(Duration::from_millis(50));
+    files.put("a", content(1, 300 * CS)).unwrap();
+    assert!(files.remove("a").unwrap());
+    wait_collected("dormant collector");
+    // Active, right after its last pass: a burst of removes is collected too.
+    for i in 0..5u64 {
+        files.put(format!("b{i}"), content(i, 50 * CS + 1)).unwrap();
+    }
+    for i in 0..5u64 {
+        assert!(files.remove(format!("b{i}")).unwrap());
+    }
+    wait_collected("active collector");
+    assert_eq!(db.stats().files.chunks, 0);
+}
+
+#[test]
 fn writer_dropped_without_commit_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let db = opts().open(dir.path()).unwrap();

@@ -16,8 +16,8 @@ use crate::{Iter, Result, WriteBatch};
 
 use super::{layout, settle_shards, sync_chunks, tag_bounds, GcReport, Totals};
 
-/// Deletes per batch.
-const DELETE_BATCH: usize = 1024;
+/// Deletes per batch (of one shard).
+const DELETE_BATCH: usize = 256;
 /// How long the background collector sleeps when nothing wakes it.
 const IDLE: Duration = Duration::from_secs(30);
 
@@ -76,18 +76,22 @@ pub(crate) fn pass(core: &Arc<Core>, background: bool) -> Result<GcReport> {
     if todo.is_empty() {
         return Ok(report);
     }
-    let mut batch = WriteBatch::new();
+    // One batch per shard, so that a batch holds one shard's lock, briefly: removes and
+    // writes going on meanwhile hardly wait for it. (The deletes need no atomicity: the
+    // rows naming them go only after all of them.)
+    let mut batches: Vec<WriteBatch> = (0..core.shards.len()).map(|_| WriteBatch::new()).collect();
     for row in &todo {
         let end = row.bound.min(u32::MAX as u64 + 1);
         for idx in 0..end {
-            let ck = layout::chunk_key(row.vid, idx as u32);
-            if !core.contains(&ikey(NS_FILES, &ck)) {
+            let ck = ikey(NS_FILES, &layout::chunk_key(row.vid, idx as u32));
+            if !core.contains(&ck) {
                 continue;
             }
-            batch.delete_ns(NS_FILES, &ck);
+            let batch = &mut batches[core.shard_of(&ck)];
+            batch.delete_ns(NS_FILES, &ck[1..]);
             report.chunks += 1;
             if batch.len() >= DELETE_BATCH {
-                core.write_batch(std::mem::take(&mut batch), false)?;
+                core.write_batch(std::mem::take(batch), false)?;
                 if background && core.is_shutdown() {
                     return Ok(report);
                 }
@@ -95,12 +99,15 @@ pub(crate) fn pass(core: &Arc<Core>, background: bool) -> Result<GcReport> {
         }
         report.versions += 1;
     }
-    core.write_batch(std::mem::take(&mut batch), false)?;
+    for batch in batches {
+        core.write_batch(batch, false)?;
+    }
     // The chunk deletes must be as durable as the row deletes that follow.
     if report.chunks > 0 {
         let all: Vec<usize> = (0..core.shards.len()).collect();
         settle_shards(core, &all, sync_chunks(core))?;
     }
+    let mut batch = WriteBatch::new();
     for row in &todo {
         batch.delete_ns(NS_FILES, &row.key);
     }
@@ -149,9 +156,13 @@ pub(crate) fn gc_loop(core: Arc<Core>) {
         log::error!("file store: computing totals failed: {e}");
     }
     while !core.is_shutdown() {
-        if let Err(e) = pass(&core, true) {
-            log::error!("file store: garbage collection failed: {e}");
-        }
-        core.files.wait_for_gc_work(&core, IDLE);
+        let active = match pass(&core, true) {
+            Ok(r) => r.versions > 0 || r.deferred > 0,
+            Err(e) => {
+                log::error!("file store: garbage collection failed: {e}");
+                false
+            }
+        };
+        core.files.wait_for_gc_work(&core, IDLE, active);
     }
 }

@@ -47,7 +47,7 @@ use std::io::{self, Read};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use serde::Serialize;
@@ -77,6 +77,15 @@ pub const MAX_FILE_KEY_LEN: usize = MAX_KEY_LEN - 1;
 const SMALL_FILE_BYTES: u64 = 1 << 20;
 /// Number of key stripes serialising commits, removes and opens of one key.
 const STRIPES: usize = 64;
+/// How often the collector looks for new garbage while it is active.
+const GC_POLL: Duration = Duration::from_millis(20);
+/// How long the collector stays active (polling) after its last work; then it sleeps
+/// until woken.
+const GC_ACTIVE: Duration = Duration::from_secs(10);
+/// Quiet time the collector waits for, once there is garbage, before a pass.
+const GC_SETTLE: Duration = Duration::from_millis(2);
+/// Longest it waits for quiet.
+const GC_SETTLE_MAX: Duration = Duration::from_millis(50);
 
 /// What the file store knows about one file: one committed version of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -192,9 +201,16 @@ pub(crate) struct Shared {
     totals_init: Mutex<()>,
     /// Serialises garbage-collection passes.
     gc_run: Mutex<()>,
-    /// Work for the collector (set by removes, overwrites, abandoned writers, unpins).
+    /// Set to wake the collector at once (shutdown, or work while it is dormant).
     gc_wake: Mutex<bool>,
     gc_cv: Condvar,
+    /// Work for the collector (removes, overwrites, abandoned writers, unpins), picked
+    /// up by its next poll: the operation that made the garbage does not pay for waking
+    /// a thread.
+    gc_due: AtomicBool,
+    /// The collector sleeps until woken (it found no work for a while), so new work must
+    /// wake it.
+    gc_dormant: AtomicBool,
     ids: RandomState,
     id_counter: AtomicU64,
 }
@@ -212,6 +228,8 @@ impl Default for Shared {
             gc_run: Mutex::new(()),
             gc_wake: Mutex::new(false),
             gc_cv: Condvar::new(),
+            gc_due: AtomicBool::new(false),
+            gc_dormant: AtomicBool::new(false),
             ids: RandomState::new(),
             id_counter: AtomicU64::new(0),
         }
@@ -256,23 +274,67 @@ impl Shared {
         };
         drop(p);
         if wake {
-            self.wake_gc();
+            self.note_garbage();
         }
     }
 
-    /// Wakes the background collector.
+    /// Wakes the background collector now (at shutdown).
     pub(crate) fn wake_gc(&self) {
         *self.gc_wake.lock() = true;
         self.gc_cv.notify_all();
     }
 
-    /// Waits until there is work for the collector or `timeout` passes.
-    fn wait_for_gc_work(&self, core: &Core, timeout: Duration) {
-        let mut w = self.gc_wake.lock();
-        if !*w && !core.is_shutdown() {
-            self.gc_cv.wait_for(&mut w, timeout);
+    /// Tells the collector there is garbage: its next poll (within [`GC_POLL`]) finds
+    /// it, so a remove does not wait for a thread to be woken. Only a dormant collector
+    /// is woken.
+    fn note_garbage(&self) {
+        self.gc_due.store(true, Ordering::SeqCst);
+        if self.gc_dormant.load(Ordering::SeqCst) {
+            self.wake_gc();
         }
-        *w = false;
+    }
+
+    /// Returns when there is garbage to collect, at shutdown, or after `idle` with
+    /// nothing to do. After a pass that did work (`active`), polls every [`GC_POLL`] for
+    /// [`GC_ACTIVE`]; otherwise, or then, sleeps until woken. Once there is work, waits for the operations that make
+    /// garbage to pause ([`GC_SETTLE`], at most [`GC_SETTLE_MAX`]), so that a burst of
+    /// removes is collected in one pass that does not compete with them.
+    fn wait_for_gc_work(&self, core: &Core, idle: Duration, active: bool) {
+        let start = Instant::now();
+        loop {
+            if core.is_shutdown() {
+                return;
+            }
+            if self.gc_due.swap(false, Ordering::SeqCst) {
+                let settle = Instant::now();
+                while settle.elapsed() < GC_SETTLE_MAX && !core.is_shutdown() {
+                    std::thread::sleep(GC_SETTLE);
+                    if !self.gc_due.swap(false, Ordering::SeqCst) {
+                        break;
+                    }
+                }
+                return;
+            }
+            let dormant = !active || start.elapsed() >= GC_ACTIVE;
+            self.gc_dormant.store(dormant, Ordering::SeqCst);
+            let woken = {
+                let mut w = self.gc_wake.lock();
+                if !*w && !core.is_shutdown() && !self.gc_due.load(Ordering::SeqCst) {
+                    let wait = if dormant {
+                        idle.saturating_sub(start.elapsed())
+                    } else {
+                        GC_POLL
+                    };
+                    self.gc_cv.wait_for(&mut w, wait);
+                }
+                std::mem::take(&mut *w)
+            };
+            self.gc_dormant.store(false, Ordering::SeqCst);
+            if woken || start.elapsed() >= idle {
+                self.gc_due.store(false, Ordering::SeqCst);
+                return;
+            }
+        }
     }
 
     /// Adds `new` to and subtracts `old` from the totals, if they are being kept.
@@ -617,7 +679,7 @@ impl FileStore {
             old.chunks > 0
         };
         if had_chunks {
-            sh.wake_gc();
+            sh.note_garbage();
         }
         Ok(true)
     }

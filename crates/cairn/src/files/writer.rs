@@ -1,7 +1,13 @@
 //! Writing a file: chunking, hashing, the intent row, and the atomic commit.
 
 use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::SystemTime;
+
+use parking_lot::Mutex;
 
 use crate::db::{ikey, NS_FILES};
 use crate::{Error, Result, WriteBatch};
@@ -15,16 +21,25 @@ const FIRST_BOUND: u64 = 64;
 /// Unless the policy is `Never`, a streaming writer starts the disk writes of what it
 /// stored every this many bytes, so that its commit's sync has only the tail to wait for.
 const WRITEBACK_EVERY: u64 = 16 << 20;
+/// Most threads that store a large file's chunks (see [`Pipeline`]).
+const MAX_STORERS: usize = 2;
+/// Bytes of chunks queued for each storer thread (at least one chunk, at most 4).
+const STORER_QUEUE_BYTES: usize = 2 << 20;
+/// Chunks larger than this are stored in the writer's own thread: a pipeline would hold
+/// several of them in memory.
+const PIPELINE_MAX_CHUNK: usize = 4 << 20;
 
 /// A file being written, from [`FileStore::create`]. Implements [`std::io::Write`];
 /// [`FileWriter::commit`] makes the whole file visible at once, replacing any previous
 /// version of the key. Dropping it without committing discards it.
 ///
-/// Memory use is one chunk, plus, while the file is at most 1 MiB, the file itself: a
-/// small file is stored at commit in one batch together with its intent row. A larger
-/// file is streamed to the store chunk by chunk after its intent row was made durable.
-/// Either way the intent row names every chunk that may have been stored, so a crash's
-/// leftovers are found and reclaimed without any scan.
+/// While the file is at most 1 MiB it is held in memory: a small file is stored at
+/// commit in one batch together with its intent row. A larger file is streamed to the
+/// store chunk by chunk, after its intent row, by up to two storer threads (one per
+/// group of shards) while the writer's thread hashes the next chunks; memory use is
+/// then a few chunks (about 3 MiB with 128 KiB chunks). Either way the intent row names
+/// every chunk that may have been stored, so a crash's leftovers are found and
+/// reclaimed without any scan.
 ///
 /// A `write` that fails (for example with `StorageFull`, as an `io::Error` of kind
 /// `StorageFull` wrapping the [`Error`]) poisons the writer: it can no longer commit.
@@ -42,15 +57,16 @@ pub struct FileWriter {
     max_held: usize,
     /// Chunks produced so far (held or stored).
     chunks: u64,
-    /// Bound recorded in the durable intent row; 0 = no intent row (nothing stored).
+    /// Bound recorded in the intent row; 0 = no intent row (nothing stored).
     bound: u64,
     started: SystemTime,
     hasher: blake3::Hasher,
     size: u64,
-    /// Shards holding stored chunks not yet settled.
-    touched: Vec<bool>,
-    /// Bytes stored since the last `start_writeback`.
-    unflushed: u64,
+    /// Stores chunks in this thread (and holds what the storer threads stored, once
+    /// they are done).
+    sink: Sink,
+    /// The storer threads of a large file.
+    pipeline: Option<Pipeline>,
     failed: Option<String>,
     committed: bool,
 }
@@ -90,8 +106,13 @@ impl FileWriter {
             started: SystemTime::now(),
             hasher: blake3::Hasher::new(),
             size: 0,
-            touched: vec![false; shards],
-            unflushed: 0,
+            sink: Sink {
+                store: store.clone(),
+                vid,
+                touched: vec![false; shards],
+                unflushed: 0,
+            },
+            pipeline: None,
             failed: None,
             committed: false,
             store,
@@ -121,7 +142,10 @@ impl FileWriter {
 
     fn ensure_buf(&mut self) {
         if self.buf.len() != self.chunk_size {
-            self.buf = vec![0; self.chunk_size];
+            self.buf = match self.pipeline.as_ref().and_then(|p| p.free.try_recv().ok()) {
+                Some(b) if b.len() == self.chunk_size => b,
+                _ => vec![0; self.chunk_size],
+            };
         }
     }
 
@@ -129,6 +153,15 @@ impl FileWriter {
     fn append(&mut self, mut data: &[u8]) -> Result<()> {
         self.check_ok()?;
         while !data.is_empty() {
+            if self.filled == 0 && data.len() >= self.chunk_size && self.pipeline.is_none() {
+                // A whole chunk, stored from the caller's bytes without a copy.
+                let (chunk, rest) = data.split_at(self.chunk_size);
+                self.size += chunk.len() as u64;
+                let r = self.push_chunk(Some(chunk));
+                self.poison(r)?;
+                data = rest;
+                continue;
+            }
             self.ensure_buf();
             let n = (self.chunk_size - self.filled).min(data.len());
             self.buf[self.filled..self.filled + n].copy_from_slice(&data[..n]);
@@ -136,7 +169,7 @@ impl FileWriter {
             self.size += n as u64;
             data = &data[n..];
             if self.filled == self.chunk_size {
-                let r = self.push_chunk();
+                let r = self.push_chunk(None);
                 self.poison(r)?;
             }
         }
@@ -161,15 +194,16 @@ impl FileWriter {
             self.filled += n;
             self.size += n as u64;
             if self.filled == self.chunk_size {
-                let r = self.push_chunk();
+                let r = self.push_chunk(None);
                 self.poison(r)?;
             }
         }
     }
 
-    /// Hands the chunk in `buf[..filled]` on: held in memory while the file is small,
-    /// stored otherwise.
-    fn push_chunk(&mut self) -> Result<()> {
+    /// Hands the next chunk on: `direct` (a whole chunk of the caller's bytes), else
+    /// `buf[..filled]`. It is hashed, then held in memory while the file is small, stored
+    /// otherwise: by the storer threads once the file is large.
+    fn push_chunk(&mut self, direct: Option<&[u8]>) -> Result<()> {
         if self.chunks >= u32::MAX as u64 {
             return Err(Error::InvalidArgument(format!(
                 "file exceeds {} chunks of {} bytes",
@@ -177,49 +211,71 @@ impl FileWriter {
                 self.chunk_size
             )));
         }
+        if let Some(p) = &self.pipeline {
+            p.check()?;
+        }
+        let idx = self.chunks;
         let buf = std::mem::take(&mut self.buf);
-        let data = &buf[..self.filled];
+        let filled = std::mem::take(&mut self.filled);
+        let data = direct.unwrap_or(&buf[..filled]);
         self.hasher.update(data);
         let r = if self.bound == 0 && self.held.len() < self.max_held {
             self.held.push(data.to_vec());
+            self.buf = buf;
             Ok(())
+        } else if self.pipeline.is_some() {
+            // Only the buffer reaches here (no direct chunks once there is a pipeline);
+            // a new one is taken by the next write.
+            let mut owned = buf;
+            owned.truncate(filled);
+            self.store_chunk(idx, Chunk::Owned(owned))
         } else {
-            self.spill_held()
-                .and_then(|()| self.store_chunk(self.chunks, data))
+            let r = self
+                .spill_held()
+                .and_then(|()| self.store_chunk(idx, Chunk::Borrowed(data)));
+            self.buf = buf;
+            r
         };
-        self.buf = buf;
-        self.filled = 0;
         if r.is_ok() {
             self.chunks += 1;
         }
         r
     }
 
-    /// Stores the chunks held in memory (the file turned out not to be small).
+    /// The file turned out not to be small: starts the storer threads and stores the
+    /// chunks held in memory.
     fn spill_held(&mut self) -> Result<()> {
+        if self.pipeline.is_none() {
+            self.pipeline = Pipeline::start(&self.sink, self.chunk_size);
+        }
         let held = std::mem::take(&mut self.held);
-        for (i, c) in held.iter().enumerate() {
-            self.store_chunk(i as u64, c)?;
+        for (i, c) in held.into_iter().enumerate() {
+            self.store_chunk(i as u64, Chunk::Owned(c))?;
         }
         Ok(())
     }
 
-    fn store_chunk(&mut self, idx: u64, data: &[u8]) -> Result<()> {
+    /// Stores chunk `idx`, on a storer thread if there are any.
+    fn store_chunk(&mut self, idx: u64, data: Chunk<'_>) -> Result<()> {
         if idx >= self.bound {
+            // Before the chunk is handed on: the intent row is written before it.
             self.raise_bound(idx)?;
         }
-        let core = self.store.core();
-        let k = ikey(NS_FILES, &layout::chunk_key(self.vid, idx as u32));
-        core.put(&k, data, false)?;
-        self.touched[core.shard_of(&k)] = true;
-        self.unflushed += data.len() as u64;
-        if self.unflushed >= WRITEBACK_EVERY && sync_chunks(core) {
-            self.unflushed = 0;
-            for s in (0..self.touched.len()).filter(|&s| self.touched[s]) {
-                core.start_writeback(s);
-            }
+        match (&self.pipeline, data) {
+            (Some(p), Chunk::Owned(v)) => p.send(&self.sink, idx, v),
+            (Some(p), Chunk::Borrowed(d)) => p.send(&self.sink, idx, d.to_vec()),
+            (None, Chunk::Owned(v)) => self.sink.put(idx, &v),
+            (None, Chunk::Borrowed(d)) => self.sink.put(idx, d),
         }
-        Ok(())
+    }
+
+    /// Waits for the storer threads to store every chunk handed to them; takes over
+    /// what they stored, or the first error one met.
+    fn finish_pipeline(&mut self) -> Result<()> {
+        match self.pipeline.take() {
+            Some(p) => p.finish(&mut self.sink),
+            None => Ok(()),
+        }
     }
 
     /// Records, before chunk `idx` is stored, that this version may have chunks below a
@@ -249,9 +305,11 @@ impl FileWriter {
     fn seal(&mut self) -> Result<FileStat> {
         self.check_ok()?;
         if self.filled > 0 {
-            let r = self.push_chunk();
+            let r = self.push_chunk(None);
             self.poison(r)?;
         }
+        let r = self.finish_pipeline();
+        self.poison(r)?;
         self.store.ensure_settings()?;
         Ok(FileStat {
             size: self.size,
@@ -280,7 +338,7 @@ impl FileWriter {
             let ik = layout::intent_key(self.vid);
             // Every shard of this batch is settled before the commit batch is written:
             // recovery drops a batch with any record missing, chunks included.
-            self.touched[core.shard_of(&ikey(NS_FILES, &ik))] = true;
+            self.sink.touched[core.shard_of(&ikey(NS_FILES, &ik))] = true;
             b.put_ns(
                 NS_FILES,
                 &ik,
@@ -288,7 +346,7 @@ impl FileWriter {
             );
             for (i, c) in self.held.iter().enumerate() {
                 let ck = layout::chunk_key(self.vid, i as u32);
-                self.touched[core.shard_of(&ikey(NS_FILES, &ck))] = true;
+                self.sink.touched[core.shard_of(&ikey(NS_FILES, &ck))] = true;
                 b.put_ns(NS_FILES, &ck, c);
             }
             let r = core.write_batch(b, false);
@@ -298,8 +356,8 @@ impl FileWriter {
         }
         if self.bound > 0 {
             let core = self.store.core();
-            let shards: Vec<usize> = (0..self.touched.len())
-                .filter(|&s| self.touched[s])
+            let shards: Vec<usize> = (0..self.sink.touched.len())
+                .filter(|&s| self.sink.touched[s])
                 .collect();
             let r = settle_shards(core, &shards, sync_chunks(core));
             self.poison(r)?;
@@ -349,7 +407,7 @@ impl FileWriter {
             old.is_some_and(|o| o.chunks > 0)
         };
         if old_had_chunks {
-            sh.wake_gc();
+            sh.note_garbage();
         }
         Ok(stat)
     }
@@ -408,11 +466,195 @@ impl Write for FileWriter {
 
 impl Drop for FileWriter {
     fn drop(&mut self) {
+        // Chunks still being stored stay pinned until they are.
+        let _ = self.finish_pipeline();
         let sh = self.store.shared();
         sh.unpin(self.vid);
         if !self.committed && self.bound > 0 {
             // The intent row names the stored chunks; the collector reclaims them.
-            sh.wake_gc();
+            sh.note_garbage();
         }
+    }
+}
+
+/// A chunk to store: the caller's bytes, or a buffer that can be handed to a thread.
+enum Chunk<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
+}
+
+/// Stores chunks of one version, and remembers the shards it wrote to.
+struct Sink {
+    store: FileStore,
+    vid: u128,
+    /// Shards holding stored chunks not yet settled.
+    touched: Vec<bool>,
+    /// Bytes stored since the last `start_writeback`.
+    unflushed: u64,
+}
+
+impl Sink {
+    /// An empty sink for the same version (for a storer thread).
+    fn fork(&self) -> Sink {
+        Sink {
+            store: self.store.clone(),
+            vid: self.vid,
+            touched: vec![false; self.touched.len()],
+            unflushed: 0,
+        }
+    }
+
+    fn put(&mut self, idx: u64, data: &[u8]) -> Result<()> {
+        let core = self.store.core();
+        let k = ikey(NS_FILES, &layout::chunk_key(self.vid, idx as u32));
+        core.put(&k, data, false)?;
+        self.touched[core.shard_of(&k)] = true;
+        self.unflushed += data.len() as u64;
+        if self.unflushed >= WRITEBACK_EVERY && sync_chunks(core) {
+            self.unflushed = 0;
+            for s in (0..self.touched.len()).filter(|&s| self.touched[s]) {
+                core.start_writeback(s);
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes over the shards another sink wrote to.
+    fn absorb(&mut self, other: Sink) {
+        for (t, o) in self.touched.iter_mut().zip(other.touched) {
+            *t |= o;
+        }
+    }
+}
+
+/// The storer threads of a large file: the caller's thread cuts and hashes the stream
+/// while these store the chunks (checksum, encoding, the write to the segment file), so
+/// that hashing and storing overlap. With several shards there are several storers,
+/// each storing the chunks of its own shards, so that they never wait for each other's
+/// locks: the shards' independence turned into parallel writes.
+struct Pipeline {
+    storers: Vec<Storer>,
+    /// Buffers coming back from the storers, for the next chunks.
+    free: Receiver<Vec<u8>>,
+    /// Set by a storer that met an error; the error itself is in `error`.
+    failed: Arc<AtomicBool>,
+    error: Arc<Mutex<Option<Error>>>,
+}
+
+struct Storer {
+    tx: SyncSender<(u64, Vec<u8>)>,
+    thread: JoinHandle<Sink>,
+}
+
+impl Pipeline {
+    /// Starts the storers for chunks of `chunk_size` bytes (`None` if chunks are too
+    /// large or no thread could be started: the caller stores).
+    fn start(sink: &Sink, chunk_size: usize) -> Option<Pipeline> {
+        if chunk_size > PIPELINE_MAX_CHUNK {
+            return None;
+        }
+        let queue = (STORER_QUEUE_BYTES / chunk_size).clamp(1, 4);
+        let shards = sink.touched.len();
+        let n = MAX_STORERS.min(shards);
+        let (free_tx, free) = mpsc::channel::<Vec<u8>>();
+        let failed = Arc::new(AtomicBool::new(false));
+        let error: Arc<Mutex<Option<Error>>> = Arc::new(Mutex::new(None));
+        let mut storers = Vec::with_capacity(n);
+        for i in 0..n {
+            let (tx, rx) = mpsc::sync_channel::<(u64, Vec<u8>)>(queue);
+            let mut own = sink.fork();
+            let (free_tx, failed, error) = (free_tx.clone(), failed.clone(), error.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("cairn-file-store-{i}"))
+                .spawn(move || {
+                    store_loop(&mut own, rx, &free_tx, &failed, &error);
+                    own
+                });
+            match spawned {
+                Ok(thread) => storers.push(Storer { tx, thread }),
+                Err(e) => {
+                    log::warn!("file writer: starting a storer thread failed: {e}");
+                    break;
+                }
+            }
+        }
+        if storers.is_empty() {
+            return None;
+        }
+        Some(Pipeline {
+            storers,
+            free,
+            failed,
+            error,
+        })
+    }
+
+    /// The first error a storer met, if any (it stops the writer).
+    fn check(&self) -> Result<()> {
+        if self.failed.load(Ordering::Relaxed) {
+            return Err(self.error.lock().take().unwrap_or_else(|| {
+                Error::InvalidArgument("storing a chunk failed earlier".into())
+            }));
+        }
+        Ok(())
+    }
+
+    /// Hands chunk `idx` to the storer of its shard.
+    fn send(&self, sink: &Sink, idx: u64, data: Vec<u8>) -> Result<()> {
+        let core = sink.store.core();
+        let shard = core.shard_of(&ikey(NS_FILES, &layout::chunk_key(sink.vid, idx as u32)));
+        let storer = &self.storers[shard % self.storers.len()];
+        if storer.tx.send((idx, data)).is_err() {
+            self.check()?;
+            return Err(Error::InvalidArgument("a storer thread has stopped".into()));
+        }
+        Ok(())
+    }
+
+    /// Waits for every chunk to be stored; the shards written go to `sink`.
+    fn finish(self, sink: &mut Sink) -> Result<()> {
+        let Pipeline {
+            storers,
+            failed,
+            error,
+            ..
+        } = self;
+        let mut lost = false;
+        for s in storers {
+            drop(s.tx);
+            match s.thread.join() {
+                Ok(own) => sink.absorb(own),
+                Err(_) => lost = true,
+            }
+        }
+        if failed.load(Ordering::SeqCst) || lost {
+            return Err(error
+                .lock()
+                .take()
+                .unwrap_or_else(|| Error::InvalidArgument("a storer thread failed".into())));
+        }
+        Ok(())
+    }
+}
+
+/// A storer thread: stores each chunk it is handed and gives its buffer back; after an
+/// error (recorded for the writer) it only drains the queue.
+fn store_loop(
+    sink: &mut Sink,
+    rx: Receiver<(u64, Vec<u8>)>,
+    free: &Sender<Vec<u8>>,
+    failed: &AtomicBool,
+    error: &Mutex<Option<Error>>,
+) {
+    for (idx, mut data) in rx {
+        if !failed.load(Ordering::Relaxed) {
+            if let Err(e) = sink.put(idx, &data) {
+                error.lock().get_or_insert(e);
+                failed.store(true, Ordering::SeqCst);
+            }
+        }
+        let cap = data.capacity();
+        data.resize(cap, 0);
+        let _ = free.send(data);
     }
 }
