@@ -9,12 +9,12 @@
 //! only then deletes the rows, so a crash at any point leaves the row to redo the work.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::db::{ikey, Core, NS_FILES};
 use crate::{Iter, Result, WriteBatch};
 
-use super::{layout, settle_shards, sync_chunks, tag_bounds, GcReport, Totals};
+use super::{layout, settle_shards, sync_chunks, tag_bounds, GcReport, Totals, GC_ACTIVE};
 
 /// Deletes per batch (of one shard).
 const DELETE_BATCH: usize = 256;
@@ -155,14 +155,16 @@ pub(crate) fn gc_loop(core: Arc<Core>) {
     if let Err(e) = totals(&core) {
         log::error!("file store: computing totals failed: {e}");
     }
+    // Polling for garbage until this, after the last pass that found some.
+    let mut active_until = Instant::now();
     while !core.is_shutdown() {
-        let active = match pass(&core, true) {
-            Ok(r) => r.versions > 0 || r.deferred > 0,
-            Err(e) => {
-                log::error!("file store: garbage collection failed: {e}");
-                false
+        match pass(&core, true) {
+            Ok(r) if r.versions > 0 || r.deferred > 0 => {
+                active_until = Instant::now() + GC_ACTIVE;
             }
-        };
-        core.files.wait_for_gc_work(&core, IDLE, active);
+            Ok(_) => {}
+            Err(e) => log::error!("file store: garbage collection failed: {e}"),
+        }
+        core.files.wait_for_gc_work(&core, IDLE, active_until);
     }
 }

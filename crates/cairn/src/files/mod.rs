@@ -81,7 +81,7 @@ const STRIPES: usize = 64;
 const GC_POLL: Duration = Duration::from_millis(20);
 /// How long the collector stays active (polling) after its last work; then it sleeps
 /// until woken.
-const GC_ACTIVE: Duration = Duration::from_secs(10);
+pub(crate) const GC_ACTIVE: Duration = Duration::from_secs(10);
 /// Quiet time the collector waits for, once there is garbage, before a pass.
 const GC_SETTLE: Duration = Duration::from_millis(2);
 /// Longest it waits for quiet.
@@ -295,11 +295,12 @@ impl Shared {
     }
 
     /// Returns when there is garbage to collect, at shutdown, or after `idle` with
-    /// nothing to do. After a pass that did work (`active`), polls every [`GC_POLL`] for
-    /// [`GC_ACTIVE`]; otherwise, or then, sleeps until woken. Once there is work, waits for the operations that make
-    /// garbage to pause ([`GC_SETTLE`], at most [`GC_SETTLE_MAX`]), so that a burst of
-    /// removes is collected in one pass that does not compete with them.
-    fn wait_for_gc_work(&self, core: &Core, idle: Duration, active: bool) {
+    /// nothing to do. Until `active_until` (set [`GC_ACTIVE`] after the last pass that did
+    /// work) it polls every [`GC_POLL`]; then it sleeps until woken. Once there is work,
+    /// waits for the operations that make garbage to pause ([`GC_SETTLE`], at most
+    /// [`GC_SETTLE_MAX`]), so that a burst of removes is collected in one pass that does
+    /// not compete with them.
+    fn wait_for_gc_work(&self, core: &Core, idle: Duration, active_until: Instant) {
         let start = Instant::now();
         loop {
             if core.is_shutdown() {
@@ -315,9 +316,9 @@ impl Shared {
                 }
                 return;
             }
-            let dormant = !active || start.elapsed() >= GC_ACTIVE;
+            let dormant = Instant::now() >= active_until;
             self.gc_dormant.store(dormant, Ordering::SeqCst);
-            let woken = {
+            {
                 let mut w = self.gc_wake.lock();
                 if !*w && !core.is_shutdown() && !self.gc_due.load(Ordering::SeqCst) {
                     let wait = if dormant {
@@ -327,11 +328,11 @@ impl Shared {
                     };
                     self.gc_cv.wait_for(&mut w, wait);
                 }
-                std::mem::take(&mut *w)
-            };
+                // Woken: look again (garbage sets `gc_due` before it wakes).
+                *w = false;
+            }
             self.gc_dormant.store(false, Ordering::SeqCst);
-            if woken || start.elapsed() >= idle {
-                self.gc_due.store(false, Ordering::SeqCst);
+            if start.elapsed() >= idle && !self.gc_due.load(Ordering::SeqCst) {
                 return;
             }
         }
