@@ -6,6 +6,16 @@
 //! one shard (`cairn-1shard`), and RocksDB and LevelDB holding the chunks as rows keyed
 //! by file id ‖ chunk index (big-endian). The report gives the mean and standard
 //! deviation of each (operation, size) and Welch's two-sided t-test against cairn.
+//!
+//! `cairn-1shard` is the same engine with the same options but one shard, so the pair
+//! shows what the partitioning itself buys: with several shards a large file's chunks
+//! are stored by two threads, each for its own shards (one with one shard), and a new
+//! store's first segments rotate at staggered sizes; everything else is the same code
+//! (spare segments, whole-segment reclamation of removed files, the collector). Every
+//! subject gets the same treatment: no sync (unless `--sync`), nothing dropped from the
+//! page cache, trials back to back with no pause, so background work (cairn's
+//! collector and compaction, the LSM engines' flushes and compactions) runs while the
+//! next operations are timed, as in the seed.
 
 use std::fs;
 use std::io::{Read, Write};
