@@ -10,6 +10,7 @@
 //! lock only for short in-memory updates, so other shards and readers never wait for it;
 //! its I/O is throttled to `Options::compaction_rate`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -85,35 +86,215 @@ pub(crate) fn compact_one(core: &Core, manual: bool) -> Result<Outcome> {
     res.map(|_| Outcome::Compacted)
 }
 
-/// Drops every sealed segment, over all shards, that holds nothing but puts the index no
-/// longer points at (all the chunks of removed files, say): such a segment is removed
-/// whole, without reading its data, and one flush of the store before the removals
-/// covers all of them. Shards being compacted are left alone. Returns how many went.
+/// Segments retired by compaction so far (in any store of the process): a segment judged
+/// not droppable whole is judged again once this (or its own stale bytes) changed.
+static RETIRED: AtomicU64 = AtomicU64::new(0);
+
+/// Most records of a listing kept for a segment not sealed yet (see `SegMeta::listing`).
+const LISTING_MAX: usize = 16 << 10;
+
+/// The records of segment `seg` (`size` bytes): from its hint file when sealed, else from
+/// its data (a rotated segment not sealed yet was written moments ago: its pages are in
+/// the page cache), headers and keys only when it is mapped. `None` when unsure (no
+/// readable hint, damage, another length).
+fn list_records(
+    shard: &Shard,
+    seg: u32,
+    file: &SegmentFile,
+    size: u64,
+    sealed: bool,
+) -> Option<Vec<Entry>> {
+    let mut out = Vec::new();
+    if sealed {
+        let read = segment::read_hint(
+            &segment::hint_path(&shard.dir, seg),
+            seg,
+            |kind, seq, batch_total, off, len, key| {
+                out.push(Entry {
+                    kind,
+                    seq,
+                    batch_total,
+                    off,
+                    len,
+                    key: key.to_vec(),
+                })
+            },
+        );
+        return matches!(read, Ok((data_len, _)) if data_len == size).then_some(out);
+    }
+    if let Some(entries) = walk_headers(file, size) {
+        return Some(entries);
+    }
+    let (entries, outcome) = segment::scan_entries(file, size).ok()?;
+    let intact = outcome.valid_end == size && outcome.damage.is_empty() && outcome.tail.is_none();
+    intact.then_some(entries)
+}
+
+/// The records of a segment read through its memory map, header and key only (the
+/// header checksum covers both): for a 128 KiB chunk, one page of it. `None` without a
+/// map covering `size` bytes, or at the first header that does not check out.
+fn walk_headers(file: &SegmentFile, size: u64) -> Option<Vec<Entry>> {
+    let map = file.mapped().filter(|m| m.len() as u64 >= size)?;
+    let b = &map[..size as usize];
+    let mut out = Vec::new();
+    let mut pos = SEG_HEADER_LEN as usize;
+    while pos < b.len() {
+        let h = record::decode_header(&b[pos..]).ok()?;
+        let len = h.record_len() as usize;
+        if pos + len > b.len() || !record::check_header(&b[pos..], &h) {
+            return None;
+        }
+        let key = &b[pos + record::HEADER_LEN..pos + record::HEADER_LEN + h.key_len as usize];
+        out.push(Entry {
+            kind: h.kind,
+            seq: h.seq,
+            batch_total: h.batch_total,
+            off: pos as u32,
+            len: len as u32,
+            key: key.to_vec(),
+        });
+        pos += len;
+    }
+    Some(out)
+}
+
+/// Whether every listed record of segment `seg` can go without a copy: puts the index no
+/// longer points at, and tombstones whose key has a newer value (then `newer_value` is
+/// set: that value must be durable first) or that no other segment of the shard, but
+/// those `gone` before this one, can hold an older version of (see
+/// [`Other::may_hold_older`]).
+fn all_droppable(
+    shard: &Shard,
+    seg: u32,
+    records: &[Entry],
+    others: &[Other],
+    gone: &[u32],
+    newer_value: &mut bool,
+) -> bool {
+    // Short lock holds: writers of the shard wait for at most one slice of lookups.
+    records.chunks(256).all(|slice| {
+        let st = shard.state.read();
+        slice.iter().all(|r| {
+            let current = st.index.get(&r.key);
+            let loc = Loc {
+                seg,
+                off: r.off,
+                len: r.len,
+            };
+            match r.kind {
+                Kind::Put => current != Some(loc),
+                Kind::Delete if current.is_some() => {
+                    *newer_value = true;
+                    true
+                }
+                Kind::Delete => !others.iter().any(|o| {
+                    o.id != seg && !gone.contains(&o.id) && o.may_hold_older(shard, &r.key, r.seq)
+                }),
+            }
+        })
+    })
+}
+
+/// A segment claimed for a whole drop.
+struct Claim {
+    shard: usize,
+    seg: u32,
+    file: Arc<SegmentFile>,
+    /// Not sealed: marked `dropping`.
+    unsealed: bool,
+    /// Taken off the shard's unsynced list (it was not synced yet).
+    was_unsynced: bool,
+}
+
+/// Claims the rotated, unsealed segment `seg` for a drop: it must be fully written (out
+/// of the rotation in progress, no pending write) and not being sealed. It is marked so
+/// that the maintenance thread does not seal it, and taken off the unsynced list (if it
+/// is there), so that no flush writes its dead data to disk. Returns `None` if it
+/// cannot be claimed, else whether it was on the unsynced list.
+fn claim_unsealed(shard: &Shard, seg: u32) -> Option<bool> {
+    let mut io = shard.io.lock();
+    if io.rotated.contains(&seg) {
+        return None;
+    }
+    let mut st = shard.state.write();
+    let busy = st.pending.as_ref().is_some_and(|p| p.seg == seg);
+    match st.segs.get_mut(&seg) {
+        Some(m) if !busy && !m.sealed && !m.sealing && !m.dropping => m.dropping = true,
+        _ => return None,
+    }
+    let before = io.unsynced.len();
+    io.unsynced.retain(|f| f.id != seg);
+    Some(io.unsynced.len() != before)
+}
+
+/// Gives a claimed unsealed segment back: synced by flushes and sealed as usual.
+fn unclaim(core: &Core, c: &Claim) {
+    if !c.unsealed {
+        return;
+    }
+    let shard = &core.shards[c.shard];
+    let mut io = shard.io.lock();
+    let mut st = shard.state.write();
+    if let Some(m) = st.segs.get_mut(&c.seg) {
+        m.dropping = false;
+        if c.was_unsynced {
+            io.unsynced.push(c.file.clone());
+        }
+        drop(st);
+        drop(io);
+        core.queue_seal(shard.id, c.seg);
+    }
+}
+
+/// Drops every segment, over all shards, whose records can all go without a copy (all
+/// the chunks of removed files, say; see [`all_droppable`]): removed whole, without
+/// reading its data when it is sealed (its hint file lists its records), and without
+/// ever syncing it when it was not sealed yet, so a file written and removed before its
+/// segments were sealed costs no disk writes for them. One watermark raise and at most
+/// one flush of the store cover all of them. Shards being compacted are left alone.
+/// Returns how many went.
 fn drop_dead_segments(core: &Core) -> Result<usize> {
-    // Per shard (marked as compacting): the segments to drop.
-    type Claimed = Vec<(usize, Vec<(u32, Arc<SegmentFile>)>)>;
-    let mut claimed: Claimed = Vec::new();
-    let mut max_seq = 0;
-    let mut superseded_seq = 0;
+    let retired = RETIRED.load(Ordering::SeqCst);
+    let mut claims: Vec<Claim> = Vec::new();
+    let mut marked: Vec<usize> = Vec::new();
+    let (mut max_seq, mut superseded_seq, mut newer_value) = (0, 0, false);
     for (i, sh) in core.shards.iter().enumerate() {
-        // (id, file, size, max_seq, superseded_seq)
-        let candidates: Vec<(u32, Arc<SegmentFile>, u64, u64, u64)> = {
+        // (id, file, size, max_seq, superseded_seq, sealed, listing)
+        type Candidate = (
+            u32,
+            Arc<SegmentFile>,
+            u64,
+            u64,
+            u64,
+            bool,
+            Option<Arc<Vec<Entry>>>,
+        );
+        let (candidates, others): (Vec<Candidate>, Vec<Other>) = {
             let st = sh.state.read();
             if st.compacting || st.failed.is_some() {
                 continue;
             }
-            st.segs
+            // A sealed segment is judged from its hint file; one not sealed yet from
+            // its data, in the page cache (read once: a listing of records kept for a
+            // segment judged not droppable yet).
+            let candidates = st
+                .segs
                 .iter()
                 .filter(|(&id, m)| {
-                    m.sealed
-                        && !m.damaged
+                    !m.damaged
                         && id != st.active.id
-                        && m.tomb == 0
                         && m.blocked_tomb == 0
-                        && m.dead + SEG_HEADER_LEN >= m.size
+                        && m.dead + m.tomb + SEG_HEADER_LEN >= m.size
+                        && (m.sealed || !(m.sealing || m.dropping))
+                        && m.drop_memo != Some((m.dead + m.tomb, retired))
                 })
-                .map(|(&id, m)| (id, m.file.clone(), m.size, m.max_seq, m.superseded_seq))
-                .collect()
+                .map(|(&id, m)| {
+                    let f = m.file.clone();
+                    let listed = m.listing.clone();
+                    (id, f, m.size, m.max_seq, m.superseded_seq, m.sealed, listed)
+                })
+                .collect();
+            (candidates, others_of(&st.segs))
         };
         if candidates.is_empty() {
             continue;
@@ -125,53 +306,105 @@ fn drop_dead_segments(core: &Core) -> Result<usize> {
             }
             st.compacting = true;
         }
-        // Nothing can make the index point into a sealed segment again, so what the
-        // hint shows stays true.
-        let dead: Vec<(u32, Arc<SegmentFile>)> = candidates
-            .into_iter()
-            .filter(|(id, _, size, _, _)| all_dead_by_hint(sh, *id, *size))
-            .map(|(id, f, _, seq, by)| {
+        marked.push(i);
+        for (id, file, size, seq, by, sealed, listed) in candidates {
+            let was_unsynced = match sealed {
+                true => false,
+                false => match claim_unsealed(sh, id) {
+                    Some(u) => u,
+                    None => continue,
+                },
+            };
+            let claim = Claim {
+                shard: i,
+                seg: id,
+                file,
+                unsealed: !sealed,
+                was_unsynced,
+            };
+            // Nothing makes the index point into a segment other than the active one
+            // again, so a record found dead stays dead. Segments claimed before this
+            // one (older, retired before it) hold no older versions any more.
+            let mut newer = false;
+            let gone: Vec<u32> = claims
+                .iter()
+                .filter(|c| c.shard == i)
+                .map(|c| c.seg)
+                .collect();
+            let records = match listed {
+                Some(l) => Some(l),
+                None => list_records(sh, id, &claim.file, size, sealed).map(Arc::new),
+            };
+            let ok = records
+                .as_ref()
+                .is_some_and(|recs| all_droppable(sh, id, recs, &others, &gone, &mut newer));
+            if ok {
                 max_seq = max_seq.max(seq);
                 superseded_seq = superseded_seq.max(by);
-                (id, f)
-            })
-            .collect();
-        if dead.is_empty() {
-            sh.state.write().compacting = false;
-        } else {
-            claimed.push((i, dead));
+                newer_value |= newer;
+                claims.push(claim);
+            } else {
+                if let Some(m) = sh.state.write().segs.get_mut(&id) {
+                    m.drop_memo = Some((m.dead + m.tomb, retired));
+                    // The records of a segment that is not sealed never change; kept,
+                    // if few, so that the next judgement does not read them again.
+                    if !sealed && !m.sealed {
+                        m.listing = records.filter(|r| r.len() <= LISTING_MAX);
+                    }
+                }
+                unclaim(core, &claim);
+            }
         }
-    }
-    if claimed.is_empty() {
-        return Ok(0);
     }
     // The records up to max_seq that go must be below the recorded watermark (so that
     // open does not take them for lost writes), and the records that superseded them
     // durable (often they are already: then no sync at all).
-    let res = core
-        .persist_watermark(max_seq)
-        .and_then(|()| {
-            if core.durable_seq() < superseded_seq {
-                core.flush()
-            } else {
-                Ok(())
-            }
-        })
-        .and_then(|()| {
-            let mut n = 0;
-            for (i, dead) in &claimed {
-                for (id, f) in dead {
-                    retire(core, &core.shards[*i], *id, f)?;
-                    log::debug!("dropped shard {i} segment {id} whole: all superseded");
+    let res = if claims.is_empty() {
+        Ok(0)
+    } else {
+        core.persist_watermark(max_seq)
+            .and_then(|()| {
+                if newer_value || core.durable_seq() < superseded_seq {
+                    core.flush()
+                } else {
+                    Ok(())
+                }
+            })
+            .and_then(|()| {
+                let mut n = 0;
+                for c in claims.drain(..) {
+                    retire(core, &core.shards[c.shard], c.seg, &c.file)?;
+                    log::debug!(
+                        "dropped shard {} segment {} whole{}",
+                        c.shard,
+                        c.seg,
+                        if c.unsealed { " (never synced)" } else { "" }
+                    );
                     n += 1;
                 }
-            }
-            Ok(n)
-        });
-    for (i, _) in &claimed {
-        core.shards[*i].state.write().compacting = false;
+                Ok(n)
+            })
+    };
+    // After an error: what was not retired goes back to normal.
+    for c in &claims {
+        unclaim(core, c);
+    }
+    for i in marked {
+        core.shards[i].state.write().compacting = false;
     }
     res
+}
+
+/// The segments of a shard as [`Other`]s.
+fn others_of(segs: &std::collections::BTreeMap<u32, SegMeta>) -> Vec<Other> {
+    segs.iter()
+        .map(|(&id, o)| Other {
+            id,
+            created_seq: o.created_seq,
+            sealed: o.sealed,
+            bloom: o.bloom.clone(),
+        })
+        .collect()
 }
 
 /// Another segment of the shard, as seen when compaction started.
@@ -248,28 +481,6 @@ impl Throttle {
     }
 }
 
-/// Whether the sealed segment `seg` of `size` bytes holds only puts that the index no
-/// longer points at, as its hint file tells without reading the data. `false` when
-/// unsure (no readable hint, a tombstone, a live record).
-fn all_dead_by_hint(shard: &Shard, seg: u32, size: u64) -> bool {
-    let mut entries: Vec<(Kind, Loc, Vec<u8>)> = Vec::new();
-    let read = segment::read_hint(
-        &segment::hint_path(&shard.dir, seg),
-        seg,
-        |kind, _, _, off, len, key| entries.push((kind, Loc { seg, off, len }, key.to_vec())),
-    );
-    if !matches!(read, Ok((data_len, _)) if data_len == size) {
-        return false;
-    }
-    // Short lock holds: writers of the shard wait for at most one slice of lookups.
-    entries.chunks(256).all(|slice| {
-        let st = shard.state.read();
-        slice
-            .iter()
-            .all(|(kind, loc, key)| *kind == Kind::Put && st.index.get(key) != Some(*loc))
-    })
-}
-
 fn compact_segment(core: &Core, shard: &Shard, seg: u32, throttled: bool) -> Result<()> {
     let (victim, size, max_seq, others) = {
         let st = shard.state.read();
@@ -282,7 +493,7 @@ fn compact_segment(core: &Core, shard: &Shard, seg: u32, throttled: bool) -> Res
             .filter(|(&id, _)| id != seg)
             .map(|(&id, o)| Other {
                 id,
-                created_seq: o.file.created_seq,
+                created_seq: o.created_seq,
                 sealed: o.sealed,
                 bloom: o.bloom.clone(),
             })
@@ -463,6 +674,7 @@ fn retire(core: &Core, shard: &Shard, seg: u32, victim: &SegmentFile) -> Result<
         }
         m.map_or(0, |m| m.size + m.hint_size)
     };
+    RETIRED.fetch_add(1, Ordering::SeqCst);
     core.sub_disk_used(freed);
     core.fs.remove(&victim.path)?;
     core.fs.remove(&segment::hint_path(&shard.dir, seg))?;

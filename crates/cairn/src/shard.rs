@@ -44,8 +44,22 @@ pub(crate) struct SegMeta {
     pub blockers: Vec<u32>,
     /// Highest sequence number in the segment.
     pub max_seq: u64,
+    /// Every record of the segment is numbered at least this (the header's creation
+    /// number, or later for a spare that became the active segment later).
+    pub created_seq: u64,
     /// Synced and hinted: eligible for compaction.
     pub sealed: bool,
+    /// The maintenance thread is sealing it.
+    pub sealing: bool,
+    /// Compaction is dropping it whole before it was sealed (it holds nothing live): it
+    /// is not to be sealed.
+    pub dropping: bool,
+    /// What compaction found when it last judged the segment not droppable whole:
+    /// `(dead + tomb, segments retired so far)`; it is judged again when either changed.
+    pub drop_memo: Option<(u64, u64)>,
+    /// The records of a segment not sealed yet that compaction read and could not drop
+    /// whole yet (they never change; forgotten once it is sealed).
+    pub listing: Option<Arc<Vec<segment::Entry>>>,
     /// Compaction found damage here; it is not retried automatically.
     pub damaged: bool,
     /// Keys of the segment, built from the hint file on first need.
@@ -55,6 +69,7 @@ pub(crate) struct SegMeta {
 impl SegMeta {
     pub fn new(file: Arc<SegmentFile>, size: u64) -> SegMeta {
         SegMeta {
+            created_seq: file.created_seq,
             file,
             size,
             hint_size: 0,
@@ -65,6 +80,10 @@ impl SegMeta {
             blockers: Vec::new(),
             max_seq: 0,
             sealed: false,
+            sealing: false,
+            dropping: false,
+            drop_memo: None,
+            listing: None,
             damaged: false,
             bloom: Arc::new(OnceLock::new()),
         }
@@ -607,7 +626,10 @@ impl Shard {
                 st.pending = Some(p.clone());
             }
             let rotated = new_file.map(|nf| {
-                let meta = SegMeta::new(nf.clone(), SEG_HEADER_LEN);
+                let mut meta = SegMeta::new(nf.clone(), SEG_HEADER_LEN);
+                // A spare was created earlier than now; every record it will hold is
+                // numbered from here on.
+                meta.created_seq = nf.created_seq.max(core.current_seq());
                 st.segs.insert(nf.id, meta);
                 let old = std::mem::replace(
                     &mut st.active,
@@ -725,17 +747,38 @@ impl Shard {
     /// Seals a rotated-out segment: syncs it, writes its hint file, and makes it eligible
     /// for compaction.
     pub fn seal(&self, core: &Core, seg: u32) -> Result<()> {
-        let file = match self.state.read().segs.get(&seg) {
-            Some(m) if !m.sealed => m.file.clone(),
+        let file = match self.state.write().segs.get_mut(&seg) {
+            Some(m) if !m.sealed && !m.sealing && !m.dropping => {
+                m.sealing = true;
+                m.file.clone()
+            }
+            // Gone, sealed, being sealed by another thread (a segment can be queued
+            // twice), or being dropped by compaction (which queues it again if it
+            // changes its mind).
             _ => return Ok(()),
         };
+        let res = self.seal_file(core, seg, &file);
+        let mut st = self.state.write();
+        if let Some(m) = st.segs.get_mut(&seg) {
+            m.sealing = false;
+            if let Ok(hint_size) = res {
+                m.sealed = true;
+                m.hint_size = hint_size;
+                m.listing = None;
+            }
+        }
+        res.map(|_| ())
+    }
+
+    /// Syncs a rotated segment and writes its hint file; returns the hint's size.
+    fn seal_file(&self, core: &Core, seg: u32, file: &Arc<SegmentFile>) -> Result<u64> {
         core.fs.sync_data(&file.file, &file.path)?;
         let len = file
             .file
             .metadata()
             .map_err(|e| Error::io(&file.path, e))?
             .len();
-        let (entries, outcome) = segment::scan_entries(&file, len)?;
+        let (entries, outcome) = segment::scan_entries(file, len)?;
         if !outcome.damage.is_empty() || outcome.tail.is_some() {
             log::error!(
                 "segment {} has damage while sealing: {:?} {:?}",
@@ -752,12 +795,7 @@ impl Shard {
             io.unsynced.retain(|f| f.id != seg);
         }
         file.map_sealed(outcome.valid_end);
-        let mut st = self.state.write();
-        if let Some(m) = st.segs.get_mut(&seg) {
-            m.sealed = true;
-            m.hint_size = hint_size;
-        }
-        Ok(())
+        Ok(hint_size)
     }
 }
 

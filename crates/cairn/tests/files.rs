@@ -330,6 +330,47 @@ fn the_background_collector_reclaims_removed_files_on_its_own() {
 }
 
 #[test]
+fn removed_files_segments_are_dropped_whole_in_the_background() {
+    // Segments holding only removed files' chunks (and the tombstones of earlier ones)
+    // go whole, sealed or not, and nothing live goes with them.
+    let dir = tempfile::tempdir().unwrap();
+    let opts = || opts().segment_size(256 << 10);
+    let keep = content(77, 200 * CS + 5);
+    {
+        let db = opts().open(dir.path()).unwrap();
+        let files = db.files();
+        files.put("keep", &keep).unwrap();
+        for round in 0..4u64 {
+            for i in 0..6u64 {
+                files
+                    .put(format!("f{i}"), content(round * 10 + i, 150 * CS))
+                    .unwrap();
+            }
+            for i in 0..6u64 {
+                assert!(files.remove(format!("f{i}")).unwrap());
+            }
+        }
+        files.collect_garbage().unwrap();
+        let t = Instant::now();
+        while db.stats().total.disk_bytes > 6 * keep.len() as u64 {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "not reclaimed: {:?}",
+                db.stats().total
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(files.read("keep").unwrap().unwrap(), keep);
+        assert!(db.verify().unwrap().is_clean());
+        assert_no_orphans(&db);
+    }
+    let db = opts().open(dir.path()).unwrap();
+    assert_eq!(db.files().read("keep").unwrap().unwrap(), keep);
+    assert!(db.verify().unwrap().is_clean());
+    assert_no_orphans(&db);
+}
+
+#[test]
 fn writer_dropped_without_commit_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let db = opts().open(dir.path()).unwrap();
@@ -730,8 +771,10 @@ fn fork_guard() -> MutexGuard<'static, ()> {
     FORK_GUARD.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Small segments, so that a run rotates, seals, drops and compacts many of them (spare
+/// segments, segments dropped whole before they were sealed) while it is killed.
 fn crash_opts(always: bool) -> Options {
-    opts().sync(if always {
+    opts().segment_size(512 << 10).sync(if always {
         SyncPolicy::Always
     } else {
         SyncPolicy::Never
