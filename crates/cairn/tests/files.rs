@@ -298,8 +298,8 @@ fn large_files_written_in_pieces_of_any_size_round_trip() {
 
 #[test]
 fn the_background_collector_reclaims_removed_files_on_its_own() {
-    // A remove does not wake the collector (it polls while there is work, and is woken
-    // only when dormant): either way the chunks go without `collect_garbage`.
+    // A remove does not wake the collector (it polls for a while after open and after
+    // work, and is woken only when dormant): the chunks go without `collect_garbage`.
     let dir = tempfile::tempdir().unwrap();
     let db = opts().open(dir.path()).unwrap();
     let files = db.files();
@@ -313,11 +313,11 @@ fn the_background_collector_reclaims_removed_files_on_its_own() {
             std::thread::sleep(Duration::from_millis(5));
         }
     };
-    // Dormant: nothing was collected since open.
+    // Right after open.
     std::thread::sleep(Duration::from_millis(50));
     files.put("a", content(1, 300 * CS)).unwrap();
     assert!(files.remove("a").unwrap());
-    wait_collected("dormant collector");
+    wait_collected("collector after open");
     // Active, right after its last pass: a burst of removes is collected too.
     for i in 0..5u64 {
         files.put(format!("b{i}"), content(i, 50 * CS + 1)).unwrap();

@@ -155,8 +155,9 @@ pub(crate) fn gc_loop(core: Arc<Core>) {
     if let Err(e) = totals(&core) {
         log::error!("file store: computing totals failed: {e}");
     }
-    // Polling for garbage until this, after the last pass that found some.
-    let mut active_until = Instant::now();
+    // Polling for garbage until this: after open (a store is often opened to be used at
+    // once), then after the last pass that found some.
+    let mut active_until = Instant::now() + GC_ACTIVE;
     while !core.is_shutdown() {
         match pass(&core, true) {
             Ok(r) if r.versions > 0 || r.deferred > 0 => {
