@@ -1103,6 +1103,17 @@ impl Fs {
         self.commit(tx)
     }
 
+    /// A subdirectory moves from directory `from` to `to`: its `..` link moves too.
+    fn move_subdir_link(&self, tx: &mut Tx, from: u64, to: u64) -> FsResult<()> {
+        let mut f = self.tx_get(tx, from)?;
+        f.attr.nlink -= 1;
+        self.tx_put(tx, f);
+        let mut t = self.tx_get(tx, to)?;
+        t.attr.nlink += 1;
+        self.tx_put(tx, t);
+        Ok(())
+    }
+
     fn check_sticky(&self, cred: &Cred, dir: &Inode, victim: &Inode) -> FsResult<()> {
         if self.perms_on()
             && dir.attr.mode & libc::S_ISVTX != 0
@@ -1236,21 +1247,11 @@ impl Fs {
             if parent != newparent {
                 if s.is_dir() {
                     s.parent = newparent;
-                    let mut p = self.tx_get(&mut tx, parent)?;
-                    p.attr.nlink -= 1;
-                    self.tx_put(&mut tx, p);
-                    let mut np = self.tx_get(&mut tx, newparent)?;
-                    np.attr.nlink += 1;
-                    self.tx_put(&mut tx, np);
+                    self.move_subdir_link(&mut tx, parent, newparent)?;
                 }
                 if d.is_dir() {
                     d.parent = parent;
-                    let mut np = self.tx_get(&mut tx, newparent)?;
-                    np.attr.nlink -= 1;
-                    self.tx_put(&mut tx, np);
-                    let mut p = self.tx_get(&mut tx, parent)?;
-                    p.attr.nlink += 1;
-                    self.tx_put(&mut tx, p);
+                    self.move_subdir_link(&mut tx, newparent, parent)?;
                 }
             }
             s.attr.ctime = now;
@@ -1296,12 +1297,7 @@ impl Fs {
             let mut s = self.tx_get(&mut tx, sino)?;
             if s.is_dir() && parent != newparent {
                 s.parent = newparent;
-                let mut p = self.tx_get(&mut tx, parent)?;
-                p.attr.nlink -= 1;
-                self.tx_put(&mut tx, p);
-                let mut np = self.tx_get(&mut tx, newparent)?;
-                np.attr.nlink += 1;
-                self.tx_put(&mut tx, np);
+                self.move_subdir_link(&mut tx, parent, newparent)?;
             }
             s.attr.ctime = now;
             self.tx_put(&mut tx, s);
