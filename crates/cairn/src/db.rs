@@ -665,11 +665,11 @@ fn open_core(dir: &Path, opts: Options) -> Result<Core> {
         damage.extend(l.damage.iter().cloned());
     }
     // Phase 3: rebuild each shard's index in parallel.
-    let segment_size = opts.segment_size;
+    let (segment_size, hashed) = (opts.segment_size, opts.hash_index);
     let built = par_map(loaded, |l| {
         let (id, sdir) = (l.shard, l.dir.clone());
         let fs = &fs;
-        recovery::build(l, &seqstate, fs, segment_size, |seg| {
+        recovery::build(l, &seqstate, fs, segment_size, hashed, |seg| {
             SegmentFile::create(fs, &sdir, id, seg, SegKind::Data, next_seq)
         })
     })?;

@@ -30,6 +30,8 @@ use std::fmt;
 use std::mem::size_of;
 use std::ops::Bound;
 
+use crate::hash_index::{tag_of, HashIndex};
+
 /// Maximum number of entries in one leaf.
 const LEAF_CAP: usize = 64;
 /// Entries per leaf when bulk loading with [`Index::from_sorted`] (about 90 % of `LEAF_CAP`).
@@ -469,6 +471,9 @@ pub struct Index {
     leaves: BTreeMap<Sep, Leaf>,
     /// Number of entries.
     len: usize,
+    /// The same entries by key hash, for point lookups ([`Index::candidate`]), unless
+    /// turned off (`Options::hash_index`).
+    hashes: Option<HashIndex>,
 }
 
 impl fmt::Debug for Index {
@@ -481,10 +486,13 @@ impl fmt::Debug for Index {
 }
 
 impl Index {
-    /// An empty index.
+    /// An empty index with a hash side.
     #[cfg_attr(not(test), allow(dead_code))]
     pub fn new() -> Index {
-        Index::default()
+        Index {
+            hashes: Some(HashIndex::default()),
+            ..Index::default()
+        }
     }
 
     /// Number of entries.
@@ -516,10 +524,21 @@ impl Index {
         Some(leaf)
     }
 
-    /// The location stored for `key`.
+    /// The location stored for `key` (exact: from the ordered index).
     pub fn get(&self, key: &[u8]) -> Option<Loc> {
         let (_, leaf) = self.leaf(key)?;
         leaf.search(key).ok().map(|i| leaf.locs[i])
+    }
+
+    /// A quick guess at the location of `key`, from the hash side: `None` only if `key` has
+    /// no entry; otherwise usually its location, but possibly that of another key with the
+    /// same hash tag (see `hash_index`). The caller checks the key of the record there and
+    /// asks [`Index::get`] if it differs.
+    pub fn candidate(&self, key: &[u8]) -> Option<Loc> {
+        match &self.hashes {
+            Some(hashes) => hashes.find(tag_of(key)),
+            None => self.get(key),
+        }
     }
 
     /// Inserts or replaces; returns the previous location.
@@ -528,15 +547,28 @@ impl Index {
             self.leaves
                 .insert(Sep::new(&[]), Leaf::with_entry(key, loc));
             self.len = 1;
+            if let Some(hashes) = &mut self.hashes {
+                hashes.insert(tag_of(key), loc);
+            }
             return None;
         };
         match leaf.search(key) {
-            Ok(i) => return Some(std::mem::replace(&mut leaf.locs[i], loc)),
+            Ok(i) => {
+                let old = std::mem::replace(&mut leaf.locs[i], loc);
+                if let Some(hashes) = &mut self.hashes {
+                    let moved = hashes.replace(tag_of(key), old, loc);
+                    debug_assert!(moved, "hash index lacks an entry");
+                }
+                return Some(old);
+            }
             Err(i) if leaf.len() < LEAF_CAP => leaf.insert_at(i, key, loc),
             Err(i) => {
                 let at_end = i == leaf.len();
                 self.split_insert(key, loc, at_end);
             }
+        }
+        if let Some(hashes) = &mut self.hashes {
+            hashes.insert(tag_of(key), loc);
         }
         self.len += 1;
         None
@@ -577,6 +609,10 @@ impl Index {
         let loc = leaf.remove_at(i);
         let small = leaf.len() < MERGE_BELOW;
         self.len -= 1;
+        if let Some(hashes) = &mut self.hashes {
+            let removed = hashes.remove(tag_of(key), loc);
+            debug_assert!(removed, "hash index lacks an entry");
+        }
         if small {
             self.rebalance(key);
         }
@@ -646,6 +682,10 @@ impl Index {
         match leaf.search(key) {
             Ok(i) if leaf.locs[i] == expected => {
                 leaf.locs[i] = new;
+                if let Some(hashes) = &mut self.hashes {
+                    let moved = hashes.replace(tag_of(key), expected, new);
+                    debug_assert!(moved, "hash index lacks an entry");
+                }
                 true
             }
             _ => false,
@@ -754,7 +794,8 @@ impl Index {
         self.leaves
             .iter()
             .map(|(sep, leaf)| sep.heap_bytes() + leaf.heap_bytes() + MAP_BYTES_PER_LEAF)
-            .sum()
+            .sum::<usize>()
+            + self.hashes.as_ref().map_or(0, HashIndex::heap_bytes)
     }
 
     /// Builds an index from entries whose keys are strictly ascending (bulk load at open:
@@ -763,7 +804,11 @@ impl Index {
     /// Precondition: keys strictly ascending. This is checked only by a `debug_assert`; in
     /// release builds unsorted or duplicate input is not detected and yields an index whose
     /// lookups and scans give unspecified results (there is no undefined behaviour).
-    pub fn from_sorted<K: AsRef<[u8]>>(entries: impl IntoIterator<Item = (K, Loc)>) -> Index {
+    /// `hashed`: whether to keep the hash side (see [`Index::candidate`]).
+    pub fn from_sorted<K: AsRef<[u8]>>(
+        entries: impl IntoIterator<Item = (K, Loc)>,
+        hashed: bool,
+    ) -> Index {
         let mut leaves: Vec<(Sep, Leaf)> = Vec::new();
         // The entries of the leaf being filled.
         let mut keys: Vec<u8> = Vec::new();
@@ -800,10 +845,17 @@ impl Index {
                 _ => Self::push_leaf(&mut leaves, tail),
             }
         }
-        Index {
+        let mut index = Index {
             leaves: leaves.into_iter().collect(),
             len,
+            hashes: None,
+        };
+        if hashed {
+            let mut hashes = HashIndex::with_capacity(len);
+            index.for_each(|key, loc| hashes.insert(tag_of(key), loc));
+            index.hashes = Some(hashes);
         }
+        index
     }
 
     /// Appends a non-empty leaf whose keys follow those of the last leaf in `leaves`.
@@ -888,6 +940,21 @@ mod tests {
                 total += n;
             }
             assert_eq!(total, self.len, "len mismatch");
+            let Some(hashes) = &self.hashes else {
+                return;
+            };
+            assert_eq!(hashes.len(), self.len, "hash index size");
+            self.for_each(|key, loc| {
+                assert!(
+                    hashes.contains(tag_of(key), loc),
+                    "hash index lacks an entry"
+                );
+                // The candidate is the key's own location unless another key shares its tag.
+                let found = self.candidate(key).expect("no candidate for a key");
+                if found != loc {
+                    assert!(hashes.contains(tag_of(key), found), "stray candidate");
+                }
+            });
         }
 
         fn entries(&self) -> Vec<(Vec<u8>, Loc)> {
@@ -1024,7 +1091,13 @@ mod tests {
     }
 
     fn check_from_sorted(model: &Model) {
-        let bulk = Index::from_sorted(model.iter().map(|(k, l)| (k.as_slice(), *l)));
+        let bulk = Index::from_sorted(model.iter().map(|(k, l)| (k.as_slice(), *l)), true);
+        let unhashed = Index::from_sorted(model.iter().map(|(k, l)| (k.as_slice(), *l)), false);
+        unhashed.check_invariants();
+        assert_eq!(unhashed.entries(), model_entries(model));
+        for (k, l) in model {
+            assert_eq!(unhashed.candidate(k), Some(*l));
+        }
         bulk.check_invariants();
         assert_eq!(bulk.len(), model.len());
         assert_eq!(bulk.entries(), model_entries(model));
@@ -1068,7 +1141,7 @@ mod tests {
             ops in vec(op_strategy(3, 3), 0..800),
         ) {
             let mut model: Model = initial.into_iter().collect();
-            let mut index = Index::from_sorted(model.iter().map(|(k, l)| (k.clone(), *l)));
+            let mut index = Index::from_sorted(model.iter().map(|(k, l)| (k.clone(), *l)), true);
             index.check_invariants();
             assert_eq!(index.entries(), model_entries(&model));
             run_ops(&mut index, &mut model, &ops);
@@ -1080,7 +1153,7 @@ mod tests {
             scans in vec((bound_strategy(), bound_strategy(), limit_strategy()), 1..40),
         ) {
             let model: Model = initial.into_iter().collect();
-            let index = Index::from_sorted(model.iter().map(|(k, l)| (k, *l)));
+            let index = Index::from_sorted(model.iter().map(|(k, l)| (k, *l)), true);
             for (lo, hi, limit) in &scans {
                 check_scans(&index, &model, lo, hi, *limit);
             }
@@ -1166,7 +1239,7 @@ mod tests {
         assert_eq!(index.len(), 201);
         index.check_invariants();
 
-        let bulk = Index::from_sorted([(&b""[..], loc(1)), (&huge[..], loc(2))]);
+        let bulk = Index::from_sorted([(&b""[..], loc(1)), (&huge[..], loc(2))], true);
         bulk.check_invariants();
         assert_eq!(bulk.get(b""), Some(loc(1)));
         assert_eq!(bulk.get(&huge), Some(loc(2)));
@@ -1178,7 +1251,7 @@ mod tests {
         let n = BULK_FILL as u32 * 4 + 20;
         let key = |i: u32| i.to_be_bytes();
         let mut model: Model = (0..n).map(|i| (key(i).to_vec(), loc(i))).collect();
-        let mut index = Index::from_sorted(model.iter().map(|(k, l)| (k, *l)));
+        let mut index = Index::from_sorted(model.iter().map(|(k, l)| (k, *l)), true);
         assert_eq!(index.leaves.len(), 5);
         let fill = BULK_FILL as u32;
         // The last leaf, then the first, then a middle one (forwards and backwards).
@@ -1200,7 +1273,7 @@ mod tests {
     #[cfg(debug_assertions)]
     #[should_panic(expected = "not strictly ascending")]
     fn from_sorted_rejects_unsorted_input_in_debug_builds() {
-        Index::from_sorted([(b"b", loc(1)), (b"a", loc(2))]);
+        Index::from_sorted([(b"b", loc(1)), (b"a", loc(2))], true);
     }
 
     #[test]
@@ -1239,7 +1312,7 @@ mod tests {
         index.scan_backward(Bound::Included(b"a"), Bound::Included(b"z"), 10, &mut out);
         assert!(out.is_empty());
         assert_eq!(index.memory_bytes(), 0);
-        let bulk = Index::from_sorted(Vec::<(Vec<u8>, Loc)>::new());
+        let bulk = Index::from_sorted(Vec::<(Vec<u8>, Loc)>::new(), true);
         assert!(bulk.is_empty());
         bulk.check_invariants();
     }
@@ -1253,15 +1326,27 @@ mod tests {
         index.memory_bytes() as f64 / index.len() as f64
     }
 
+    /// Prints and bounds the memory per entry of an index of 8-byte keys: the ordered side
+    /// at most 40 bytes over the key, the hash side at most 27.
+    fn check_memory(what: &str, index: &Index) {
+        let per = bytes_per_entry(index);
+        let hashed =
+            index.hashes.as_ref().map_or(0, HashIndex::heap_bytes) as f64 / index.len() as f64;
+        println!(
+            "{what}: {per:.1} bytes/entry ({:.1} ordered, {hashed:.1} hash)",
+            per - hashed
+        );
+        assert!(per - hashed <= 8.0 + 40.0, "{per} bytes/entry");
+        assert!(hashed <= 27.0, "{hashed} bytes/entry in the hash side");
+    }
+
     #[test]
     fn memory_random_keys() {
         let mut index = Index::new();
         for (i, k) in random_keys(1_000_000, 1).iter().enumerate() {
             index.insert(k, loc(i as u32));
         }
-        let per = bytes_per_entry(&index);
-        println!("1M random 8-byte keys: {per:.1} bytes/entry");
-        assert!(per <= 8.0 + 40.0, "{per} bytes/entry");
+        check_memory("1M random 8-byte keys", &index);
         index.check_invariants();
     }
 
@@ -1271,15 +1356,14 @@ mod tests {
         for i in 0..1_000_000u64 {
             index.insert(&i.to_be_bytes(), loc(i as u32));
         }
-        let per = bytes_per_entry(&index);
-        println!("1M sequential 8-byte keys: {per:.1} bytes/entry");
-        assert!(per <= 8.0 + 40.0, "{per} bytes/entry");
+        check_memory("1M sequential 8-byte keys", &index);
         index.check_invariants();
 
-        let bulk = Index::from_sorted((0..1_000_000u64).map(|i| (i.to_be_bytes(), loc(i as u32))));
-        let per = bytes_per_entry(&bulk);
-        println!("1M 8-byte keys via from_sorted: {per:.1} bytes/entry");
-        assert!(per <= 8.0 + 40.0, "{per} bytes/entry");
+        let bulk = Index::from_sorted(
+            (0..1_000_000u64).map(|i| (i.to_be_bytes(), loc(i as u32))),
+            true,
+        );
+        check_memory("1M 8-byte keys via from_sorted", &bulk);
         bulk.check_invariants();
     }
 
@@ -1349,7 +1433,7 @@ mod tests {
             let keys: Vec<[u8; 32]> = (0..n)
                 .map(|_| std::array::from_fn(|_| b'a' + rng.random_range(0..26u8)))
                 .collect();
-            let mut best = (f64::MAX, f64::MAX);
+            let mut best = (f64::MAX, f64::MAX, f64::MAX);
             for _ in 0..5 {
                 let mut index = Index::new();
                 let t = Instant::now();
@@ -1365,11 +1449,20 @@ mod tests {
                     .count();
                 let get = ns_per(t, n);
                 assert_eq!(found, n);
-                best = (best.0.min(insert), best.1.min(get));
+                let t = Instant::now();
+                let found = keys
+                    .iter()
+                    .rev()
+                    .filter(|k| index.candidate(&k[..]).is_some())
+                    .count();
+                let candidate = ns_per(t, n);
+                assert_eq!(found, n);
+                best = (best.0.min(insert), best.1.min(get), best.2.min(candidate));
             }
             println!(
-                "{n} 32-byte a-z keys: insert {:.0} ns, get {:.0} ns (best of 5)",
-                best.0, best.1
+                "{n} 32-byte a-z keys: insert {:.0} ns, get {:.0} ns, candidate {:.0} ns \
+                 (best of 5)",
+                best.0, best.1, best.2
             );
         }
     }
@@ -1387,7 +1480,10 @@ mod tests {
         }
         let seq_insert = ns_per(t, N);
         let t = Instant::now();
-        let bulk = Index::from_sorted((0..N as u64).map(|i| (i.to_be_bytes(), loc(i as u32))));
+        let bulk = Index::from_sorted(
+            (0..N as u64).map(|i| (i.to_be_bytes(), loc(i as u32))),
+            true,
+        );
         let bulk_load = ns_per(t, N);
         assert_eq!(bulk.len(), N);
         println!(

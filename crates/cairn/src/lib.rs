@@ -37,6 +37,7 @@ pub mod fault;
 pub mod files;
 pub mod fs;
 mod fsutil;
+mod hash_index;
 mod index;
 mod iter;
 mod manifest;

@@ -57,6 +57,7 @@ pub struct Options {
     pub(crate) compaction_rate: Option<u64>,
     pub(crate) write_buffer: usize,
     pub(crate) chunk_size: Option<u64>,
+    pub(crate) hash_index: bool,
     pub(crate) fault: Option<Arc<FaultInjector>>,
 }
 
@@ -79,6 +80,7 @@ impl std::fmt::Debug for Options {
             .field("compaction_rate", &self.compaction_rate)
             .field("write_buffer", &self.write_buffer)
             .field("chunk_size", &self.chunk_size)
+            .field("hash_index", &self.hash_index)
             .finish()
     }
 }
@@ -98,6 +100,7 @@ impl Options {
             compaction_rate: Some(256 << 20),
             write_buffer: 256 << 10,
             chunk_size: None,
+            hash_index: true,
             fault: None,
         }
     }
@@ -152,6 +155,20 @@ impl Options {
     /// so that foreground latency stays steady (default 256 MiB/s; `None` = unthrottled).
     pub fn compaction_rate(mut self, bytes_per_sec: Option<u64>) -> Options {
         self.compaction_rate = bytes_per_sec;
+        self
+    }
+
+    /// Whether the in-memory index also keeps every key's location by hash (default on).
+    ///
+    /// With it, a point read (`get`) finds its record's location with about one memory
+    /// access instead of a search of the ordered index (a dozen dependent cache misses
+    /// once the index outgrows the CPU caches): reads of a large store run about 3x
+    /// faster, and writes pay about 20% more. It costs 18 to 27 bytes of memory per key
+    /// on top of the ordered index's key length plus about 27 bytes. Turn it off for
+    /// stores whose keys are mostly scanned rather than read one by one, or to fit more
+    /// keys in memory. Not recorded on disk: each open chooses.
+    pub fn hash_index(mut self, on: bool) -> Options {
+        self.hash_index = on;
         self
     }
 

@@ -394,6 +394,7 @@ pub(crate) fn build(
     seqstate: &crate::manifest::SeqState,
     fs: &Fs,
     segment_size: u64,
+    hashed: bool,
     new_active: impl FnOnce(u32) -> Result<SegmentFile>,
 ) -> Result<Built> {
     let arena = std::mem::take(&mut l.arena);
@@ -446,7 +447,7 @@ pub(crate) fn build(
             i += 1;
         }
     }
-    let index = Index::from_sorted(winners);
+    let index = Index::from_sorted(winners, hashed);
     drop(recs);
     // Whatever superseded a record at open is numbered at most the shard's highest.
     for m in segs.values_mut() {

@@ -369,15 +369,34 @@ impl Shard {
     }
 
     /// Reads the value of `key`, verifying the record's checksums.
+    ///
+    /// The location comes from the index's hash side, which may name another key's record
+    /// when two keys share a hash tag: the record's key is checked (as every read checks
+    /// it), and on any mismatch or error the ordered index, which is exact, decides.
     pub fn get(&self, key: &[u8]) -> Result<Option<Value>> {
         let (loc, src) = {
             let st = self.state.read();
-            let Some(loc) = st.index.get(key) else {
+            let Some(loc) = st.index.candidate(key) else {
                 return Ok(None);
             };
             (loc, st.source(loc)?)
         };
-        read_value(src, loc, key).map(Some)
+        match read_value(src, loc, key) {
+            Ok(value) => Ok(Some(value)),
+            Err(first) => {
+                let (exact, src) = {
+                    let st = self.state.read();
+                    let Some(exact) = st.index.get(key) else {
+                        return Ok(None);
+                    };
+                    (exact, st.source(exact)?)
+                };
+                if exact == loc {
+                    return Err(first);
+                }
+                read_value(src, exact, key).map(Some)
+            }
+        }
     }
 
     /// Before an append: refuses writes once an fsync failed, and writes out a full
