@@ -2,13 +2,17 @@
 //!
 //! It maps every live key to the [`Loc`] of its newest record on disk. It is a two-level
 //! packed B+tree: an outer [`BTreeMap`] from a *separator* to a leaf, and leaves that each
-//! hold up to `LEAF_CAP` (64) entries packed into four vectors (all keys concatenated, their
+//! hold up to `LEAF_CAP` (128) entries packed into four vectors (all keys concatenated, their
 //! end offsets, their locations, and a 4-byte *head* per key: the key's bytes after the
 //! prefix all keys of the leaf share, as an integer). A leaf is searched by a binary search
-//! over its heads (256 contiguous bytes), and only keys whose head equals the probe's are
+//! over its heads (at most 512 contiguous bytes), and only keys whose head equals the probe's are
 //! compared byte by byte, so a lookup in a leaf touches a few cache lines rather than one
 //! key per step. Point operations cost one `BTreeMap` search plus one leaf search; scans
 //! cost one of each plus the entries returned.
+//!
+//! Beside the ordered structure, a hash side ([`crate::hash_index`], unless turned off)
+//! holds every entry's location by a tag of the key's hash: [`Index::candidate`] answers a
+//! point lookup with about one cache miss, for reads that check the key they find.
 //!
 //! Invariants (checked by `check_invariants` in the tests):
 //! - every leaf is non-empty and holds at most `LEAF_CAP` entries in strictly ascending order;
@@ -33,7 +37,7 @@ use std::ops::Bound;
 use crate::hash_index::{tag_of, HashIndex};
 
 /// Maximum number of entries in one leaf.
-const LEAF_CAP: usize = 64;
+const LEAF_CAP: usize = 128;
 /// Entries per leaf when bulk loading with [`Index::from_sorted`] (about 90 % of `LEAF_CAP`).
 const BULK_FILL: usize = LEAF_CAP * 9 / 10;
 /// A leaf with fewer entries than this after a removal tries to merge with a neighbour.
