@@ -175,15 +175,14 @@ fn all_droppable(
     records.chunks(256).all(|slice| {
         let st = shard.state.read();
         slice.iter().all(|r| {
-            let current = st.index.get(&r.key);
             let loc = Loc {
                 seg,
                 off: r.off,
                 len: r.len,
             };
             match r.kind {
-                Kind::Put => current != Some(loc),
-                Kind::Delete if current.is_some() => {
+                Kind::Put => !st.index.is_at(&r.key, loc),
+                Kind::Delete if st.index.contains(&r.key) => {
                     *newer_value = true;
                     true
                 }
@@ -527,10 +526,16 @@ fn compact_segment(core: &Core, shard: &Shard, seg: u32, throttled: bool) -> Res
             off: off as u32,
             len: h.record_len() as u32,
         };
-        let current = shard.state.read().index.get(rec.key);
+        let (live, present) = {
+            let st = shard.state.read();
+            match h.kind {
+                Kind::Put => (st.index.is_at(rec.key, old), true),
+                Kind::Delete => (false, st.index.contains(rec.key)),
+            }
+        };
         let (keep, blockers) = match h.kind {
-            Kind::Put => (current == Some(old), Vec::new()),
-            Kind::Delete if current.is_some() => {
+            Kind::Put => (live, Vec::new()),
+            Kind::Delete if present => {
                 newer_value = true;
                 (false, Vec::new())
             }

@@ -545,6 +545,22 @@ impl Index {
         }
     }
 
+    /// Whether `key`'s entry is at `loc` (the record there holds `key`, as compaction knows
+    /// when it asks): from the hash side when it finds `loc` (no other key's entry can be
+    /// at the same place) or nothing, else from the ordered index.
+    pub fn is_at(&self, key: &[u8], loc: Loc) -> bool {
+        match self.hashes.as_ref().map(|h| h.find(tag_of(key))) {
+            Some(Some(found)) if found == loc => true,
+            Some(None) => false,
+            _ => self.get(key) == Some(loc),
+        }
+    }
+
+    /// Whether `key` has an entry (the hash side answers "no" for sure).
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.candidate(key).is_some() && (self.hashes.is_none() || self.get(key).is_some())
+    }
+
     /// Inserts or replaces; returns the previous location.
     pub fn insert(&mut self, key: &[u8], loc: Loc) -> Option<Loc> {
         let Some(leaf) = self.leaf_mut(key) else {
@@ -953,6 +969,7 @@ mod tests {
                     hashes.contains(tag_of(key), loc),
                     "hash index lacks an entry"
                 );
+                assert!(self.is_at(key, loc) && self.contains(key));
                 // The candidate is the key's own location unless another key shares its tag.
                 let found = self.candidate(key).expect("no candidate for a key");
                 if found != loc {
@@ -1076,7 +1093,20 @@ mod tests {
                 }
                 assert_eq!(index.replace_if(k, expected, *new), want);
             }
-            Op::Get(k) => assert_eq!(index.get(k), model.get(k).copied()),
+            Op::Get(k) => {
+                assert_eq!(index.get(k), model.get(k).copied());
+                assert_eq!(index.contains(k), model.contains_key(k));
+                if let Some(l) = model.get(k) {
+                    assert!(index.is_at(k, *l));
+                    assert!(!index.is_at(
+                        k,
+                        Loc {
+                            len: l.len + 1,
+                            ..*l
+                        }
+                    ));
+                }
+            }
             Op::Scan(lo, hi, limit) => check_scans(index, model, lo, hi, *limit),
         }
         assert_eq!(index.len(), model.len());
