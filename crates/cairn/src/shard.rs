@@ -797,23 +797,29 @@ impl Shard {
             .metadata()
             .map_err(|e| Error::io(&file.path, e))?
             .len();
-        let (entries, outcome) = segment::scan_entries(file, len)?;
-        if !outcome.damage.is_empty() || outcome.tail.is_some() {
-            log::error!(
-                "segment {} has damage while sealing: {:?} {:?}",
-                file.path.display(),
-                outcome.damage,
-                outcome.tail
-            );
-        }
-        let hint_size = segment::write_hint(&core.fs, &self.dir, seg, outcome.valid_end, &entries)?;
+        let (entries, valid_end) = match segment::scan_entries_mapped(file, len) {
+            Some(entries) => (entries, len),
+            None => {
+                let (entries, outcome) = segment::scan_entries(file, len)?;
+                if !outcome.damage.is_empty() || outcome.tail.is_some() {
+                    log::error!(
+                        "segment {} has damage while sealing: {:?} {:?}",
+                        file.path.display(),
+                        outcome.damage,
+                        outcome.tail
+                    );
+                }
+                (entries, outcome.valid_end)
+            }
+        };
+        let hint_size = segment::write_hint(&core.fs, &self.dir, seg, valid_end, &entries)?;
         self.note_write(hint_size);
         core.add_disk_used(hint_size);
         {
             let mut io = self.io.lock();
             io.unsynced.retain(|f| f.id != seg);
         }
-        file.map_sealed(outcome.valid_end);
+        file.map_sealed(valid_end);
         Ok(hint_size)
     }
 }
