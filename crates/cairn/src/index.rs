@@ -1405,6 +1405,29 @@ mod tests {
         start.elapsed().as_nanos() as f64 / n as f64
     }
 
+    /// Inserts `keys` (location `i` for the `i`th); returns the time per insert in ns.
+    fn time_inserts<K: AsRef<[u8]>>(index: &mut Index, keys: &[K]) -> f64 {
+        let t = Instant::now();
+        for (i, k) in keys.iter().enumerate() {
+            index.insert(k.as_ref(), loc(i as u32));
+        }
+        ns_per(t, keys.len())
+    }
+
+    /// Looks every key up with `get`, last first, checking each is found; returns the
+    /// time per lookup in ns.
+    fn time_lookups<K: AsRef<[u8]>>(keys: &[K], get: impl Fn(&[u8]) -> Option<Loc>) -> f64 {
+        let t = Instant::now();
+        let found = keys
+            .iter()
+            .rev()
+            .filter(|k| get(k.as_ref()).is_some())
+            .count();
+        let per = ns_per(t, keys.len());
+        assert_eq!(found, keys.len());
+        per
+    }
+
     /// Times random inserts, gets, scans and removes of `n` 8-byte keys, and the same
     /// inserts and gets on a `BTreeMap<Vec<u8>, Loc>` for comparison.
     fn time_random(n: usize) {
@@ -1412,18 +1435,8 @@ mod tests {
         let mut lookup = keys.clone();
         lookup.reverse();
         let mut index = Index::new();
-        let t = Instant::now();
-        for (i, k) in keys.iter().enumerate() {
-            index.insert(k, loc(i as u32));
-        }
-        let insert = ns_per(t, n);
-        let t = Instant::now();
-        let found = lookup
-            .iter()
-            .filter(|k| index.get(&k[..]).is_some())
-            .count();
-        let get = ns_per(t, n);
-        assert_eq!(found, n);
+        let insert = time_inserts(&mut index, &keys);
+        let get = time_lookups(&keys, |k| index.get(k));
         let t = Instant::now();
         let mut out = Vec::with_capacity(100);
         for k in lookup.iter().take(n / 100) {
@@ -1455,7 +1468,6 @@ mod tests {
         );
     }
 
-    /// Rough timings; run with `cargo test --release -- --ignored --nocapture timing`.
     /// Timing of lookups and inserts with the mmcmap suite's keys (32 random a-z bytes), at
     /// the per-shard sizes of 100k and 4M pairs over 16 shards:
     /// `cargo test --release -p cairn --lib timing_pairs -- --ignored --nocapture`.
@@ -1470,27 +1482,9 @@ mod tests {
             let mut best = (f64::MAX, f64::MAX, f64::MAX);
             for _ in 0..5 {
                 let mut index = Index::new();
-                let t = Instant::now();
-                for (i, k) in keys.iter().enumerate() {
-                    index.insert(k, loc(i as u32));
-                }
-                let insert = ns_per(t, n);
-                let t = Instant::now();
-                let found = keys
-                    .iter()
-                    .rev()
-                    .filter(|k| index.get(&k[..]).is_some())
-                    .count();
-                let get = ns_per(t, n);
-                assert_eq!(found, n);
-                let t = Instant::now();
-                let found = keys
-                    .iter()
-                    .rev()
-                    .filter(|k| index.candidate(&k[..]).is_some())
-                    .count();
-                let candidate = ns_per(t, n);
-                assert_eq!(found, n);
+                let insert = time_inserts(&mut index, &keys);
+                let get = time_lookups(&keys, |k| index.get(k));
+                let candidate = time_lookups(&keys, |k| index.candidate(k));
                 best = (best.0.min(insert), best.1.min(get), best.2.min(candidate));
             }
             println!(
@@ -1501,6 +1495,7 @@ mod tests {
         }
     }
 
+    /// Rough timings; run with `cargo test --release -- --ignored --nocapture timing`.
     #[test]
     #[ignore]
     fn timing() {
