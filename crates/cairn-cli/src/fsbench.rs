@@ -704,7 +704,7 @@ pub fn run(args: &FsBenchArgs) -> Result<ExitCode> {
         .collect();
     let heading = format!(
         "{} zero-length files in one directory: create rate",
-        fsplot::short(n as f64)
+        crate::chart::short(n as f64)
     );
     for (name, x) in [
         ("create-rate.png", fsplot::XAxis::Seconds),

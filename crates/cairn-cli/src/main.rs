@@ -6,6 +6,7 @@
 
 mod allocator;
 mod bench;
+mod chart;
 mod demo;
 mod escape;
 mod file;

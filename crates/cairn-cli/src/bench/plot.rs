@@ -11,8 +11,8 @@ use anyhow::{anyhow, Context, Result};
 use plotters::prelude::*;
 
 use super::kfs::{self, Summary};
-use super::table::count;
 use super::{Report, SuiteRun};
+use crate::chart::{nice, short, text, tick, trim, Align};
 
 const WIDTH: u32 = 1000;
 const HEIGHT: u32 = 560;
@@ -291,8 +291,8 @@ pub fn throughput(path: &Path, heading: &str, series: &[(&str, f64, &[f64])]) ->
         .flat_map(|(_, dt, t)| t[..shown(*dt, t)].iter().copied())
         .fold(0.0, f64::max)
         .max(1.0);
-    let (x_step, x_end) = nice(x_max);
-    let (y_step, y_end) = nice(y_max * 1.05);
+    let (x_step, x_end) = nice(x_max, 5.0);
+    let (y_step, y_end) = nice(y_max * 1.05, 5.0);
     let (x0, x1) = (LEFT, WIDTH as i32 - RIGHT);
     let (y0, y1) = (TOP, HEIGHT as i32 - BOTTOM);
     let px = |x: f64| x0 + ((x / x_end) * (x1 - x0) as f64).round() as i32;
@@ -371,103 +371,12 @@ pub fn throughput(path: &Path, heading: &str, series: &[(&str, f64, &[f64])]) ->
     Ok(())
 }
 
-/// A round step for about five ticks up to `max`, and the axis end (a multiple of it).
-fn nice(max: f64) -> (f64, f64) {
-    let raw = max / 5.0;
-    let mag = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
-        .iter()
-        .map(|m| m * mag)
-        .find(|s| *s >= raw)
-        .unwrap_or(10.0 * mag);
-    (step, (max / step).ceil().max(1.0) * step)
-}
-
-/// A tick label of the time axis.
-fn tick(x: f64, step: f64) -> String {
-    if step >= 1.0 {
-        format!("{x:.0}")
-    } else if step >= 0.1 {
-        format!("{x:.1}")
-    } else {
-        format!("{x:.2}")
-    }
-}
-
-/// 1500000 → "1.5M", 250000 → "250k".
-fn short(y: f64) -> String {
-    if y >= 1e6 {
-        format!("{}M", trim(y / 1e6))
-    } else if y >= 1e3 {
-        format!("{}k", trim(y / 1e3))
-    } else {
-        count(y)
-    }
-}
-
-fn trim(x: f64) -> String {
-    let s = format!("{x:.2}");
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
-}
-
-/// Horizontal anchoring of [`text`].
-#[derive(Clone, Copy)]
-enum Align {
-    Left,
-    Center,
-    Right,
-}
-
-/// Draws ASCII `s` with its top at `y`, each font pixel a `scale`×`scale` square.
-fn text<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    x: i32,
-    y: i32,
-    s: &str,
-    scale: i32,
-    color: RGBColor,
-    align: Align,
-) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
-    let width = 8 * scale * s.chars().count() as i32;
-    let mut left = match align {
-        Align::Left => x,
-        Align::Center => x - width / 2,
-        Align::Right => x - width,
-    };
-    for ch in s.chars() {
-        let code = if ch.is_ascii() {
-            ch as usize
-        } else {
-            b'?' as usize
-        };
-        let glyph = font8x8::legacy::BASIC_LEGACY[code];
-        for (row, bits) in glyph.iter().enumerate() {
-            for col in 0..8 {
-                if bits & (1 << col) != 0 {
-                    let (gx, gy) = (left + col * scale, y + row as i32 * scale);
-                    area.draw(&Rectangle::new(
-                        [(gx, gy), (gx + scale - 1, gy + scale - 1)],
-                        color.filled(),
-                    ))?;
-                }
-            }
-        }
-        left += 8 * scale;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn nice_steps() {
-        assert_eq!(nice(10.0), (2.0, 10.0));
-        assert_eq!(nice(7.3), (2.0, 8.0));
-        assert_eq!(nice(230_000.0), (50_000.0, 250_000.0));
-        assert_eq!(short(1_500_000.0), "1.5M");
-        assert_eq!(short(250_000.0), "250k");
+    fn time_ticks() {
         assert_eq!(time_tick(0.02), "20ms");
         assert_eq!(time_tick(2.0), "2s");
     }
