@@ -104,58 +104,19 @@ fn list_records(
     size: u64,
     sealed: bool,
 ) -> Option<Vec<Entry>> {
-    let mut out = Vec::new();
     if sealed {
-        let read = segment::read_hint(
-            &segment::hint_path(&shard.dir, seg),
-            seg,
-            |kind, seq, batch_total, off, len, key| {
-                out.push(Entry {
-                    kind,
-                    seq,
-                    batch_total,
-                    off,
-                    len,
-                    key: key.to_vec(),
-                })
-            },
-        );
-        return matches!(read, Ok((data_len, _)) if data_len == size).then_some(out);
+        let read = segment::read_hint_entries(&segment::hint_path(&shard.dir, seg), seg);
+        return match read {
+            Ok((entries, data_len)) if data_len == size => Some(entries),
+            _ => None,
+        };
     }
-    if let Some(entries) = walk_headers(file, size) {
+    if let Some(entries) = segment::scan_entries_mapped(file, size) {
         return Some(entries);
     }
     let (entries, outcome) = segment::scan_entries(file, size).ok()?;
     let intact = outcome.valid_end == size && outcome.damage.is_empty() && outcome.tail.is_none();
     intact.then_some(entries)
-}
-
-/// The records of a segment read through its memory map, header and key only (the
-/// header checksum covers both): for a 128 KiB chunk, one page of it. `None` without a
-/// map covering `size` bytes, or at the first header that does not check out.
-fn walk_headers(file: &SegmentFile, size: u64) -> Option<Vec<Entry>> {
-    let map = file.mapped().filter(|m| m.len() as u64 >= size)?;
-    let b = &map[..size as usize];
-    let mut out = Vec::new();
-    let mut pos = SEG_HEADER_LEN as usize;
-    while pos < b.len() {
-        let h = record::decode_header(&b[pos..]).ok()?;
-        let len = h.record_len() as usize;
-        if pos + len > b.len() || !record::check_header(&b[pos..], &h) {
-            return None;
-        }
-        let key = &b[pos + record::HEADER_LEN..pos + record::HEADER_LEN + h.key_len as usize];
-        out.push(Entry {
-            kind: h.kind,
-            seq: h.seq,
-            batch_total: h.batch_total,
-            off: pos as u32,
-            len: len as u32,
-            key: key.to_vec(),
-        });
-        pos += len;
-    }
-    Some(out)
 }
 
 /// Whether every listed record of segment `seg` can go without a copy: puts the index no

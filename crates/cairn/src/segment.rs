@@ -481,6 +481,23 @@ pub fn write_hint(fs: &Fs, dir: &Path, id: u32, data_len: u64, entries: &[Entry]
     Ok(b.len() as u64)
 }
 
+/// Reads and checks a hint file; returns its entries and the segment data length it
+/// covers.
+pub fn read_hint_entries(path: &Path, id: u32) -> Result<(Vec<Entry>, u64)> {
+    let mut entries = Vec::new();
+    let (data_len, _) = read_hint(path, id, |kind, seq, batch_total, off, len, key| {
+        entries.push(Entry {
+            kind,
+            seq,
+            batch_total,
+            off,
+            len,
+            key: key.to_vec(),
+        })
+    })?;
+    Ok((entries, data_len))
+}
+
 /// Reads and checks a hint file, calling `f` for each entry (key borrowed from the file
 /// buffer). Returns the segment data length the hint covers and the hint file's size.
 pub fn read_hint(

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::db::Core;
-use crate::segment::{self, Entry};
+use crate::segment;
 use crate::Result;
 
 /// A damaged place in the store.
@@ -99,19 +99,9 @@ pub(crate) fn verify(core: &Core) -> Result<VerifyReport> {
             if sealed {
                 report.files_checked += 1;
                 let hpath = segment::hint_path(&shard.dir, file.id);
-                let mut hinted = Vec::new();
-                match segment::read_hint(&hpath, file.id, |kind, seq, batch_total, off, len, key| {
-                    hinted.push(Entry {
-                        kind,
-                        seq,
-                        batch_total,
-                        off,
-                        len,
-                        key: key.to_vec(),
-                    })
-                }) {
-                    Ok(_) if hinted == entries => {}
-                    Ok(_) => report.damage.push(Damage {
+                match segment::read_hint_entries(&hpath, file.id) {
+                    Ok((hinted, _)) if hinted == entries => {}
+                    Ok((hinted, _)) => report.damage.push(Damage {
                         path: hpath,
                         offset: None,
                         detail: format!(
