@@ -447,17 +447,8 @@ fn compact_segment(core: &Core, shard: &Shard, seg: u32, throttled: bool) -> Res
         let Some(m) = st.segs.get(&seg) else {
             return Ok(());
         };
-        let others: Vec<Other> = st
-            .segs
-            .iter()
-            .filter(|(&id, _)| id != seg)
-            .map(|(&id, o)| Other {
-                id,
-                created_seq: o.created_seq,
-                sealed: o.sealed,
-                bloom: o.bloom.clone(),
-            })
-            .collect();
+        let mut others = others_of(&st.segs);
+        others.retain(|o| o.id != seg);
         (m.file.clone(), m.size, m.max_seq, others)
     };
     // Records up to max_seq may be dropped or copied below; every batch they belong to
