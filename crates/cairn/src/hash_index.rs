@@ -151,21 +151,10 @@ impl Part {
         if (self.used + 1) * 8 > self.slots() * 7 {
             self.rebuild(buckets_for(self.live + 1, GROWN_LOAD));
         }
-        let n = self.buckets.len();
-        let mut b = home(tag, n);
-        loop {
-            let bucket = &mut self.buckets[b];
-            if let Some(s) = bucket.tags.iter().position(|&t| t == EMPTY || t == TOMB) {
-                if bucket.tags[s] == EMPTY {
-                    self.used += 1;
-                }
-                bucket.tags[s] = tag;
-                bucket.locs[s] = loc;
-                self.live += 1;
-                return;
-            }
-            b = next(b, n);
+        if place(&mut self.buckets, tag, loc) {
+            self.used += 1;
         }
+        self.live += 1;
     }
 
     fn replace(&mut self, tag: u32, old: Loc, new: Loc) -> bool {
@@ -202,19 +191,27 @@ impl Part {
                 if tag == EMPTY || tag == TOMB {
                     continue;
                 }
-                let mut b = home(tag, buckets);
-                loop {
-                    let dest = &mut self.buckets[b];
-                    if let Some(free) = dest.tags.iter().position(|&t| t == EMPTY) {
-                        dest.tags[free] = tag;
-                        dest.locs[free] = bucket.locs[s];
-                        break;
-                    }
-                    b = next(b, buckets);
-                }
+                place(&mut self.buckets, tag, bucket.locs[s]);
             }
         }
         self.used = self.live;
+    }
+}
+
+/// Stores (`tag`, `loc`) in the first free slot (empty or a tombstone) of `tag`'s probe
+/// run; returns whether the slot was empty. The load limit guarantees a free slot.
+fn place(buckets: &mut [Bucket], tag: u32, loc: Loc) -> bool {
+    let n = buckets.len();
+    let mut b = home(tag, n);
+    loop {
+        let bucket = &mut buckets[b];
+        if let Some(s) = bucket.tags.iter().position(|&t| t == EMPTY || t == TOMB) {
+            let was_empty = bucket.tags[s] == EMPTY;
+            bucket.tags[s] = tag;
+            bucket.locs[s] = loc;
+            return was_empty;
+        }
+        b = next(b, n);
     }
 }
 
