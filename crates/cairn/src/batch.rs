@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use crate::db::{ikey, NS_USER};
+use crate::keys::{ikey, NS_USER};
 use crate::record::Kind;
 use crate::MAX_KEY_LEN;
 
@@ -40,6 +40,14 @@ impl WriteBatch {
     /// Adds a delete.
     pub fn delete(&mut self, key: impl AsRef<[u8]>) -> &mut WriteBatch {
         self.delete_ns(NS_USER, key.as_ref())
+    }
+
+    /// Moves every operation to keyspace `id` (a batch's keys are added in keyspace 0
+    /// and take the keyspace they are written to).
+    pub(crate) fn set_keyspace(&mut self, id: u8) {
+        for op in &mut self.ops {
+            op.1[0] = id;
+        }
     }
 
     /// Adds a put of `key` in namespace `ns`.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::bloom::Bloom;
-use crate::db::Core;
+use crate::core::Core;
 use crate::index::Loc;
 use crate::record::{self, Kind};
 use crate::segment::{self, Entry, SegKind, SegmentFile, SEG_HEADER_LEN};

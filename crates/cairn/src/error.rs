@@ -61,6 +61,10 @@ pub enum Error {
     /// Reads keep working.
     #[error("store is read-only after an earlier I/O failure: {0}")]
     ReadOnly(String),
+    /// The store was closed ([`crate::Db::close`]) while this handle was still in
+    /// use: writes are refused.
+    #[error("the store is closed")]
+    Closed,
     /// An operating-system I/O error.
     #[error("I/O error on {path}: {source}")]
     Io {
@@ -75,7 +79,7 @@ pub enum Error {
 impl Error {
     /// Wraps an I/O error with the path it happened on. `ENOSPC` becomes
     /// [`Error::StorageFull`].
-    pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Error {
+    pub fn io(path: impl Into<PathBuf>, source: io::Error) -> Error {
         let path = path.into();
         if source.raw_os_error() == Some(libc::ENOSPC)
             || source.kind() == io::ErrorKind::StorageFull
@@ -88,14 +92,16 @@ impl Error {
         Error::Io { path, source }
     }
 
-    pub(crate) fn corruption(path: impl Into<PathBuf>, detail: impl Into<String>) -> Error {
+    /// Damage found in `path` (a checksum mismatch, a structure that cannot be).
+    pub fn corruption(path: impl Into<PathBuf>, detail: impl Into<String>) -> Error {
         Error::Corruption {
             path: path.into(),
             detail: detail.into(),
         }
     }
 
-    pub(crate) fn format(path: impl Into<PathBuf>, detail: impl Into<String>) -> Error {
+    /// `path` is not in a format this build reads.
+    pub fn format(path: impl Into<PathBuf>, detail: impl Into<String>) -> Error {
         Error::Format {
             path: path.into(),
             detail: detail.into(),

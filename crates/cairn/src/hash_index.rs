@@ -24,7 +24,7 @@ use std::mem::size_of;
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::index::Loc;
+use crate::loc::Loc;
 
 /// Slots per bucket: 4 tags and 4 locations fill one 64-byte cache line.
 const SLOTS: usize = 4;
@@ -307,7 +307,7 @@ impl HashIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::{ikey, NS_USER};
+    use crate::keys::{ikey, NS_USER};
     use proptest::prelude::*;
     use std::collections::HashMap;
 

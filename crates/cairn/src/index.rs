@@ -35,6 +35,7 @@ use std::mem::size_of;
 use std::ops::Bound;
 
 use crate::hash_index::{tag_of, HashIndex};
+pub use crate::loc::Loc;
 
 /// Maximum number of entries in one leaf.
 const LEAF_CAP: usize = 128;
@@ -125,17 +126,6 @@ impl Ord for Sep {
     }
 }
 
-/// Location of a record: segment id, byte offset of the record in the segment file, record
-/// length in bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Loc {
-    /// Id of the segment file holding the record.
-    pub seg: u32,
-    /// Byte offset of the record in the segment file.
-    pub off: u32,
-    /// Length of the record in bytes.
-    pub len: u32,
-}
 
 /// Up to `LEAF_CAP` entries in ascending key order, packed.
 #[derive(Default)]

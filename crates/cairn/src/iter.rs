@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use crate::db::Core;
+use crate::core::Core;
 use crate::index::Loc;
 use crate::shard::{read_value, Source};
 use crate::value::Value;

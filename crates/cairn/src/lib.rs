@@ -21,43 +21,56 @@
 //! # Ok::<(), cairn::Error>(())
 //! ```
 //!
-//! [`Db::files`] is a file store on top of it: values of any size streamed in chunks
-//! over all shards, committed atomically, read with range reads ([`files`]).
+//! Layers build on it through [`Db::keyspace`] (a key space of their own),
+//! [`Db::extension`] (state shared by every handle of an open store) and
+//! [`Db::spawn_background`] (threads that stop when the store closes): the file store
+//! (crate `cairn-files`) and the file system (crate `cairn-fs`) are built that way. This
+//! crate knows nothing of them.
 //!
 //! See DESIGN.md for how it works and FORMAT.md for the bytes on disk.
 
 #![deny(missing_docs)]
 
-mod batch;
-mod bloom;
-mod compaction;
-mod db;
+// Layers of the engine, lowest first: each module uses only those above it in this
+// list (DESIGN.md, "Modules").
 mod error;
+mod keys;
+mod record;
 pub mod fault;
-pub mod files;
-pub mod fs;
 mod fsutil;
+mod damage;
+mod segment;
+mod value;
+mod bloom;
+mod loc;
 mod hash_index;
 mod index;
-mod iter;
-mod manifest;
-mod options;
-mod record;
-mod recovery;
-mod segment;
+mod ctx;
 mod shard;
+mod batch;
+mod core;
+mod iter;
+mod recovery;
+mod manifest;
+mod compaction;
 mod stats;
-mod value;
 mod verify;
+mod open;
+mod background;
+mod options;
+mod keyspace;
+mod db;
 
 pub use batch::WriteBatch;
-pub use db::Db;
+pub use damage::Damage;
+pub use db::{Background, Db};
+pub use keyspace::{Keyspace, WriteOptions};
 pub use error::{Error, Result};
 pub use iter::Iter;
 pub use options::{Options, SyncPolicy};
 pub use stats::{ShardStats, Stats};
 pub use value::Value;
-pub use verify::{Damage, VerifyReport};
+pub use verify::VerifyReport;
 
 /// Largest key, in bytes.
 pub const MAX_KEY_LEN: usize = 64 << 10;

@@ -1,11 +1,10 @@
 //! Tuning knobs, chosen when a store is opened.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::fault::FaultInjector;
-use crate::{Db, Error, Result};
+use crate::{Error, Result};
 
 /// When writes reach stable storage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,7 +55,6 @@ pub struct Options {
     pub(crate) compaction_threads: usize,
     pub(crate) compaction_rate: Option<u64>,
     pub(crate) write_buffer: usize,
-    pub(crate) chunk_size: Option<u64>,
     pub(crate) hash_index: bool,
     pub(crate) fault: Option<Arc<FaultInjector>>,
 }
@@ -79,7 +77,6 @@ impl std::fmt::Debug for Options {
             .field("compaction_threads", &self.compaction_threads)
             .field("compaction_rate", &self.compaction_rate)
             .field("write_buffer", &self.write_buffer)
-            .field("chunk_size", &self.chunk_size)
             .field("hash_index", &self.hash_index)
             .finish()
     }
@@ -99,7 +96,6 @@ impl Options {
             compaction_threads: 1,
             compaction_rate: Some(256 << 20),
             write_buffer: 256 << 10,
-            chunk_size: None,
             hash_index: true,
             fault: None,
         }
@@ -179,12 +175,9 @@ impl Options {
         self
     }
 
-    /// Chunk size of the file store ([`crate::files`]) for a new store, in bytes
-    /// (512..=64 MiB, default 128 KiB). It is recorded when the first file is written;
-    /// opening a store that has one with a different explicit size is an error.
-    pub fn chunk_size(mut self, bytes: u64) -> Options {
-        self.chunk_size = Some(bytes);
-        self
+    /// The sync policy these options ask for.
+    pub fn sync_policy(&self) -> SyncPolicy {
+        self.sync
     }
 
     #[doc(hidden)]
@@ -221,14 +214,6 @@ impl Options {
                 ));
             }
         }
-        if let Some(c) = self.chunk_size {
-            use crate::files::{MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
-            if !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&c) {
-                return Err(Error::InvalidArgument(format!(
-                    "chunk_size must be in {MIN_CHUNK_SIZE}..={MAX_CHUNK_SIZE}, got {c}"
-                )));
-            }
-        }
         if self.compaction_rate == Some(0) {
             return Err(Error::InvalidArgument(
                 "compaction_rate must be positive".into(),
@@ -237,8 +222,4 @@ impl Options {
         Ok(())
     }
 
-    /// Opens (creating if needed) the store in `dir` with these options.
-    pub fn open(self, dir: impl AsRef<Path>) -> Result<Db> {
-        Db::open_with(dir.as_ref(), self)
-    }
 }

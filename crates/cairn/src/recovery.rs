@@ -19,7 +19,7 @@ use crate::index::{Index, Loc};
 use crate::record::Kind;
 use crate::segment::{self, SegKind, SegmentFile, SEG_HEADER_LEN};
 use crate::shard::{Active, SegMeta, ShardState};
-use crate::verify::Damage;
+use crate::damage::Damage;
 use crate::{Error, Result};
 
 /// One record's metadata gathered at open.

@@ -15,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::{Mutex, RwLock};
 
 use crate::bloom::Bloom;
-use crate::db::Core;
+use crate::ctx::StoreCtx;
 use crate::index::{Index, Loc};
 use crate::record::{self, Kind};
 use crate::segment::{self, SegKind, SegmentFile, SEG_HEADER_LEN};
@@ -404,8 +404,9 @@ impl Shard {
     /// that meets an I/O error is refused before anything of it is applied. A full
     /// buffer sends every shard's buffer to the kernel, so that no shard keeps old
     /// writes in memory while later ones reach the files (a crash would cut the later
-    /// ones off: see `recovery::find_cut`).
-    pub fn prepare_write(&self, core: &Core) -> Result<()> {
+    /// ones off: see `recovery::find_cut`). Returns whether the caller must do that
+    /// (`Core::write_out`): the shard cannot reach its siblings.
+    pub fn prepare_write(&self, core: &StoreCtx) -> Result<bool> {
         if let Some(f) = core.failure() {
             return Err(Error::ReadOnly(f));
         }
@@ -431,11 +432,11 @@ impl Shard {
             }
         }
         if full {
-            core.write_out()?;
+            return Ok(true);
         } else if rotate {
             self.flush(core, false)?;
         }
-        Ok(())
+        Ok(false)
     }
 
     /// The size at which the active segment `active` is rotated: `segment_size`, except
@@ -443,9 +444,9 @@ impl Shard {
     /// of `n` at `1 - i/2n` of it). Keys spread evenly over the shards fill their
     /// segments at the same pace; without this, every shard would rotate, and have a
     /// segment sealed and later compacted, at the same moment, in bursts of `n`.
-    fn segment_cap(&self, core: &Core, active: u32) -> u64 {
+    fn segment_cap(&self, core: &StoreCtx, active: u32) -> u64 {
         let size = core.opts.segment_size;
-        let n = core.shards.len() as u64;
+        let n = core.shard_count as u64;
         if active != FIRST_SEGMENT || n <= 1 {
             return size;
         }
@@ -462,7 +463,7 @@ impl Shard {
 
     /// Group commit: returns once every record of this shard numbered up to `seq` is
     /// durable, sharing the fsync with other writers.
-    pub fn sync_seq(&self, core: &Core, seq: u64) -> Result<()> {
+    pub fn sync_seq(&self, core: &StoreCtx, seq: u64) -> Result<()> {
         if self.durable_upto(seq) {
             return Ok(());
         }
@@ -477,7 +478,7 @@ impl Shard {
 
     /// Writes the buffer to the file (rotating the segment when full); with `sync`, also
     /// makes everything appended so far durable.
-    pub fn flush(&self, core: &Core, sync: bool) -> Result<()> {
+    pub fn flush(&self, core: &StoreCtx, sync: bool) -> Result<()> {
         if sync {
             let _sync = self.sync.lock();
             return self.flush_and_sync(core);
@@ -488,7 +489,7 @@ impl Shard {
 
     /// Writes the buffer out under `io`, then syncs with `io` released. The caller holds
     /// `sync`.
-    fn flush_and_sync(&self, core: &Core) -> Result<()> {
+    fn flush_and_sync(&self, core: &StoreCtx) -> Result<()> {
         let to_sync = {
             let mut io = self.io.lock();
             self.flush_locked(core, &mut io, true, false)?
@@ -501,7 +502,7 @@ impl Shard {
 
     /// Makes the files a sync took durable; then every record up to `t.taken` is. A
     /// failure makes the shard (and the store) read-only.
-    fn sync_files(&self, core: &Core, t: ToSync) -> Result<()> {
+    fn sync_files(&self, core: &StoreCtx, t: ToSync) -> Result<()> {
         for f in &t.files {
             if let Err(e) = core.fs.sync_data(&f.file, &f.path) {
                 // After a failed fsync the kernel may have dropped the dirty pages:
@@ -519,7 +520,7 @@ impl Shard {
 
     /// Seals the active segment early when its stale fraction reached `threshold`, so
     /// that compaction can reclaim it (used by `Db::compact`). Returns whether it did.
-    pub fn rotate_if_stale(&self, core: &Core, threshold: f64) -> Result<bool> {
+    pub fn rotate_if_stale(&self, core: &StoreCtx, threshold: f64) -> Result<bool> {
         let mut io = self.io.lock();
         let stale = {
             let st = self.state.read();
@@ -534,14 +535,14 @@ impl Shard {
 
     /// Writes the buffer to the file and runs `f` on the state while no write is in
     /// flight, so every byte below `active.buf_start` is in the file.
-    pub fn with_flushed<R>(&self, core: &Core, f: impl FnOnce(&ShardState) -> R) -> Result<R> {
+    pub fn with_flushed<R>(&self, core: &StoreCtx, f: impl FnOnce(&ShardState) -> R) -> Result<R> {
         let mut io = self.io.lock();
         self.flush_locked(core, &mut io, false, false)?;
         let st = self.state.read();
         Ok(f(&st))
     }
 
-    fn write_pending(&self, core: &Core, p: &Pending) -> Result<()> {
+    fn write_pending(&self, core: &StoreCtx, p: &Pending) -> Result<()> {
         match core
             .fs
             .write_at(&p.file.file, &p.file.path, &p.data, p.start)
@@ -563,7 +564,7 @@ impl Shard {
     /// by that sync.
     fn flush_locked(
         &self,
-        core: &Core,
+        core: &StoreCtx,
         io: &mut IoState,
         sync: bool,
         rotate: bool,
@@ -578,7 +579,7 @@ impl Shard {
 
     fn flush_inner(
         &self,
-        core: &Core,
+        core: &StoreCtx,
         io: &mut IoState,
         sync: bool,
         rotate: bool,
@@ -684,7 +685,7 @@ impl Shard {
     /// than any record it will hold, which only makes compaction keep tombstones more
     /// conservatively. A crash leaves it as an empty segment that open handles like any
     /// other.
-    pub fn make_spare(&self, core: &Core) {
+    pub fn make_spare(&self, core: &StoreCtx) {
         if self.spare.load(Ordering::SeqCst) != SPARE_ASKED {
             return;
         }
@@ -730,7 +731,7 @@ impl Shard {
     }
 
     /// Removes an unused spare segment (at a clean close).
-    pub fn drop_spare(&self, core: &Core) -> Result<()> {
+    pub fn drop_spare(&self, core: &StoreCtx) -> Result<()> {
         let spare = self.io.lock().spare.take();
         self.spare.store(SPARE_NONE, Ordering::SeqCst);
         match spare {
@@ -742,7 +743,7 @@ impl Shard {
     /// Writes a hint file for the active segment at a clean close, so the next open
     /// loads its entries without reading its data. The next open removes the hint again
     /// before appending.
-    pub fn hint_active(&self, core: &Core) -> Result<()> {
+    pub fn hint_active(&self, core: &StoreCtx) -> Result<()> {
         let _sync = self.sync.lock();
         let mut io = self.io.lock();
         if let Some(t) = self.flush_locked(core, &mut io, true, false)? {
@@ -765,7 +766,7 @@ impl Shard {
 
     /// Seals a rotated-out segment: syncs it, writes its hint file, and makes it eligible
     /// for compaction.
-    pub fn seal(&self, core: &Core, seg: u32) -> Result<()> {
+    pub fn seal(&self, core: &StoreCtx, seg: u32) -> Result<()> {
         let file = match self.state.write().segs.get_mut(&seg) {
             Some(m) if !m.sealed && !m.sealing && !m.dropping => {
                 m.sealing = true;
@@ -790,7 +791,7 @@ impl Shard {
     }
 
     /// Syncs a rotated segment and writes its hint file; returns the hint's size.
-    fn seal_file(&self, core: &Core, seg: u32, file: &Arc<SegmentFile>) -> Result<u64> {
+    fn seal_file(&self, core: &StoreCtx, seg: u32, file: &Arc<SegmentFile>) -> Result<u64> {
         core.fs.sync_data(&file.file, &file.path)?;
         let len = file
             .file

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::db::Core;
+use crate::core::Core;
 
 /// Figures for one shard, or for the whole store.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -39,8 +39,6 @@ pub struct Stats {
     pub total: ShardStats,
     /// Each shard.
     pub shards: Vec<ShardStats>,
-    /// The file store (see [`crate::files`]): live files and their exact content bytes.
-    pub files: crate::files::FileStats,
 }
 
 fn ratio(a: u64, b: u64) -> f64 {
@@ -94,6 +92,5 @@ pub(crate) fn collect(core: &Core) -> Stats {
     Stats {
         total: total.finish(),
         shards,
-        files: Default::default(),
     }
 }

@@ -253,7 +253,7 @@ fn dd(dir: &Path, size: u64, out: &mut Vec<Fig>) {
 
 fn cairn_round(dir: &Path, policy: SyncPolicy, size: u64, out: &mut Vec<Fig>) -> Fig {
     let db = Options::new().sync(policy).open(dir).unwrap();
-    let files = db.files();
+    let files = cairn_files::FileStore::new(&db).unwrap();
     files.put("warm-up", vec![1u8; 4 << 20]).unwrap();
     let t = Instant::now();
     let mut w = files.create("big").unwrap();
@@ -279,7 +279,7 @@ fn cairn_round(dir: &Path, policy: SyncPolicy, size: u64, out: &mut Vec<Fig>) ->
     drop(files);
     drop(db);
     let db = Options::new().sync(policy).open(dir).unwrap();
-    let files = db.files();
+    let files = cairn_files::FileStore::new(&db).unwrap();
     drop_cache(dir);
     for _ in ["cold", "warm"] {
         let t = Instant::now();
@@ -293,7 +293,7 @@ fn cairn_round(dir: &Path, policy: SyncPolicy, size: u64, out: &mut Vec<Fig>) ->
     let t = Instant::now();
     files.collect_garbage().unwrap();
     let reclaim = Fig::new(t.elapsed(), 0);
-    assert_eq!(db.stats().files.pending_gc, 0);
+    assert_eq!(cairn_files::FileStore::new(&db).unwrap().stats().unwrap().pending_gc, 0);
     // Small files, one writer: the time per file.
     let data = vec![7u8; SMALL_FILE];
     let t = Instant::now();

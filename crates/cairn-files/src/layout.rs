@@ -1,12 +1,23 @@
-//! The rows of the file store in namespace [`NS_FILES`](crate::db::NS_FILES): their keys
-//! and the encoding of their values (see FORMAT.md, "File store").
+//! The rows of the file store in its keyspace ([`crate::KEYSPACE`]): their keys and the
+//! encoding of their values (see FORMAT.md, "File store").
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::record::{u32_at, u64_at};
-use crate::{Error, Result};
+use cairn::{Error, Result};
 
-use super::FileStat;
+use crate::FileStat;
+
+/// The little-endian `u32` at `b[at..at + 4]` (callers check the length first).
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// The little-endian `u64` at `b[at..at + 8]` (callers check the length first).
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut v = [0u8; 8];
+    v.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(v)
+}
 
 /// Settings row (`'s'`): the store's chunk size.
 pub(crate) const TAG_SETTINGS: u8 = b's';

@@ -1,4 +1,4 @@
-//! Tests of the file store (`cairn::files`, reached through `Db::files`).
+//! Tests of the file store (`cairn_files::FileStore`, opened on a `cairn::Db`).
 //!
 //! Most tests use 4 KiB chunks so that files of many chunks stay small. Content is made
 //! by [`content`]: it starts with its id and size and continues with bytes derived from
@@ -13,15 +13,26 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use cairn::files::{FileStat, FileStore};
 use cairn::{Db, Error, Options, SyncPolicy};
+use cairn_files::{FileOptions, FileStat, FileStore};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const CS: usize = 4096;
 
 fn opts() -> Options {
-    Options::new().shards(4).chunk_size(CS as u64)
+    Options::new().shards(4)
+}
+
+/// The file store of a test store, with [`CS`]-byte chunks.
+trait Files {
+    fn files(&self) -> FileStore;
+}
+
+impl Files for Db {
+    fn files(&self) -> FileStore {
+        FileStore::with_options(self, FileOptions::new().chunk_size(CS as u64)).unwrap()
+    }
 }
 
 /// Deterministic content of version `id`: `id` and `size` (little-endian, as far as they
@@ -62,22 +73,23 @@ fn assert_no_orphans(db: &Db) {
     let files = db.files();
     files.collect_garbage().unwrap();
     let st = db.stats();
-    assert_eq!(st.files.pending_gc, 0, "garbage left: {:?}", st.files);
+    let fst = files.stats().unwrap();
+    assert_eq!(fst.pending_gc, 0, "garbage left: {fst:?}");
     let listed: Vec<(Vec<u8>, FileStat)> = files.list().collect::<Result<_, _>>().unwrap();
-    assert_eq!(st.files.files, listed.len() as u64);
+    assert_eq!(fst.files, listed.len() as u64);
     assert_eq!(
-        st.files.bytes,
+        fst.bytes,
         listed.iter().map(|(_, s)| s.size).sum::<u64>()
     );
     assert_eq!(
-        st.files.chunks,
+        fst.chunks,
         listed.iter().map(|(_, s)| s.chunks).sum::<u64>()
     );
     assert_eq!(
         st.total.keys,
-        1 + st.files.files + st.files.chunks,
+        1 + fst.files + fst.chunks,
         "stored rows other than settings, metadata and live chunks: {:?}",
-        st.files
+        fst
     );
 }
 
@@ -139,7 +151,7 @@ fn round_trips_of_every_boundary_size() {
     for (k, v) in &expected {
         assert_eq!(files.read(k).unwrap().as_deref(), Some(&v[..]), "{k}");
     }
-    let st = db.stats().files;
+    let st = db.files().stats().unwrap();
     assert_eq!(st.files, expected.len() as u64);
     assert_eq!(
         st.bytes,
@@ -251,7 +263,7 @@ fn overwrite_while_a_reader_is_open_keeps_the_old_version_readable() {
     // Letting go of the version wakes the collector; either it or this pass reclaims
     // the 401 chunks.
     assert_no_orphans(&db);
-    assert_eq!(db.stats().files.chunks, 0);
+    assert_eq!(db.files().stats().unwrap().chunks, 0);
 }
 
 #[test]
@@ -261,11 +273,7 @@ fn large_files_written_in_pieces_of_any_size_round_trip() {
     // are taken from the caller's bytes. Any mix of piece sizes gives the same file.
     for shards in [1, 4] {
         let dir = tempfile::tempdir().unwrap();
-        let db = Options::new()
-            .shards(shards)
-            .chunk_size(CS as u64)
-            .open(dir.path())
-            .unwrap();
+        let db = Options::new().shards(shards).open(dir.path()).unwrap();
         let files = db.files();
         let data = content(9, 700 * CS + 123);
         let pieces = [CS, 1, 3 * CS + 5, 2 * CS, 17, CS - 1, 5 * CS];
@@ -305,7 +313,7 @@ fn the_background_collector_reclaims_removed_files_on_its_own() {
     let files = db.files();
     let wait_collected = |what: &str| {
         let t = Instant::now();
-        while db.stats().files.pending_gc > 0 {
+        while db.files().stats().unwrap().pending_gc > 0 {
             assert!(
                 t.elapsed() < Duration::from_secs(20),
                 "{what}: not collected"
@@ -326,7 +334,7 @@ fn the_background_collector_reclaims_removed_files_on_its_own() {
         assert!(files.remove(format!("b{i}")).unwrap());
     }
     wait_collected("active collector");
-    assert_eq!(db.stats().files.chunks, 0);
+    assert_eq!(db.files().stats().unwrap().chunks, 0);
 }
 
 #[test]
@@ -406,14 +414,14 @@ fn remove_is_atomic_and_chunks_are_reclaimed() {
     let data = content(5, 2000 * CS);
     files.put("big", &data).unwrap();
     let before = db.stats();
-    assert_eq!(before.files.chunks, 2000);
+    assert_eq!(files.stats().unwrap().chunks, 2000);
     let t = Instant::now();
     assert!(files.remove("big").unwrap());
     let took = t.elapsed();
     assert!(took < Duration::from_millis(100), "remove took {took:?}");
     assert!(files.stat("big").unwrap().is_none());
     assert!(files.read("big").unwrap().is_none());
-    assert_eq!(db.stats().files.bytes, 0);
+    assert_eq!(db.files().stats().unwrap().bytes, 0);
     assert_no_orphans(&db);
     // The space comes back with compaction, once the background collector has deleted
     // the chunks (it runs concurrently, so compact until it has caught up).
@@ -452,7 +460,7 @@ fn put_content_stores_identical_content_once() {
         assert_eq!(files.read(&k1).unwrap().unwrap(), data);
         assert_eq!(s1.hash_hex(), k1);
     }
-    assert_eq!(db.stats().files.files, 5);
+    assert_eq!(db.files().stats().unwrap().files, 5);
     assert_no_orphans(&db);
 }
 
@@ -465,7 +473,7 @@ fn list_and_list_prefix() {
     for k in ["a/1", "a/2", "b/1", "a/3", "c"] {
         files.put(k, k.as_bytes()).unwrap();
     }
-    let keys = |it: cairn::files::FileIter| -> Vec<String> {
+    let keys = |it: cairn_files::FileIter| -> Vec<String> {
         it.map(|r| String::from_utf8(r.unwrap().0).unwrap())
             .collect()
     };
@@ -487,35 +495,48 @@ fn list_and_list_prefix() {
 
 #[test]
 fn chunk_size_is_fixed_at_first_use() {
+    let with = |cs: u64| FileOptions::new().chunk_size(cs);
     let dir = tempfile::tempdir().unwrap();
     {
-        let db = Options::new().chunk_size(8192).open(dir.path()).unwrap();
-        db.files().put("x", content(1, 20_000)).unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        let files = FileStore::with_options(&db, with(8192)).unwrap();
+        files.put("x", content(1, 20_000)).unwrap();
     }
     // No explicit size: the stored one is used.
     {
         let db = Db::open(dir.path()).unwrap();
-        assert_eq!(db.files().chunk_size(), 8192);
-        assert_eq!(db.files().stat("x").unwrap().unwrap().chunks, 3);
+        let files = FileStore::new(&db).unwrap();
+        assert_eq!(files.chunk_size(), 8192);
+        assert_eq!(files.stat("x").unwrap().unwrap().chunks, 3);
     }
     // The same explicit size is fine, a different one is refused.
-    Options::new().chunk_size(8192).open(dir.path()).unwrap();
-    match Options::new().chunk_size(4096).open(dir.path()) {
+    let db = Db::open(dir.path()).unwrap();
+    FileStore::with_options(&db, with(8192)).unwrap();
+    match FileStore::with_options(&db, with(4096)) {
+        Err(Error::InvalidArgument(msg)) => assert!(msg.contains("chunk size"), "{msg}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    drop(db);
+    let db = Db::open(dir.path()).unwrap();
+    match FileStore::with_options(&db, with(4096)) {
         Err(Error::InvalidArgument(msg)) => assert!(msg.contains("chunk size"), "{msg}"),
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
     for bad in [0, 100, 1 << 30] {
         assert!(matches!(
-            Options::new().chunk_size(bad).open(dir.path()),
+            FileStore::with_options(&db, with(bad)),
             Err(Error::InvalidArgument(_))
         ));
     }
     // A store that never stored a file takes a new size.
     let dir2 = tempfile::tempdir().unwrap();
-    drop(Options::new().chunk_size(4096).open(dir2.path()).unwrap());
-    let db = Options::new().chunk_size(1024).open(dir2.path()).unwrap();
-    assert_eq!(db.files().chunk_size(), 1024);
-    assert_eq!(cairn::files::DEFAULT_CHUNK_SIZE, 128 << 10);
+    {
+        let db = Db::open(dir2.path()).unwrap();
+        FileStore::with_options(&db, with(4096)).unwrap();
+    }
+    let db = Db::open(dir2.path()).unwrap();
+    assert_eq!(FileStore::with_options(&db, with(1024)).unwrap().chunk_size(), 1024);
+    assert_eq!(cairn_files::DEFAULT_CHUNK_SIZE, 128 << 10);
 }
 
 #[test]
@@ -523,10 +544,10 @@ fn key_limits() {
     let dir = tempfile::tempdir().unwrap();
     let db = opts().open(dir.path()).unwrap();
     let files = db.files();
-    let long = vec![b'k'; cairn::files::MAX_FILE_KEY_LEN];
+    let long = vec![b'k'; cairn_files::MAX_FILE_KEY_LEN];
     files.put(&long, b"x").unwrap();
     assert_eq!(files.read(&long).unwrap().unwrap(), b"x");
-    let too_long = vec![b'k'; cairn::files::MAX_FILE_KEY_LEN + 1];
+    let too_long = vec![b'k'; cairn_files::MAX_FILE_KEY_LEN + 1];
     assert!(matches!(
         files.create(&too_long),
         Err(Error::KeyTooLarge { .. })
@@ -1017,7 +1038,7 @@ fn sigkill_in_the_middle_of_streaming_an_overwrite() {
     // The 600 streamed chunks are reclaimed (by the background collector started at
     // open, or by this pass).
     assert_no_orphans(&db);
-    assert_eq!(db.stats().files.chunks, 50);
+    assert_eq!(db.files().stats().unwrap().chunks, 50);
 }
 
 #[test]
@@ -1085,7 +1106,8 @@ fn child_memory_worker() {
     };
     let size: u64 = 1 << 30;
     let db = Db::open(&dir).unwrap();
-    let files: FileStore = db.files();
+    // The default chunk size (128 KiB), not the tests' 4 KiB.
+    let files = FileStore::new(&db).unwrap();
     files.put("warm-up", content(1, 3 << 20)).unwrap();
     files.read("warm-up").unwrap();
     let before = rss_anon_kib();

@@ -1,12 +1,21 @@
-//! The file store: large values ("files") stored as checksummed chunks spread over all
-//! shards, written as a stream, committed atomically, read with range reads, removed in
-//! constant time and reclaimed in the background. Reached through [`crate::Db::files`].
+//! # cairn-files
+//!
+//! The file store, after KFS: large values ("files") stored as checksummed chunks
+//! spread over all of a cairn store's shards, written as a stream, committed atomically,
+//! read with range reads, removed in constant time and reclaimed in the background.
+//! Opened on a [`cairn::Db`] with [`FileStore::new`]; its rows live in keyspace
+//! [`KEYSPACE`] of that store, beside the store's own keys.
+//!
+//! This crate uses only the engine's public API (`cairn`: keyspaces, batches, extensions,
+//! background threads). It must never depend on the file system (`cairn-fs`), the FUSE
+//! adapter, the cluster, the benchmarks or the CLI.
 //!
 //! ```
 //! use std::io::{Read, Seek, SeekFrom, Write};
+//! use cairn_files::{FileOptions, FileStore};
 //! # let dir = tempfile::tempdir().unwrap();
-//! let db = cairn::Options::new().chunk_size(4096).open(dir.path())?;
-//! let files = db.files();
+//! let db = cairn::Db::open(dir.path())?;
+//! let files = FileStore::with_options(&db, FileOptions::new().chunk_size(4096))?;
 //!
 //! // Stream a file in; nothing of it is visible before `commit`.
 //! let mut w = files.create("logs/today")?;
@@ -44,7 +53,6 @@ use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
 use std::io::{self, Read};
-use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -53,13 +61,13 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::db::{ikey, ns_prefix_bounds, Core, NS_FILES};
-use crate::{Db, Error, Iter, Result, SyncPolicy, WriteBatch, MAX_KEY_LEN};
+use cairn::{Background, Db, Error, Iter, Keyspace, Result, SyncPolicy, WriteBatch, WriteOptions, MAX_KEY_LEN};
 
 pub use reader::FileReader;
 pub use writer::FileWriter;
 
-pub(crate) use gc::gc_loop;
+/// The keyspace of a store that holds the file store's rows (see FORMAT.md).
+pub const KEYSPACE: u8 = 1;
 
 /// Default chunk size of a new store's file store (128 KiB).
 pub const DEFAULT_CHUNK_SIZE: u64 = 128 << 10;
@@ -146,7 +154,7 @@ impl std::fmt::Display for FileDamage {
     }
 }
 
-/// File-store figures, part of [`crate::Stats`].
+/// File-store figures, from [`FileStore::stats`].
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct FileStats {
     /// Files (committed, not removed).
@@ -187,8 +195,11 @@ struct Pins {
     deferred: HashSet<u128>,
 }
 
-/// File-store state shared by every handle of a store (it lives in `Core`).
+/// File-store state shared by every handle of one open store (kept as the store's
+/// extension, [`Db::extension`]).
 pub(crate) struct Shared {
+    /// Whether the background collector was started for this open store.
+    gc_started: AtomicBool,
     /// The store's chunk size, set at open.
     chunk_size: AtomicU32,
     /// Whether the settings row is on disk.
@@ -218,6 +229,7 @@ pub(crate) struct Shared {
 impl Default for Shared {
     fn default() -> Shared {
         Shared {
+            gc_started: AtomicBool::new(false),
             chunk_size: AtomicU32::new(DEFAULT_CHUNK_SIZE as u32),
             settings_stored: AtomicBool::new(false),
             settings_lock: Mutex::new(()),
@@ -279,7 +291,7 @@ impl Shared {
     }
 
     /// Wakes the background collector now (at shutdown).
-    pub(crate) fn wake_gc(&self) {
+    fn wake_gc(&self) {
         *self.gc_wake.lock() = true;
         self.gc_cv.notify_all();
     }
@@ -300,15 +312,15 @@ impl Shared {
     /// waits for the operations that make garbage to pause ([`GC_SETTLE`], at most
     /// [`GC_SETTLE_MAX`]), so that a burst of removes is collected in one pass that does
     /// not compete with them.
-    fn wait_for_gc_work(&self, core: &Core, idle: Duration, active_until: Instant) {
+    fn wait_for_gc_work(&self, bg: &Background, idle: Duration, active_until: Instant) {
         let start = Instant::now();
         loop {
-            if core.is_shutdown() {
+            if bg.is_stopping() {
                 return;
             }
             if self.gc_due.swap(false, Ordering::SeqCst) {
                 let settle = Instant::now();
-                while settle.elapsed() < GC_SETTLE_MAX && !core.is_shutdown() {
+                while settle.elapsed() < GC_SETTLE_MAX && !bg.is_stopping() {
                     std::thread::sleep(GC_SETTLE);
                     if !self.gc_due.swap(false, Ordering::SeqCst) {
                         break;
@@ -320,7 +332,7 @@ impl Shared {
             self.gc_dormant.store(dormant, Ordering::SeqCst);
             {
                 let mut w = self.gc_wake.lock();
-                if !*w && !core.is_shutdown() && !self.gc_due.load(Ordering::SeqCst) {
+                if !*w && !bg.is_stopping() && !self.gc_due.load(Ordering::SeqCst) {
                     let wait = if dormant {
                         idle.saturating_sub(start.elapsed())
                     } else {
@@ -356,92 +368,58 @@ impl Shared {
     }
 }
 
-/// Reads the settings row at open: fixes the chunk size, refusing a different explicit
-/// one for a store that already has one.
-pub(crate) fn open(core: &Core) -> Result<()> {
-    let stored = match core.get(&ikey(NS_FILES, &layout::settings_key()))? {
+/// Options of a file store, for [`FileStore::with_options`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileOptions {
+    chunk_size: Option<u64>,
+}
+
+impl FileOptions {
+    /// The defaults: the store's recorded chunk size, or [`DEFAULT_CHUNK_SIZE`] for a
+    /// store whose first file is yet to be written.
+    pub fn new() -> FileOptions {
+        FileOptions::default()
+    }
+
+    /// Chunk size for a store whose first file is yet to be written, in bytes
+    /// ([`MIN_CHUNK_SIZE`]..=[`MAX_CHUNK_SIZE`], default 128 KiB). It is recorded when
+    /// the first file is written; opening a store that has one with a different explicit
+    /// size is an error.
+    pub fn chunk_size(mut self, bytes: u64) -> FileOptions {
+        self.chunk_size = Some(bytes);
+        self
+    }
+}
+
+/// Reads the settings row: fixes the chunk size, refusing a different explicit one for
+/// a store that already has one.
+fn load_settings(ks: &Keyspace, want: Option<u64>) -> Result<Shared> {
+    let dir = ks.db().path();
+    let stored = match ks.get(layout::settings_key())? {
         Some(v) => Some(layout::decode_settings(&v)?),
         None => None,
     };
-    let cs = match (stored, core.opts.chunk_size) {
+    let cs = match (stored, want) {
         (Some(s), Some(want)) if s as u64 != want => {
             return Err(Error::InvalidArgument(format!(
                 "store at {} has file chunk size {s}; the chunk size is fixed at first use (asked for {want})",
-                core.dir.display()
+                dir.display()
             )))
         }
         (Some(0), _) => {
             return Err(Error::corruption(
-                &core.dir,
+                dir,
                 "file store settings row has chunk size 0",
             ))
         }
         (Some(s), _) => s,
         (None, want) => want.unwrap_or(DEFAULT_CHUNK_SIZE) as u32,
     };
-    core.files.chunk_size.store(cs, Ordering::Relaxed);
-    core.files
-        .settings_stored
+    let sh = Shared::default();
+    sh.chunk_size.store(cs, Ordering::Relaxed);
+    sh.settings_stored
         .store(stored.is_some(), Ordering::Relaxed);
-    Ok(())
-}
-
-/// The file-store section of `Db::stats`. Computes the totals on first use.
-pub(crate) fn stats(core: &Arc<Core>) -> FileStats {
-    let totals = match gc::totals(core) {
-        Ok(t) => t,
-        Err(e) => {
-            log::error!("computing file-store totals failed: {e}");
-            Totals::default()
-        }
-    };
-    let pending_gc = match gc::garbage_rows(core) {
-        Ok(rows) => rows.len() as u64,
-        Err(e) => {
-            log::error!("counting file-store garbage failed: {e}");
-            0
-        }
-    };
-    FileStats {
-        files: totals.files,
-        bytes: totals.bytes,
-        chunks: totals.chunks,
-        pending_gc,
-    }
-}
-
-/// Whether chunk writes are synced before the commit record is written: under `Always`
-/// (commit is durable) and `Every` (so that the commit record, synced later, never
-/// reaches the disk before the chunks it names).
-fn sync_chunks(core: &Core) -> bool {
-    core.opts.sync != SyncPolicy::Never
-}
-
-/// Makes the buffered writes of the given shards reach the OS (and, with `durable`,
-/// stable storage), several shards at a time.
-fn settle_shards(core: &Core, shards: &[usize], durable: bool) -> Result<()> {
-    if shards.len() <= 1 || !durable {
-        for &s in shards {
-            core.shards[s].flush(core, durable)?;
-        }
-        return Ok(());
-    }
-    // fsyncs of different segment files proceed in parallel in the device queue.
-    let workers = 4.min(shards.len());
-    let next = AtomicU64::new(0);
-    let first_err: Mutex<Option<Error>> = Mutex::new(None);
-    std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                let Some(&shard) = shards.get(i) else { break };
-                if let Err(e) = core.shards[shard].flush(core, true) {
-                    first_err.lock().get_or_insert(e);
-                }
-            });
-        }
-    });
-    first_err.into_inner().map_or(Ok(()), Err)
+    Ok(sh)
 }
 
 fn hex(b: &[u8]) -> String {
@@ -489,37 +467,105 @@ fn from_io(e: io::Error) -> Error {
     Error::io("<input>", e)
 }
 
-/// The file store of a [`Db`], from [`Db::files`]. Cheap to clone; every method takes
-/// `&self`, so one handle serves many threads. Holding one (or a reader or writer) keeps
-/// the store open.
+/// The file store of a [`Db`], from [`FileStore::new`]. Cheap to clone; every method
+/// takes `&self`, so one handle serves many threads. Holding one (or a reader or writer)
+/// keeps the store open. Every handle opened on one open store shares its state (key
+/// locks, read pins, totals) and one background collector, which stops when the store
+/// closes.
 ///
 /// Files are named by arbitrary byte-string keys (up to [`MAX_FILE_KEY_LEN`] bytes), in a
-/// namespace of their own: file keys never collide with the keys of `Db::put`.
+/// keyspace of their own: file keys never collide with the keys of `Db::put`.
 #[derive(Clone)]
 pub struct FileStore {
-    db: Db,
+    ks: Keyspace,
+    shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for FileStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FileStore")
-            .field("dir", &self.db.path())
+            .field("dir", &self.db().path())
             .field("chunk_size", &self.chunk_size())
             .finish()
     }
 }
 
 impl FileStore {
-    pub(crate) fn new(db: Db) -> FileStore {
-        FileStore { db }
+    /// The file store of `db`, with default [`FileOptions`].
+    pub fn new(db: &Db) -> Result<FileStore> {
+        FileStore::with_options(db, FileOptions::new())
     }
 
-    fn core(&self) -> &Core {
-        self.db.core()
+    /// Opens the file store of `db`. The first open on an open store reads the store's
+    /// settings and starts the background collector (which first collects what earlier
+    /// runs left behind); later opens share them, and must not ask for a different
+    /// chunk size.
+    pub fn with_options(db: &Db, opts: FileOptions) -> Result<FileStore> {
+        if let Some(c) = opts.chunk_size {
+            if !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&c) {
+                return Err(Error::InvalidArgument(format!(
+                    "chunk_size must be in {MIN_CHUNK_SIZE}..={MAX_CHUNK_SIZE}, got {c}"
+                )));
+            }
+        }
+        let ks = db.keyspace(KEYSPACE);
+        let shared = db.extension(|| load_settings(&ks, opts.chunk_size))?;
+        if let Some(want) = opts.chunk_size {
+            let have = shared.chunk_size() as u64;
+            if have != want {
+                return Err(Error::InvalidArgument(format!(
+                    "store at {} has file chunk size {have}; the chunk size is fixed at first use (asked for {want})",
+                    db.path().display()
+                )));
+            }
+        }
+        let store = FileStore { ks, shared };
+        if !store.shared.gc_started.swap(true, Ordering::SeqCst) {
+            let waker = store.shared.clone();
+            let shared = store.shared.clone();
+            db.spawn_background(
+                "cairn-files-gc",
+                move |bg| {
+                    // The collector's handle does not keep the store open.
+                    let store = FileStore {
+                        ks: bg.db().keyspace(KEYSPACE),
+                        shared,
+                    };
+                    gc::gc_loop(bg, store)
+                },
+                move || waker.wake_gc(),
+            )?;
+        }
+        Ok(store)
+    }
+
+    /// The store this file store lives in.
+    pub fn db(&self) -> &Db {
+        self.ks.db()
     }
 
     fn shared(&self) -> &Shared {
-        &self.db.core().files
+        &self.shared
+    }
+
+    /// Whether chunk writes are synced before the commit record is written: under
+    /// `Always` (commit is durable) and `Every` (so that the commit record, synced
+    /// later, never reaches the disk before the chunks it names).
+    fn sync_chunks(&self) -> bool {
+        self.db().options().sync_policy() != SyncPolicy::Never
+    }
+
+    /// Live files, their bytes and chunks, and versions waiting for the collector.
+    /// Computes the totals on first use (one scan of the metadata rows).
+    pub fn stats(&self) -> Result<FileStats> {
+        let totals = gc::totals(self)?;
+        let pending_gc = gc::garbage_rows(self)?.len() as u64;
+        Ok(FileStats {
+            files: totals.files,
+            bytes: totals.bytes,
+            chunks: totals.chunks,
+            pending_gc,
+        })
     }
 
     /// The store's chunk size in bytes (fixed when the store's first file was written).
@@ -536,10 +582,10 @@ impl FileStore {
         }
         let _g = sh.settings_lock.lock();
         if !sh.settings_stored.load(Ordering::Acquire) {
-            self.core().put(
-                &ikey(NS_FILES, &layout::settings_key()),
-                &layout::encode_settings(sh.chunk_size()),
-                false,
+            self.ks.put_with(
+                layout::settings_key(),
+                layout::encode_settings(sh.chunk_size()),
+                WriteOptions::new().defer_sync(),
             )?;
             sh.settings_stored.store(true, Ordering::Release);
         }
@@ -548,7 +594,7 @@ impl FileStore {
 
     /// The committed metadata of `key`, read without taking its stripe.
     fn meta(&self, key: &[u8]) -> Result<Option<FileStat>> {
-        match self.core().get(&ikey(NS_FILES, &layout::meta_key(key)))? {
+        match self.ks.get(layout::meta_key(key))? {
             Some(v) => layout::decode_meta(&v).map(Some),
             None => Ok(None),
         }
@@ -647,9 +693,7 @@ impl FileStore {
     pub fn exists(&self, key: impl AsRef<[u8]>) -> bool {
         let key = key.as_ref();
         key.len() <= MAX_FILE_KEY_LEN
-            && self
-                .core()
-                .contains(&ikey(NS_FILES, &layout::meta_key(key)))
+            && self.ks.contains(layout::meta_key(key))
     }
 
     /// Removes `key`, returning whether it existed. Takes the same short time whatever
@@ -667,15 +711,12 @@ impl FileStore {
                 return Ok(false);
             };
             let mut b = WriteBatch::new();
-            b.delete_ns(NS_FILES, &layout::meta_key(key));
+            b.delete(layout::meta_key(key));
             if old.chunks > 0 {
-                b.put_ns(
-                    NS_FILES,
-                    &layout::gc_key(old.version),
-                    &layout::encode_gc(old.chunks),
-                );
+                b.put(layout::gc_key(old.version), layout::encode_gc(old.chunks));
             }
-            self.core().write_batch_freeing(b, true)?;
+            self.ks
+                .write_with(b, WriteOptions::new().frees_space())?;
             sh.adjust_totals(None, Some(&old));
             old.chunks > 0
         };
@@ -692,9 +733,8 @@ impl FileStore {
 
     /// The files whose keys start with `prefix`, in key order. Reverse with `.rev()`.
     pub fn list_prefix(&self, prefix: impl AsRef<[u8]>) -> FileIter {
-        let (lo, hi) = ns_prefix_bounds(NS_FILES, &layout::meta_key(prefix.as_ref()));
         FileIter {
-            inner: Iter::new(self.db.core_arc().clone(), lo, hi, 2),
+            inner: self.ks.prefix_stripped(layout::meta_key(prefix.as_ref()), 1),
         }
     }
 
@@ -741,7 +781,7 @@ impl FileStore {
     /// an open reader or live writer still uses. The background collector does the same
     /// on its own; this is for tests and tools that want it done before going on.
     pub fn collect_garbage(&self) -> Result<GcReport> {
-        gc::pass(self.db.core_arc(), false)
+        gc::pass(self, false)
     }
 }
 
@@ -751,7 +791,7 @@ pub struct FileIter {
     inner: Iter,
 }
 
-fn decode_entry(r: Result<(Vec<u8>, crate::Value)>) -> Result<(Vec<u8>, FileStat)> {
+fn decode_entry(r: Result<(Vec<u8>, cairn::Value)>) -> Result<(Vec<u8>, FileStat)> {
     let (k, v) = r?;
     Ok((k, layout::decode_meta(&v)?))
 }
@@ -771,8 +811,3 @@ impl DoubleEndedIterator for FileIter {
 }
 
 impl std::iter::FusedIterator for FileIter {}
-
-/// Bounds of all rows with tag `tag` (used by the collector).
-fn tag_bounds(tag: u8) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
-    ns_prefix_bounds(NS_FILES, &[tag])
-}

@@ -9,12 +9,9 @@ use std::time::SystemTime;
 
 use parking_lot::Mutex;
 
-use crate::db::{ikey, NS_FILES};
-use crate::{Error, Result, WriteBatch};
+use cairn::{Error, Result, WriteBatch, WriteOptions};
 
-use super::{
-    from_io, layout, settle_shards, sync_chunks, to_io, FileStat, FileStore, SMALL_FILE_BYTES,
-};
+use crate::{from_io, layout, to_io, FileStat, FileStore, SMALL_FILE_BYTES};
 
 /// The first bound recorded in an intent row; each later one doubles it.
 const FIRST_BOUND: u64 = 64;
@@ -92,7 +89,7 @@ impl FileWriter {
         // Pinned from the start: the collector leaves this version's intent row alone
         // while the writer lives.
         sh.pin(vid);
-        let shards = store.core().shards.len();
+        let shards = store.db().shard_count();
         FileWriter {
             key,
             vid,
@@ -291,10 +288,10 @@ impl FileWriter {
             bound *= 2;
         }
         let key = self.key.as_deref().unwrap_or_default();
-        self.store.core().put(
-            &ikey(NS_FILES, &layout::intent_key(self.vid)),
-            &layout::encode_intent(bound, self.started, key),
-            false,
+        self.store.ks.put_with(
+            layout::intent_key(self.vid),
+            layout::encode_intent(bound, self.started, key),
+            WriteOptions::new().defer_sync(),
         )?;
         self.bound = bound;
         Ok(())
@@ -331,35 +328,33 @@ impl FileWriter {
     /// file would vanish instead of failing its reads.
     fn store_and_settle(&mut self) -> Result<()> {
         if self.bound == 0 && !self.held.is_empty() {
-            let core = self.store.core();
+            let ks = &self.store.ks;
             let bound = self.held.len() as u64;
             let key = self.key.as_deref().unwrap_or_default();
             let mut b = WriteBatch::new();
             let ik = layout::intent_key(self.vid);
             // Every shard of this batch is settled before the commit batch is written:
             // recovery drops a batch with any record missing, chunks included.
-            self.sink.touched[core.shard_of(&ikey(NS_FILES, &ik))] = true;
-            b.put_ns(
-                NS_FILES,
-                &ik,
-                &layout::encode_intent(bound, self.started, key),
-            );
+            self.sink.touched[ks.shard_of(&ik)] = true;
+            b.put(&ik, layout::encode_intent(bound, self.started, key));
             for (i, c) in self.held.iter().enumerate() {
                 let ck = layout::chunk_key(self.vid, i as u32);
-                self.sink.touched[core.shard_of(&ikey(NS_FILES, &ck))] = true;
-                b.put_ns(NS_FILES, &ck, c);
+                self.sink.touched[ks.shard_of(&ck)] = true;
+                b.put(&ck, c);
             }
-            let r = core.write_batch(b, false);
+            let r = ks.write_with(b, WriteOptions::new().defer_sync());
             self.poison(r)?;
             self.bound = bound;
             self.held = Vec::new();
         }
         if self.bound > 0 {
-            let core = self.store.core();
             let shards: Vec<usize> = (0..self.sink.touched.len())
                 .filter(|&s| self.sink.touched[s])
                 .collect();
-            let r = settle_shards(core, &shards, sync_chunks(core));
+            let r = self
+                .store
+                .db()
+                .flush_shards(&shards, self.store.sync_chunks());
             self.poison(r)?;
         }
         Ok(())
@@ -370,7 +365,7 @@ impl FileWriter {
     /// this version discarded. Returns the stat of the file now under `key`.
     fn publish(&mut self, key: &[u8], stat: FileStat, dedupe: bool) -> Result<FileStat> {
         let store = self.store.clone();
-        let (sh, core) = (store.shared(), store.core());
+        let sh = store.shared();
         let old_had_chunks = {
             let _g = sh.stripe(key);
             let old = store.meta(key)?;
@@ -383,24 +378,16 @@ impl FileWriter {
             }
             let mut b = WriteBatch::new();
             for (i, c) in self.held.iter().enumerate() {
-                b.put_ns(NS_FILES, &layout::chunk_key(self.vid, i as u32), c);
+                b.put(layout::chunk_key(self.vid, i as u32), c);
             }
-            b.put_ns(
-                NS_FILES,
-                &layout::meta_key(key),
-                &layout::encode_meta(&stat),
-            );
+            b.put(layout::meta_key(key), layout::encode_meta(&stat));
             if self.bound > 0 {
-                b.delete_ns(NS_FILES, &layout::intent_key(self.vid));
+                b.delete(layout::intent_key(self.vid));
             }
             if let Some(o) = old.as_ref().filter(|o| o.chunks > 0) {
-                b.put_ns(
-                    NS_FILES,
-                    &layout::gc_key(o.version),
-                    &layout::encode_gc(o.chunks),
-                );
+                b.put(layout::gc_key(o.version), layout::encode_gc(o.chunks));
             }
-            let r = core.write_batch(b, true);
+            let r = store.ks.write(b);
             self.poison(r)?;
             self.committed = true;
             sh.adjust_totals(Some(&stat), old.as_ref());
@@ -505,15 +492,15 @@ impl Sink {
     }
 
     fn put(&mut self, idx: u64, data: &[u8]) -> Result<()> {
-        let core = self.store.core();
-        let k = ikey(NS_FILES, &layout::chunk_key(self.vid, idx as u32));
-        core.put(&k, data, false)?;
-        self.touched[core.shard_of(&k)] = true;
+        let ks = &self.store.ks;
+        let k = layout::chunk_key(self.vid, idx as u32);
+        ks.put_with(&k, data, WriteOptions::new().defer_sync())?;
+        self.touched[ks.shard_of(&k)] = true;
         self.unflushed += data.len() as u64;
-        if self.unflushed >= WRITEBACK_EVERY && sync_chunks(core) {
+        if self.unflushed >= WRITEBACK_EVERY && self.store.sync_chunks() {
             self.unflushed = 0;
             for s in (0..self.touched.len()).filter(|&s| self.touched[s]) {
-                core.start_writeback(s);
+                ks.db().start_writeback(s);
             }
         }
         Ok(())
@@ -601,8 +588,10 @@ impl Pipeline {
 
     /// Hands chunk `idx` to the storer of its shard.
     fn send(&self, sink: &Sink, idx: u64, data: Vec<u8>) -> Result<()> {
-        let core = sink.store.core();
-        let shard = core.shard_of(&ikey(NS_FILES, &layout::chunk_key(sink.vid, idx as u32)));
+        let shard = sink
+            .store
+            .ks
+            .shard_of(layout::chunk_key(sink.vid, idx as u32));
         let storer = &self.storers[shard % self.storers.len()];
         if storer.tx.send((idx, data)).is_err() {
             self.check()?;

@@ -2,11 +2,9 @@
 
 use std::io::{self, Read, Seek, SeekFrom};
 
-use crate::db::{ikey, NS_FILES};
-use crate::value::Value;
-use crate::{Error, Result};
+use cairn::{Error, Result, Value};
 
-use super::{layout, to_io, FileStat, FileStore};
+use crate::{layout, to_io, FileStat, FileStore};
 
 /// A reader of one committed version of a file, from [`FileStore::open`]. Implements
 /// [`Read`] and [`Seek`]; a read fetches only the chunks it needs, each checked against
@@ -95,8 +93,8 @@ impl FileReader {
         if idx >= self.stat.chunks {
             return Err(self.corrupt(format!("chunk {idx} is past the end")));
         }
-        let k = ikey(NS_FILES, &layout::chunk_key(self.stat.version, idx as u32));
-        let v = self.store.core().get(&k)?.ok_or_else(|| {
+        let k = layout::chunk_key(self.stat.version, idx as u32);
+        let v = self.store.ks.get(&k)?.ok_or_else(|| {
             self.corrupt(format!("chunk {idx} of {} is missing", self.stat.chunks))
         })?;
         if v.len() as u64 != want {
@@ -118,12 +116,10 @@ impl FileReader {
         if start >= end || (end - start < (window / 4).max(1) && end < self.stat.chunks) {
             return;
         }
-        let core = self.store.core();
         for idx in start..end {
-            core.prefetch(&ikey(
-                NS_FILES,
-                &layout::chunk_key(self.stat.version, idx as u32),
-            ));
+            self.store
+                .ks
+                .prefetch(layout::chunk_key(self.stat.version, idx as u32));
         }
         self.prefetched = end;
     }

@@ -8,13 +8,11 @@
 //! versions an open reader or live writer pins), makes those deletes reach the disk, and
 //! only then deletes the rows, so a crash at any point leaves the row to redo the work.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::db::{ikey, Core, NS_FILES};
-use crate::{Iter, Result, WriteBatch};
+use cairn::{Background, Result, WriteBatch, WriteOptions};
 
-use super::{layout, settle_shards, sync_chunks, tag_bounds, GcReport, Totals, GC_ACTIVE};
+use crate::{layout, FileStore, GcReport, Totals, GC_ACTIVE};
 
 /// Deletes per batch (of one shard).
 const DELETE_BATCH: usize = 256;
@@ -31,11 +29,10 @@ pub(crate) struct GarbageRow {
 }
 
 /// Every garbage and intent row.
-pub(crate) fn garbage_rows(core: &Arc<Core>) -> Result<Vec<GarbageRow>> {
+pub(crate) fn garbage_rows(store: &FileStore) -> Result<Vec<GarbageRow>> {
     let mut rows = Vec::new();
     for tag in [layout::TAG_GC, layout::TAG_INTENT] {
-        let (lo, hi) = tag_bounds(tag);
-        for r in Iter::new(core.clone(), lo, hi, 1) {
+        for r in store.ks.prefix([tag]) {
             let (key, v) = r?;
             rows.push(GarbageRow {
                 vid: layout::vid_of_row(&key)?,
@@ -49,11 +46,11 @@ pub(crate) fn garbage_rows(core: &Arc<Core>) -> Result<Vec<GarbageRow>> {
 
 /// One collection pass. With `background`, stops early (leaving the rest for the next
 /// open) when the store is closing.
-pub(crate) fn pass(core: &Arc<Core>, background: bool) -> Result<GcReport> {
-    let sh = &core.files;
+pub(crate) fn pass(store: &FileStore, background: bool) -> Result<GcReport> {
+    let (sh, ks, db) = (store.shared(), &store.ks, store.db());
     let _run = sh.gc_run.lock();
     let mut report = GcReport::default();
-    let rows = garbage_rows(core)?;
+    let rows = garbage_rows(store)?;
     let todo: Vec<GarbageRow> = {
         let mut pins = sh.pins.lock();
         rows.into_iter()
@@ -68,7 +65,7 @@ pub(crate) fn pass(core: &Arc<Core>, background: bool) -> Result<GcReport> {
                     // writer lets go of its pin), and its version is live. A row that
                     // exists while its version is unpinned stays garbage: no writer
                     // owns it and no reader can reach it.
-                    core.contains(&ikey(NS_FILES, &r.key))
+                    ks.contains(&r.key)
                 }
             })
             .collect()
@@ -79,20 +76,22 @@ pub(crate) fn pass(core: &Arc<Core>, background: bool) -> Result<GcReport> {
     // One batch per shard, so that a batch holds one shard's lock, briefly: removes and
     // writes going on meanwhile hardly wait for it. (The deletes need no atomicity: the
     // rows naming them go only after all of them.)
-    let mut batches: Vec<WriteBatch> = (0..core.shards.len()).map(|_| WriteBatch::new()).collect();
+    let nshards = db.shard_count();
+    let mut batches: Vec<WriteBatch> = (0..nshards).map(|_| WriteBatch::new()).collect();
+    let deferred = WriteOptions::new().defer_sync();
     for row in &todo {
         let end = row.bound.min(u32::MAX as u64 + 1);
         for idx in 0..end {
-            let ck = ikey(NS_FILES, &layout::chunk_key(row.vid, idx as u32));
-            if !core.contains(&ck) {
+            let ck = layout::chunk_key(row.vid, idx as u32);
+            if !ks.contains(&ck) {
                 continue;
             }
-            let batch = &mut batches[core.shard_of(&ck)];
-            batch.delete_ns(NS_FILES, &ck[1..]);
+            let batch = &mut batches[ks.shard_of(&ck)];
+            batch.delete(&ck);
             report.chunks += 1;
             if batch.len() >= DELETE_BATCH {
-                core.write_batch(std::mem::take(batch), false)?;
-                if background && core.is_shutdown() {
+                ks.write_with(std::mem::take(batch), deferred)?;
+                if background && db.is_closing() {
                     return Ok(report);
                 }
             }
@@ -100,25 +99,25 @@ pub(crate) fn pass(core: &Arc<Core>, background: bool) -> Result<GcReport> {
         report.versions += 1;
     }
     for batch in batches {
-        core.write_batch(batch, false)?;
+        ks.write_with(batch, deferred)?;
     }
     // The chunk deletes must be as durable as the row deletes that follow.
     if report.chunks > 0 {
-        let all: Vec<usize> = (0..core.shards.len()).collect();
-        settle_shards(core, &all, sync_chunks(core))?;
+        let all: Vec<usize> = (0..nshards).collect();
+        db.flush_shards(&all, store.sync_chunks())?;
     }
     let mut batch = WriteBatch::new();
     for row in &todo {
-        batch.delete_ns(NS_FILES, &row.key);
+        batch.delete(&row.key);
     }
-    core.write_batch(batch, false)?;
+    ks.write_with(batch, deferred)?;
     Ok(report)
 }
 
 /// The live totals, computed from the meta rows on first use (with every key stripe
 /// held, so that no commit or remove runs meanwhile) and kept up to date afterwards.
-pub(crate) fn totals(core: &Arc<Core>) -> Result<Totals> {
-    let sh = &core.files;
+pub(crate) fn totals(store: &FileStore) -> Result<Totals> {
+    let sh = store.shared();
     if let Some(t) = *sh.totals.lock() {
         return Ok(t);
     }
@@ -128,8 +127,7 @@ pub(crate) fn totals(core: &Arc<Core>) -> Result<Totals> {
     }
     let stripes: Vec<_> = sh.stripes.iter().map(|s| s.lock()).collect();
     let mut t = Totals::default();
-    let (lo, hi) = tag_bounds(layout::TAG_META);
-    for r in Iter::new(core.clone(), lo, hi, 2) {
+    for r in store.ks.prefix_suffixes([layout::TAG_META]) {
         let (key, v) = r?;
         match layout::decode_meta(&v) {
             Ok(s) => {
@@ -151,21 +149,23 @@ pub(crate) fn totals(core: &Arc<Core>) -> Result<Totals> {
 /// The background collector: computes the totals, collects what a previous run left,
 /// then collects whenever woken (by removes, overwrites, abandoned writers and readers
 /// letting go of a version) or every [`IDLE`] interval.
-pub(crate) fn gc_loop(core: Arc<Core>) {
-    if let Err(e) = totals(&core) {
+pub(crate) fn gc_loop(bg: Background, store: FileStore) {
+    if let Err(e) = totals(&store) {
         log::error!("file store: computing totals failed: {e}");
     }
     // Polling for garbage until this: after open (a store is often opened to be used at
     // once), then after the last pass that found some.
     let mut active_until = Instant::now() + GC_ACTIVE;
-    while !core.is_shutdown() {
-        match pass(&core, true) {
+    while !bg.is_stopping() {
+        match pass(&store, true) {
             Ok(r) if r.versions > 0 || r.deferred > 0 => {
                 active_until = Instant::now() + GC_ACTIVE;
             }
             Ok(_) => {}
             Err(e) => log::error!("file store: garbage collection failed: {e}"),
         }
-        core.files.wait_for_gc_work(&core, IDLE, active_until);
+        store
+            .shared()
+            .wait_for_gc_work(&bg, IDLE, active_until);
     }
 }

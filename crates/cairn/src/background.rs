@@ -1,0 +1,56 @@
+//! The store's own background threads: the maintenance thread (seals rotated
+//! segments, makes spare segments, runs the periodic sync of `SyncPolicy::Every`) and the
+//! compaction threads. They sit above the store and compaction; `Db::open` starts them
+//! and the last handle's drop (or `Db::close`) stops and joins them.
+
+use std::time::{Duration, Instant};
+
+use crate::compaction::{self, Outcome};
+use crate::core::Core;
+use crate::SyncPolicy;
+
+/// Background loop: seals rotated segments and runs the periodic sync.
+pub(crate) fn maintenance_loop(core: &Core) {
+    let interval = match core.opts.sync {
+        SyncPolicy::Every(d) => Some(d),
+        _ => None,
+    };
+    let mut last_sync = Instant::now();
+    while !core.is_shutdown() {
+        // Spares first: a writer is about to need one, while a seal only frees
+        // memory maps and makes a segment compactable.
+        if let Err(e) = core.seal_queued_with(|| core.make_spares()) {
+            log::error!("sealing a segment failed: {e}");
+            core.wait(Duration::from_millis(500), true);
+        }
+        if let Some(d) = interval {
+            if last_sync.elapsed() >= d {
+                if let Err(e) = core.flush() {
+                    log::error!("periodic sync failed: {e}");
+                }
+                last_sync = Instant::now();
+            }
+            core.wait(
+                d.saturating_sub(last_sync.elapsed())
+                    .max(Duration::from_millis(1)),
+                true,
+            );
+        } else {
+            core.wait(Duration::from_millis(500), true);
+        }
+    }
+}
+
+/// Background loop: compacts the segments whose stale fraction passed the threshold.
+pub(crate) fn compaction_loop(core: &Core) {
+    while !core.is_shutdown() {
+        match compaction::compact_one(core, false) {
+            Ok(Outcome::Compacted) => {}
+            Ok(_) => core.wait(Duration::from_millis(200), false),
+            Err(e) => {
+                log::error!("background compaction failed: {e}");
+                core.wait(Duration::from_secs(1), false);
+            }
+        }
+    }
+}

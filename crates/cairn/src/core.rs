@@ -1,0 +1,382 @@
+//! The open store's shared state: the [`StoreCtx`] and the shards, with the operations
+//! that span shards — routing a key to its shard, single writes, atomic batches, group
+//! commit over all shards, flush and close. The handle ([`crate::Db`]), the keyspaces,
+//! iterators, compaction and the background threads sit above it.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fs::File;
+use std::ops::Deref;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::batch::WriteBatch;
+use crate::ctx::StoreCtx;
+use crate::damage::Damage;
+use crate::keys::check_value;
+use crate::manifest::{self, SeqState};
+use crate::record::Kind;
+use crate::shard::{Prepared, Shard};
+use crate::value::Value;
+use crate::{Error, Result, SyncPolicy, MAX_KEY_LEN};
+
+/// State that layers above the engine attach to an open store (see
+/// [`crate::Db::extension`]), one value per type.
+pub(crate) type Extensions = Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>;
+
+/// The open store: the context every shard shares, the shards, and what the store keeps
+/// beside them.
+pub(crate) struct Core {
+    pub ctx: StoreCtx,
+    pub shards: Vec<Shard>,
+    /// The persisted `SEQSTATE`.
+    pub seqstate: Mutex<SeqState>,
+    pub open_damage: Vec<Damage>,
+    /// State of the layers above, by type.
+    pub extensions: Extensions,
+    pub _lock: File,
+}
+
+impl Deref for Core {
+    type Target = StoreCtx;
+    fn deref(&self) -> &StoreCtx {
+        &self.ctx
+    }
+}
+
+impl Core {
+    pub fn shard_of(&self, key: &[u8]) -> usize {
+        (xxh3_64(key) % self.shards.len() as u64) as usize
+    }
+
+    /// Creates the spare segments shards asked for.
+    pub(crate) fn make_spares(&self) {
+        if self.spare_wanted.swap(false, Ordering::SeqCst) {
+            for s in &self.shards {
+                s.make_spare(self);
+            }
+        }
+    }
+
+    /// Makes every acknowledged write durable and advances the batch watermark.
+    pub fn flush(&self) -> Result<()> {
+        let upto = self.current_seq().saturating_sub(1);
+        for s in &self.shards {
+            s.flush(self, true)?;
+        }
+        self.durable_seq.fetch_max(upto, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// A clean close: everything durable, a hint file for every active segment (so the
+    /// next open reads no data), and the batch watermark recorded.
+    pub(crate) fn close(&self) -> Result<()> {
+        if self.failure().is_some() {
+            return Ok(());
+        }
+        self.flush()?;
+        for s in &self.shards {
+            s.drop_spare(self)?;
+            s.hint_active(self)?;
+        }
+        self.persist_watermark(self.durable_seq())
+    }
+
+    /// Ensures `SEQSTATE` records a watermark of at least `seq`, flushing first if the
+    /// in-memory watermark is behind. Compaction calls this before it may drop or
+    /// rewrite any record up to `seq`.
+    pub fn persist_watermark(&self, seq: u64) -> Result<()> {
+        if self.durable_seq() < seq {
+            self.flush()?;
+        }
+        let mut st = self.seqstate.lock();
+        if st.watermark >= seq {
+            return Ok(());
+        }
+        let mut next = st.clone();
+        next.watermark = self.durable_seq();
+        manifest::write_seqstate(&self.fs, &self.dir, &next)?;
+        *st = next;
+        Ok(())
+    }
+
+    /// Reads the value of an internal key.
+    pub fn get(&self, ikey: &[u8]) -> Result<Option<Value>> {
+        self.shards[self.shard_of(ikey)].get(ikey)
+    }
+
+    /// Asks the kernel to start reading the record of an internal key into the page
+    /// cache, without waiting (a no-op if the key is absent or its record is still in
+    /// memory). Lets a streaming reader (the file store) keep several reads in flight.
+    pub fn prefetch(&self, ikey: &[u8]) {
+        let src = {
+            let st = self.shards[self.shard_of(ikey)].state.read();
+            st.index
+                .get(ikey)
+                .and_then(|loc| st.source(loc).ok().map(|s| (loc, s)))
+        };
+        if let Some((loc, crate::shard::Source::File(f))) = src {
+            use std::os::unix::io::AsRawFd;
+            // SAFETY: an advisory system call on a descriptor that `f` keeps open.
+            unsafe {
+                libc::posix_fadvise(
+                    f.file.as_raw_fd(),
+                    loc.off as libc::off_t,
+                    loc.len as libc::off_t,
+                    libc::POSIX_FADV_WILLNEED,
+                );
+            }
+        }
+    }
+
+    /// Starts writing shard `shard`'s written-but-unsynced data of its active segment
+    /// to disk without waiting (`sync_file_range(SYNC_FILE_RANGE_WRITE)`), so that a
+    /// later sync finds less to do. A streaming writer (the file store) calls this as it
+    /// goes, so that the sync at its commit overlaps with the streaming.
+    pub fn start_writeback(&self, shard: usize) {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::io::AsRawFd;
+            let file = self.shards[shard].state.read().active.file.clone();
+            // SAFETY: an advisory system call on a descriptor that `file` keeps open.
+            unsafe {
+                libc::sync_file_range(file.file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = shard;
+    }
+
+    /// Whether an internal key has a value.
+    pub fn contains(&self, ikey: &[u8]) -> bool {
+        self.shards[self.shard_of(ikey)]
+            .state
+            .read()
+            .index
+            .get(ikey)
+            .is_some()
+    }
+
+    /// Puts an internal key; `sync` false skips the sync of `SyncPolicy::Always` (the
+    /// caller makes the data durable later with `flush`).
+    pub fn put(&self, ikey: &[u8], value: &[u8], sync: bool) -> Result<()> {
+        check_value(value)?;
+        let shard = self.shard_of(ikey);
+        let seq = self.write_one(Prepared::new(Kind::Put, ikey, value))?;
+        self.after_write(seq, sync, shard)
+    }
+
+    /// Deletes an internal key.
+    pub fn delete(&self, ikey: &[u8], sync: bool) -> Result<()> {
+        let shard = self.shard_of(ikey);
+        let seq = self.write_one(Prepared::new(Kind::Delete, ikey, &[]))?;
+        self.after_write(seq, sync, shard)
+    }
+
+    /// After a write numbered `seq` (`None`: nothing was written): under
+    /// `SyncPolicy::Always` with `sync`, waits until it is durable.
+    /// `shard`: the (first) shard written, synced first.
+    fn after_write(&self, seq: Option<u64>, sync: bool, shard: usize) -> Result<()> {
+        match seq {
+            Some(seq) if sync && self.opts.sync == SyncPolicy::Always => self.sync_upto(seq, shard),
+            _ => Ok(()),
+        }
+    }
+
+    /// Returns once every write numbered up to `seq` is durable in every shard (so a
+    /// durable write never depends on a lost earlier one), sharing each shard's fsync
+    /// with the other writers waiting for it. Shards are visited from `first` on: a
+    /// writer syncs its own shard first, so concurrent writers sync different shards in
+    /// parallel and then find the others' shards synced (or join their fsync).
+    pub fn sync_upto(&self, seq: u64, first: usize) -> Result<()> {
+        if self.durable_seq() >= seq {
+            return Ok(());
+        }
+        // A write numbered below `seq` finished its append before its shard's lock was
+        // released, and `sync_seq` takes that lock: nothing below `seq` is missed.
+        let n = self.shards.len();
+        for i in 0..n {
+            let s = &self.shards[(first + i) % n];
+            s.sync_seq(self, seq)?;
+        }
+        self.durable_seq.fetch_max(seq, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Hands every shard's buffered records to the kernel (no fsync): after a killed
+    /// process, the writes made so far survive.
+    pub fn write_out(&self) -> Result<()> {
+        for s in &self.shards {
+            s.flush(self, false)?;
+        }
+        Ok(())
+    }
+
+    /// Appends one record; returns its sequence number, or `None` for the delete of an
+    /// absent key (nothing written).
+    fn write_one(&self, op: Prepared<'_>) -> Result<Option<u64>> {
+        if self.is_shutdown() {
+            return Err(Error::Closed);
+        }
+        let shard = &self.shards[self.shard_of(op.key)];
+        if shard.prepare_write(self)? {
+            self.write_out()?;
+        }
+        let len = op.record_len();
+        let delete = op.kind == Kind::Delete;
+        self.reserve(len, delete)?;
+        let seq = {
+            let mut st = shard.state.write();
+            if let Some(f) = &st.failed {
+                let e = Error::ReadOnly(f.clone());
+                drop(st);
+                self.sub_disk_used(len);
+                return Err(e);
+            }
+            // The hash side answers "absent" for sure; a rare false "present" only
+            // writes a tombstone that removes nothing.
+            if delete && st.index.candidate(op.key).is_none() {
+                drop(st);
+                self.sub_disk_used(len);
+                return Ok(None);
+            }
+            let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
+            st.append(&op, seq, 1);
+            seq
+        };
+        shard.note_user((op.key.len() + op.value.len()) as u64);
+        Ok(Some(seq))
+    }
+
+    /// Applies a batch atomically; `sync` as for [`Core::put`].
+    pub fn write_batch(&self, batch: WriteBatch, sync: bool) -> Result<()> {
+        self.write_batch_inner(batch, sync, false)
+    }
+
+    /// Like [`Core::write_batch`]; with `frees`, for a batch that frees space though it
+    /// holds a small put (a file remove): it may use the delete reserve beyond
+    /// `max_size`.
+    pub fn write_batch_opts(&self, batch: WriteBatch, sync: bool, frees: bool) -> Result<()> {
+        self.write_batch_inner(batch, sync, frees)
+    }
+
+    fn write_batch_inner(&self, batch: WriteBatch, sync: bool, frees: bool) -> Result<()> {
+        if let Some(len) = batch.too_large_key() {
+            return Err(Error::KeyTooLarge {
+                len,
+                max: MAX_KEY_LEN,
+            });
+        }
+        let ops = batch.into_final_ops();
+        if ops.is_empty() {
+            return Ok(());
+        }
+        if ops.len() > u32::MAX as usize {
+            return Err(Error::InvalidArgument(
+                "batch has too many operations".into(),
+            ));
+        }
+        // Operations grouped by shard (a stable sort keeps their order within a shard).
+        let mut prepared: Vec<(usize, Prepared<'_>)> = Vec::with_capacity(ops.len());
+        for (kind, k, v) in &ops {
+            check_value(v)?;
+            prepared.push((self.shard_of(k), Prepared::new(*kind, k, v)));
+        }
+        prepared.sort_by_key(|p| p.0);
+        let mut shards: Vec<usize> = prepared.iter().map(|p| p.0).collect();
+        shards.dedup();
+        if self.is_shutdown() {
+            return Err(Error::Closed);
+        }
+        let mut write_out = false;
+        for &s in &shards {
+            write_out |= self.shards[s].prepare_write(self)?;
+        }
+        if write_out {
+            self.write_out()?;
+        }
+        let all_deletes = frees || ops.iter().all(|o| o.0 == Kind::Delete);
+        let reserved: u64 = prepared.iter().map(|p| p.1.record_len()).sum();
+        self.reserve(reserved, all_deletes)?;
+        let mut guards: Vec<_> = shards
+            .iter()
+            .map(|&s| self.shards[s].state.write())
+            .collect();
+        if let Some(f) = guards.iter().find_map(|g| g.failed.clone()) {
+            drop(guards);
+            self.sub_disk_used(reserved);
+            return Err(Error::ReadOnly(f));
+        }
+        let guard_of = |s: usize| shards.binary_search(&s).unwrap_or(0);
+        // Deletes of absent keys are no-ops and are left out of the batch (judged by the
+        // index's hash side: rarely, a key sharing its tag with a live one keeps a delete
+        // that removes nothing, which is harmless).
+        let mut effective = 0u64;
+        let mut used = 0u64;
+        let keep: Vec<bool> = prepared
+            .iter()
+            .map(|(s, p)| {
+                let k =
+                    p.kind == Kind::Put || guards[guard_of(*s)].index.candidate(p.key).is_some();
+                if k {
+                    effective += 1;
+                    used += p.record_len();
+                }
+                k
+            })
+            .collect();
+        if effective == 0 {
+            drop(guards);
+            self.sub_disk_used(reserved);
+            return Ok(());
+        }
+        let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
+        for ((s, p), &k) in prepared.iter().zip(&keep) {
+            if k {
+                guards[guard_of(*s)].append(p, seq, effective as u32);
+            }
+        }
+        drop(guards);
+        self.sub_disk_used(reserved - used);
+        for (s, p) in &prepared {
+            self.shards[*s].note_user((p.key.len() + p.value.len()) as u64);
+        }
+        self.after_write(Some(seq), sync, shards[0])
+    }
+
+    /// Seals the queued segments now (used by `compact` and the background thread).
+    pub fn seal_queued(&self) -> Result<()> {
+        self.seal_queued_with(|| {})
+    }
+
+    /// Like [`Core::seal_queued`], running `between` before each seal.
+    pub(crate) fn seal_queued_with(&self, between: impl Fn()) -> Result<()> {
+        loop {
+            between();
+            let Some((shard, seg)) = self.seal_queue.lock().pop_front() else {
+                return Ok(());
+            };
+            if let Err(e) = self.shards[shard as usize].seal(self, seg) {
+                // Leave it queued for a later try.
+                self.seal_queue.lock().push_back((shard, seg));
+                return Err(e);
+            }
+        }
+    }
+
+    /// Waits for a segment to seal (and, for the maintenance thread, `spares`, for a
+
+    /// Waits for a segment to seal (and, for the maintenance thread, `spares`, for a
+    /// spare segment asked for), shutdown or `timeout`.
+    pub(crate) fn wait(&self, timeout: Duration, spares: bool) {
+        let mut q = self.seal_queue.lock();
+        let spare_wanted = spares && self.spare_wanted.load(Ordering::SeqCst);
+        if q.is_empty() && !self.is_shutdown() && !spare_wanted {
+            self.wake.wait_for(&mut q, timeout);
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! [`Keyspace`]: a key space of its own inside a store, for the layers built on the
+//! engine (the file store, the file system, the cluster) and for applications that want
+//! separate tables. Its keys are stored behind a one-byte keyspace id; everything else
+//! (shards, sequence numbers, group commit, the prefix guarantee) is the store's.
+
+use std::ops::RangeBounds;
+
+use crate::batch::WriteBatch;
+use crate::db::Db;
+use crate::iter::Iter;
+use crate::keys::{as_bytes, check_key, check_value, ikey, ns_bounds, ns_prefix_bounds};
+use crate::value::Value;
+use crate::{Result, MAX_KEY_LEN};
+
+/// How a write waits for durability.
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = cairn::Options::new().sync(cairn::SyncPolicy::Always).open(dir.path())?;
+/// let ks = db.keyspace(9);
+/// // Many writes without waiting for each one's fsync, then one flush for all.
+/// for i in 0..100u32 {
+///     ks.put_with(i.to_be_bytes(), "v", cairn::WriteOptions::new().defer_sync())?;
+/// }
+/// db.flush()?;
+/// # Ok::<(), cairn::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteOptions {
+    sync: bool,
+    frees_space: bool,
+}
+
+impl Default for WriteOptions {
+    fn default() -> WriteOptions {
+        WriteOptions::new()
+    }
+}
+
+impl WriteOptions {
+    /// The default: under `SyncPolicy::Always` the write returns once it is durable.
+    pub fn new() -> WriteOptions {
+        WriteOptions {
+            sync: true,
+            frees_space: false,
+        }
+    }
+
+    /// Returns without waiting for durability even under `SyncPolicy::Always`; the
+    /// caller makes the write durable later ([`Db::flush`], [`Db::flush_shards`]).
+    /// Order is kept: the write is still numbered before every later write, so a crash
+    /// never keeps a later write without it.
+    pub fn defer_sync(mut self) -> WriteOptions {
+        self.sync = false;
+        self
+    }
+
+    /// Marks a write that frees space although it holds a small put (a remove that
+    /// records a tombstone row, say): like deletes, it may use the small reserve beyond
+    /// `Options::max_size`, so that a full store can still be emptied.
+    pub fn frees_space(mut self) -> WriteOptions {
+        self.frees_space = true;
+        self
+    }
+}
+
+/// A key space of its own inside a store (see [`Db::keyspace`]). Cheap to clone; it
+/// keeps the store open like a [`Db`] clone.
+#[derive(Clone, Debug)]
+pub struct Keyspace {
+    db: Db,
+    id: u8,
+}
+
+impl Keyspace {
+    pub(crate) fn new(db: Db, id: u8) -> Keyspace {
+        Keyspace { db, id }
+    }
+
+    /// This keyspace's id.
+    pub fn id(&self) -> u8 {
+        self.id
+    }
+
+    /// The store this keyspace belongs to.
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// The stored form of `key`.
+    fn ikey(&self, key: &[u8]) -> Vec<u8> {
+        ikey(self.id, key)
+    }
+
+    /// Reads the value of `key`: at most one disk read, checksum verified.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Value>> {
+        let k = key.as_ref();
+        if k.len() > MAX_KEY_LEN {
+            return Ok(None);
+        }
+        self.db.core().get(&self.ikey(k))
+    }
+
+    /// Whether `key` has a value (answered from memory, no disk read).
+    pub fn contains(&self, key: impl AsRef<[u8]>) -> bool {
+        let k = key.as_ref();
+        k.len() <= MAX_KEY_LEN && self.db.core().contains(&self.ikey(k))
+    }
+
+    /// Sets `key` to `value`.
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        self.put_with(key, value, WriteOptions::new())
+    }
+
+    /// Sets `key` to `value`, waiting for durability as `opts` says.
+    pub fn put_with(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        opts: WriteOptions,
+    ) -> Result<()> {
+        let k = key.as_ref();
+        check_key(k)?;
+        check_value(value.as_ref())?;
+        self.db
+            .core()
+            .put(&self.ikey(k), value.as_ref(), opts.sync)
+    }
+
+    /// Deletes `key` (a no-op when it is absent).
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
+        self.delete_with(key, WriteOptions::new())
+    }
+
+    /// Deletes `key`, waiting for durability as `opts` says.
+    pub fn delete_with(&self, key: impl AsRef<[u8]>, opts: WriteOptions) -> Result<()> {
+        let k = key.as_ref();
+        check_key(k)?;
+        self.db.core().delete(&self.ikey(k), opts.sync)
+    }
+
+    /// Applies every operation of `batch` to this keyspace atomically (see
+    /// [`Db::write`]).
+    pub fn write(&self, batch: WriteBatch) -> Result<()> {
+        self.write_with(batch, WriteOptions::new())
+    }
+
+    /// Applies `batch` atomically, waiting for durability as `opts` says.
+    pub fn write_with(&self, mut batch: WriteBatch, opts: WriteOptions) -> Result<()> {
+        batch.set_keyspace(self.id);
+        self.db
+            .core()
+            .write_batch_opts(batch, opts.sync, opts.frees_space)
+    }
+
+    /// Every key and value of this keyspace in key order. Reverse with `.rev()`.
+    pub fn iter(&self) -> Iter {
+        self.range::<[u8], _>(..)
+    }
+
+    /// The keys within `range`, in key order. Reverse with `.rev()`.
+    pub fn range<K: AsRef<[u8]> + ?Sized, R: RangeBounds<K>>(&self, range: R) -> Iter {
+        let (lo, hi) = ns_bounds(
+            self.id,
+            as_bytes(range.start_bound()),
+            as_bytes(range.end_bound()),
+        );
+        Iter::new(self.db.core_arc().clone(), lo, hi, 1)
+    }
+
+    /// The keys starting with `prefix`, in key order. Reverse with `.rev()`.
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Iter {
+        let (lo, hi) = ns_prefix_bounds(self.id, prefix.as_ref());
+        Iter::new(self.db.core_arc().clone(), lo, hi, 1)
+    }
+
+    /// Like [`Keyspace::prefix`], handing out each key with `prefix` removed (no copy
+    /// of the prefix per key): for tables whose rows share a prefix, such as the
+    /// entries of one directory.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = cairn::Db::open(dir.path())?;
+    /// let ks = db.keyspace(5);
+    /// ks.put("dir1/a", "")?;
+    /// ks.put("dir1/b", "")?;
+    /// ks.put("dir2/c", "")?;
+    /// let names: Vec<_> = ks.prefix_suffixes("dir1/").map(|r| r.unwrap().0).collect();
+    /// assert_eq!(names, vec![b"a".to_vec(), b"b".to_vec()]);
+    /// # Ok::<(), cairn::Error>(())
+    /// ```
+    pub fn prefix_suffixes(&self, prefix: impl AsRef<[u8]>) -> Iter {
+        let p = prefix.as_ref();
+        self.prefix_stripped(p, p.len())
+    }
+
+    /// Like [`Keyspace::prefix`], handing out each key without its first `strip`
+    /// bytes (at most the prefix's length): for a table whose rows start with a tag
+    /// byte, say, listed by a prefix that goes beyond the tag.
+    pub fn prefix_stripped(&self, prefix: impl AsRef<[u8]>, strip: usize) -> Iter {
+        let p = prefix.as_ref();
+        let (lo, hi) = ns_prefix_bounds(self.id, p);
+        Iter::new(self.db.core_arc().clone(), lo, hi, 1 + strip.min(p.len()))
+    }
+
+    /// The shard that holds `key`: writes to one shard are synced by one fsync
+    /// ([`Db::flush_shards`]).
+    pub fn shard_of(&self, key: impl AsRef<[u8]>) -> usize {
+        self.db.core().shard_of(&self.ikey(key.as_ref()))
+    }
+
+    /// Asks the kernel to start reading `key`'s record into the page cache without
+    /// waiting (a no-op if the key is absent or its record is still in memory), so that
+    /// a streaming reader can keep several reads in flight.
+    pub fn prefetch(&self, key: impl AsRef<[u8]>) {
+        self.db.core().prefetch(&self.ikey(key.as_ref()))
+    }
+}

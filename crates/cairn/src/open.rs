@@ -1,0 +1,231 @@
+//! Opening a store: the lock, the manifest (creating a new store in an empty
+//! directory), loading every shard in parallel, cutting the writes after a crash back to
+//! a prefix (`recovery::find_cut`), and rebuilding the indexes.
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::core::Core;
+use crate::ctx::StoreCtx;
+use crate::damage::Damage;
+use crate::fsutil::Fs;
+use crate::manifest;
+use crate::recovery;
+use crate::segment::{SegKind, SegmentFile};
+use crate::shard::Shard;
+use crate::{Error, Options, Result};
+
+
+/// Runs `f` over `items` on up to the machine's parallelism, keeping order.
+fn par_map<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> Result<R> + Sync) -> Result<Vec<R>> {
+    let n = items.len();
+    let workers = std::thread::available_parallelism()
+        .map(|p| p.get())
+        .unwrap_or(2)
+        .min(n.max(1));
+    let slots: Vec<Mutex<Option<T>>> = items.into_iter().map(|t| Mutex::new(Some(t))).collect();
+    let results: Vec<Mutex<Option<Result<R>>>> = (0..n).map(|_| Mutex::new(None)).collect();
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                if i >= n {
+                    break;
+                }
+                let item = slots[i].lock().take().expect("each item taken once");
+                *results[i].lock() = Some(f(item));
+            });
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| r.into_inner().expect("every item processed"))
+        .collect()
+}
+
+/// Directory of shard `i`.
+pub(crate) fn shard_dir(dir: &Path, i: u32) -> PathBuf {
+    dir.join("shards").join(format!("{i:04}"))
+}
+
+pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
+    opts.validate()?;
+    fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    if !dir.join(manifest::MANIFEST).exists() {
+        check_creatable(dir)?;
+    }
+    let lock_path = dir.join("LOCK");
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| Error::io(&lock_path, e))?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => return Err(Error::Locked(dir.to_owned())),
+        Err(fs::TryLockError::Error(e)) => return Err(Error::io(&lock_path, e)),
+    }
+    let fs = Fs::new(opts.fault.clone());
+    let nshards = if dir.join(manifest::MANIFEST).exists() {
+        let n = manifest::read_manifest(dir)?;
+        if let Some(want) = opts.shards {
+            if want != n {
+                return Err(Error::InvalidArgument(format!(
+                    "store at {} has {n} shards; the shard count is fixed at creation (asked for {want})",
+                    dir.display()
+                )));
+            }
+        }
+        n
+    } else {
+        create_store(
+            &fs,
+            dir,
+            opts.shards.unwrap_or(crate::options::DEFAULT_SHARDS),
+        )?
+    };
+    let mut seqstate = manifest::read_seqstate(dir)?;
+    for i in 0..nshards {
+        let d = shard_dir(dir, i);
+        if !d.is_dir() {
+            return Err(Error::corruption(&d, "shard directory is missing"));
+        }
+    }
+    // Phase 1: load every shard's entries in parallel.
+    let loaded = par_map((0..nshards).collect(), |i| {
+        recovery::load(&fs, i, &shard_dir(dir, i))
+    })?;
+    // Phase 2: the writes newer than the watermark that survive must be a prefix of
+    // the writes made, each batch whole (see `recovery::find_cut`).
+    let mut seqs = Vec::new();
+    for l in &loaded {
+        l.seqs_above(seqstate.watermark, &mut seqs);
+    }
+    let max_seq = loaded
+        .iter()
+        .map(|l| l.max_seq)
+        .chain([seqstate.max_seq()])
+        .max()
+        .unwrap_or(0);
+    let lost_records = loaded.iter().any(|l| l.lost_records);
+    let cut = recovery::find_cut(seqs, &seqstate, max_seq, lost_records);
+    let mut damage: Vec<Damage> = Vec::new();
+    if cut != recovery::Cut::default() {
+        for s in &cut.aborted {
+            log::warn!("batch {s} was only partly written before damage; ignoring all of it");
+        }
+        for &(lo, hi) in &cut.void {
+            if lost_records {
+                log::warn!("writes {lo}..={hi} are missing after damage");
+            } else {
+                log::warn!(
+                    "write {lo} was lost in a crash; ignoring the writes after it ({lo}..={hi}) \
+                     so that the store holds a prefix of its writes"
+                );
+            }
+            seqstate.add_void(lo, hi);
+        }
+        seqstate.aborted.extend(&cut.aborted);
+        seqstate.aborted.sort_unstable();
+        manifest::write_seqstate(&fs, dir, &seqstate)?;
+    }
+    let next_seq = max_seq + 1;
+    for l in &loaded {
+        damage.extend(l.damage.iter().cloned());
+    }
+    // Phase 3: rebuild each shard's index in parallel.
+    let (segment_size, hashed) = (opts.segment_size, opts.hash_index);
+    let built = par_map(loaded, |l| {
+        let (id, sdir) = (l.shard, l.dir.clone());
+        let fs = &fs;
+        recovery::build(l, &seqstate, fs, segment_size, hashed, |seg| {
+            SegmentFile::create(fs, &sdir, id, seg, SegKind::Data, next_seq)
+        })
+    })?;
+    let mut shards = Vec::with_capacity(built.len());
+    let mut to_seal = Vec::new();
+    let mut disk = 0;
+    for (i, b) in built.into_iter().enumerate() {
+        disk += b.state.disk_bytes();
+        to_seal.extend(b.to_seal.iter().map(|&s| (i as u32, s)));
+        shards.push(Shard::new(
+            i as u32,
+            shard_dir(dir, i as u32),
+            b.state,
+            b.unsynced,
+        ));
+    }
+    let watermark = seqstate.watermark;
+    let ctx = StoreCtx::new(
+        dir.to_owned(),
+        opts,
+        fs,
+        shards.len(),
+        next_seq,
+        disk,
+        watermark,
+        to_seal,
+    );
+    Ok(Core {
+        ctx,
+        shards,
+        seqstate: Mutex::new(seqstate),
+        open_damage: damage,
+        extensions: Default::default(),
+        _lock: lock,
+    })
+}
+
+/// A new store may be created only in an empty directory (or one left by a creation
+/// that crashed before writing its manifest).
+fn check_creatable(dir: &Path) -> Result<()> {
+    let has_data = fs::read_dir(dir)
+        .map_err(|e| Error::io(dir, e))?
+        .filter_map(|e| e.ok())
+        .any(|e| {
+            let name = e.file_name();
+            name != "LOCK" && name != "shards" && !name.to_string_lossy().ends_with(".tmp")
+        });
+    if has_data {
+        return Err(Error::format(
+            dir,
+            "directory is not empty and holds no cairn store (no CAIRN manifest)",
+        ));
+    }
+    Ok(())
+}
+
+fn create_store(fs: &Fs, dir: &Path, n: u32) -> Result<u32> {
+    check_creatable(dir)?;
+    let shards = dir.join("shards");
+    if shards.exists() {
+        // A crash during creation may leave shard directories; they must be empty.
+        for e in fs::read_dir(&shards)
+            .map_err(|e| Error::io(&shards, e))?
+            .flatten()
+        {
+            let non_empty = fs::read_dir(e.path())
+                .map(|mut d| d.next().is_some())
+                .unwrap_or(true);
+            if non_empty {
+                return Err(Error::corruption(
+                    dir.join(manifest::MANIFEST),
+                    "manifest missing but shard directories hold data",
+                ));
+            }
+        }
+    }
+    for i in 0..n {
+        let d = shard_dir(dir, i);
+        fs::create_dir_all(&d).map_err(|e| Error::io(&d, e))?;
+    }
+    fs.sync_dir(&shards)?;
+    fs.sync_dir(dir)?;
+    manifest::write_manifest(fs, dir, n)?;
+    Ok(n)
+}
