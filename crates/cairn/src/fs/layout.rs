@@ -90,3 +90,16 @@ pub(crate) fn decode_dentry(v: &[u8]) -> Option<(u64, u32)> {
         u32::from_le_bytes(v[8..12].try_into().ok()?),
     ))
 }
+
+/// The little-endian `u32` at `b[at..at + 4]` (every integer of a row value is
+/// little-endian).
+pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// The little-endian `u64` at `b[at..at + 8]`.
+pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut v = [0u8; 8];
+    v.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(v)
+}

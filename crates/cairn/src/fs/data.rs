@@ -1,0 +1,232 @@
+//! File contents: open and release, reads, writes and truncation of data kept inline
+//! in the inode row (up to [`INLINE_MAX`] bytes) or in chunk rows of [`CHUNK_SIZE`].
+
+use std::collections::BTreeMap;
+
+use super::errno::{err, Errno, FsResult};
+use super::inode::{Attr, Inode, Tx};
+use super::layout::*;
+use super::perm::{Cred, SetAttr, R, W};
+use super::times::now_ns;
+use super::{Fs, CHUNK_SIZE, INLINE_MAX};
+
+impl Fs {
+    /// Opens file `ino` (`flags` as for open(2): the access mode is checked, `O_TRUNC`
+    /// truncates). A file unlinked while open keeps its data until [`Fs::release`].
+    pub fn open_file(&self, cred: &Cred, ino: u64, flags: i32) -> FsResult<Attr> {
+        let i = self.inode(ino)?;
+        let acc = flags & libc::O_ACCMODE;
+        let mask = match acc {
+            libc::O_RDONLY => R,
+            libc::O_WRONLY => W,
+            _ => R | W,
+        };
+        if i.is_dir() && (acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0) {
+            return err(libc::EISDIR);
+        }
+        self.check_access(cred, &i.attr, mask)?;
+        if flags & libc::O_TRUNC != 0 && acc != libc::O_RDONLY && i.attr.size != 0 {
+            self.setattr(
+                cred,
+                ino,
+                &SetAttr {
+                    size: Some(0),
+                    ..Default::default()
+                },
+            )?;
+        }
+        *self.open.lock().entry(ino).or_insert(0) += 1;
+        Ok(i.attr)
+    }
+
+    /// Closes what [`Fs::open_file`] opened; the last close of an unlinked file frees it.
+    pub fn release(&self, ino: u64) -> FsResult<()> {
+        let _g = self.lock.lock();
+        let last = {
+            let mut o = self.open.lock();
+            match o.get_mut(&ino) {
+                Some(n) if *n > 1 => {
+                    *n -= 1;
+                    false
+                }
+                Some(_) => {
+                    o.remove(&ino);
+                    true
+                }
+                None => false,
+            }
+        };
+        if last {
+            if let Some(i) = self.load(ino)? {
+                if i.attr.nlink == 0 {
+                    let mut tx = Tx::new();
+                    self.free(&mut tx, ino, Some(i.flags))?;
+                    tx.batch.delete(&orphan_key(ino));
+                    self.commit(tx)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn read_chunk(&self, ino: u64, idx: u64) -> FsResult<Vec<u8>> {
+        Ok(self
+            .rows
+            .get(&chunk_key(ino, idx))?
+            .map(|v| v.into_vec())
+            .unwrap_or_default())
+    }
+
+    /// Up to `size` bytes of file `ino` from `offset` (fewer at the end of the file).
+    pub fn read(&self, ino: u64, offset: u64, size: usize) -> FsResult<Vec<u8>> {
+        let i = self.inode(ino)?;
+        if i.is_dir() {
+            return err(libc::EISDIR);
+        }
+        self.touch_atime(&i)?;
+        let end = (offset.saturating_add(size as u64)).min(i.attr.size);
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        if !i.chunked() {
+            let e = (end as usize).min(i.data.len());
+            let mut v = i.data[(offset as usize).min(e)..e].to_vec();
+            v.resize((end - offset) as usize, 0);
+            return Ok(v);
+        }
+        let mut out = vec![0u8; (end - offset) as usize];
+        let mut pos = offset;
+        while pos < end {
+            let idx = pos / CHUNK_SIZE;
+            let cstart = idx * CHUNK_SIZE;
+            let cend = (cstart + CHUNK_SIZE).min(end);
+            let c = self.read_chunk(ino, idx)?;
+            let from = (pos - cstart) as usize;
+            let to = (cend - cstart) as usize;
+            if from < c.len() {
+                let n = to.min(c.len());
+                out[(pos - offset) as usize..(pos - offset) as usize + (n - from)]
+                    .copy_from_slice(&c[from..n]);
+            }
+            pos = cend;
+        }
+        Ok(out)
+    }
+
+    /// Writes `data` at `offset` of file `ino` (extending it, with zeros in any gap);
+    /// returns the bytes written. The data and the new size are one atomic batch.
+    pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> FsResult<usize> {
+        let _g = self.lock.lock();
+        let mut tx = Tx::new();
+        let mut i = self.tx_get(&mut tx, ino)?;
+        if i.is_dir() {
+            return err(libc::EISDIR);
+        }
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|e| *e <= i64::MAX as u64)
+            .ok_or(Errno(libc::EFBIG))?;
+        let new_size = i.attr.size.max(end);
+        if !i.chunked() && new_size <= INLINE_MAX as u64 {
+            i.data.resize(new_size as usize, 0);
+            i.data[offset as usize..end as usize].copy_from_slice(data);
+        } else {
+            let mut pending: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+            if !i.chunked() {
+                // Move the inline data into chunk 0.
+                if !i.data.is_empty() {
+                    pending.insert(0, std::mem::take(&mut i.data));
+                }
+                i.flags |= FLAG_CHUNKED;
+            }
+            let mut pos = offset;
+            while pos < end {
+                let idx = pos / CHUNK_SIZE;
+                let cstart = idx * CHUNK_SIZE;
+                let cend = (cstart + CHUNK_SIZE).min(end);
+                let c = match pending.remove(&idx) {
+                    Some(c) => c,
+                    None => self.read_chunk(ino, idx)?,
+                };
+                let mut c = c;
+                let to = (cend - cstart) as usize;
+                let from = (pos - cstart) as usize;
+                if c.len() < to {
+                    c.resize(to, 0);
+                }
+                c[from..to]
+                    .copy_from_slice(&data[(pos - offset) as usize..(cend - offset) as usize]);
+                pending.insert(idx, c);
+                pos = cend;
+            }
+            for (idx, c) in pending {
+                tx.batch.put(&chunk_key(ino, idx), &c);
+            }
+        }
+        let now = now_ns();
+        i.attr.size = new_size;
+        i.attr.mtime = now;
+        i.attr.ctime = now;
+        // Writing clears set-user-id (like the kernel's file_remove_privs).
+        i.attr.mode &= !libc::S_ISUID;
+        self.tx_put(&mut tx, i);
+        self.commit(tx)?;
+        Ok(data.len())
+    }
+
+    pub(super) fn truncate_in(&self, tx: &mut Tx, i: &mut Inode, size: u64) -> FsResult<()> {
+        let ino = i.attr.ino;
+        if !i.chunked() {
+            if size <= INLINE_MAX as u64 {
+                i.data.resize(size as usize, 0);
+            } else {
+                let data = std::mem::take(&mut i.data);
+                if !data.is_empty() {
+                    tx.batch.put(&chunk_key(ino, 0), &data);
+                }
+                i.flags |= FLAG_CHUNKED;
+            }
+        } else if size == 0 {
+            for r in self.rows.scan_prefix(&ino_prefix(TAG_CHUNK, ino), None) {
+                let (k, _) = r?;
+                tx.batch.delete(&chunk_key(
+                    ino,
+                    u64::from_be_bytes(k[..8].try_into().unwrap()),
+                ));
+            }
+            i.flags &= !FLAG_CHUNKED;
+            i.data.clear();
+        } else if size < i.attr.size {
+            let keep = size.div_ceil(CHUNK_SIZE);
+            let p = ino_prefix(TAG_CHUNK, ino);
+            let after = (keep.wrapping_sub(1)).to_be_bytes();
+            let from = if keep == 0 { None } else { Some(&after[..]) };
+            for r in self.rows.scan_prefix(&p, from) {
+                let (k, _) = r?;
+                tx.batch.delete(&chunk_key(
+                    ino,
+                    u64::from_be_bytes(k[..8].try_into().unwrap()),
+                ));
+            }
+            let last = keep - 1;
+            let tail = (size - last * CHUNK_SIZE) as usize;
+            let mut c = self.read_chunk(ino, last)?;
+            if c.len() > tail {
+                c.truncate(tail);
+                tx.batch.put(&chunk_key(ino, last), &c);
+            }
+        }
+        i.attr.size = size;
+        Ok(())
+    }
+
+    /// Makes every change made so far durable (the whole store is flushed).
+    pub fn fsync(&self, _ino: u64) -> FsResult<()> {
+        {
+            let _g = self.lock.lock();
+            self.write_dir_times()?;
+        }
+        self.rows.flush()?;
+        Ok(())
+    }
+}
