@@ -1,10 +1,10 @@
-//! Tests of `cairn::fs`: every operation and errno, reopening, and a SIGKILL crash test.
+//! Tests of `cairn_fs`: every operation and errno, reopening, and a SIGKILL crash test.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use cairn::fs::*;
+use cairn_fs::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

@@ -168,6 +168,22 @@ impl Keyspace {
         Iter::new(self.db.core_arc().clone(), lo, hi, 1)
     }
 
+    /// Like [`Keyspace::range`], handing out each key without its first `strip` bytes:
+    /// for scans inside one prefix of at least `strip` bytes that resume after a given
+    /// key (a directory listed in pages, say). Keys shorter than `strip` come out empty.
+    pub fn range_stripped<K: AsRef<[u8]> + ?Sized, R: RangeBounds<K>>(
+        &self,
+        range: R,
+        strip: usize,
+    ) -> Iter {
+        let (lo, hi) = ns_bounds(
+            self.id,
+            as_bytes(range.start_bound()),
+            as_bytes(range.end_bound()),
+        );
+        Iter::new(self.db.core_arc().clone(), lo, hi, 1 + strip)
+    }
+
     /// The keys starting with `prefix`, in key order. Reverse with `.rev()`.
     pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Iter {
         let (lo, hi) = ns_prefix_bounds(self.id, prefix.as_ref());

@@ -1,77 +1,98 @@
-//! The file system's one way into the engine: its rows, kept in the engine's `fs`
-//! keyspace. Keys given to and returned by [`Rows`] are the file system's own (see
-//! `layout`), without the keyspace byte. Nothing else in `fs` names engine internals,
-//! so that when the engine offers keyspaces publicly only this module changes.
+//! The file system's one way into the engine: its rows, kept in keyspace
+//! [`crate::KEYSPACE`] of the store through the engine's public keyspace API. Keys given
+//! to and returned by [`Rows`] are the file system's own (see `layout`). Nothing else in
+//! this crate calls the engine's read and write operations directly.
 
 use std::ops::Bound;
 
-use crate::db::{ikey, ns_prefix_bounds, NS_FS};
-use crate::{Db, Iter, Result, Value, WriteBatch};
+use cairn::{Db, Iter, Keyspace, Result, Value, WriteBatch, WriteOptions};
 
 /// The file system's rows in a store.
 pub(super) struct Rows {
-    db: Db,
+    ks: Keyspace,
+}
+
+/// The write options of `sync`: `false` defers the sync of `SyncPolicy::Always`.
+#[inline]
+fn opts(sync: bool) -> WriteOptions {
+    if sync {
+        WriteOptions::new()
+    } else {
+        WriteOptions::new().defer_sync()
+    }
+}
+
+/// The smallest key greater than every key starting with `p`, if any.
+fn prefix_successor(p: &[u8]) -> Option<Vec<u8>> {
+    let mut v = p.to_vec();
+    while let Some(last) = v.pop() {
+        if last < 0xff {
+            v.push(last + 1);
+            return Some(v);
+        }
+    }
+    None
 }
 
 impl Rows {
     /// The rows of the file system in `db`.
     pub(super) fn new(db: Db) -> Rows {
-        Rows { db }
+        Rows {
+            ks: db.keyspace(crate::KEYSPACE),
+        }
     }
 
     /// The underlying store.
     pub(super) fn db(&self) -> &Db {
-        &self.db
+        self.ks.db()
     }
 
     /// The value of row `key`.
     #[inline]
     pub(super) fn get(&self, key: &[u8]) -> Result<Option<Value>> {
-        self.db.core().get(&ikey(NS_FS, key))
+        self.ks.get(key)
     }
 
     /// Whether row `key` exists.
     #[inline]
     pub(super) fn contains(&self, key: &[u8]) -> bool {
-        self.db.core().contains(&ikey(NS_FS, key))
+        self.ks.contains(key)
     }
 
     /// Puts one row; `sync` false skips the sync of `SyncPolicy::Always` (a later
     /// [`Rows::flush`] or synced write makes it durable).
     #[inline]
     pub(super) fn put(&self, key: &[u8], value: &[u8], sync: bool) -> Result<()> {
-        self.db.core().put(&ikey(NS_FS, key), value, sync)
+        self.ks.put_with(key, value, opts(sync))
     }
 
     /// Applies `batch` atomically; `sync` as for [`Rows::put`].
     #[inline]
     pub(super) fn write(&self, batch: Batch, sync: bool) -> Result<()> {
-        self.db.core().write_batch(batch.0, sync)
+        self.ks.write_with(batch.0, opts(sync))
     }
 
     /// Makes every write acknowledged so far durable.
     pub(super) fn flush(&self) -> Result<()> {
-        self.db.core().flush()
+        self.ks.db().flush()
     }
 
     /// The rows whose keys start with `prefix`, in key order, after the key
     /// `prefix + after` if `after` is given. The keys handed out are without `prefix`.
     pub(super) fn scan_prefix(&self, prefix: &[u8], after: Option<&[u8]>) -> Scan {
-        let (lo, hi) = ns_prefix_bounds(NS_FS, prefix);
         let lo = match after {
             Some(a) => {
-                let mut k = ikey(NS_FS, prefix);
+                let mut k = prefix.to_vec();
                 k.extend_from_slice(a);
                 Bound::Excluded(k)
             }
-            None => lo,
+            None => Bound::Included(prefix.to_vec()),
         };
-        Scan(Iter::new(
-            self.db.core_arc().clone(),
-            lo,
-            hi,
-            1 + prefix.len(),
-        ))
+        let hi = prefix_successor(prefix).map_or(Bound::Unbounded, Bound::Excluded);
+        if after.is_none() {
+            return Scan(self.ks.prefix_suffixes(prefix));
+        }
+        Scan(self.ks.range_stripped::<Vec<u8>, _>((lo, hi), prefix.len()))
     }
 }
 
@@ -100,12 +121,12 @@ impl Batch {
     /// Adds a put of row `key`.
     #[inline]
     pub(super) fn put(&mut self, key: &[u8], value: &[u8]) {
-        self.0.put_ns(NS_FS, key, value);
+        self.0.put(key, value);
     }
 
     /// Adds a delete of row `key`.
     #[inline]
     pub(super) fn delete(&mut self, key: &[u8]) {
-        self.0.delete_ns(NS_FS, key);
+        self.0.delete(key);
     }
 }

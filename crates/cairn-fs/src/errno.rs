@@ -12,11 +12,11 @@ impl std::fmt::Display for Errno {
 
 impl std::error::Error for Errno {}
 
-impl From<crate::Error> for Errno {
-    fn from(e: crate::Error) -> Errno {
+impl From<cairn::Error> for Errno {
+    fn from(e: cairn::Error) -> Errno {
         match e {
-            crate::Error::StorageFull(_) => Errno(libc::ENOSPC),
-            crate::Error::KeyTooLarge { .. } => Errno(libc::ENAMETOOLONG),
+            cairn::Error::StorageFull(_) => Errno(libc::ENOSPC),
+            cairn::Error::KeyTooLarge { .. } => Errno(libc::ENAMETOOLONG),
             _ => {
                 log::error!("fs: store error: {e}");
                 Errno(libc::EIO)

@@ -12,7 +12,7 @@ use super::Fs;
 /// checks. Uid 0 passes every check but executing a file with no execute bit.
 ///
 /// ```
-/// use cairn::fs::Cred;
+/// use cairn_fs::Cred;
 /// let alice = Cred::new(1000, 1000).with_groups(&[27, 100]);
 /// assert!(alice.in_group(27) && alice.in_group(1000) && !alice.in_group(5));
 /// ```

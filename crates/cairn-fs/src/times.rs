@@ -32,7 +32,8 @@ pub(super) const DIR_CACHE_MAX: usize = 4096;
 pub(super) const DIR_TIMES_EVERY: u32 = 64;
 
 impl Drop for Fs {
-    /// Writes the deferred directory times before the store closes.
+    /// Writes the deferred directory times before the store closes; an error can only
+    /// be logged here ([`Fs::close`] returns it).
     fn drop(&mut self) {
         if let Err(e) = self.write_dir_times() {
             log::warn!("writing directory times at close: {e}");
@@ -96,5 +97,17 @@ impl Fs {
     pub(super) fn write_dir_times(&self) -> FsResult<()> {
         let dirty = Self::take_unwritten(&mut self.dir_cache.lock());
         self.write_inodes(dirty)
+    }
+
+    /// Closes the file system: writes the deferred directory times, then closes the
+    /// store it is on ([`cairn::Db::close`]: everything durable, hint files written),
+    /// returning the first error — which a drop could only log. The store is closed for
+    /// every handle to it.
+    pub fn close(self) -> FsResult<()> {
+        self.write_dir_times()?;
+        let db = self.db().clone();
+        drop(self);
+        db.close()?;
+        Ok(())
     }
 }

@@ -1,12 +1,14 @@
-//! A POSIX-style file system whose metadata and data are rows of the store, after
+//! # cairn-fs
+//!
+//! A POSIX-style file system whose metadata and data are rows of a cairn store, after
 //! TableFS: a directory entry is a row keyed by (parent inode, partition, name), every
 //! inode has a row of its own with its attributes (and the data of a small file inline),
 //! and larger files are split into chunk rows. Every change that touches several rows
-//! is one atomic [`crate::WriteBatch`], so a crash never leaves a dangling entry, an
+//! is one atomic [`cairn::WriteBatch`], so a crash never leaves a dangling entry, an
 //! orphan inode or a half rename.
 //!
 //! ```
-//! use cairn::fs::{Cred, Fs, ROOT};
+//! use cairn_fs::{Cred, Fs, ROOT};
 //! # let dir = tempfile::tempdir().unwrap();
 //! let fs = Fs::open(dir.path())?;
 //! let me = Cred::ROOT;
@@ -16,7 +18,7 @@
 //! assert_eq!(fs.read(f.ino, 0, 100)?, b"hello");
 //! let names: Vec<_> = fs.readdir(d.ino, None, 100)?.into_iter().map(|e| e.name).collect();
 //! assert_eq!(names, vec![b"a.txt".to_vec()]);
-//! # Ok::<(), cairn::fs::Errno>(())
+//! # Ok::<(), cairn_fs::Errno>(())
 //! ```
 //!
 //! Errors are errno values ([`Errno`]). One [`Fs`] value must own a store at a time (it
@@ -25,6 +27,10 @@
 //! Access times follow Linux's default `relatime` rule: a read of a file, or a listing
 //! of a directory from its start, sets the access time when it is not newer than the
 //! modification or change time, or is a day old; other reads write nothing.
+//!
+//! The rows live in keyspace [`KEYSPACE`] of the store and are reached only through the
+//! engine's public API (`store` below). This crate must never depend on the file store
+//! (`cairn-files`), the FUSE adapter, the cluster, the benchmarks or the CLI.
 
 // The code is split by concern: `namespace` (entries: lookup, create, link, remove,
 // rename, listing), `inode` (inode rows and the changes of an operation), `data` (file
@@ -50,7 +56,7 @@ use std::sync::atomic::AtomicBool;
 
 use parking_lot::Mutex;
 
-use crate::{Db, Options};
+use cairn::{Db, Options};
 use errno::err;
 use inode::{Inode, Tx};
 use layout::*;
@@ -63,6 +69,9 @@ pub use inode::Attr;
 pub use namespace::DirEntry;
 pub use perm::{Cred, Groups, SetAttr, TimeSet};
 pub use times::now_ns;
+
+/// The keyspace of a store that holds the file system's rows (see FORMAT.md).
+pub const KEYSPACE: u8 = 2;
 
 /// Inode number of the root directory.
 pub const ROOT: u64 = 1;
