@@ -12,7 +12,6 @@ mod escape;
 mod file;
 mod fsbench;
 mod fsplot;
-mod mount;
 mod report;
 
 use std::ffi::{OsStr, OsString};
@@ -127,9 +126,9 @@ enum Command {
     #[command(long_about = bench::ABOUT)]
     Bench(bench::BenchArgs),
     /// Mount the file system of store DIR on MOUNTPOINT through FUSE (foreground)
-    Mount(mount::MountArgs),
+    Mount(MountArgs),
     /// Unmount a `cairn mount`
-    Umount(mount::UmountArgs),
+    Umount(UmountArgs),
     /// File-system metadata benchmark: N files in one directory (library, FUSE, plain)
     #[command(long_about = fsbench::ABOUT)]
     FsBench(fsbench::FsBenchArgs),
@@ -159,6 +158,31 @@ struct ScanArgs {
     /// Print keys only
     #[arg(long, short = 'k')]
     keys_only: bool,
+}
+
+/// Arguments of `mount`.
+#[derive(Debug, Args)]
+struct MountArgs {
+    /// Directory of the store (created if needed)
+    dir: PathBuf,
+    /// Where to mount it (an existing directory)
+    mountpoint: PathBuf,
+    /// Let other users than the one mounting use the mount (needs root, or
+    /// user_allow_other in /etc/fuse.conf)
+    #[arg(long)]
+    allow_other: bool,
+    /// Let the kernel check permissions (`default_permissions`) even on a mount only
+    /// root uses (by default cairn checks them there, which saves a request per create
+    /// and unlink)
+    #[arg(long)]
+    kernel_permissions: bool,
+}
+
+/// Arguments of `umount`.
+#[derive(Debug, Args)]
+struct UmountArgs {
+    /// The mount point
+    mountpoint: PathBuf,
 }
 
 /// Prints the library's warnings and errors (such as a torn tail cut off while opening)
@@ -226,11 +250,28 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Demo(args) => return demo::run(dir, &args, &mut stdout()),
         Command::Bench(args) => return bench::run(&args),
         Command::BenchChild { spec } => return bench::child(&spec),
-        Command::Mount(args) => return mount::mount(&args),
-        Command::Umount(args) => return mount::umount(&args),
+        Command::Mount(args) => mount(&args)?,
+        Command::Umount(args) => cairn_fuse::umount(&args.mountpoint)?,
         Command::FsBench(args) => return fsbench::run(&args),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `mount DIR MOUNTPOINT`: serves the mount in the foreground until it is unmounted or
+/// the process gets SIGINT or SIGTERM.
+fn mount(args: &MountArgs) -> Result<()> {
+    let opts = cairn_fuse::MountOptions {
+        allow_other: args.allow_other,
+        kernel_permissions: args.kernel_permissions,
+    };
+    let mount = cairn_fuse::mount(&args.dir, &args.mountpoint, &opts)?;
+    eprintln!(
+        "cairn: {} mounted on {} (Ctrl-C or `cairn umount {}` to unmount)",
+        args.dir.display(),
+        args.mountpoint.display(),
+        args.mountpoint.display()
+    );
+    mount.run()
 }
 
 /// `put KEY VALUE`.
