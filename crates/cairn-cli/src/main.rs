@@ -3,15 +3,16 @@
 //! Each subcommand opens the store named by `--db`, does one thing and closes it again.
 //! Errors are reported as one `cairn: <error>` line on stderr; the exit statuses are
 //! listed in [`AFTER_HELP`].
+//!
+//! This crate is the binary only: argument parsing, printing and exit statuses, and the
+//! commands on the store itself (`file`, `demo`). `mount`/`umount` are served by
+//! `cairn_fuse`, `bench`/`fs-bench` by `cairn_bench`; both run children of this binary
+//! (`cairn mount`, `cairn __bench-child`), see their crate documentation.
 
 mod allocator;
-mod bench;
-mod chart;
 mod demo;
 mod escape;
 mod file;
-mod fsbench;
-mod fsplot;
 mod report;
 
 use std::ffi::{OsStr, OsString};
@@ -123,17 +124,17 @@ enum Command {
     #[command(long_about = demo::ABOUT)]
     Demo(demo::DemoArgs),
     /// Benchmark cairn and other engines with the seeds' experiments (see --help)
-    #[command(long_about = bench::ABOUT)]
-    Bench(bench::BenchArgs),
+    #[command(long_about = cairn_bench::ABOUT)]
+    Bench(cairn_bench::BenchArgs),
     /// Mount the file system of store DIR on MOUNTPOINT through FUSE (foreground)
     Mount(MountArgs),
     /// Unmount a `cairn mount`
     Umount(UmountArgs),
     /// File-system metadata benchmark: N files in one directory (library, FUSE, plain)
-    #[command(long_about = fsbench::ABOUT)]
-    FsBench(fsbench::FsBenchArgs),
+    #[command(long_about = cairn_bench::fsbench::ABOUT)]
+    FsBench(cairn_bench::fsbench::FsBenchArgs),
     /// One suite on one engine, in a child process of `bench`
-    #[command(name = "__bench-child", hide = true)]
+    #[command(name = cairn_bench::CHILD_COMMAND, hide = true)]
     BenchChild { spec: PathBuf },
 }
 
@@ -248,11 +249,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Verify => return verify(dir),
         Command::File(args) => return file::run(dir, &args),
         Command::Demo(args) => return demo::run(dir, &args, &mut stdout()),
-        Command::Bench(args) => return bench::run(&args),
-        Command::BenchChild { spec } => return bench::child(&spec),
+        Command::Bench(args) => cairn_bench::run(&args)?,
+        Command::BenchChild { spec } => cairn_bench::child(&spec)?,
         Command::Mount(args) => mount(&args)?,
         Command::Umount(args) => cairn_fuse::umount(&args.mountpoint)?,
-        Command::FsBench(args) => return fsbench::run(&args),
+        Command::FsBench(args) => cairn_bench::fsbench::run(&args)?,
     }
     Ok(ExitCode::SUCCESS)
 }

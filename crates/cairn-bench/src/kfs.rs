@@ -61,7 +61,7 @@ pub fn sizes_and_trials(mode: &str) -> (Vec<u64>, u64) {
     }
 }
 
-/// The subjects of this suite on `engine` (see `bench::subjects`).
+/// The subjects of this suite on `engine` (see `crate::subjects`).
 pub fn subjects(engine: &EngineSpec) -> Vec<Option<&'static str>> {
     match engine.name {
         "cairn" => vec![None, Some(ONE_SHARD)],
