@@ -16,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use cairn::files::{FileReader, FileStat};
+use cairn_files::{FileReader, FileStat};
 
 use crate::escape::{escape, write_escaped};
 use crate::report::human_bytes;
@@ -179,7 +179,7 @@ fn put(dir: &Path, path: &OsStr, key: Option<&OsStr>) -> Result<()> {
     let bar = progress(len, &what);
     let input = bar.wrap_read(input);
     let db = open_or_create(dir)?;
-    let files = db.files();
+    let files = cairn_files::FileStore::new(&db)?;
     let key = match key {
         Some(k) => {
             let k = k.as_encoded_bytes();
@@ -194,6 +194,7 @@ fn put(dir: &Path, path: &OsStr, key: Option<&OsStr>) -> Result<()> {
     write_escaped(&mut out, &key)?;
     out.write_all(b"\n")?;
     out.flush()?;
+    db.close()?;
     Ok(())
 }
 
@@ -221,7 +222,9 @@ fn copy_out(r: &mut FileReader, out: &mut impl Write, len: u64, bar: &ProgressBa
 fn get(dir: &Path, key: &OsStr, path: Option<&OsStr>) -> Result<()> {
     let db = open_existing(dir)?;
     let key = key.as_encoded_bytes();
-    let mut r = db.files().open(key)?.ok_or_else(|| not_found(key))?;
+    let mut r = cairn_files::FileStore::new(&db)?
+        .open(key)?
+        .ok_or_else(|| not_found(key))?;
     let size = r.len();
     let bar = progress(Some(size), &escape(key));
     match path.filter(|p| *p != "-") {
@@ -265,6 +268,7 @@ fn get(dir: &Path, key: &OsStr, path: Option<&OsStr>) -> Result<()> {
         }
     }
     bar.finish_and_clear();
+    db.close()?;
     Ok(())
 }
 
@@ -272,7 +276,9 @@ fn get(dir: &Path, key: &OsStr, path: Option<&OsStr>) -> Result<()> {
 fn cat(dir: &Path, key: &OsStr, offset: u64, length: Option<u64>) -> Result<()> {
     let db = open_existing(dir)?;
     let key = key.as_encoded_bytes();
-    let mut r = db.files().open(key)?.ok_or_else(|| not_found(key))?;
+    let mut r = cairn_files::FileStore::new(&db)?
+        .open(key)?
+        .ok_or_else(|| not_found(key))?;
     let len = r
         .len()
         .saturating_sub(offset)
@@ -283,6 +289,7 @@ fn cat(dir: &Path, key: &OsStr, offset: u64, length: Option<u64>) -> Result<()> 
     copy_out(&mut r, &mut out, len, &bar)?;
     out.flush()?;
     bar.finish_and_clear();
+    db.close()?;
     Ok(())
 }
 
@@ -290,10 +297,11 @@ fn cat(dir: &Path, key: &OsStr, offset: u64, length: Option<u64>) -> Result<()> 
 fn rm(dir: &Path, key: &OsStr) -> Result<()> {
     let db = open_existing(dir)?;
     let key = key.as_encoded_bytes();
-    if !db.files().remove(key)? {
+    if !cairn_files::FileStore::new(&db)?.remove(key)? {
         return Err(not_found(key));
     }
     db.flush()?;
+    db.close()?;
     Ok(())
 }
 
@@ -325,7 +333,9 @@ fn rfc3339(t: SystemTime) -> String {
 fn stat(dir: &Path, key: &OsStr, json: bool) -> Result<()> {
     let db = open_existing(dir)?;
     let key = key.as_encoded_bytes();
-    let s = db.files().stat(key)?.ok_or_else(|| not_found(key))?;
+    let s = cairn_files::FileStore::new(&db)?
+        .stat(key)?
+        .ok_or_else(|| not_found(key))?;
     let mut out = stdout();
     if json {
         let v = stat_json(key, &s);
@@ -350,6 +360,7 @@ fn stat(dir: &Path, key: &OsStr, json: bool) -> Result<()> {
         writeln!(out, "version:    {:032x}", s.version)?;
     }
     out.flush()?;
+    db.close()?;
     Ok(())
 }
 
@@ -381,7 +392,7 @@ fn stat_json(key: &[u8], s: &FileStat) -> serde_json::Value {
 /// `file ls [--prefix P] [-l]`.
 fn ls(dir: &Path, prefix: Option<&OsStr>, long: bool) -> Result<()> {
     let db = open_existing(dir)?;
-    let files = db.files();
+    let files = cairn_files::FileStore::new(&db)?;
     let prefix = prefix.map(|p| p.as_encoded_bytes()).unwrap_or_default();
     let mut out = stdout();
     for entry in files.list_prefix(prefix) {
@@ -399,6 +410,7 @@ fn ls(dir: &Path, prefix: Option<&OsStr>, long: bool) -> Result<()> {
         out.write_all(b"\n")?;
     }
     out.flush()?;
+    db.close()?;
     Ok(())
 }
 
@@ -406,7 +418,7 @@ fn ls(dir: &Path, prefix: Option<&OsStr>, long: bool) -> Result<()> {
 /// damage.
 fn verify(dir: &Path, key: Option<&OsStr>) -> Result<ExitCode> {
     let db = open_existing(dir)?;
-    let files = db.files();
+    let files = cairn_files::FileStore::new(&db)?;
     let keys: Vec<Vec<u8>> = match key {
         Some(k) => vec![k.as_encoded_bytes().to_vec()],
         None => files

@@ -3,16 +3,16 @@
 //! Each subcommand opens the store named by `--db`, does one thing and closes it again.
 //! Errors are reported as one `cairn: <error>` line on stderr; the exit statuses are
 //! listed in [`AFTER_HELP`].
+//!
+//! This crate is the binary only: argument parsing, printing and exit statuses, and the
+//! commands on the store itself (`file`, `demo`). `mount`/`umount` are served by
+//! `cairn_fuse`, `bench`/`fs-bench` by `cairn_bench`; both run children of this binary
+//! (`cairn mount`, `cairn __bench-child`), see their crate documentation.
 
 mod allocator;
-mod bench;
-mod chart;
 mod demo;
 mod escape;
 mod file;
-mod fsbench;
-mod fsplot;
-mod mount;
 mod report;
 
 use std::ffi::{OsStr, OsString};
@@ -124,17 +124,17 @@ enum Command {
     #[command(long_about = demo::ABOUT)]
     Demo(demo::DemoArgs),
     /// Benchmark cairn and other engines with the seeds' experiments (see --help)
-    #[command(long_about = bench::ABOUT)]
-    Bench(bench::BenchArgs),
+    #[command(long_about = cairn_bench::ABOUT)]
+    Bench(cairn_bench::BenchArgs),
     /// Mount the file system of store DIR on MOUNTPOINT through FUSE (foreground)
-    Mount(mount::MountArgs),
+    Mount(MountArgs),
     /// Unmount a `cairn mount`
-    Umount(mount::UmountArgs),
+    Umount(UmountArgs),
     /// File-system metadata benchmark: N files in one directory (library, FUSE, plain)
-    #[command(long_about = fsbench::ABOUT)]
-    FsBench(fsbench::FsBenchArgs),
+    #[command(long_about = cairn_bench::fsbench::ABOUT)]
+    FsBench(cairn_bench::fsbench::FsBenchArgs),
     /// One suite on one engine, in a child process of `bench`
-    #[command(name = "__bench-child", hide = true)]
+    #[command(name = cairn_bench::CHILD_COMMAND, hide = true)]
     BenchChild { spec: PathBuf },
 }
 
@@ -159,6 +159,31 @@ struct ScanArgs {
     /// Print keys only
     #[arg(long, short = 'k')]
     keys_only: bool,
+}
+
+/// Arguments of `mount`.
+#[derive(Debug, Args)]
+struct MountArgs {
+    /// Directory of the store (created if needed)
+    dir: PathBuf,
+    /// Where to mount it (an existing directory)
+    mountpoint: PathBuf,
+    /// Let other users than the one mounting use the mount (needs root, or
+    /// user_allow_other in /etc/fuse.conf)
+    #[arg(long)]
+    allow_other: bool,
+    /// Let the kernel check permissions (`default_permissions`) even on a mount only
+    /// root uses (by default cairn checks them there, which saves a request per create
+    /// and unlink)
+    #[arg(long)]
+    kernel_permissions: bool,
+}
+
+/// Arguments of `umount`.
+#[derive(Debug, Args)]
+struct UmountArgs {
+    /// The mount point
+    mountpoint: PathBuf,
 }
 
 /// Prints the library's warnings and errors (such as a torn tail cut off while opening)
@@ -224,13 +249,30 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Verify => return verify(dir),
         Command::File(args) => return file::run(dir, &args),
         Command::Demo(args) => return demo::run(dir, &args, &mut stdout()),
-        Command::Bench(args) => return bench::run(&args),
-        Command::BenchChild { spec } => return bench::child(&spec),
-        Command::Mount(args) => return mount::mount(&args),
-        Command::Umount(args) => return mount::umount(&args),
-        Command::FsBench(args) => return fsbench::run(&args),
+        Command::Bench(args) => cairn_bench::run(&args)?,
+        Command::BenchChild { spec } => cairn_bench::child(&spec)?,
+        Command::Mount(args) => mount(&args)?,
+        Command::Umount(args) => cairn_fuse::umount(&args.mountpoint)?,
+        Command::FsBench(args) => cairn_bench::fsbench::run(&args)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `mount DIR MOUNTPOINT`: serves the mount in the foreground until it is unmounted or
+/// the process gets SIGINT or SIGTERM.
+fn mount(args: &MountArgs) -> Result<()> {
+    let opts = cairn_fuse::MountOptions {
+        allow_other: args.allow_other,
+        kernel_permissions: args.kernel_permissions,
+    };
+    let mount = cairn_fuse::mount(&args.dir, &args.mountpoint, &opts)?;
+    eprintln!(
+        "cairn: {} mounted on {} (Ctrl-C or `cairn umount {}` to unmount)",
+        args.dir.display(),
+        args.mountpoint.display(),
+        args.mountpoint.display()
+    );
+    mount.run()
 }
 
 /// `put KEY VALUE`.
@@ -243,6 +285,7 @@ fn put(dir: &Path, key: &OsStr, value: &OsStr) -> Result<()> {
     let db = open_or_create(dir)?;
     db.put(key.as_encoded_bytes(), &value)?;
     db.flush()?;
+    db.close()?;
     Ok(())
 }
 
@@ -271,6 +314,7 @@ fn get(dir: &Path, key: &OsStr) -> Result<()> {
     let mut out = stdout();
     out.write_all(&value)?;
     out.flush()?;
+    db.close()?;
     Ok(())
 }
 
@@ -279,6 +323,7 @@ fn del(dir: &Path, key: &OsStr) -> Result<()> {
     let db = open_existing(dir)?;
     db.delete(key.as_encoded_bytes())?;
     db.flush()?;
+    db.close()?;
     Ok(())
 }
 
@@ -296,6 +341,7 @@ fn scan(dir: &Path, args: &ScanArgs) -> Result<()> {
         }
     }
     out.flush()?;
+    db.close()?;
     Ok(())
 }
 
@@ -360,14 +406,35 @@ fn print_entries(
 fn stats(dir: &Path, json: bool) -> Result<()> {
     let db = open_existing(dir)?;
     let stats = db.stats();
+    let files = cairn_files::FileStore::new(&db)?.stats()?;
     let mut out = stdout();
     if json {
-        serde_json::to_writer_pretty(&mut out, &stats).map_err(io::Error::from)?;
+        /// The store's figures with the file store's beside them.
+        #[derive(serde::Serialize)]
+        struct All<'a> {
+            #[serde(flatten)]
+            store: &'a cairn::Stats,
+            files: cairn_files::FileStats,
+        }
+        let all = All {
+            store: &stats,
+            files,
+        };
+        serde_json::to_writer_pretty(&mut out, &all).map_err(io::Error::from)?;
         out.write_all(b"\n")?;
     } else {
         report::write_stats_table(&mut out, &stats)?;
+        writeln!(
+            out,
+            "file store: {} files, {} in {} chunks, {} versions waiting for the collector",
+            files.files,
+            report::human_bytes(files.bytes),
+            files.chunks,
+            files.pending_gc
+        )?;
     }
     out.flush()?;
+    db.close()?;
     Ok(())
 }
 
@@ -387,6 +454,7 @@ fn compact(dir: &Path) -> Result<()> {
         report::human_bytes(after.live_bytes),
     )?;
     out.flush()?;
+    db.close()?;
     Ok(())
 }
 

@@ -293,7 +293,14 @@ fn cairn_round(dir: &Path, policy: SyncPolicy, size: u64, out: &mut Vec<Fig>) ->
     let t = Instant::now();
     files.collect_garbage().unwrap();
     let reclaim = Fig::new(t.elapsed(), 0);
-    assert_eq!(cairn_files::FileStore::new(&db).unwrap().stats().unwrap().pending_gc, 0);
+    assert_eq!(
+        cairn_files::FileStore::new(&db)
+            .unwrap()
+            .stats()
+            .unwrap()
+            .pending_gc,
+        0
+    );
     // Small files, one writer: the time per file.
     let data = vec![7u8; SMALL_FILE];
     let t = Instant::now();

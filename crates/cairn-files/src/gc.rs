@@ -164,8 +164,6 @@ pub(crate) fn gc_loop(bg: Background, store: FileStore) {
             Ok(_) => {}
             Err(e) => log::error!("file store: garbage collection failed: {e}"),
         }
-        store
-            .shared()
-            .wait_for_gc_work(&bg, IDLE, active_until);
+        store.shared().wait_for_gc_work(&bg, IDLE, active_until);
     }
 }

@@ -61,7 +61,10 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_64;
 
-use cairn::{Background, Db, Error, Iter, Keyspace, Result, SyncPolicy, WriteBatch, WriteOptions, MAX_KEY_LEN};
+use cairn::{
+    Background, Db, Error, Iter, Keyspace, Result, SyncPolicy, WriteBatch, WriteOptions,
+    MAX_KEY_LEN,
+};
 
 pub use reader::FileReader;
 pub use writer::FileWriter;
@@ -692,8 +695,7 @@ impl FileStore {
     /// Whether `key` exists (answered from memory).
     pub fn exists(&self, key: impl AsRef<[u8]>) -> bool {
         let key = key.as_ref();
-        key.len() <= MAX_FILE_KEY_LEN
-            && self.ks.contains(layout::meta_key(key))
+        key.len() <= MAX_FILE_KEY_LEN && self.ks.contains(layout::meta_key(key))
     }
 
     /// Removes `key`, returning whether it existed. Takes the same short time whatever
@@ -715,8 +717,7 @@ impl FileStore {
             if old.chunks > 0 {
                 b.put(layout::gc_key(old.version), layout::encode_gc(old.chunks));
             }
-            self.ks
-                .write_with(b, WriteOptions::new().frees_space())?;
+            self.ks.write_with(b, WriteOptions::new().frees_space())?;
             sh.adjust_totals(None, Some(&old));
             old.chunks > 0
         };
@@ -734,7 +735,9 @@ impl FileStore {
     /// The files whose keys start with `prefix`, in key order. Reverse with `.rev()`.
     pub fn list_prefix(&self, prefix: impl AsRef<[u8]>) -> FileIter {
         FileIter {
-            inner: self.ks.prefix_stripped(layout::meta_key(prefix.as_ref()), 1),
+            inner: self
+                .ks
+                .prefix_stripped(layout::meta_key(prefix.as_ref()), 1),
         }
     }
 

@@ -77,10 +77,7 @@ fn assert_no_orphans(db: &Db) {
     assert_eq!(fst.pending_gc, 0, "garbage left: {fst:?}");
     let listed: Vec<(Vec<u8>, FileStat)> = files.list().collect::<Result<_, _>>().unwrap();
     assert_eq!(fst.files, listed.len() as u64);
-    assert_eq!(
-        fst.bytes,
-        listed.iter().map(|(_, s)| s.size).sum::<u64>()
-    );
+    assert_eq!(fst.bytes, listed.iter().map(|(_, s)| s.size).sum::<u64>());
     assert_eq!(
         fst.chunks,
         listed.iter().map(|(_, s)| s.chunks).sum::<u64>()
@@ -535,7 +532,12 @@ fn chunk_size_is_fixed_at_first_use() {
         FileStore::with_options(&db, with(4096)).unwrap();
     }
     let db = Db::open(dir2.path()).unwrap();
-    assert_eq!(FileStore::with_options(&db, with(1024)).unwrap().chunk_size(), 1024);
+    assert_eq!(
+        FileStore::with_options(&db, with(1024))
+            .unwrap()
+            .chunk_size(),
+        1024
+    );
     assert_eq!(cairn_files::DEFAULT_CHUNK_SIZE, 128 << 10);
 }
 

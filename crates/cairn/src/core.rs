@@ -369,8 +369,6 @@ impl Core {
     }
 
     /// Waits for a segment to seal (and, for the maintenance thread, `spares`, for a
-
-    /// Waits for a segment to seal (and, for the maintenance thread, `spares`, for a
     /// spare segment asked for), shutdown or `timeout`.
     pub(crate) fn wait(&self, timeout: Duration, spares: bool) {
         let mut q = self.seal_queue.lock();

@@ -98,7 +98,6 @@ impl StoreCtx {
         self.shutdown.load(Ordering::SeqCst)
     }
 
-
     /// Reserves `n` bytes of the size limit; deletes may use a small reserve beyond it
     /// so that a full store can still be emptied.
     pub(crate) fn reserve(&self, n: u64, delete: bool) -> Result<()> {
@@ -134,5 +133,4 @@ impl StoreCtx {
         let _q = self.seal_queue.lock();
         self.wake.notify_all();
     }
-
 }

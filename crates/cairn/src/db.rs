@@ -104,7 +104,6 @@ impl std::fmt::Debug for Db {
     }
 }
 
-
 /// What a layer's background thread gets (see [`Db::spawn_background`]): a handle to
 /// the store that does not keep it open, and the signal that it is closing.
 pub struct Background {
@@ -142,7 +141,9 @@ impl Db {
             })),
         };
         let c = db.core.clone();
-        db.spawn_thread("cairn-maint".into(), move || background::maintenance_loop(&c))?;
+        db.spawn_thread("cairn-maint".into(), move || {
+            background::maintenance_loop(&c)
+        })?;
         if db.core.opts.background_compaction {
             for i in 0..db.core.opts.compaction_threads.max(1) {
                 let c = db.core.clone();
@@ -157,8 +158,7 @@ impl Db {
     fn handle(&self) -> Result<&Arc<Handle>> {
         self.handle.as_ref().ok_or_else(|| {
             Error::InvalidArgument(
-                "a background thread's store handle cannot start threads or close the store"
-                    .into(),
+                "a background thread's store handle cannot start threads or close the store".into(),
             )
         })
     }
@@ -231,7 +231,10 @@ impl Db {
     ) -> Result<Arc<T>> {
         let mut ext = self.core.extensions.lock();
         if let Some(v) = ext.get(&TypeId::of::<T>()) {
-            return Ok(v.clone().downcast::<T>().expect("extension stored under its type"));
+            return Ok(v
+                .clone()
+                .downcast::<T>()
+                .expect("extension stored under its type"));
         }
         let v = Arc::new(init()?);
         ext.insert(TypeId::of::<T>(), v.clone());

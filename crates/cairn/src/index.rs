@@ -126,7 +126,6 @@ impl Ord for Sep {
     }
 }
 
-
 /// Up to `LEAF_CAP` entries in ascending key order, packed.
 #[derive(Default)]
 struct Leaf {

@@ -122,9 +122,7 @@ impl Keyspace {
         let k = key.as_ref();
         check_key(k)?;
         check_value(value.as_ref())?;
-        self.db
-            .core()
-            .put(&self.ikey(k), value.as_ref(), opts.sync)
+        self.db.core().put(&self.ikey(k), value.as_ref(), opts.sync)
     }
 
     /// Deletes `key` (a no-op when it is absent).

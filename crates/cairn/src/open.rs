@@ -18,7 +18,6 @@ use crate::segment::{SegKind, SegmentFile};
 use crate::shard::Shard;
 use crate::{Error, Options, Result};
 
-
 /// Runs `f` over `items` on up to the machine's parallelism, keeping order.
 fn par_map<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> Result<R> + Sync) -> Result<Vec<R>> {
     let n = items.len();

@@ -221,5 +221,4 @@ impl Options {
         }
         Ok(())
     }
-
 }

@@ -14,12 +14,12 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::damage::Damage;
 use crate::fsutil::Fs;
 use crate::index::{Index, Loc};
 use crate::record::Kind;
 use crate::segment::{self, SegKind, SegmentFile, SEG_HEADER_LEN};
 use crate::shard::{Active, SegMeta, ShardState};
-use crate::damage::Damage;
 use crate::{Error, Result};
 
 /// One record's metadata gathered at open.

@@ -1,13 +1,11 @@
 //! Full verification: every record of every segment and every hint file.
 
-
 use serde::Serialize;
 
 use crate::core::Core;
 use crate::damage::Damage;
 use crate::segment;
 use crate::Result;
-
 
 /// What [`crate::Db::verify`] found.
 #[derive(Clone, Debug, Default, Serialize)]

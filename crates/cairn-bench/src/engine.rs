@@ -1,7 +1,7 @@
 //! The one trait every benchmarked engine implements, and the settings they share.
 //!
 //! Adding an engine is one file in `engines/` with a [`EngineSpec`] and one line in
-//! [`crate::bench::engines::all`].
+//! [`crate::engines::all`].
 
 use std::path::Path;
 

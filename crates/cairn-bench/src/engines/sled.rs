@@ -4,7 +4,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use crate::bench::engine::{pairs, BatchOp, Engine, EngineSpec, Settings};
+use crate::engine::{pairs, BatchOp, Engine, EngineSpec, Settings};
 
 pub static SPEC: EngineSpec = EngineSpec {
     name: "sled",

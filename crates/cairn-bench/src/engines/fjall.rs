@@ -7,7 +7,7 @@ use fjall::{
     CompressionType, Config, Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode,
 };
 
-use crate::bench::engine::{pairs, BatchOp, Engine, EngineSpec, Settings};
+use crate::engine::{pairs, BatchOp, Engine, EngineSpec, Settings};
 
 pub static SPEC: EngineSpec = EngineSpec {
     name: "fjall",

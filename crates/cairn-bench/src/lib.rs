@@ -1,19 +1,38 @@
-//! `cairn bench`: the seeds' experiments, run on cairn and on the engines people pick
-//! instead, with identical settings, in one run; results as JSON, a Markdown table and
-//! PNG plots.
+//! `cairn-bench`: the benchmarks of the `cairn` command-line tool, as a library.
 //!
-//! Layout: [`engine`] is the one trait every engine implements and [`engines`] holds one
-//! adapter file per engine; each workload suite is one file ([`halodb`], [`mmcmap`],
-//! [`kfs`], [`disk`]) exposing a [`SuiteDef`]; [`measure`] runs and measures threads of
-//! operations; [`table`] and [`plot`] render the results.
+//! - `cairn bench` ([`run`], [`BenchArgs`]): the seeds' experiments, run on cairn and on
+//!   the engines people pick instead, with identical settings, in one run; results as
+//!   JSON, a Markdown table and PNG plots. The peers (RocksDB, LevelDB, LMDB, sled,
+//!   fjall, redb) are built only with the `peers` feature.
+//! - `cairn fs-bench` ([`fsbench::run`], [`fsbench::FsBenchArgs`]): the file-system
+//!   metadata benchmark, on `cairn::fs`, on a FUSE mount of it and on a plain directory.
 //!
-//! Every (suite, engine) pair runs in a child process of its own (`cairn __bench-child`),
-//! so that peak memory and crashes are per engine; the child reports progress on stderr
-//! and writes its results to a JSON file that the parent collects.
+//! Layering: this crate sits on the engine (`cairn`) and on `cairn-fuse` (whose request
+//! counts fs-bench reads); only the command-line tool (`cairn-cli`) uses it. It must
+//! never depend on `cairn-cli`.
+//!
+//! Both benchmarks run parts of themselves in child processes of the running executable,
+//! which therefore has to be the `cairn` binary (or one that answers the same
+//! subcommands): `bench` runs every (suite, engine) pair as `EXE __bench-child SPEC`
+//! ([`CHILD_COMMAND`], which must call [`child`]), so that peak memory and crashes are
+//! per engine; the child reports progress on stderr and writes its results to a JSON file
+//! that the parent collects. fs-bench's FUSE target mounts the store with
+//! `EXE mount STORE MOUNTPOINT` (which must serve it with `cairn_fuse`).
+//!
+//! Layout of `bench`: `engine` is the one trait every engine implements and `engines`
+//! holds one adapter file per engine; each workload suite is one file (`halodb`,
+//! `mmcmap`, `kfs`, `disk`) exposing a `SuiteDef`; `measure` runs and measures threads
+//! of operations; `table` and `plot` render the results. [`fsbench`] is fs-bench, with
+//! its plots in `fsplot`; `chart` has the drawing helpers both plot modules share.
 
+#![deny(missing_docs)]
+
+mod chart;
 mod disk;
 mod engine;
 mod engines;
+pub mod fsbench;
+mod fsplot;
 mod halodb;
 mod kfs;
 mod measure;
@@ -25,7 +44,7 @@ use std::collections::VecDeque;
 use std::fs;
 use std::io::{self, BufRead, BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -37,7 +56,7 @@ use serde::{Deserialize, Serialize};
 use self::engine::{Engine, EngineSpec, Settings};
 use self::measure::{Group, Phase};
 
-/// Long description of `bench`.
+/// Long description of `cairn bench` (its `--help`).
 pub const ABOUT: &str = "\
 Benchmark cairn against other engines with the seeds' experiments, each engine in a
 child process of its own, and write results.json, results.md and plots/*.png to --out.
@@ -61,7 +80,7 @@ Every engine gets the same durability (no fsync on the write path; --sync: every
 durable), compression off, and otherwise its recommended settings; the report lists every
 setting that differs from an engine's defaults.";
 
-/// Options of `bench`.
+/// Options of `cairn bench` (a clap [`Args`], flattened into the `bench` subcommand).
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Small sizes that finish in about a minute with every engine
@@ -114,7 +133,7 @@ pub struct BenchArgs {
 
 /// Everything a child needs to know about the run; written into the JSON too.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Config {
+pub(crate) struct Config {
     /// "full", "quick" or "smoke".
     pub mode: String,
     /// Records of the HaloDB suite.
@@ -207,7 +226,7 @@ impl Config {
 }
 
 /// One workload suite: a file in this directory with a `static SUITE: SuiteDef`.
-pub struct SuiteDef {
+pub(crate) struct SuiteDef {
     /// Short name, as given to `--suites`.
     pub name: &'static str,
     /// Human name.
@@ -238,7 +257,7 @@ fn subjects(suite: &SuiteDef, engine: &EngineSpec) -> Vec<Option<&'static str>> 
 }
 
 /// What a suite runs with, in its child process.
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     /// The engine under test (none for the disk suite).
     pub engine: Option<&'static EngineSpec>,
     /// The run's configuration.
@@ -310,7 +329,7 @@ struct ChildSpec {
 
 /// The results of one suite on one engine.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct SuiteRun {
+pub(crate) struct SuiteRun {
     /// Suite name.
     pub suite: String,
     /// Engine name ("disk" for the disk suite).
@@ -332,7 +351,7 @@ pub struct SuiteRun {
 
 /// One figure of every trial of a test, in trial order.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Samples {
+pub(crate) struct Samples {
     /// The test, as in [`measure::Phase::test`].
     pub test: String,
     /// The figure of each trial (seconds for a timed operation).
@@ -341,7 +360,7 @@ pub struct Samples {
 
 /// An engine as the report describes it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct EngineInfo {
+pub(crate) struct EngineInfo {
     /// Short name.
     pub name: String,
     /// Library and version.
@@ -352,7 +371,7 @@ pub struct EngineInfo {
 
 /// The machine the run was made on.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Machine {
+pub(crate) struct Machine {
     /// Logical CPUs.
     pub cpus: usize,
     /// Memory, in bytes.
@@ -363,7 +382,7 @@ pub struct Machine {
 
 /// Everything `results.json` holds.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Report {
+pub(crate) struct Report {
     /// The command line.
     pub command: String,
     /// Seconds since the epoch when the run started.
@@ -378,14 +397,20 @@ pub struct Report {
     pub runs: Vec<SuiteRun>,
 }
 
-/// `cairn bench`.
-pub fn run(args: &BenchArgs) -> Result<ExitCode> {
+/// The hidden subcommand of the `cairn` binary that runs one suite on one engine, in a
+/// child process of [`run`]: `cairn __bench-child SPEC` must call [`child`]`(SPEC)`.
+pub const CHILD_COMMAND: &str = "__bench-child";
+
+/// `cairn bench`: runs the chosen suites on the chosen engines, each pair in a child
+/// process (see [`CHILD_COMMAND`]), prints the results as Markdown and writes them to
+/// `--out`; fails when a run did.
+pub fn run(args: &BenchArgs) -> Result<()> {
     // One message with its causes, so that an I/O cause is not taken for a failed write
     // to standard output by the caller.
     run_bench(args).map_err(|e| anyhow::anyhow!("bench: {e:#}"))
 }
 
-fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
+fn run_bench(args: &BenchArgs) -> Result<()> {
     if args.render {
         let path = args.out.join("results.json");
         let report: Report = serde_json::from_slice(
@@ -467,7 +492,7 @@ fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
 
 /// Writes results.md and the plots of `report` into `out`, prints the Markdown, and
 /// fails when a run did.
-fn finish(report: &Report, out: &Path) -> Result<ExitCode> {
+fn finish(report: &Report, out: &Path) -> Result<()> {
     let markdown = table::markdown(report);
     fs::write(out.join("results.md"), &markdown)?;
     let plots = plot::all(report, &out.join("plots"))?;
@@ -489,7 +514,7 @@ fn finish(report: &Report, out: &Path) -> Result<ExitCode> {
         .map(|r| format!("{}/{}", r.suite, r.engine))
         .collect();
     if failed.is_empty() {
-        Ok(ExitCode::SUCCESS)
+        Ok(())
     } else {
         bail!("{} run(s) failed: {}", failed.len(), failed.join(", "))
     }
@@ -592,7 +617,7 @@ fn run_child(
     bar.set_message(format!("{} on {engine_name}", suite.title));
     let started = Instant::now();
     let spawned = Command::new(self_exe()?)
-        .arg("__bench-child")
+        .arg(CHILD_COMMAND)
         .arg(&spec_path)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -677,12 +702,13 @@ fn self_exe() -> Result<PathBuf> {
     std::env::current_exe().context("finding the cairn binary")
 }
 
-/// `cairn __bench-child SPEC`: runs one suite on one engine and writes its results.
-pub fn child(spec_path: &Path) -> Result<ExitCode> {
+/// `cairn __bench-child SPEC` ([`CHILD_COMMAND`]): runs one suite on one engine as the
+/// JSON file `spec_path` written by [`run`] says, and writes its results where it says.
+pub fn child(spec_path: &Path) -> Result<()> {
     run_child_process(spec_path).map_err(|e| anyhow::anyhow!("{e:#}"))
 }
 
-fn run_child_process(spec_path: &Path) -> Result<ExitCode> {
+fn run_child_process(spec_path: &Path) -> Result<()> {
     let spec: ChildSpec = serde_json::from_slice(
         &fs::read(spec_path).with_context(|| format!("reading {}", spec_path.display()))?,
     )?;
@@ -733,7 +759,7 @@ fn run_child_process(spec_path: &Path) -> Result<ExitCode> {
         samples: ctx.samples.into_inner().unwrap_or_else(|e| e.into_inner()),
     };
     write_json(&spec.result, &run)?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {

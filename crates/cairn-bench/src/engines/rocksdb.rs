@@ -5,7 +5,7 @@ use std::path::Path;
 use anyhow::Result;
 use rocksdb::{BlockBasedOptions, DBCompressionType, Options, WriteBatch, WriteOptions, DB};
 
-use crate::bench::engine::{pairs, BatchOp, Engine, EngineSpec, Settings};
+use crate::engine::{pairs, BatchOp, Engine, EngineSpec, Settings};
 
 pub static SPEC: EngineSpec = EngineSpec {
     name: "rocksdb",

@@ -23,8 +23,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{bail, ensure, Context, Result};
-use cairn::files::FileStore;
 use cairn::{Db, Options, SyncPolicy};
+use cairn_files::FileStore;
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use super::engine::{BatchOp, Engine, EngineSpec, Settings};
@@ -61,7 +61,7 @@ pub fn sizes_and_trials(mode: &str) -> (Vec<u64>, u64) {
     }
 }
 
-/// The subjects of this suite on `engine` (see `bench::subjects`).
+/// The subjects of this suite on `engine` (see `crate::subjects`).
 pub fn subjects(engine: &EngineSpec) -> Vec<Option<&'static str>> {
     match engine.name {
         "cairn" => vec![None, Some(ONE_SHARD)],
@@ -257,7 +257,7 @@ impl Files for CairnFiles {
     fn close(self: Box<Self>) -> Result<()> {
         let CairnFiles { db, files } = *self;
         drop(files);
-        db.flush()?;
+        db.close()?;
         Ok(())
     }
 }
@@ -339,7 +339,7 @@ fn open(ctx: &Ctx<'_>, dir: &Path) -> Result<Box<dyn Files>> {
                 Some(other) => bail!("unknown variant {other} of cairn"),
             }
             let db = options.open(dir)?;
-            let files = db.files();
+            let files = FileStore::new(&db)?;
             Ok(Box::new(CairnFiles { db, files }))
         }
         (name, None) => {

@@ -1,4 +1,4 @@
-//! Drawing helpers shared by the benchmark plots (`bench::plot`) and the file-system
+//! Drawing helpers shared by the benchmark plots (`plot`) and the file-system
 //! benchmark plots (`fsplot`): axis steps and labels, and text drawn from an 8×8 bitmap
 //! font (so that plots need no system fonts).
 

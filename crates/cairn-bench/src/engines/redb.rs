@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use anyhow::Result;
 use redb::{Database, Durability, TableDefinition};
 
-use crate::bench::engine::{pairs, BatchOp, Engine, EngineSpec, Settings};
+use crate::engine::{pairs, BatchOp, Engine, EngineSpec, Settings};
 
 pub static SPEC: EngineSpec = EngineSpec {
     name: "redb",

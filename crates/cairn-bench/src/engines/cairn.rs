@@ -5,7 +5,7 @@ use std::path::Path;
 use anyhow::Result;
 use cairn::{Db, Options, SyncPolicy, WriteBatch};
 
-use crate::bench::engine::{pairs, BatchOp, Engine, EngineSpec, Settings};
+use crate::engine::{pairs, BatchOp, Engine, EngineSpec, Settings};
 
 pub static SPEC: EngineSpec = EngineSpec {
     name: "cairn",
@@ -66,5 +66,9 @@ impl Engine for Cairn {
 
     fn flush(&self) -> Result<()> {
         Ok(self.0.flush()?)
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        Ok(self.0.close()?)
     }
 }

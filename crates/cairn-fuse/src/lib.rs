@@ -1,0 +1,213 @@
+//! `cairn-fuse`: the file system of `cairn::fs` mounted through FUSE (the `fuser` crate,
+//! its pure-Rust mount path: mount(2) directly when run as root, else `fusermount3`).
+//! `cairn mount DIR MOUNTPOINT` and `cairn umount MOUNTPOINT` call [`mount`],
+//! [`Mount::run`] and [`umount`].
+//!
+//! Layering: this crate sits on the engine (`cairn`) and is used by the command-line
+//! tool (`cairn-cli`) and the benchmarks (`cairn-bench`). It must never depend on
+//! `cairn-bench` or `cairn-cli`.
+//!
+//! A mount runs in the foreground until it is unmounted ([`umount`], `cairn umount`,
+//! `umount`, `fusermount3 -u`) or the process gets SIGINT or SIGTERM, which unmount it
+//! cleanly; the store is flushed and closed either way.
+//!
+//! Requests per operation are kept few, since each one is a round trip through the kernel
+//! that costs more than the operation itself (a create of a new file is a LOOKUP, a
+//! CREATE and, after the close, a RELEASE the caller doesn't wait for):
+//! - the kernel may keep entries and attributes for a day: the store is locked by this
+//!   process and every change goes through the kernel, which updates or drops what it
+//!   cached for the inodes a change touches (the mount tells it about the one change it
+//!   can't foresee: an access ACL that sets the mode);
+//! - FLUSH answers ENOSYS, so the kernel stops sending it at every close: writes are
+//!   stored when they are made, there is nothing to flush;
+//! - permissions are checked by `cairn::fs` when only root uses the mount (a root
+//!   mount without [`MountOptions::allow_other`]: the kernel lets no one else in, and
+//!   cairn::fs's rules for root are the kernel's), else by the kernel
+//!   (`default_permissions`), which has to fetch a directory's attributes again (a
+//!   GETATTR) before every create or unlink in it since the previous one changed them.
+//!   [`MountOptions::kernel_permissions`] forces the latter.
+//!
+//! With `CAIRN_FUSE_STATS=FILE` ([`STATS_ENV`]) in its environment the mount counts the
+//! requests it serves by kind and writes them to FILE (`KIND COUNT` lines, read with
+//! [`parse_counts`]) at SIGUSR1 and at unmount; `cairn fs-bench` uses it to report
+//! requests per operation.
+//!
+//! Modules: `filesystem` answers the kernel's requests, `attr` converts between
+//! `cairn::fs` and FUSE, `stats` counts requests; this file mounts and unmounts.
+
+#![deny(missing_docs)]
+
+mod attr;
+mod filesystem;
+mod stats;
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use fuser::MountOption;
+
+use cairn_fs::Fs;
+
+use crate::filesystem::CairnFuse;
+pub use crate::stats::{parse_counts, STATS_ENV};
+
+/// How a store is mounted (the options of `cairn mount`).
+#[derive(Clone, Debug, Default)]
+pub struct MountOptions {
+    /// Let other users than the one mounting use the mount (needs root, or
+    /// `user_allow_other` in /etc/fuse.conf).
+    pub allow_other: bool,
+    /// Let the kernel check permissions (`default_permissions`) even on a mount only root
+    /// uses (by default cairn checks them there, which saves a request per create and
+    /// unlink).
+    pub kernel_permissions: bool,
+}
+
+/// Mount options of every mount; `kernel_checks`: `default_permissions`.
+fn options(allow_other: bool, kernel_checks: bool) -> Vec<MountOption> {
+    let mut o = vec![
+        MountOption::FSName("cairn".into()),
+        MountOption::Subtype("cairn".into()),
+        MountOption::RW,
+        MountOption::Dev,
+        MountOption::Suid,
+        MountOption::Exec,
+    ];
+    if kernel_checks {
+        o.push(MountOption::DefaultPermissions);
+    }
+    if allow_other {
+        o.push(MountOption::AllowOther);
+    }
+    o
+}
+
+/// A mounted store, not yet served: [`Mount::run`] serves it until it is unmounted.
+/// Dropping it unmounts it and closes the store.
+pub struct Mount {
+    session: fuser::Session<CairnFuse>,
+    /// The file system the session serves, closed ([`Fs::close`]) after the session.
+    fs: std::sync::Arc<Fs>,
+    mountpoint: PathBuf,
+    stats: Option<PathBuf>,
+}
+
+/// Opens (creating if needed) the store in `store` and mounts its file system on
+/// `mountpoint` (an existing directory).
+///
+/// It also installs the process's SIGINT/SIGTERM handler, which unmounts (so
+/// [`Mount::run`] returns), and with [`STATS_ENV`] set, a SIGUSR1 handler that writes the
+/// request counts; a process can therefore mount once only.
+pub fn mount(store: &Path, mountpoint: &Path, opts: &MountOptions) -> Result<Mount> {
+    let fs = Fs::open(store)
+        .map_err(std::io::Error::from)
+        .with_context(|| format!("opening {}", store.display()))?;
+    // Without allow_other the kernel lets only processes of the mounting user in (real,
+    // effective and saved ids all equal): for root, cairn::fs's checks are the
+    // kernel's, and they cost no GETATTR of the directory before each create.
+    // SAFETY: geteuid has no preconditions.
+    let fs_checks =
+        !opts.allow_other && !opts.kernel_permissions && unsafe { libc::geteuid() } == 0;
+    fs.set_permission_checks(fs_checks);
+    let stats = stats::start_stats()?;
+    let notifier = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let fs = std::sync::Arc::new(fs);
+    let fuse = CairnFuse::new(fs.clone(), fs_checks, notifier.clone());
+    let mut session = fuser::Session::new(fuse, mountpoint, &options(opts.allow_other, !fs_checks))
+        .with_context(|| format!("mounting on {}", mountpoint.display()))?;
+    *notifier.lock().unwrap() = Some(session.notifier());
+    let mut unmounter = session.unmount_callable();
+    let mp = mountpoint.to_path_buf();
+    ctrlc::set_handler(move || {
+        if let Err(e) = unmounter.unmount() {
+            eprintln!("cairn: unmounting {}: {e}", mp.display());
+            // Lazy unmount as a last resort, so the session ends.
+            let _ = umount_path(&mp, true);
+        }
+    })
+    .context("installing the SIGINT/SIGTERM handler")?;
+    Ok(Mount {
+        session,
+        fs,
+        mountpoint: mountpoint.to_path_buf(),
+        stats,
+    })
+}
+
+impl Mount {
+    /// Where the store is mounted.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Serves the mount until it is unmounted ([`umount`] or any other way) or the
+    /// process gets SIGINT or SIGTERM; then flushes and closes the store, and with
+    /// [`STATS_ENV`] set writes the request counts.
+    pub fn run(self) -> Result<()> {
+        let Mount {
+            mut session,
+            fs,
+            mountpoint,
+            stats,
+        } = self;
+        session.run().context("serving the mount")?;
+        if !is_mountpoint(&mountpoint) {
+            // Unmounted from outside (the kernel sent DESTROY first, so the store is
+            // flushed): fuser's own unmount at drop would only report EINVAL.
+            log::set_max_level(log::LevelFilter::Off);
+        }
+        drop(session); // unmounts if still mounted and lets go of the file system
+        match std::sync::Arc::try_unwrap(fs) {
+            // Deferred directory times written, the store closed: errors reported.
+            Ok(fs) => fs
+                .close()
+                .map_err(std::io::Error::from)
+                .context("closing the store")?,
+            Err(_) => anyhow::bail!("the file system is still in use after the session ended"),
+        }
+        if let Some(p) = stats {
+            stats::write_counts(&p).with_context(|| format!("writing {}", p.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether `p` is the root of a mount (its device differs from its parent's).
+fn is_mountpoint(p: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let parent = p.join("..");
+    match (std::fs::metadata(p), std::fs::metadata(parent)) {
+        (Ok(a), Ok(b)) => a.dev() != b.dev() || a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+fn umount_path(mp: &Path, lazy: bool) -> Result<()> {
+    let c = std::ffi::CString::new(mp.as_os_str().as_bytes())?;
+    // SAFETY: umount2 with a NUL-terminated path that outlives the call.
+    let rc = unsafe { libc::umount2(c.as_ptr(), if lazy { libc::MNT_DETACH } else { 0 }) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    for tool in ["fusermount3", "fusermount"] {
+        let mut cmd = std::process::Command::new(tool);
+        cmd.arg("-u");
+        if lazy {
+            cmd.arg("-z");
+        }
+        if let Ok(st) = cmd.arg(mp).status() {
+            if st.success() {
+                return Ok(());
+            }
+        }
+    }
+    bail!("unmounting {}: {err}", mp.display())
+}
+
+/// Unmounts the mount on `mountpoint` (whose serving process then returns from
+/// [`Mount::run`]): umount2(2), else `fusermount3 -u` / `fusermount -u`.
+pub fn umount(mountpoint: &Path) -> Result<()> {
+    umount_path(mountpoint, false)
+}
