@@ -39,6 +39,7 @@
 // check), `layout` (row keys and encodings) and `store` (the only contact with the
 // engine).
 
+mod api;
 mod check;
 mod data;
 mod errno;
@@ -63,6 +64,7 @@ use layout::*;
 use store::{Batch, Rows};
 use times::CachedDir;
 
+pub use api::FileSystem;
 pub use check::CheckReport;
 pub use errno::{Errno, FsResult};
 pub use inode::Attr;

@@ -1,0 +1,27 @@
+//! # cairn-cluster
+//!
+//! One cairn namespace spread over many metadata servers, after GIGA+ and IndexFS
+//! (seed 002): each directory is split incrementally by hash into partitions that live on
+//! different servers; clients cache a bitmap of each directory's partitions and servers
+//! correct stale ones; splits and operations that touch two servers are crash-safe.
+//! Each server keeps its rows in its own cairn store (keyspace [`KEYSPACE`]).
+//!
+//! This crate uses the engine (`cairn`) and the file system's types and rules
+//! (`cairn-fs`) through their public APIs. It must never depend on the FUSE adapter,
+//! the benchmarks or the CLI.
+
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod giga;
+
+/// The generated gRPC code of `proto/cluster.proto`.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod proto {
+    tonic::include_proto!("cairn.cluster.v1");
+}
+
+pub use config::{ClusterConfig, ConfigError, ServerInfo};
+
+/// The keyspace of a server's store that holds its cluster rows (see FORMAT.md).
+pub const KEYSPACE: u8 = 3;

@@ -1,0 +1,233 @@
+//! [`FileSystem`]: the operations of a POSIX-style namespace, as one trait, so that the
+//! FUSE adapter and the tests serve or check a local [`Fs`] and a remote namespace (the
+//! cluster's client) the same way. Errors are Linux errnos ([`Errno`]).
+
+use crate::{Attr, Cred, DirEntry, FsResult, SetAttr, StatFs};
+#[allow(unused_imports)]
+use crate::{Errno, Fs};
+
+/// The operations of a file system, by inode number. [`Fs`] implements it on a local
+/// store; `cairn_cluster::Client` on a cluster of metadata servers.
+pub trait FileSystem: Send + Sync {
+    /// The entry `name` of directory `parent` (search permission on `parent` needed).
+    fn lookup(&self, cred: &Cred, parent: u64, name: &[u8]) -> FsResult<Attr>;
+
+    /// The attributes of `ino`.
+    fn getattr(&self, ino: u64) -> FsResult<Attr>;
+
+    /// Changes the attributes of `ino` as `s` says (chmod, chown, truncate, utimens rules).
+    fn setattr(&self, cred: &Cred, ino: u64, s: &SetAttr) -> FsResult<Attr>;
+
+    /// Creates the regular file `name` in `parent` (EEXIST if the name is taken).
+    fn create(&self, cred: &Cred, parent: u64, name: &[u8], mode: u32) -> FsResult<Attr>;
+
+    /// Creates a node of the type in `mode` (regular, FIFO, socket, device).
+    fn mknod(&self, cred: &Cred, parent: u64, name: &[u8], mode: u32, rdev: u32) -> FsResult<Attr>;
+
+    /// Creates the directory `name` in `parent`.
+    fn mkdir(&self, cred: &Cred, parent: u64, name: &[u8], mode: u32) -> FsResult<Attr>;
+
+    /// Creates the symbolic link `name` in `parent` pointing to `target`.
+    fn symlink(&self, cred: &Cred, parent: u64, name: &[u8], target: &[u8]) -> FsResult<Attr>;
+
+    /// The target of the symbolic link `ino`.
+    fn readlink(&self, ino: u64) -> FsResult<Vec<u8>>;
+
+    /// Adds the hard link `newname` in `newparent` to `ino`.
+    fn link(&self, cred: &Cred, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr>;
+
+    /// Removes the non-directory entry `name` of `parent`.
+    fn unlink(&self, cred: &Cred, parent: u64, name: &[u8]) -> FsResult<()>;
+
+    /// Removes the empty directory `name` of `parent`.
+    fn rmdir(&self, cred: &Cred, parent: u64, name: &[u8]) -> FsResult<()>;
+
+    /// Moves `parent/name` to `newparent/newname` atomically (`flags`: `RENAME_NOREPLACE`, `RENAME_EXCHANGE`).
+    fn rename(
+        &self,
+        cred: &Cred,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: u32,
+    ) -> FsResult<()>;
+
+    /// Checks that `cred` may list directory `ino`.
+    fn opendir(&self, cred: &Cred, ino: u64) -> FsResult<()>;
+
+    /// Up to `limit` entries of directory `ino` after the entry named `after` (from the start with `None`), without `.` and `..`, in an order of the implementation's choosing that a listing resumed after any name returned keeps.
+    fn readdir(&self, ino: u64, after: Option<&[u8]>, limit: usize) -> FsResult<Vec<DirEntry>>;
+
+    /// The parent of directory `ino` (the root is its own parent).
+    fn parent_of(&self, ino: u64) -> FsResult<u64>;
+
+    /// Opens `ino` with `open(2)` `flags` (access checked, `O_TRUNC` applied).
+    fn open_file(&self, cred: &Cred, ino: u64, flags: i32) -> FsResult<Attr>;
+
+    /// Closes one open of `ino`.
+    fn release(&self, ino: u64) -> FsResult<()>;
+
+    /// Up to `size` bytes of `ino` from `offset` (fewer at the end).
+    fn read(&self, ino: u64, offset: u64, size: usize) -> FsResult<Vec<u8>>;
+
+    /// Writes `data` at `offset` of `ino`.
+    fn write(&self, ino: u64, offset: u64, data: &[u8]) -> FsResult<usize>;
+
+    /// Makes the changes of `ino` (and everything acknowledged before) durable.
+    fn fsync(&self, ino: u64) -> FsResult<()>;
+
+    /// The extended attribute `name` of `ino`.
+    fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>>;
+
+    /// Sets the extended attribute `name` (`flags`: `XATTR_CREATE`, `XATTR_REPLACE`).
+    fn setxattr(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        name: &[u8],
+        value: &[u8],
+        flags: u32,
+    ) -> FsResult<()>;
+
+    /// The names of the extended attributes of `ino`.
+    fn listxattr(&self, ino: u64) -> FsResult<Vec<Vec<u8>>>;
+
+    /// Removes the extended attribute `name` of `ino`.
+    fn removexattr(&self, cred: &Cred, ino: u64, name: &[u8]) -> FsResult<()>;
+
+    /// Space and inode figures.
+    fn statfs(&self) -> FsResult<StatFs>;
+
+    /// Whether the file system checks permissions itself (else the kernel does).
+    fn set_permission_checks(&self, on: bool);
+
+    /// Closes the file system, writing what it deferred, and returns the first error
+    /// (a drop can only log it).
+    fn close(self: Box<Self>) -> FsResult<()>;
+}
+
+impl FileSystem for Fs {
+    fn lookup(&self, cred: &Cred, parent: u64, name: &[u8]) -> FsResult<Attr> {
+        Fs::lookup(self, cred, parent, name)
+    }
+
+    fn getattr(&self, ino: u64) -> FsResult<Attr> {
+        Fs::getattr(self, ino)
+    }
+
+    fn setattr(&self, cred: &Cred, ino: u64, s: &SetAttr) -> FsResult<Attr> {
+        Fs::setattr(self, cred, ino, s)
+    }
+
+    fn create(&self, cred: &Cred, parent: u64, name: &[u8], mode: u32) -> FsResult<Attr> {
+        Fs::create(self, cred, parent, name, mode)
+    }
+
+    fn mknod(&self, cred: &Cred, parent: u64, name: &[u8], mode: u32, rdev: u32) -> FsResult<Attr> {
+        Fs::mknod(self, cred, parent, name, mode, rdev)
+    }
+
+    fn mkdir(&self, cred: &Cred, parent: u64, name: &[u8], mode: u32) -> FsResult<Attr> {
+        Fs::mkdir(self, cred, parent, name, mode)
+    }
+
+    fn symlink(&self, cred: &Cred, parent: u64, name: &[u8], target: &[u8]) -> FsResult<Attr> {
+        Fs::symlink(self, cred, parent, name, target)
+    }
+
+    fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
+        Fs::readlink(self, ino)
+    }
+
+    fn link(&self, cred: &Cred, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr> {
+        Fs::link(self, cred, ino, newparent, newname)
+    }
+
+    fn unlink(&self, cred: &Cred, parent: u64, name: &[u8]) -> FsResult<()> {
+        Fs::unlink(self, cred, parent, name)
+    }
+
+    fn rmdir(&self, cred: &Cred, parent: u64, name: &[u8]) -> FsResult<()> {
+        Fs::rmdir(self, cred, parent, name)
+    }
+
+    fn rename(
+        &self,
+        cred: &Cred,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: u32,
+    ) -> FsResult<()> {
+        Fs::rename(self, cred, parent, name, newparent, newname, flags)
+    }
+
+    fn opendir(&self, cred: &Cred, ino: u64) -> FsResult<()> {
+        Fs::opendir(self, cred, ino)
+    }
+
+    fn readdir(&self, ino: u64, after: Option<&[u8]>, limit: usize) -> FsResult<Vec<DirEntry>> {
+        Fs::readdir(self, ino, after, limit)
+    }
+
+    fn parent_of(&self, ino: u64) -> FsResult<u64> {
+        Fs::parent_of(self, ino)
+    }
+
+    fn open_file(&self, cred: &Cred, ino: u64, flags: i32) -> FsResult<Attr> {
+        Fs::open_file(self, cred, ino, flags)
+    }
+
+    fn release(&self, ino: u64) -> FsResult<()> {
+        Fs::release(self, ino)
+    }
+
+    fn read(&self, ino: u64, offset: u64, size: usize) -> FsResult<Vec<u8>> {
+        Fs::read(self, ino, offset, size)
+    }
+
+    fn write(&self, ino: u64, offset: u64, data: &[u8]) -> FsResult<usize> {
+        Fs::write(self, ino, offset, data)
+    }
+
+    fn fsync(&self, ino: u64) -> FsResult<()> {
+        Fs::fsync(self, ino)
+    }
+
+    fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
+        Fs::getxattr(self, ino, name)
+    }
+
+    fn setxattr(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        name: &[u8],
+        value: &[u8],
+        flags: u32,
+    ) -> FsResult<()> {
+        Fs::setxattr(self, cred, ino, name, value, flags)
+    }
+
+    fn listxattr(&self, ino: u64) -> FsResult<Vec<Vec<u8>>> {
+        Fs::listxattr(self, ino)
+    }
+
+    fn removexattr(&self, cred: &Cred, ino: u64, name: &[u8]) -> FsResult<()> {
+        Fs::removexattr(self, cred, ino, name)
+    }
+
+    fn statfs(&self) -> FsResult<StatFs> {
+        Fs::statfs(self)
+    }
+
+    fn set_permission_checks(&self, on: bool) {
+        Fs::set_permission_checks(self, on)
+    }
+
+    fn close(self: Box<Self>) -> FsResult<()> {
+        Fs::close(*self)
+    }
+}
