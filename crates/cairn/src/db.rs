@@ -19,7 +19,6 @@ use crate::core::Core;
 use crate::damage::Damage;
 use crate::iter::Iter;
 use crate::keys::{as_bytes, check_key, ikey, ns_bounds, ns_prefix_bounds, NS_USER};
-use crate::keyspace::Keyspace;
 use crate::open::open_core;
 use crate::stats::Stats;
 use crate::value::Value;
@@ -195,30 +194,6 @@ impl Db {
         handle.shutdown()
     }
 
-    /// Opens keyspace `id` of this store: a key space of its own, with the same
-    /// operations as `Db` (point reads and writes, atomic batches, ordered scans). Keys
-    /// of different keyspaces never collide; every keyspace shares the store's shards,
-    /// sequence numbers, group commit and crash guarantees, so a batch written to one
-    /// keyspace is ordered with the writes of every other.
-    ///
-    /// Keyspace 0 is `Db`'s own (what [`Db::put`] and friends use). Layers built on the
-    /// engine take one number each and document it (FORMAT.md lists those of cairn's
-    /// own layers: 1 for the file store, 2 for the file system, 3 for the cluster).
-    ///
-    /// ```
-    /// # let dir = tempfile::tempdir().unwrap();
-    /// let db = cairn::Db::open(dir.path())?;
-    /// let meta = db.keyspace(7);
-    /// meta.put("k", "in keyspace 7")?;
-    /// db.put("k", "in keyspace 0")?;
-    /// assert_eq!(meta.get("k")?.as_deref(), Some(&b"in keyspace 7"[..]));
-    /// assert_eq!(db.get("k")?.as_deref(), Some(&b"in keyspace 0"[..]));
-    /// # Ok::<(), cairn::Error>(())
-    /// ```
-    pub fn keyspace(&self, id: u8) -> Keyspace {
-        Keyspace::new(self.clone(), id)
-    }
-
     /// State that a layer keeps for this open store, one value per type `T`, created
     /// by `init` on first use and shared by every later caller until the store closes
     /// (the file store keeps its key locks and read pins here, so that every handle
@@ -290,7 +265,7 @@ impl Db {
     /// Sends the buffered writes of the given shards to the kernel, and with `durable`
     /// makes them durable (several shards' fsyncs in flight at once). For layers that
     /// write with [`crate::WriteOptions::defer_sync`] and know which shards they
-    /// touched ([`Keyspace::shard_of`]): cheaper than [`Db::flush`], which syncs every
+    /// touched ([`crate::Keyspace::shard_of`]): cheaper than [`Db::flush`], which syncs every
     /// shard.
     pub fn flush_shards(&self, shards: &[usize], durable: bool) -> Result<()> {
         let core = self.core();

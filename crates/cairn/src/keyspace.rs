@@ -72,11 +72,36 @@ pub struct Keyspace {
     id: u8,
 }
 
-impl Keyspace {
-    pub(crate) fn new(db: Db, id: u8) -> Keyspace {
-        Keyspace { db, id }
+impl Db {
+    /// Opens keyspace `id` of this store: a key space of its own, with the same
+    /// operations as `Db` (point reads and writes, atomic batches, ordered scans). Keys
+    /// of different keyspaces never collide; every keyspace shares the store's shards,
+    /// sequence numbers, group commit and crash guarantees, so a batch written to one
+    /// keyspace is ordered with the writes of every other.
+    ///
+    /// Keyspace 0 is `Db`'s own (what [`Db::put`] and friends use). Layers built on the
+    /// engine take one number each and document it (FORMAT.md lists those of cairn's
+    /// own layers: 1 for the file store, 2 for the file system, 3 for the cluster).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = cairn::Db::open(dir.path())?;
+    /// let meta = db.keyspace(7);
+    /// meta.put("k", "in keyspace 7")?;
+    /// db.put("k", "in keyspace 0")?;
+    /// assert_eq!(meta.get("k")?.as_deref(), Some(&b"in keyspace 7"[..]));
+    /// assert_eq!(db.get("k")?.as_deref(), Some(&b"in keyspace 0"[..]));
+    /// # Ok::<(), cairn::Error>(())
+    /// ```
+    pub fn keyspace(&self, id: u8) -> Keyspace {
+        Keyspace {
+            db: self.clone(),
+            id,
+        }
     }
+}
 
+impl Keyspace {
     /// This keyspace's id.
     pub fn id(&self) -> u8 {
         self.id
