@@ -3,8 +3,6 @@
 //! to and returned by [`Rows`] are the file system's own (see `layout`). Nothing else in
 //! this crate calls the engine's read and write operations directly.
 
-use std::ops::Bound;
-
 use cairn::{Db, Iter, Keyspace, Result, Value, WriteBatch, WriteOptions};
 
 /// The file system's rows in a store.
@@ -20,18 +18,6 @@ fn opts(sync: bool) -> WriteOptions {
     } else {
         WriteOptions::new().defer_sync()
     }
-}
-
-/// The smallest key greater than every key starting with `p`, if any.
-fn prefix_successor(p: &[u8]) -> Option<Vec<u8>> {
-    let mut v = p.to_vec();
-    while let Some(last) = v.pop() {
-        if last < 0xff {
-            v.push(last + 1);
-            return Some(v);
-        }
-    }
-    None
 }
 
 impl Rows {
@@ -80,19 +66,10 @@ impl Rows {
     /// The rows whose keys start with `prefix`, in key order, after the key
     /// `prefix + after` if `after` is given. The keys handed out are without `prefix`.
     pub(super) fn scan_prefix(&self, prefix: &[u8], after: Option<&[u8]>) -> Scan {
-        let lo = match after {
-            Some(a) => {
-                let mut k = prefix.to_vec();
-                k.extend_from_slice(a);
-                Bound::Excluded(k)
-            }
-            None => Bound::Included(prefix.to_vec()),
-        };
-        let hi = prefix_successor(prefix).map_or(Bound::Unbounded, Bound::Excluded);
-        if after.is_none() {
-            return Scan(self.ks.prefix_suffixes(prefix));
+        match after {
+            Some(a) => Scan(self.ks.prefix_suffixes_after(prefix, a)),
+            None => Scan(self.ks.prefix_suffixes(prefix)),
         }
-        Scan(self.ks.range_stripped::<Vec<u8>, _>((lo, hi), prefix.len()))
     }
 }
 

@@ -191,22 +191,6 @@ impl Keyspace {
         Iter::new(self.db.core_arc().clone(), lo, hi, 1)
     }
 
-    /// Like [`Keyspace::range`], handing out each key without its first `strip` bytes:
-    /// for scans inside one prefix of at least `strip` bytes that resume after a given
-    /// key (a directory listed in pages, say). Keys shorter than `strip` come out empty.
-    pub fn range_stripped<K: AsRef<[u8]> + ?Sized, R: RangeBounds<K>>(
-        &self,
-        range: R,
-        strip: usize,
-    ) -> Iter {
-        let (lo, hi) = ns_bounds(
-            self.id,
-            as_bytes(range.start_bound()),
-            as_bytes(range.end_bound()),
-        );
-        Iter::new(self.db.core_arc().clone(), lo, hi, 1 + strip)
-    }
-
     /// The keys starting with `prefix`, in key order. Reverse with `.rev()`.
     pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Iter {
         let (lo, hi) = ns_prefix_bounds(self.id, prefix.as_ref());
@@ -231,6 +215,22 @@ impl Keyspace {
     pub fn prefix_suffixes(&self, prefix: impl AsRef<[u8]>) -> Iter {
         let p = prefix.as_ref();
         self.prefix_stripped(p, p.len())
+    }
+
+    /// Like [`Keyspace::prefix_suffixes`], resuming after the key `prefix + after`:
+    /// for listings read in pages (a directory, say) that resume after the last suffix
+    /// they handed out.
+    pub fn prefix_suffixes_after(&self, prefix: impl AsRef<[u8]>, after: &[u8]) -> Iter {
+        let p = prefix.as_ref();
+        let (_, hi) = ns_prefix_bounds(self.id, p);
+        let mut lo = ikey(self.id, p);
+        lo.extend_from_slice(after);
+        Iter::new(
+            self.db.core_arc().clone(),
+            std::ops::Bound::Excluded(lo),
+            hi,
+            1 + p.len(),
+        )
     }
 
     /// Like [`Keyspace::prefix`], handing out each key without its first `strip`
