@@ -1,0 +1,204 @@
+//! The engine's API for the layers above it: keyspaces, extensions, layer threads and
+//! `Db::close`, tested as public API.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn::{Db, Error, Options, SyncPolicy, WriteBatch, WriteOptions};
+
+fn keys(it: impl Iterator<Item = cairn::Result<(Vec<u8>, cairn::Value)>>) -> Vec<Vec<u8>> {
+    it.map(|r| r.unwrap().0).collect()
+}
+
+#[test]
+fn keyspaces_are_separate_and_share_the_guarantees() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Options::new().shards(4).open(dir.path()).unwrap();
+    let (a, b) = (db.keyspace(1), db.keyspace(200));
+    assert_eq!((a.id(), b.id()), (1, 200));
+    db.put("k", "zero").unwrap();
+    a.put("k", "one").unwrap();
+    b.put("k", "two").unwrap();
+    assert_eq!(db.get("k").unwrap().as_deref(), Some(&b"zero"[..]));
+    assert_eq!(a.get("k").unwrap().as_deref(), Some(&b"one"[..]));
+    assert_eq!(b.get("k").unwrap().as_deref(), Some(&b"two"[..]));
+    // Keyspace 0 is Db's own.
+    assert_eq!(
+        db.keyspace(0).get("k").unwrap().as_deref(),
+        Some(&b"zero"[..])
+    );
+    // Scans stay inside their keyspace and hand out keys without the keyspace byte.
+    for i in 0..50u32 {
+        a.put(format!("row/{i:03}"), i.to_le_bytes()).unwrap();
+        b.put(format!("row/{i:03}"), "x").unwrap();
+    }
+    assert_eq!(keys(a.iter()).len(), 51);
+    assert_eq!(keys(db.iter()), vec![b"k".to_vec()]);
+    let rows = keys(a.prefix("row/"));
+    assert_eq!(rows.len(), 50);
+    assert_eq!(rows[0], b"row/000");
+    let back = keys(a.range("row/010".."row/013").rev());
+    assert_eq!(
+        back,
+        vec![
+            b"row/012".to_vec(),
+            b"row/011".to_vec(),
+            b"row/010".to_vec()
+        ]
+    );
+    let suffixes = keys(a.prefix_suffixes("row/04"));
+    assert_eq!(
+        suffixes,
+        (0..10)
+            .map(|i| format!("{i}").into_bytes())
+            .collect::<Vec<_>>()
+    );
+    let after = keys(a.prefix_suffixes_after("row/", b"047"));
+    assert_eq!(after, vec![b"048".to_vec(), b"049".to_vec()]);
+    assert_eq!(
+        keys(a.prefix_stripped("row/04", 4)).first().unwrap(),
+        b"040"
+    );
+    // The last keyspace id has no "next keyspace" bound.
+    let last = db.keyspace(255);
+    last.put([0xff, 0xff], "v").unwrap();
+    assert_eq!(keys(last.iter()), vec![vec![0xff, 0xff]]);
+    // A batch applies to the keyspace it is written to, atomically.
+    let mut batch = WriteBatch::new();
+    batch.put("x", "1").put("y", "2").delete("k");
+    b.write(batch).unwrap();
+    assert!(b.contains("x") && b.contains("y") && !b.contains("k"));
+    assert!(a.contains("k") && !a.contains("x"));
+    // Limits are the store's.
+    assert!(matches!(
+        a.put(vec![0u8; cairn::MAX_KEY_LEN + 1], "v"),
+        Err(Error::KeyTooLarge { .. })
+    ));
+    assert!(a.get(vec![0u8; cairn::MAX_KEY_LEN + 1]).unwrap().is_none());
+    drop((a, b, last));
+    db.close().unwrap();
+    // Everything survives a reopen.
+    let db = Db::open(dir.path()).unwrap();
+    let a = db.keyspace(1);
+    assert_eq!(a.get("k").unwrap().as_deref(), Some(&b"one"[..]));
+    assert_eq!(keys(a.prefix("row/")).len(), 50);
+    // Keyspace 200: its 50 rows and the batch's two puts (its "k" deleted).
+    assert_eq!(keys(db.keyspace(200).iter()).len(), 52);
+    assert!(db.keyspace(200).contains("x") && !db.keyspace(200).contains("k"));
+}
+
+#[test]
+fn deferred_syncs_and_shard_flushes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Options::new()
+        .shards(8)
+        .sync(SyncPolicy::Always)
+        .open(dir.path())
+        .unwrap();
+    let ks = db.keyspace(3);
+    let mut touched = vec![false; db.shard_count()];
+    for i in 0..200u32 {
+        let k = i.to_be_bytes();
+        ks.put_with(k, "v", WriteOptions::new().defer_sync())
+            .unwrap();
+        touched[ks.shard_of(k)] = true;
+    }
+    let shards: Vec<usize> = (0..touched.len()).filter(|&s| touched[s]).collect();
+    db.flush_shards(&shards, true).unwrap();
+    for s in &shards {
+        db.start_writeback(*s);
+    }
+    db.start_writeback(10_000); // ignored
+    assert!(matches!(
+        db.flush_shards(&[db.shard_count()], true),
+        Err(Error::InvalidArgument(_))
+    ));
+    let mut b = WriteBatch::new();
+    b.delete(0u32.to_be_bytes());
+    ks.write_with(b, WriteOptions::new().frees_space()).unwrap();
+    assert!(!ks.contains(0u32.to_be_bytes()));
+    ks.prefetch(1u32.to_be_bytes());
+    assert_eq!(db.options().sync_policy(), SyncPolicy::Always);
+    db.close().unwrap();
+}
+
+/// State a layer attaches to an open store.
+struct LayerState {
+    made: usize,
+}
+
+#[test]
+fn extensions_are_one_per_type_and_per_open_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path()).unwrap();
+    let inits = AtomicUsize::new(0);
+    let init = || {
+        Ok(LayerState {
+            made: inits.fetch_add(1, Ordering::SeqCst) + 1,
+        })
+    };
+    let a = db.extension(init).unwrap();
+    let b = db.clone().extension(init).unwrap();
+    assert!(Arc::ptr_eq(&a, &b));
+    assert_eq!(a.made, 1);
+    // Another type gets its own value; a failing init leaves nothing behind.
+    assert!(db
+        .extension::<String>(|| Err(Error::InvalidArgument("no".into())))
+        .is_err());
+    assert_eq!(*db.extension(|| Ok(String::from("yes"))).unwrap(), "yes");
+    drop((a, b));
+    db.close().unwrap();
+    // A new open of the store starts afresh.
+    let db = Db::open(dir.path()).unwrap();
+    assert_eq!(db.extension(init).unwrap().made, 2);
+}
+
+#[test]
+fn layer_threads_stop_before_the_store_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path()).unwrap();
+    let stopped = Arc::new(AtomicBool::new(false));
+    let woken = Arc::new(AtomicBool::new(false));
+    let (s, w) = (stopped.clone(), woken.clone());
+    db.spawn_background(
+        "test-layer",
+        move |bg| {
+            // The thread's handle writes like any other, and does not keep the store
+            // open: the test's close below does not wait for this loop to see a drop.
+            let ks = bg.db().keyspace(9);
+            let mut n = 0u32;
+            while !bg.is_stopping() {
+                ks.put(n.to_be_bytes(), "tick").unwrap();
+                n += 1;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // A background handle cannot close the store or start threads.
+            assert!(bg.db().clone().close().is_err());
+            s.store(true, Ordering::SeqCst);
+        },
+        move || w.store(true, Ordering::SeqCst),
+    )
+    .unwrap();
+    let t = Instant::now();
+    while db.keyspace(9).iter().count() < 3 && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let other = db.clone();
+    db.close().unwrap();
+    assert!(woken.load(Ordering::SeqCst), "the stop hook ran");
+    assert!(
+        stopped.load(Ordering::SeqCst),
+        "the thread returned before close did"
+    );
+    // Other handles see a closed store: writes refused, no thread can start.
+    assert!(matches!(other.put("a", "b"), Err(Error::Closed)));
+    assert!(matches!(
+        other.spawn_background("late", |_| {}, || {}),
+        Err(Error::Closed)
+    ));
+    assert!(other.is_closing());
+    drop(other);
+    let db = Db::open(dir.path()).unwrap();
+    assert!(db.keyspace(9).iter().count() >= 3);
+}
