@@ -7,7 +7,8 @@
 //! This crate is the binary only: argument parsing, printing and exit statuses, and the
 //! commands on the store itself (`file`, `demo`). `mount`/`umount` are served by
 //! `cairn_fuse`, `bench`/`fs-bench` by `cairn_bench`; both run children of this binary
-//! (`cairn mount`, `cairn __bench-child`), see their crate documentation.
+//! (`cairn mount`, `cairn __bench-child`), see their crate documentation. It is the top
+//! layer: it may use every cairn crate, and no crate may depend on it.
 
 mod allocator;
 mod demo;

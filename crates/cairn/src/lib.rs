@@ -25,7 +25,7 @@
 //! [`Db::extension`] (state shared by every handle of an open store) and
 //! [`Db::spawn_background`] (threads that stop when the store closes): the file store
 //! (crate `cairn-files`) and the file system (crate `cairn-fs`) are built that way. This
-//! crate knows nothing of them.
+//! crate knows nothing of them and must never depend on another cairn crate.
 //!
 //! See DESIGN.md for how it works and FORMAT.md for the bytes on disk.
 
