@@ -867,11 +867,11 @@ fn run_crash_child(dir: &Path, mode: &str, seed: u64, ms: u64) -> Vec<String> {
     let mut child = Command::new(exe)
         .args([
             "--exact",
-            "--ignored",
             "child_crash_worker",
             "--nocapture",
             "--test-threads=1",
         ])
+        .arg("--ignored")
         .env(CRASH_DIR, dir)
         .env(CRASH_SYNC, mode)
         .env(CRASH_SEED, seed.to_string())
@@ -1148,11 +1148,11 @@ fn streaming_a_gigabyte_uses_little_memory() {
     let child = Command::new(exe)
         .args([
             "--exact",
-            "--ignored",
             "child_memory_worker",
             "--nocapture",
             "--test-threads=1",
         ])
+        .arg("--ignored")
         .env(MEM_DIR, dir.path())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -894,13 +894,8 @@ fn crash_consistency() {
     let cycles = 12;
     for cycle in 0..cycles {
         let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                "--ignored",
-                "crash_child",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+            .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+            .arg("--ignored")
             .env(CRASH_DIR, dir.path())
             .env("CAIRN_FS_CRASH_SEED", cycle.to_string())
             .stdout(Stdio::piped())

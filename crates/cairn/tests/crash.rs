@@ -408,13 +408,8 @@ fn run_child(
     let exe = std::env::current_exe().unwrap();
     let guard = fork_guard();
     let mut child = Command::new(exe)
-        .args([
-            "--exact",
-            "--ignored",
-            "child_writer",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", "child_writer", "--nocapture", "--test-threads=1"])
+        .arg("--ignored")
         .env(DIR_VAR, dir)
         .env(MODE_VAR, mode.name())
         .env(SEED_VAR, seed.to_string())

@@ -189,13 +189,8 @@ fn prefix_child() {
 /// highest acknowledged operation of each thread.
 fn run_child(dir: &Path, mode: Mode, run_ms: u64) -> BTreeMap<u64, u64> {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "--ignored",
-            "prefix_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", "prefix_child", "--nocapture", "--test-threads=1"])
+        .arg("--ignored")
         .env(DIR_VAR, dir)
         .env(MODE_VAR, mode.name())
         .env_remove("RUST_LOG")
