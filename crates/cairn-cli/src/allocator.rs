@@ -65,8 +65,12 @@ fn c_malloc() -> CMalloc {
         return CMalloc::Unknown("malloc or free not found by dlsym".into());
     }
     // SAFETY: the symbols are the process's malloc and free, with these C signatures.
-    let (malloc, free): (Malloc, Free) =
-        unsafe { (std::mem::transmute(malloc), std::mem::transmute(free)) };
+    let (malloc, free) = unsafe {
+        (
+            std::mem::transmute::<*mut c_void, Malloc>(malloc),
+            std::mem::transmute::<*mut c_void, Free>(free),
+        )
+    };
     // SAFETY: a block from this malloc is only inspected and handed back to this free;
     // strdup's copy of a NUL-terminated string is freed with the same free.
     let (direct, from_libc) = unsafe {

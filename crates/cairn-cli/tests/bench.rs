@@ -311,7 +311,10 @@ fn check_png(path: &Path) {
 }
 
 #[test]
-#[cfg_attr(feature = "peers", ignore = "a build with the peers has them")]
+#[cfg_attr(
+    feature = "peers",
+    ignore = "a build with the `peers` feature has the peers"
+)]
 fn peers_need_the_feature() {
     let dir = tempfile::tempdir().unwrap();
     let output = cairn()
