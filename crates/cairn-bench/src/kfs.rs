@@ -18,10 +18,13 @@
 //! are stored by two threads, each for its own shards (one with one shard), and a new
 //! store's first segments rotate at staggered sizes; everything else is the same code
 //! (spare segments, whole-segment reclamation of removed files, the collector). Every
-//! subject gets the same treatment: no sync (unless `--sync`), nothing dropped from the
-//! page cache, trials back to back with no pause, so background work (cairn's
-//! collector and compaction, the LSM engines' flushes and compactions) runs while the
-//! next operations are timed, as in the seed.
+//! subject gets the same treatment: no sync within a write (unless `--sync`), the sync
+//! after each write, nothing dropped from the page cache, trials back to back with no
+//! pause, so background work (cairn's collector and compaction, the LSM engines'
+//! flushes and compactions) runs while the next operations are timed, as in the seed.
+//! (Before the durable figure, writes were not followed by a sync, so reads raced the
+//! kernel's writeback of the files just written: figures from before are not
+//! comparable.)
 
 use std::fs;
 use std::io::{Read, Write};
