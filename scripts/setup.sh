@@ -9,8 +9,8 @@ if command -v rustup >/dev/null 2>&1; then
 fi
 # fuse3 (fusermount3) and rsync for the mounted file-system tests (`cairn mount`). As root,
 # the mount works without fuse3 (mount(2) directly); without apt or permission this step
-# only warns: the mounted tests skip where /dev/fuse can't be used, and the rsync part
-# where rsync is missing.
+# only warns: the mounted tests then skip where FUSE can't be used, and their rsync part
+# where rsync is missing, and scripts/test.sh lists what was skipped at its end.
 fs_missing=()
 command -v fusermount3 >/dev/null 2>&1 || fs_missing+=(fuse3)
 command -v rsync >/dev/null 2>&1 || fs_missing+=(rsync)

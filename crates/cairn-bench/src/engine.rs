@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Settings {
     /// Durable writes: a write returns only once it is on stable storage. Off by default:
-    /// no engine syncs on the write path, data reaches the disk when the OS writes it back.
+    /// no engine syncs on the write path, data reaches the disk when the OS writes it back
+    /// (except redb, whose adapter makes every 1000th commit durable: see its settings).
     pub sync: bool,
     /// Roughly how many bytes of keys and values the workload will store at once, for
     /// engines that must size a file or map up front (LMDB).
@@ -58,6 +59,12 @@ pub trait Engine: Send + Sync {
 
     /// Makes every write so far durable on disk (and, for engines that buffer, written).
     fn flush(&self) -> Result<()>;
+
+    /// Makes every write so far durable with the least work the engine needs for that
+    /// (RocksDB: a synced write-ahead log, no memtable flush); by default [`Engine::flush`].
+    fn sync(&self) -> Result<()> {
+        self.flush()
+    }
 
     /// Closes the store, reporting errors that a plain drop would swallow.
     fn close(self: Box<Self>) -> Result<()> {

@@ -26,7 +26,8 @@ Create N zero-length files in one directory (default 1,000,000; --large 10,000,0
 sampling the create rate over the run; then stat every file in random order, list the
 directory and unlink every file. Targets (--targets): lib (cairn::fs in this process),
 fuse (cairn mounted through FUSE by a child `cairn mount`; skipped with a message where
-FUSE can't be used), plain (a plain directory under --dir: the disk's own file system,
+FUSE is unavailable: no usable /dev/fuse, no privilege to mount, the mount refused with
+EPERM/EACCES; any other failure of the mount fails the run), plain (a plain directory under --dir: the disk's own file system,
 e.g. ext4). Everything is synced to disk before each target, so none pays for another's
 writeback. For the fuse target the FUSE requests per operation are counted too.
 
@@ -543,11 +544,20 @@ fn run_one(
             let mp = work.join("mnt");
             std::fs::create_dir_all(&mp)?;
             let stats = work.join("fuse-requests");
+            if let Some(why) = cairn_fuse::unavailable() {
+                println!("fuse: skipped, FUSE is unavailable here: {why}");
+                return Ok(None);
+            }
             match ChildMount::start(&work.join("store"), &mp, &stats) {
-                Err(e) => {
-                    println!("fuse: skipped, the mount failed: {e}");
+                // Only a refusal for lack of privilege means FUSE can't be used here;
+                // any other failure of the mount is a failure of the run.
+                Err(e) if cairn_fuse::is_refusal(&format!("{e:#}")) => {
+                    println!(
+                        "fuse: skipped, FUSE is unavailable here: the mount was refused: {e:#}"
+                    );
                     None
                 }
+                Err(e) => return Err(e.context("fuse: the mount failed")),
                 Ok(m) => {
                     let d = mp.join("d");
                     std::fs::create_dir(&d)?;
@@ -572,8 +582,9 @@ fn run_one(
     Ok(r)
 }
 
-/// The results as a Markdown table, the FUSE requests per operation and the series.
-fn markdown(n: u64, runs: &[TargetRun]) -> String {
+/// The results as a Markdown table, what the figures measure, the FUSE requests per
+/// operation and the series. `plain_fs`: the file system of the plain target.
+fn markdown(n: u64, runs: &[TargetRun], plain_fs: &str, allocator: &str) -> String {
     let mut s = format!("files in one directory: {n}\n\n");
     s.push_str(
         "| target | create/s | first 10% /s | last 10% /s | last/first | stat/s (random) | list entries/s | unlink/s |\n",
@@ -592,6 +603,11 @@ fn markdown(n: u64, runs: &[TargetRun]) -> String {
             r.unlink_rate
         ));
     }
+    s.push('\n');
+    for note in notes(runs, plain_fs) {
+        s.push_str(&format!("- {note}\n"));
+    }
+    s.push_str(&format!("- allocator: {allocator}\n"));
     for r in runs {
         if let Some(req) = &r.fuse_requests {
             s.push('\n');
@@ -631,10 +647,88 @@ fn markdown(n: u64, runs: &[TargetRun]) -> String {
     s
 }
 
+/// What the figures of `runs` measure, beside them in the report: the lib target makes
+/// no system call, and FUSE phases that sent (almost) no requests were answered by the
+/// kernel's caches.
+fn notes(runs: &[TargetRun], plain_fs: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let has = |t: &str| runs.iter().any(|r| r.target == t);
+    if has("lib") {
+        out.push(format!(
+            "lib calls cairn::fs in this process: no system call and no kernel path per \
+             operation, where plain (and fuse) make a system call per operation{}; lib \
+             against plain compares an in-process call with a kernel file system behind \
+             system calls, not two file systems on equal terms",
+            if has("plain") {
+                format!(" (plain is a directory on {plain_fs})")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    for r in runs {
+        let Some(req) = &r.fuse_requests else {
+            continue;
+        };
+        for (phase, kinds) in req {
+            let total = kinds.values().fold(0.0, |a, b| a + b);
+            if phase == "stat" && total == 0.0 {
+                out.push(format!(
+                    "{} stat: no FUSE request at all: every stat was answered from the \
+                     kernel's attribute and entry caches without reaching cairn, so the \
+                     stat rate measures the kernel",
+                    r.target
+                ));
+            } else if phase == "stat" && total < 0.995 {
+                out.push(format!(
+                    "{} stat: {total:.2} FUSE requests per stat, so at least {:.0}% of the \
+                     stats were answered from the kernel's attribute and entry caches \
+                     without reaching cairn",
+                    r.target,
+                    100.0 * (1.0 - total)
+                ));
+            } else if total == 0.0 {
+                out.push(format!(
+                    "{} {phase}: no FUSE request at all; answered from the kernel's caches",
+                    r.target
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The file system `dir` is on, by its `statfs` type ("ext4, or ext2/ext3", "xfs"…).
+fn file_system_of(dir: &Path) -> String {
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return "unknown file system".into();
+    };
+    // SAFETY: `statfs` is plain data, for which all zeroes is a valid value; statfs(2)
+    // fills it for a NUL-terminated path that outlives the call.
+    let (rc, st) = unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        (libc::statfs(c.as_ptr(), &mut st), st)
+    };
+    if rc != 0 {
+        return "unknown file system".into();
+    }
+    match st.f_type as u64 {
+        0xEF53 => "ext4, or ext2/ext3".into(),
+        0x5846_5342 => "xfs".into(),
+        0x9123_683E => "btrfs".into(),
+        0x0102_1994 => "tmpfs".into(),
+        0x794C_7630 => "overlayfs".into(),
+        0x2FC1_2FC1 => "zfs".into(),
+        0x6573_5546 => "a FUSE file system".into(),
+        other => format!("file system type {other:#x}"),
+    }
+}
+
 /// `cairn fs-bench`: runs every target, prints the results as Markdown and writes them
 /// and the plots to `--out`. The fuse target runs `EXE mount STORE MOUNTPOINT` with the
-/// running executable (see the crate documentation).
-pub fn run(args: &FsBenchArgs) -> Result<()> {
+/// running executable (see the crate documentation). `allocator` says which memory
+/// allocator this binary uses, for the report.
+pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
     let n = args
         .files
         .unwrap_or(if args.large { 10_000_000 } else { 1_000_000 });
@@ -669,7 +763,7 @@ pub fn run(args: &FsBenchArgs) -> Result<()> {
         let _ = std::fs::remove_dir_all(&work);
         runs.extend(r?);
     }
-    let md = markdown(n, &runs);
+    let md = markdown(n, &runs, &file_system_of(&args.dir), allocator);
     let json = serde_json::to_vec_pretty(&runs)?;
     let mut written = Vec::new();
     for (name, bytes) in [("results.md", md.as_bytes()), ("results.json", &json)] {

@@ -7,15 +7,24 @@
 //! by file id ‖ chunk index (big-endian). The report gives the mean and standard
 //! deviation of each (operation, size) and Welch's two-sided t-test against cairn.
 //!
+//! A write is timed twice: until the store's write call returns (the commit, for cairn;
+//! without `--sync` the data may be in the page cache only) and until the store has then
+//! also made it durable (`durable_write`: cairn's `Db::flush`, RocksDB's write-ahead log
+//! synced, LevelDB an empty synced batch). Only the second can be held against the
+//! disk's bandwidth, which the disk suite measures with direct I/O.
+//!
 //! `cairn-1shard` is the same engine with the same options but one shard, so the pair
 //! shows what the partitioning itself buys: with several shards a large file's chunks
 //! are stored by two threads, each for its own shards (one with one shard), and a new
 //! store's first segments rotate at staggered sizes; everything else is the same code
 //! (spare segments, whole-segment reclamation of removed files, the collector). Every
-//! subject gets the same treatment: no sync (unless `--sync`), nothing dropped from the
-//! page cache, trials back to back with no pause, so background work (cairn's
-//! collector and compaction, the LSM engines' flushes and compactions) runs while the
-//! next operations are timed, as in the seed.
+//! subject gets the same treatment: no sync within a write (unless `--sync`), the sync
+//! after each write, nothing dropped from the page cache, trials back to back with no
+//! pause, so background work (cairn's collector and compaction, the LSM engines'
+//! flushes and compactions) runs while the next operations are timed, as in the seed.
+//! (Before the durable figure, writes were not followed by a sync, so reads raced the
+//! kernel's writeback of the files just written: figures from before are not
+//! comparable.)
 
 use std::fs;
 use std::io::{Read, Write};
@@ -44,6 +53,10 @@ pub static SUITE: SuiteDef = SuiteDef {
 pub const CHUNK: usize = 128 << 10;
 /// The operations of a trial, in the order they run.
 pub const OPS: [&str; 3] = ["write", "read", "unlink"];
+/// The figure of a write made durable: the write's time plus that of the sync after it.
+pub const DURABLE_WRITE: &str = "durable_write";
+/// The timed figures of every file size, in the order the report shows them.
+pub const FIGURES: [&str; 4] = ["write", DURABLE_WRITE, "read", "unlink"];
 /// The name of cairn with one shard.
 pub const ONE_SHARD: &str = "cairn-1shard";
 /// The test holding the store's bytes on disk after each trial.
@@ -93,6 +106,28 @@ pub fn size_label(bytes: u64) -> String {
 /// The test of operation `op` on files of `size` bytes, e.g. `write_8MiB`.
 pub fn test_name(op: &str, size: u64) -> String {
     format!("{op}_{}", short_size(size))
+}
+
+/// The heading of one of the [`FIGURES`] in the report and its plots.
+pub fn figure_heading(figure: &str, sync: bool) -> &str {
+    match figure {
+        "write" if sync => "write (durable when it returns: --sync)",
+        "write" => "write (until it returns, no sync: to the page cache)",
+        DURABLE_WRITE => "durable write (the write, then the sync that makes it durable)",
+        other => other,
+    }
+}
+
+/// What one of the [`FIGURES`] times, for the report: "write a 8 MiB file (until the
+/// write returns, no sync: the page cache)".
+pub fn figure_title(figure: &str, size: u64, sync: bool) -> String {
+    let size = size_label(size);
+    match figure {
+        "write" if sync => format!("write a {size} file (durable when it returns: --sync)"),
+        "write" => format!("write a {size} file (until it returns, no sync: to the page cache)"),
+        DURABLE_WRITE => format!("write a {size} file and make it durable"),
+        op => format!("{op} a {size} file"),
+    }
 }
 
 /// The recorded values of `test` in `run`.
@@ -202,6 +237,8 @@ trait Files {
     fn read(&self, id: u64, size: u64, pool: &Pool, buf: &mut Vec<u8>) -> Result<()>;
     /// Removes file `id` of `size` bytes.
     fn unlink(&self, id: u64, size: u64) -> Result<()>;
+    /// Makes every write so far durable.
+    fn sync(&self) -> Result<()>;
     /// Closes the store.
     fn close(self: Box<Self>) -> Result<()>;
 }
@@ -254,6 +291,10 @@ impl Files for CairnFiles {
         Ok(())
     }
 
+    fn sync(&self) -> Result<()> {
+        Ok(self.db.flush()?)
+    }
+
     fn close(self: Box<Self>) -> Result<()> {
         let CairnFiles { db, files } = *self;
         drop(files);
@@ -284,7 +325,7 @@ impl Files for Rows {
                 .put(&row_key(id, c), pool.chunk(id, c, chunk_len(size, c)))?;
         }
         if self.sync {
-            self.db.flush()?;
+            self.db.sync()?;
         }
         Ok(())
     }
@@ -311,9 +352,13 @@ impl Files for Rows {
         let ops: Vec<BatchOp<'_>> = keys.iter().map(|k| BatchOp::Delete(k)).collect();
         self.db.write_batch(&ops)?;
         if self.sync {
-            self.db.flush()?;
+            self.db.sync()?;
         }
         Ok(())
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.db.sync()
     }
 
     fn close(self: Box<Self>) -> Result<()> {
@@ -366,26 +411,33 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
     let dir = ctx.dir.join("store");
     let store = open(ctx, &dir)?;
     let mut ids = Rng::new(mix64(cfg.seed ^ 0x4b46_5300));
-    // secs[op][size] holds one time per trial.
-    let mut secs = vec![vec![Vec::with_capacity(trials as usize); sizes.len()]; OPS.len()];
+    // secs[figure][size] holds one time per trial, figures as in FIGURES.
+    let mut secs = vec![vec![Vec::with_capacity(trials as usize); sizes.len()]; FIGURES.len()];
+    let figure = |name: &str| FIGURES.iter().position(|f| *f == name).unwrap_or(0);
+    let durable_at = figure(DURABLE_WRITE);
     let mut io_written = vec![Some(0u64); sizes.len()];
     let mut store_bytes = Vec::with_capacity(trials as usize);
     let mut buf = Vec::with_capacity(CHUNK);
     for trial in 1..=trials {
         // Random ids, as KFS's reference ids.
         let files: Vec<(u64, u64)> = sizes.iter().map(|s| (ids.next_u64(), *s)).collect();
-        for (op_index, op) in OPS.iter().enumerate() {
+        for op in OPS {
             for (i, &(id, size)) in files.iter().enumerate() {
                 let io_before = measure::proc_write_bytes();
                 let t = Instant::now();
-                match *op {
+                match op {
                     "write" => store.write(id, size, &pool),
                     "read" => store.read(id, size, &pool, &mut buf),
                     _ => store.unlink(id, size),
                 }
                 .with_context(|| format!("trial {trial}: {op} {}", size_label(size)))?;
-                secs[op_index][i].push(t.elapsed().as_secs_f64());
-                if *op == "write" {
+                secs[figure(op)][i].push(t.elapsed().as_secs_f64());
+                if op == "write" {
+                    // Then durable: the same write's time until the sync after it ends.
+                    store
+                        .sync()
+                        .with_context(|| format!("trial {trial}: sync {}", size_label(size)))?;
+                    secs[durable_at][i].push(t.elapsed().as_secs_f64());
                     io_written[i] = match (io_written[i], io_before, measure::proc_write_bytes()) {
                         (Some(sum), Some(a), Some(b)) => Some(sum + b.saturating_sub(a)),
                         _ => None,
@@ -401,9 +453,9 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
 
     let peak = measure::peak_rss();
     let mut phases = Vec::new();
-    for (op_index, op) in OPS.iter().enumerate() {
+    for (fi, fig) in FIGURES.iter().enumerate() {
         for (i, &size) in sizes.iter().enumerate() {
-            let times = std::mem::take(&mut secs[op_index][i]);
+            let times = std::mem::take(&mut secs[fi][i]);
             let total: f64 = times.iter().sum::<f64>().max(1e-9);
             let mut hist = measure::new_hist();
             for s in &times {
@@ -411,16 +463,22 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
             }
             let mut latency = Latency::of(&hist);
             latency.mean_ns = total * 1e9 / times.len() as f64;
-            let test = test_name(op, size);
+            let test = test_name(fig, size);
             let bytes = size * trials;
-            let (kind, write_bytes) = match *op {
-                "write" => (Kind::Write, io_written[i]),
-                "read" => (Kind::Read, None),
-                _ => (Kind::Write, None),
+            let kind = if *fig == "read" {
+                Kind::Read
+            } else {
+                Kind::Write
+            };
+            // The bytes written to storage are those of the write and its sync.
+            let write_bytes = if fi == durable_at {
+                measure::accounted(io_written[i], bytes)
+            } else {
+                None
             };
             phases.push(Phase {
                 test: test.clone(),
-                title: format!("{op} a {} file", size_label(size)),
+                title: figure_title(fig, size, cfg.sync),
                 kind: Some(kind),
                 threads: 1,
                 ops: trials,

@@ -77,8 +77,11 @@ Peers (RocksDB, LevelDB, LMDB, sled, fjall, redb) exist only in a build with
   cargo run --release -p cairn-cli --features peers -- bench --quick
 
 Every engine gets the same durability (no fsync on the write path; --sync: every write
-durable), compression off, and otherwise its recommended settings; the report lists every
-setting that differs from an engine's defaults.";
+durable) with one exception: redb makes every 1000th commit durable (it reuses freed
+pages only after a durable commit; with none its file grows without bound). Compression
+is off, and otherwise each engine has its recommended settings; the report lists every
+setting that differs from an engine's defaults, and the allocator each engine got (in a
+build with `peers`, mimalloc for all: malloc is replaced in the whole process).";
 
 /// Options of `cairn bench` (a clap [`Args`], flattened into the `bench` subcommand).
 #[derive(Debug, Args)]
@@ -393,6 +396,10 @@ pub(crate) struct Report {
     pub config: Config,
     /// The engines and their settings.
     pub engines: Vec<EngineInfo>,
+    /// Which allocator the engines' code used (Rust and C), as the binary found at run
+    /// time; `None` in results written before it was recorded.
+    #[serde(default)]
+    pub allocator: Option<String>,
     /// One entry per (suite, engine).
     pub runs: Vec<SuiteRun>,
 }
@@ -403,14 +410,15 @@ pub const CHILD_COMMAND: &str = "__bench-child";
 
 /// `cairn bench`: runs the chosen suites on the chosen engines, each pair in a child
 /// process (see [`CHILD_COMMAND`]), prints the results as Markdown and writes them to
-/// `--out`; fails when a run did.
-pub fn run(args: &BenchArgs) -> Result<()> {
+/// `--out`; fails when a run did. `allocator` says which memory allocator the engines
+/// get in this binary (the children are the same binary), for the report's header.
+pub fn run(args: &BenchArgs, allocator: &str) -> Result<()> {
     // One message with its causes, so that an I/O cause is not taken for a failed write
     // to standard output by the caller.
-    run_bench(args).map_err(|e| anyhow::anyhow!("bench: {e:#}"))
+    run_bench(args, allocator).map_err(|e| anyhow::anyhow!("bench: {e:#}"))
 }
 
-fn run_bench(args: &BenchArgs) -> Result<()> {
+fn run_bench(args: &BenchArgs, allocator: &str) -> Result<()> {
     if args.render {
         let path = args.out.join("results.json");
         let report: Report = serde_json::from_slice(
@@ -444,6 +452,7 @@ fn run_bench(args: &BenchArgs) -> Result<()> {
                 non_default_settings: (e.non_default_settings)(&settings),
             })
             .collect(),
+        allocator: Some(allocator.to_string()),
         runs: Vec::new(),
     };
 
@@ -739,7 +748,8 @@ fn run_child_process(spec_path: &Path) -> Result<()> {
         .sum();
     let total_write_amp = match (io_before, measure::proc_write_bytes()) {
         (Some(a), Some(b)) if written > 0 && engine.is_some() => {
-            Some(b.saturating_sub(a) as f64 / written as f64)
+            measure::accounted(Some(b.saturating_sub(a)), written)
+                .map(|w| w as f64 / written as f64)
         }
         _ => None,
     };

@@ -493,13 +493,19 @@ pub fn after_write(
     flush()?;
     phase.flush_secs = Some(t.elapsed().as_secs_f64());
     if let (Some(w), Some(a), Some(b)) = (phase.write_bytes, before, proc_write_bytes()) {
-        let total = w + b.saturating_sub(a);
-        phase.write_bytes = Some(total);
-        if written > 0 {
+        phase.write_bytes = accounted(Some(w + b.saturating_sub(a)), written);
+        if let (Some(total), true) = (phase.write_bytes, written > 0) {
             phase.write_amp = Some(total as f64 / written as f64);
         }
     }
     space(phase, dir, live)
+}
+
+/// `write_bytes` counted by `/proc/self/io` for a phase that wrote `written` bytes of
+/// data, or `None` when it counted nothing at all: the file system is one the kernel's
+/// I/O accounting does not see (tmpfs), so that no write amplification can be told.
+pub fn accounted(write_bytes: Option<u64>, written: u64) -> Option<u64> {
+    write_bytes.filter(|w| *w > 0 || written == 0)
 }
 
 /// Records disk usage and space amplification of `dir` holding `live` bytes of records.

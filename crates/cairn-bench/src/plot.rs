@@ -98,7 +98,7 @@ fn kfs_plots(report: &Report, dir: &Path) -> Result<usize> {
         "file size"
     };
     let mut written = 0;
-    for op in kfs::OPS {
+    for op in kfs::FIGURES {
         let series: Vec<(&str, Vec<Option<Summary>>)> = runs
             .iter()
             .map(|r| {
@@ -112,7 +112,13 @@ fn kfs_plots(report: &Report, dir: &Path) -> Result<usize> {
         if series.iter().all(|(_, v)| v.iter().all(Option::is_none)) {
             continue;
         }
-        let heading = format!("kfs: {op} time by file size (mean, bars 1 stddev)");
+        let short = match op {
+            "write" if report.config.sync => "write (--sync)",
+            "write" => "write (page cache)",
+            kfs::DURABLE_WRITE => "durable write",
+            other => other,
+        };
+        let heading = format!("kfs {short}: time by size (mean, bars 1 sd)");
         error_bars(
             &dir.join(format!("kfs-{op}.png")),
             &heading,

@@ -1,5 +1,130 @@
 //! The binary's global allocator: mimalloc (see `Cargo.toml` for why). The library
 //! leaves the choice to the program that embeds it.
+//!
+//! With the `peers` feature the binary also replaces `malloc` and `free` in the whole
+//! process with mimalloc's (mimalloc's `override`), so that the C and C++ engines
+//! `cairn bench` compares with (RocksDB, LevelDB, LMDB) allocate with the same allocator
+//! as cairn and the Rust peers. [`describe`] says which allocator each kind of code
+//! uses, as checked at run time, for the benchmark reports.
+
+use std::ffi::{c_void, CStr};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// One sentence for the benchmark reports: the allocator of Rust code (cairn, sled,
+/// fjall, redb) and the one C and C++ libraries (RocksDB, LevelDB, LMDB) get, found by
+/// allocating through the `malloc` that shared libraries bind to (and through a libc
+/// function that allocates) and asking mimalloc whether the memory is its own.
+pub fn describe() -> String {
+    // SAFETY: mi_version has no preconditions.
+    let v = unsafe { libmimalloc_sys::mi_version() };
+    // major ‖ two digits of minor ‖ two digits of patch
+    let rust = format!(
+        "Rust code (cairn, sled, fjall, redb): mimalloc {}.{}.{} (the global allocator)",
+        v / 10_000,
+        (v / 100) % 100,
+        v % 100
+    );
+    let c = match c_malloc() {
+        CMalloc::Mimalloc => "C and C++ code (RocksDB, LevelDB, LMDB): mimalloc too \
+                              (malloc is replaced in the whole process)"
+            .to_string(),
+        CMalloc::Other(from) => format!(
+            "C and C++ code (RocksDB, LevelDB, LMDB): the malloc of {from}, not mimalloc \
+             (a build without the `peers` feature does not replace malloc)"
+        ),
+        CMalloc::Unknown(why) => format!("C and C++ code: unknown malloc ({why})"),
+    };
+    format!("{rust}; {c}")
+}
+
+/// Which `malloc` C code gets.
+#[derive(Debug, PartialEq)]
+enum CMalloc {
+    /// mimalloc's (the override is in effect).
+    Mimalloc,
+    /// Another one, from the named object (glibc's `libc.so.6`, an `LD_PRELOAD`ed one).
+    Other(String),
+    /// It could not be told.
+    Unknown(String),
+}
+
+fn c_malloc() -> CMalloc {
+    type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
+    type Free = unsafe extern "C" fn(*mut c_void);
+    // SAFETY: dlsym with RTLD_DEFAULT and NUL-terminated names looks symbols up in the
+    // global scope, as a shared library's calls to them are bound.
+    let (malloc, free) = unsafe {
+        (
+            libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()),
+            libc::dlsym(libc::RTLD_DEFAULT, c"free".as_ptr()),
+        )
+    };
+    if malloc.is_null() || free.is_null() {
+        return CMalloc::Unknown("malloc or free not found by dlsym".into());
+    }
+    // SAFETY: the symbols are the process's malloc and free, with these C signatures.
+    let (malloc, free) = unsafe {
+        (
+            std::mem::transmute::<*mut c_void, Malloc>(malloc),
+            std::mem::transmute::<*mut c_void, Free>(free),
+        )
+    };
+    // SAFETY: a block from this malloc is only inspected and handed back to this free;
+    // strdup's copy of a NUL-terminated string is freed with the same free.
+    let (direct, from_libc) = unsafe {
+        let p = malloc(64);
+        let q = libc::strdup(c"cairn".as_ptr());
+        let r = (
+            !p.is_null() && libmimalloc_sys::mi_is_in_heap_region(p),
+            !q.is_null() && libmimalloc_sys::mi_is_in_heap_region(q as *const c_void),
+        );
+        free(p);
+        free(q.cast());
+        r
+    };
+    if direct && from_libc {
+        return CMalloc::Mimalloc;
+    }
+    // SAFETY: dladdr fills `info` for an address in a loaded object; the name it points
+    // to belongs to the loader and lives as long as the object.
+    let from = unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        if libc::dladdr(malloc as *const c_void, &mut info) != 0 && !info.dli_fname.is_null() {
+            CStr::from_ptr(info.dli_fname)
+                .to_string_lossy()
+                .into_owned()
+        } else {
+            "an unknown object".into()
+        }
+    };
+    CMalloc::Other(from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The verdict matches the build: with `peers` malloc is replaced, without it glibc's
+    /// is left alone.
+    #[test]
+    fn c_malloc_follows_the_override() {
+        let got = c_malloc();
+        if cfg!(feature = "peers") {
+            assert_eq!(got, CMalloc::Mimalloc);
+        } else {
+            assert!(
+                matches!(&got, CMalloc::Other(from) if from.contains("libc")),
+                "{got:?}"
+            );
+        }
+        let text = describe();
+        assert!(text.starts_with("Rust code (cairn, sled, fjall, redb): mimalloc "));
+        assert_eq!(
+            text.contains("mimalloc too"),
+            cfg!(feature = "peers"),
+            "{text}"
+        );
+    }
+}

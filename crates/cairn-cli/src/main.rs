@@ -250,11 +250,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Verify => return verify(dir),
         Command::File(args) => return file::run(dir, &args),
         Command::Demo(args) => return demo::run(dir, &args, &mut stdout()),
-        Command::Bench(args) => cairn_bench::run(&args)?,
+        Command::Bench(args) => cairn_bench::run(&args, &allocator::describe())?,
         Command::BenchChild { spec } => cairn_bench::child(&spec)?,
         Command::Mount(args) => mount(&args)?,
         Command::Umount(args) => cairn_fuse::umount(&args.mountpoint)?,
-        Command::FsBench(args) => cairn_bench::fsbench::run(&args)?,
+        Command::FsBench(args) => cairn_bench::fsbench::run(&args, &allocator::describe())?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,5 +1,8 @@
-//! Smoke-sized run of `cairn fs-bench` on every target (the FUSE one is skipped with a
-//! message where FUSE can't be used).
+//! Smoke-sized run of `cairn fs-bench` on every target. The FUSE one may be skipped only
+//! where FUSE is unavailable (`cairn_fuse::unavailable`, or the mount refused for lack of
+//! privilege); any other failure of the mount fails the run and this test.
+
+mod common;
 
 use std::process::Command;
 
@@ -32,8 +35,25 @@ fn fs_bench_smoke() {
         "{targets:?}"
     );
     if !targets.contains(&"fuse") {
-        assert!(stdout.contains("fuse: skipped"), "{stdout}");
+        let refused = "fuse: skipped, FUSE is unavailable here: the mount was refused";
+        match cairn_fuse::unavailable() {
+            // Where FUSE looks usable, only a refusal of the mount itself may skip it.
+            None => assert!(stdout.contains(refused), "{stdout}"),
+            Some(why) => assert!(
+                stdout.contains(&format!("fuse: skipped, FUSE is unavailable here: {why}")),
+                "{stdout}"
+            ),
+        }
+        common::skip("fs-bench's fuse target: FUSE is unavailable here");
     }
+    // What the figures measure is said beside them.
+    let md = std::fs::read_to_string(out_dir.join("results.md")).unwrap();
+    assert!(md.contains("- lib calls cairn::fs in this process"), "{md}");
+    assert!(md.contains("(plain is a directory on "), "{md}");
+    assert!(
+        md.contains("- allocator: Rust code (cairn, sled, fjall, redb): mimalloc "),
+        "{md}"
+    );
     for r in runs {
         assert_eq!(r["files"], 2000);
         for f in ["create_rate", "stat_rate", "list_rate", "unlink_rate"] {
@@ -46,6 +66,24 @@ fn fs_bench_smoke() {
     }
     // Through FUSE, a create of a new file is a LOOKUP and a CREATE (and a RELEASE).
     if let Some(f) = runs.iter().find(|r| r["target"] == "fuse") {
+        // Stats that reached cairn less than once each are said to be the kernel's.
+        let stat: f64 = f["fuse_requests"]["stat"]
+            .as_object()
+            .expect("requests of the stat phase")
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .sum();
+        assert_eq!(
+            md.contains("- fuse stat: ") && md.contains("answered from the kernel's attribute"),
+            stat < 0.995,
+            "{stat} requests per stat:\n{md}"
+        );
+        if stat == 0.0 {
+            assert!(
+                md.contains("every stat was answered from the kernel's"),
+                "{md}"
+            );
+        }
         let c = &f["fuse_requests"]["create"];
         assert!(c["LOOKUP"].as_f64().unwrap() >= 0.99, "{c}");
         assert!(c["CREATE"].as_f64().unwrap() >= 0.99, "{c}");

@@ -2,9 +2,14 @@
 //! trees compared byte for byte; clean unmounts by `cairn umount` and SIGTERM; no loss of
 //! fsynced data when the mount process is killed.
 //!
-//! They skip (pass, printing why) where FUSE can't be used: no /dev/fuse, or a mount
-//! refused with EPERM/EACCES (containers without the capability). Every mount is undone
-//! by a Drop guard, so a failing test never leaves one behind.
+//! They skip (pass, reporting why: see `common::skip`) where FUSE can't be used, as
+//! `cairn_fuse::unavailable` and `cairn_fuse::is_refusal` judge it: no usable /dev/fuse,
+//! no privilege to mount, or a mount refused with EPERM/EACCES (containers without the
+//! capability); any other failure of a mount fails the test. Tool parts (rsync, git)
+//! skip the same way where the tool is missing. Every mount is undone by a Drop guard,
+//! so a failing test never leaves one behind.
+
+mod common;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -31,19 +36,15 @@ struct Mount {
 }
 
 impl Mount {
-    /// Mounts `store` on `mp`; `None` (with a printed reason) where FUSE can't be used.
+    /// Mounts `store` on `mp`; `None` (with the skip reported) where FUSE can't be used.
     fn new(store: &Path, mp: &Path) -> Option<Mount> {
         Mount::with_args(store, mp, &[])
     }
 
     /// [`Mount::new`] with more arguments of `cairn mount`.
     fn with_args(store: &Path, mp: &Path, args: &[&str]) -> Option<Mount> {
-        if let Err(e) = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/fuse")
-        {
-            println!("SKIP: /dev/fuse can't be used here ({e}); mounted tests skipped");
+        if let Some(why) = cairn_fuse::unavailable() {
+            common::skip(&format!("mounted tests: FUSE is unavailable here ({why})"));
             return None;
         }
         let child = cairn()
@@ -64,11 +65,11 @@ impl Mount {
             if let Some(st) = m.child.as_mut().unwrap().try_wait().unwrap() {
                 let out = m.child.take().unwrap().wait_with_output().unwrap();
                 let err = String::from_utf8_lossy(&out.stderr);
-                if err.contains("ermission denied") || err.contains("not permitted") {
-                    println!(
-                        "SKIP: FUSE mount refused here ({}); mounted tests skipped",
+                if cairn_fuse::is_refusal(&err) {
+                    common::skip(&format!(
+                        "mounted tests: the FUSE mount was refused here ({})",
                         err.trim()
-                    );
+                    ));
                     return None;
                 }
                 panic!("cairn mount exited with {st}: {err}");
@@ -236,6 +237,10 @@ fn workload(t: &Path, src: &Path, tarball: &Path) -> Vec<String> {
     );
     if have("rsync") {
         sh(t, &format!("rsync -a '{s}/' rsynced/"));
+    } else {
+        common::skip(
+            "rsync not found: the rsync part of the mounted tests (scripts/setup.sh installs it)",
+        );
     }
     sh(
         t,
@@ -293,7 +298,7 @@ fn workload(t: &Path, src: &Path, tarball: &Path) -> Vec<String> {
             "cd repo && git log --format='%H %s' && git status --porcelain && git fsck 2>&1",
         ));
     } else {
-        println!("git not found: git part skipped");
+        common::skip("git not found: the git part of the mounted tests");
     }
     outs
 }

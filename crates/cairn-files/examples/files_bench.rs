@@ -1,7 +1,7 @@
 //! File-store throughput against the disk's own bandwidth, measured in the same run.
 //!
 //! ```text
-//! cargo run --release -p cairn --example files_bench -- [DIR] [MiB] [ROUNDS]
+//! cargo run --release -p cairn-files --example files_bench -- [DIR] [MiB] [ROUNDS]
 //! ```
 //!
 //! DIR (default: the current directory; a temporary directory is made in it) must be on

@@ -813,6 +813,7 @@ fn emit(line: String) {
 /// The child: `@@W key id size` before a write, `@@C key id` after its commit,
 /// `@@X key` before a remove and `@@D key` after it.
 #[test]
+#[ignore = "child process of the crash tests, which run it with --ignored"]
 fn child_crash_worker() {
     let Ok(dir) = std::env::var(CRASH_DIR) else {
         return;
@@ -870,6 +871,7 @@ fn run_crash_child(dir: &Path, mode: &str, seed: u64, ms: u64) -> Vec<String> {
             "--nocapture",
             "--test-threads=1",
         ])
+        .arg("--ignored")
         .env(CRASH_DIR, dir)
         .env(CRASH_SYNC, mode)
         .env(CRASH_SEED, seed.to_string())
@@ -947,6 +949,8 @@ fn crash_cycles(always: bool, cycles: u64, base_seed: u64) {
         db.files().put("anchor", b"").unwrap();
     }
     let mut killed_writing = 0;
+    // The size of every version any child announced, in any cycle.
+    let mut sizes = HashMap::new();
     for cycle in 0..cycles {
         let seed = base_seed + cycle;
         let ms = 60 + (seed * 37) % 200;
@@ -960,7 +964,6 @@ fn crash_cycles(always: bool, cycles: u64, base_seed: u64) {
             .iter()
             .map(|(k, s)| (k.clone(), vec![s.clone()]))
             .collect();
-        let mut sizes = HashMap::new();
         for l in &lines {
             let p: Vec<&str> = l.split(' ').collect();
             match p[0] {
@@ -1002,7 +1005,11 @@ fn crash_cycles(always: bool, cycles: u64, base_seed: u64) {
                             data.len()
                         )
                     });
-                    assert_eq!(Some(&data.len()), sizes.get(&id).or(Some(&data.len())));
+                    assert_eq!(
+                        sizes.get(&id),
+                        Some(&data.len()),
+                        "cycle {cycle}: {key} holds version {id}"
+                    );
                     assert!(files.verify(key).unwrap().unwrap().is_ok());
                     State::Version(id)
                 }
@@ -1102,6 +1109,7 @@ impl Write for HashSink {
 
 /// The child: streams 1 GiB in and out with the default chunk size and reports memory.
 #[test]
+#[ignore = "child process of streaming_a_gigabyte_uses_little_memory, which runs it with --ignored"]
 fn child_memory_worker() {
     let Ok(dir) = std::env::var(MEM_DIR) else {
         return;
@@ -1144,6 +1152,7 @@ fn streaming_a_gigabyte_uses_little_memory() {
             "--nocapture",
             "--test-threads=1",
         ])
+        .arg("--ignored")
         .env(MEM_DIR, dir.path())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

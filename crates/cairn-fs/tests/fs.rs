@@ -809,6 +809,7 @@ const CRASH_DIR: &str = "CAIRN_FS_CRASH_DIR";
 
 /// The child: creates, renames, writes, unlinks and links at random until killed.
 #[test]
+#[ignore = "child process of crash_consistency, which runs it with --ignored"]
 fn crash_child() {
     let Ok(dir) = std::env::var(CRASH_DIR) else {
         return;
@@ -894,6 +895,7 @@ fn crash_consistency() {
     for cycle in 0..cycles {
         let mut child = Command::new(&exe)
             .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+            .arg("--ignored")
             .env(CRASH_DIR, dir.path())
             .env("CAIRN_FS_CRASH_SEED", cycle.to_string())
             .stdout(Stdio::piped())

@@ -115,7 +115,7 @@ pub fn mount(store: &Path, mountpoint: &Path, opts: &MountOptions) -> Result<Mou
     let fs = std::sync::Arc::new(fs);
     let fuse = CairnFuse::new(fs.clone(), fs_checks, notifier.clone());
     let mut session = fuser::Session::new(fuse, mountpoint, &options(opts.allow_other, !fs_checks))
-        .with_context(|| format!("mounting on {}", mountpoint.display()))?;
+        .with_context(|| format!("{MOUNTING_ON}{}", mountpoint.display()))?;
     *notifier.lock().unwrap() = Some(session.notifier());
     let mut unmounter = session.unmount_callable();
     let mp = mountpoint.to_path_buf();
@@ -210,4 +210,88 @@ fn umount_path(mp: &Path, lazy: bool) -> Result<()> {
 /// [`Mount::run`]): umount2(2), else `fusermount3 -u` / `fusermount -u`.
 pub fn umount(mountpoint: &Path) -> Result<()> {
     umount_path(mountpoint, false)
+}
+
+/// Why this process cannot mount FUSE file systems, when that shows without trying:
+/// `/dev/fuse` missing or not open for reading and writing, or neither the privilege to
+/// call mount(2) (`CAP_SYS_ADMIN`) nor a `fusermount3`/`fusermount` helper on the `PATH`
+/// (fuser's two ways to mount). `None` when a mount may work; it can still be refused
+/// (see [`is_refusal`]).
+pub fn unavailable() -> Option<String> {
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        return Some(format!("/dev/fuse can't be opened ({e})"));
+    }
+    if has_sys_admin() || fusermount().is_some() {
+        return None;
+    }
+    Some(
+        "no CAP_SYS_ADMIN to call mount(2) and no fusermount3 or fusermount on the PATH \
+         (Debian's fuse3 package has it)"
+            .into(),
+    )
+}
+
+/// Whether the message of a failed [`mount`] (as `cairn mount` prints it) is a refusal
+/// of the mount itself for lack of privilege (EPERM or EACCES, from mount(2) or from the
+/// fusermount helper), which means that FUSE can't be used by this process here, as
+/// opposed to any other failure (opening the store, say).
+pub fn is_refusal(message: &str) -> bool {
+    message.split_once(MOUNTING_ON).is_some_and(|(_, why)| {
+        why.contains("Operation not permitted") || why.contains("Permission denied")
+    })
+}
+
+/// How the message of a failed mount(2) or fusermount starts (see [`is_refusal`]).
+const MOUNTING_ON: &str = "mounting on ";
+
+/// Whether this process has `CAP_SYS_ADMIN` in its effective set (`/proc/self/status`).
+fn has_sys_admin() -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
+}
+
+/// The first `fusermount3` or `fusermount` executable on the `PATH` (or in `/bin`, where
+/// fuser looks too).
+fn fusermount() -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs: Vec<PathBuf> = std::env::split_paths(&path)
+        .chain([PathBuf::from("/bin")])
+        .collect();
+    ["fusermount3", "fusermount"].iter().find_map(|tool| {
+        dirs.iter().map(|d| d.join(tool)).find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals() {
+        assert!(is_refusal(
+            "mounting on /m: Operation not permitted (os error 1)"
+        ));
+        assert!(is_refusal(
+            "mounting on /m: fusermount3: failed to open /dev/fuse: Permission denied"
+        ));
+        assert!(!is_refusal(
+            "opening /s: the store is locked by another process"
+        ));
+        assert!(!is_refusal("opening /s: Permission denied (os error 13)"));
+        assert!(!is_refusal("mounting on /m: No such file or directory"));
+    }
 }

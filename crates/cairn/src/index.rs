@@ -810,9 +810,10 @@ impl Index {
     /// Builds an index from entries whose keys are strictly ascending (bulk load at open:
     /// leaves filled to about 90 %, no per-entry searching).
     ///
-    /// Precondition: keys strictly ascending. This is checked only by a `debug_assert`; in
-    /// release builds unsorted or duplicate input is not detected and yields an index whose
-    /// lookups and scans give unspecified results (there is no undefined behaviour).
+    /// The order is checked in every build (one key comparison per entry): from the first
+    /// entry whose key is not above the previous one, the rest are inserted one by one, a
+    /// later entry for a key replacing an earlier one. Any input thus gives the index that
+    /// inserting the entries in turn would, only slower when they are out of order.
     /// `hashed`: whether to keep the hash side (see [`Index::candidate`]).
     pub fn from_sorted<K: AsRef<[u8]>>(
         entries: impl IntoIterator<Item = (K, Loc)>,
@@ -824,25 +825,26 @@ impl Index {
         let mut ends: Vec<u32> = Vec::with_capacity(BULK_FILL);
         let mut locs: Vec<Loc> = Vec::with_capacity(BULK_FILL);
         let mut len = 0;
-        for (key, loc) in entries {
-            let key = key.as_ref();
+        let mut entries = entries.into_iter();
+        // The first entry out of order, if any: it and the rest are inserted one by one.
+        let mut unsorted = None;
+        for (key, loc) in entries.by_ref() {
+            let k = key.as_ref();
             if locs.len() == BULK_FILL {
                 Self::push_leaf(&mut leaves, Leaf::from_parts(&keys, &ends, &locs));
                 keys.clear();
                 ends.clear();
                 locs.clear();
             }
-            if cfg!(debug_assertions) {
-                let prev = match ends.len() {
-                    0 => leaves.last().map(|(_, leaf)| leaf.last_key()),
-                    n => Some(&keys[if n == 1 { 0 } else { ends[n - 2] as usize }..]),
-                };
-                debug_assert!(
-                    prev.is_none_or(|prev| prev < key),
-                    "Index::from_sorted: keys not strictly ascending"
-                );
+            let prev = match ends.len() {
+                0 => leaves.last().map(|(_, leaf)| leaf.last_key()),
+                n => Some(&keys[if n == 1 { 0 } else { ends[n - 2] as usize }..]),
+            };
+            if prev.is_some_and(|prev| prev >= k) {
+                unsorted = Some((key, loc));
+                break;
             }
-            keys.extend_from_slice(key);
+            keys.extend_from_slice(k);
             ends.push(offset(keys.len()));
             locs.push(loc);
             len += 1;
@@ -863,6 +865,11 @@ impl Index {
             let mut hashes = HashIndex::with_capacity(len);
             index.for_each(|key, loc| hashes.insert(tag_of(key), loc));
             index.hashes = Some(hashes);
+        }
+        if let Some(first) = unsorted {
+            for (key, loc) in std::iter::once(first).chain(entries) {
+                index.insert(key.as_ref(), loc);
+            }
         }
         index
     }
@@ -1170,6 +1177,26 @@ mod tests {
             run_ops(&mut index, &mut model, &ops);
         }
 
+        /// Any input, sorted or not, with keys repeated: the index inserting it in turn
+        /// would build.
+        #[test]
+        fn model_from_any_order(
+            input in vec((key_strategy(), loc_strategy()), 0..800),
+            sorted_prefix in 0usize..800,
+        ) {
+            // A sorted, duplicate-free head (the bulk path), then the input as it comes.
+            let head: Model = input.iter().take(sorted_prefix).cloned().collect();
+            let mut all: Vec<(Vec<u8>, Loc)> = head.into_iter().collect();
+            all.extend(input.iter().skip(sorted_prefix).cloned());
+            let mut model = Model::new();
+            for (k, l) in &all {
+                model.insert(k.clone(), *l);
+            }
+            let index = Index::from_sorted(all, true);
+            index.check_invariants();
+            prop_assert_eq!(index.entries(), model_entries(&model));
+        }
+
         #[test]
         fn scans_on_bulk_index(
             initial in vec((key_strategy(), loc_strategy()), 0..600),
@@ -1292,11 +1319,37 @@ mod tests {
         }
     }
 
+    /// Input out of order (or with a key twice) gives what inserting it in turn gives, in
+    /// every build; the leaves built before the disorder are kept.
     #[test]
-    #[cfg(debug_assertions)]
-    #[should_panic(expected = "not strictly ascending")]
-    fn from_sorted_rejects_unsorted_input_in_debug_builds() {
-        Index::from_sorted([(b"b", loc(1)), (b"a", loc(2))], true);
+    fn from_sorted_takes_unsorted_input() {
+        for hashed in [true, false] {
+            let index = Index::from_sorted([(b"b", loc(1)), (b"a", loc(2))], hashed);
+            index.check_invariants();
+            assert_eq!(
+                index.entries(),
+                vec![(b"a".to_vec(), loc(2)), (b"b".to_vec(), loc(1))]
+            );
+            let index = Index::from_sorted([(b"a", loc(1)), (b"a", loc(2))], hashed);
+            index.check_invariants();
+            assert_eq!(index.entries(), vec![(b"a".to_vec(), loc(2))]);
+        }
+        // Several full leaves in order, then a key that belongs in the first one.
+        let n = BULK_FILL as u32 * 3 + 5;
+        let mut input: Vec<(Vec<u8>, Loc)> = (0..n)
+            .map(|i| ((2 * i + 1).to_be_bytes().to_vec(), loc(i)))
+            .collect();
+        input.push((2u32.to_be_bytes().to_vec(), loc(7777)));
+        input.push((1u32.to_be_bytes().to_vec(), loc(8888)));
+        let mut model = Model::new();
+        for (k, l) in &input {
+            model.insert(k.clone(), *l);
+        }
+        let index = Index::from_sorted(input, true);
+        index.check_invariants();
+        assert_eq!(index.entries(), model_entries(&model));
+        assert_eq!(index.get(&1u32.to_be_bytes()), Some(loc(8888)));
+        assert_eq!(index.candidate(&2u32.to_be_bytes()), Some(loc(7777)));
     }
 
     #[test]

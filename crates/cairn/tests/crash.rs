@@ -297,6 +297,7 @@ fn writer(db: &Db, mode: Mode, t: usize, seed: u64, mut id: u64) {
 
 /// The child process: does nothing unless started by a crash test.
 #[test]
+#[ignore = "child process of the crash tests, which run it with --ignored"]
 fn child_writer() {
     let Ok(dir) = std::env::var(DIR_VAR) else {
         return;
@@ -408,6 +409,7 @@ fn run_child(
     let guard = fork_guard();
     let mut child = Command::new(exe)
         .args(["--exact", "child_writer", "--nocapture", "--test-threads=1"])
+        .arg("--ignored")
         .env(DIR_VAR, dir)
         .env(MODE_VAR, mode.name())
         .env(SEED_VAR, seed.to_string())

@@ -164,6 +164,7 @@ fn highest(db: &Db, t: u64) -> Option<u64> {
 
 /// The child process: does nothing unless started by `prefix_survives_sigkill`.
 #[test]
+#[ignore = "child process of the prefix_survives_sigkill tests, which run it with --ignored"]
 fn prefix_child() {
     let Ok(dir) = std::env::var(DIR_VAR) else {
         return;
@@ -189,6 +190,7 @@ fn prefix_child() {
 fn run_child(dir: &Path, mode: Mode, run_ms: u64) -> BTreeMap<u64, u64> {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "prefix_child", "--nocapture", "--test-threads=1"])
+        .arg("--ignored")
         .env(DIR_VAR, dir)
         .env(MODE_VAR, mode.name())
         .env_remove("RUST_LOG")
