@@ -9,7 +9,7 @@ use std::fs::File;
 use std::ops::Deref;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use xxhash_rust::xxh3::xxh3_64;
@@ -72,13 +72,18 @@ impl Core {
         Ok(())
     }
 
-    /// A clean close: everything durable, a hint file for every active segment (so the
-    /// next open reads no data), and the batch watermark recorded.
-    pub(crate) fn close(&self) -> Result<()> {
+    /// A clean close: everything durable, then (until `reclaim_until`) the space of dead
+    /// records given back where that is cheap (`compaction::reclaim_at_close`), a hint
+    /// file for every active segment (so the next open reads no data), and the batch
+    /// watermark recorded. Writes are refused by then.
+    pub(crate) fn close(&self, reclaim_until: Option<Instant>) -> Result<()> {
         if self.failure().is_some() {
             return Ok(());
         }
         self.flush()?;
+        if let Some(deadline) = reclaim_until {
+            crate::compaction::reclaim_at_close(self, deadline);
+        }
         for s in &self.shards {
             s.drop_spare(self)?;
             s.hint_active(self)?;
@@ -219,7 +224,7 @@ impl Core {
     /// Appends one record; returns its sequence number, or `None` for the delete of an
     /// absent key (nothing written).
     fn write_one(&self, op: Prepared<'_>) -> Result<Option<u64>> {
-        if self.is_shutdown() {
+        if self.is_closed() {
             return Err(Error::Closed);
         }
         let shard = &self.shards[self.shard_of(op.key)];
@@ -289,7 +294,7 @@ impl Core {
         prepared.sort_by_key(|p| p.0);
         let mut shards: Vec<usize> = prepared.iter().map(|p| p.0).collect();
         shards.dedup();
-        if self.is_shutdown() {
+        if self.is_closed() {
             return Err(Error::Closed);
         }
         let mut write_out = false;
