@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::compaction::{self, Outcome};
+use crate::compaction::{self, Outcome, RotateMin};
 use crate::core::Core;
 use crate::SyncPolicy;
 
@@ -67,7 +67,7 @@ pub(crate) fn compaction_loop(core: &Core) {
                 }
                 let did = match idle.is_empty() {
                     true => false,
-                    false => match compaction::reclaim(core, Some(&idle)) {
+                    false => match compaction::reclaim(core, Some(&idle), RotateMin::Idle) {
                         Ok(r) => r.rotated > 0 || r.segments > 0,
                         Err(e) => {
                             log::error!("background reclamation failed: {e}");

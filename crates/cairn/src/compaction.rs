@@ -98,20 +98,34 @@ pub struct Reclaimed {
     pub bytes: u64,
 }
 
-/// The smallest active segment [`reclaim`] rotates out: an eighth of the segment size,
-/// so that a shard whose active segment is kept mostly stale (hot keys overwritten, or
-/// files written and removed) makes segments of at least that size.
-fn rotate_min(core: &Core) -> u64 {
-    (core.opts.segment_size / 8).max(SEG_HEADER_LEN + 1)
+/// Which active segments [`reclaim`] rotates out, by size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RotateMin {
+    /// Shards that may be taking writes: at least an eighth of the segment size, so
+    /// that a shard whose active segment is kept mostly stale (hot keys overwritten,
+    /// files written and removed) still makes segments of at least that size.
+    Busy,
+    /// Shards that took no write for a while: at least 1/64 of the segment size.
+    Idle,
+}
+
+impl RotateMin {
+    fn bytes(self, core: &Core) -> u64 {
+        let div = match self {
+            RotateMin::Busy => 8,
+            RotateMin::Idle => 64,
+        };
+        (core.opts.segment_size / div).max(SEG_HEADER_LEN + 1)
+    }
 }
 
 /// Gives back the space of dead records without copying any: in the shards `only`
-/// names (all when `None`), an active segment of at least [`rotate_min`] bytes that is
-/// at least `compaction_threshold` stale is rotated out (one that holds nothing live is
-/// claimed on the way, so that it is never synced or sealed); then every segment whose
-/// records can all go is dropped whole ([`drop_dead_segments`]). A rotated segment with
-/// live records is sealed and compacted as usual.
-pub(crate) fn reclaim(core: &Core, only: Option<&[usize]>) -> Result<Reclaimed> {
+/// names (all when `None`), an active segment of at least `min` bytes that is at least
+/// `compaction_threshold` stale is rotated out (one that holds nothing live is claimed
+/// on the way, so that it is never synced or sealed); then every segment whose records
+/// can all go is dropped whole ([`drop_dead_segments`]). A rotated segment with live
+/// records is sealed and compacted as usual.
+pub(crate) fn reclaim(core: &Core, only: Option<&[usize]>, min: RotateMin) -> Result<Reclaimed> {
     let threshold = core.opts.compaction_threshold;
     let mut rotated = 0;
     let mut claimed: Vec<(usize, u32)> = Vec::new();
@@ -120,7 +134,7 @@ pub(crate) fn reclaim(core: &Core, only: Option<&[usize]>) -> Result<Reclaimed> 
         if only.is_some_and(|o| !o.contains(&i)) || sh.state.read().failed.is_some() {
             continue;
         }
-        match sh.rotate_for_reclaim(core, rotate_min(core), threshold) {
+        match sh.rotate_for_reclaim(core, min.bytes(core), threshold) {
             Ok(Some((id, c))) => {
                 rotated += 1;
                 if c {

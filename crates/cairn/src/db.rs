@@ -474,10 +474,11 @@ impl Db {
     /// `SEQSTATE` write, and an unlink and a directory sync per segment dropped. Layers
     /// call it after deleting much at once (the file store's collector, after reclaiming
     /// the chunks of removed files); the compaction thread does the same by itself for
-    /// shards that take no writes for a while, and [`Db::close`] for what was deleted
+    /// shards that take no writes for a while (for active segments down to 1/64 of
+    /// `segment_size`), and [`Db::close`] for what was deleted
     /// just before it (see [`Options::close_budget`]).
     pub fn reclaim(&self) -> Result<Reclaimed> {
-        compaction::reclaim(self.core(), None)
+        compaction::reclaim(self.core(), None, compaction::RotateMin::Busy)
     }
 
     /// Sizes and amplification, per shard and in total.
