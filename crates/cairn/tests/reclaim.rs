@@ -361,6 +361,9 @@ fn a_close_stopped_at_any_step_loses_nothing() {
             n += 1;
         }
         assert!(!fired_last, "{op:?}: closes still failing after {n} steps");
-        eprintln!("{op:?}: a close was stopped at each of its first {} steps", n - 1);
+        eprintln!(
+            "{op:?}: a close was stopped at each of its first {} steps",
+            n - 1
+        );
     }
 }
