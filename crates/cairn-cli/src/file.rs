@@ -77,7 +77,7 @@ enum FileCommand {
         length: Option<u64>,
     },
     /// Remove file KEY; its space is given back before the command returns (its chunks
-    /// deleted and the segments they leave dead dropped, within half a second; what is
+    /// deleted and the segments they leave dead dropped, within two seconds; what is
     /// left is reclaimed after the next open)
     Rm {
         /// The file's key

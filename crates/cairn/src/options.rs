@@ -30,7 +30,7 @@ pub const MIN_SEGMENT_SIZE: u64 = 4 << 10;
 /// Largest allowed shard count.
 pub const MAX_SHARDS: u32 = 4096;
 /// Default time a close may spend giving back space (see [`Options::close_budget`]).
-pub const DEFAULT_CLOSE_BUDGET: Duration = Duration::from_millis(500);
+pub const DEFAULT_CLOSE_BUDGET: Duration = Duration::from_secs(2);
 
 /// Builder for opening a store with non-default settings.
 ///
@@ -175,7 +175,7 @@ impl Options {
 
     /// How long a close ([`crate::Db::close`], or dropping the last handle) may spend,
     /// beyond its final flush, giving back the space of what was deleted or overwritten
-    /// just before (default 500 ms): the layers' background threads get the first half
+    /// just before (default 2 s): the layers' background threads get the first half
     /// to finish their work (the file store's collector deletes the chunks of files
     /// removed just before), then segments that hold nothing live are dropped whole, and
     /// segments with little live data (at most 1 MiB, the active ones included) are
