@@ -61,6 +61,11 @@ pub const FIGURES: [&str; 4] = ["write", DURABLE_WRITE, "read", "unlink"];
 pub const ONE_SHARD: &str = "cairn-1shard";
 /// The test holding the store's bytes on disk after each trial.
 pub const STORE_BYTES: &str = "store_bytes";
+/// The test holding the store's bytes on disk once it is closed after the last trial.
+pub const STORE_BYTES_CLOSED: &str = "store_bytes_closed";
+/// The store after the last trial's unlinks should take at most this many times the
+/// bytes one trial writes (its files), and no more than RocksDB's.
+pub const STORE_TARGET: f64 = 1.2;
 /// Bytes of the random pool that file contents are cut from.
 const POOL: usize = 8 << 20;
 
@@ -449,6 +454,7 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
         store_bytes.push(measure::disk_usage(&dir)? as f64);
     }
     store.close()?;
+    let closed = measure::disk_usage(&dir)? as f64;
     fs::remove_dir_all(&dir)?;
 
     let peak = measure::peak_rss();
@@ -501,6 +507,10 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
     ctx.record(Samples {
         test: STORE_BYTES.into(),
         values: store_bytes,
+    });
+    ctx.record(Samples {
+        test: STORE_BYTES_CLOSED.into(),
+        values: vec![closed],
     });
     Ok(phases)
 }

@@ -347,23 +347,30 @@ fn kfs_section(md: &mut String, report: &Report, runs: &[&SuiteRun], disk_write:
         }
         md.push('\n');
     }
+    let trial: u64 = cfg.kfs_sizes.iter().sum();
     let _ = writeln!(
         md,
-        "### Store on disk\n\nBytes the store took on disk after each trial's unlinks \
-         (cairn reclaims removed files in the background, the others by compaction).\n"
+        "### Store on disk\n\nBytes the store took on disk (allocated blocks, as `du` counts) \
+         right after each trial's unlinks, with no pause (cairn reclaims removed files in \
+         the background, the others by compaction), and once the store was closed after \
+         the last trial. A trial writes {} of files.\n",
+        bytes(trial)
     );
     let _ = writeln!(
         md,
-        "| subject | after trial 1 | after the last trial | most |\n|---|---:|---:|---:|"
+        "| subject | after trial 1 | after the last trial | most | closed |\n|---|---:|---:|---:|---:|"
     );
     for run in runs {
         let Some(v) = samples(run, kfs::STORE_BYTES).filter(|v| !v.is_empty()) else {
             continue;
         };
         let most = v.iter().copied().fold(0.0, f64::max);
+        let closed = samples(run, kfs::STORE_BYTES_CLOSED)
+            .and_then(|c| c.first())
+            .map_or("–".to_string(), |c| bytes(*c as u64));
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {closed} |",
             run.engine,
             bytes(v[0] as u64),
             bytes(v[v.len() - 1] as u64),
@@ -371,6 +378,42 @@ fn kfs_section(md: &mut String, report: &Report, runs: &[&SuiteRun], disk_write:
         );
     }
     md.push('\n');
+}
+
+/// The store-size target of the KFS suite: cairn's store right after the last trial's
+/// unlinks at most RocksDB's (when RocksDB ran) and at most [`kfs::STORE_TARGET`] times
+/// the bytes a trial writes.
+fn kfs_store_target(report: &Report, out: &mut Vec<(String, String, bool)>) {
+    let last = |engine: &str| {
+        report
+            .runs
+            .iter()
+            .find(|r| r.suite == kfs::SUITE.name && r.engine == engine && r.error.is_none())
+            .and_then(|r| samples(r, kfs::STORE_BYTES))
+            .and_then(|v| v.last().copied())
+    };
+    let Some(cairn) = last("cairn") else {
+        return;
+    };
+    let trial = report.config.kfs_sizes.iter().sum::<u64>() as f64;
+    let rocksdb = last("rocksdb");
+    let mut measured = format!(
+        "cairn {}, {:.2}× a trial's {}",
+        bytes(cairn as u64),
+        cairn / trial.max(1.0),
+        bytes(trial as u64)
+    );
+    let mut met = cairn <= kfs::STORE_TARGET * trial;
+    let mut target = format!(
+        "KFS store after the last trial's unlinks: cairn ≤ {}× a trial's data",
+        kfs::STORE_TARGET
+    );
+    if let Some(r) = rocksdb {
+        target.push_str(" and ≤ RocksDB's");
+        measured.push_str(&format!("; RocksDB {}", bytes(r as u64)));
+        met &= cairn <= r;
+    }
+    out.push((target, measured, met));
 }
 
 /// The unit, its scale and the decimals that show a time of `mean` seconds.
@@ -668,6 +711,7 @@ fn targets(report: &Report) -> Vec<(String, String, bool)> {
         }
     }
     kfs_targets(report, &mut out);
+    kfs_store_target(report, &mut out);
     out
 }
 

@@ -31,7 +31,8 @@ const BUF: usize = 1 << 20;
 pub const ABOUT: &str = "\
 Store, read and manage files: large values streamed in chunks over all shards, each
 chunk checksummed, committed atomically (a reader sees the old file or the new one, never
-a mix), removed in constant time with the space reclaimed in the background.
+a mix), removed in constant time; `rm` gives the space back before it returns (see
+`cairn help file rm`).
 
 File keys are separate from the keys of `put`/`get`. A missing file is an error (exit
 status 1). A progress bar is shown on stderr for long transfers when stderr is a
@@ -75,7 +76,9 @@ enum FileCommand {
         #[arg(long, value_name = "L")]
         length: Option<u64>,
     },
-    /// Remove file KEY (its space is reclaimed in the background)
+    /// Remove file KEY; its space is given back before the command returns (its chunks
+    /// deleted and the segments they leave dead dropped, within two seconds; what is
+    /// left is reclaimed after the next open)
     Rm {
         /// The file's key
         key: OsString,
@@ -293,14 +296,17 @@ fn cat(dir: &Path, key: &OsStr, offset: u64, length: Option<u64>) -> Result<()> 
     Ok(())
 }
 
-/// `file rm KEY`.
+/// `file rm KEY`. The close reclaims the file's chunks and drops the segments they
+/// leave dead, within the store's close budget (`cairn::Options::close_budget`), so the
+/// space is back when the command returns.
 fn rm(dir: &Path, key: &OsStr) -> Result<()> {
     let db = open_existing(dir)?;
     let key = key.as_encoded_bytes();
-    if !cairn_files::FileStore::new(&db)?.remove(key)? {
+    let files = cairn_files::FileStore::new(&db)?;
+    if !files.remove(key)? {
         return Err(not_found(key));
     }
-    db.flush()?;
+    drop(files);
     db.close()?;
     Ok(())
 }

@@ -106,7 +106,8 @@ enum Command {
     /// Print entries in key order, one per line
     #[command(long_about = SCAN_ABOUT)]
     Scan(ScanArgs),
-    /// Show keys, sizes, amplification and index memory per shard and in total
+    /// Show keys, live, reclaimable and on-disk bytes, amplification and index memory
+    /// per shard and in total, then per keyspace and for the file store
     Stats {
         /// Print JSON instead of a table
         #[arg(long)]
@@ -425,14 +426,8 @@ fn stats(dir: &Path, json: bool) -> Result<()> {
         out.write_all(b"\n")?;
     } else {
         report::write_stats_table(&mut out, &stats)?;
-        writeln!(
-            out,
-            "file store: {} files, {} in {} chunks, {} versions waiting for the collector",
-            files.files,
-            report::human_bytes(files.bytes),
-            files.chunks,
-            files.pending_gc
-        )?;
+        writeln!(out)?;
+        report::write_space_table(&mut out, &stats, &files)?;
     }
     out.flush()?;
     db.close()?;

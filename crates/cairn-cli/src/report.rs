@@ -2,14 +2,24 @@
 
 use std::io::{self, Write};
 
-use cairn::{Damage, ShardStats, Stats};
+use cairn::{Damage, KeyspaceStats, ShardStats, Stats};
+use cairn_files::FileStats;
 
 /// Writes `stats` as a table: one row per shard, then the total.
 pub fn write_stats_table(out: &mut impl Write, stats: &Stats) -> io::Result<()> {
     writeln!(
         out,
-        "{:>6} {:>12} {:>11} {:>11} {:>9} {:>10} {:>10} {:>11} {:>10}",
-        "shard", "keys", "live", "disk", "segments", "write amp", "space amp", "index", "index/key",
+        "{:>6} {:>12} {:>11} {:>11} {:>11} {:>9} {:>10} {:>10} {:>11} {:>10}",
+        "shard",
+        "keys",
+        "live",
+        "reclaimable",
+        "disk",
+        "segments",
+        "write amp",
+        "space amp",
+        "index",
+        "index/key",
     )?;
     for shard in &stats.shards {
         write_stats_row(out, shard)?;
@@ -24,16 +34,70 @@ fn write_stats_row(out: &mut impl Write, s: &ShardStats) -> io::Result<()> {
         .map_or_else(|| "total".to_string(), |n| n.to_string());
     writeln!(
         out,
-        "{:>6} {:>12} {:>11} {:>11} {:>9} {:>10} {:>10} {:>11} {:>10}",
+        "{:>6} {:>12} {:>11} {:>11} {:>11} {:>9} {:>10} {:>10} {:>11} {:>10}",
         shard,
         s.keys,
         human_bytes(s.live_bytes),
+        human_bytes(s.reclaimable_bytes),
         human_bytes(s.disk_bytes),
         s.segments,
         write_amp(s),
         space_amp(s),
         human_bytes(s.index_bytes),
         index_per_key(s),
+    )
+}
+
+/// The name of keyspace `id` in tables: cairn's own layers by name.
+pub fn keyspace_name(id: u8) -> String {
+    match id {
+        0 => "0 key-value".into(),
+        1 => "1 file store".into(),
+        2 => "2 file system".into(),
+        3 => "3 cluster".into(),
+        n => n.to_string(),
+    }
+}
+
+/// Writes the live, reclaimable and on-disk bytes of each keyspace (records only:
+/// segment headers and hint files are in the shard table's disk column), then the
+/// file store's own view: its files, and what waits for its collector.
+pub fn write_space_table(out: &mut impl Write, stats: &Stats, files: &FileStats) -> io::Result<()> {
+    writeln!(
+        out,
+        "{:<15} {:>12} {:>11} {:>11} {:>11}",
+        "keyspace", "keys", "live", "reclaimable", "disk"
+    )?;
+    let mut rows: Vec<KeyspaceStats> = stats.keyspaces.clone();
+    for id in [0, 1] {
+        if !rows.iter().any(|k| k.keyspace == id) {
+            rows.push(stats.keyspace(id));
+        }
+    }
+    rows.sort_by_key(|k| k.keyspace);
+    for k in &rows {
+        writeln!(
+            out,
+            "{:<15} {:>12} {:>11} {:>11} {:>11}",
+            keyspace_name(k.keyspace),
+            k.keys,
+            human_bytes(k.live_bytes),
+            human_bytes(k.reclaimable_bytes),
+            human_bytes(k.disk_bytes),
+        )?;
+    }
+    writeln!(
+        out,
+        "file store: {} files, {} in {} chunks; live {}, reclaimable {}, disk {}; \
+         {} versions ({}) waiting for the collector",
+        files.files,
+        human_bytes(files.bytes),
+        files.chunks,
+        human_bytes(files.live_bytes),
+        human_bytes(files.reclaimable_bytes),
+        human_bytes(files.disk_bytes),
+        files.pending_gc,
+        human_bytes(files.pending_bytes),
     )
 }
 

@@ -216,6 +216,14 @@ fn smoke_run_writes_sane_results() {
             assert!(num(durable, "write_amp") >= 1.0, "{durable}");
         }
         assert!(phase(kfs, "write_4MiB")["write_amp"].is_null());
+        let closed = samples
+            .iter()
+            .find(|s| s["test"] == "store_bytes_closed")
+            .expect("store size after close")["values"]
+            .as_array()
+            .unwrap();
+        assert_eq!(closed.len(), 1);
+        assert!(closed[0].as_f64().unwrap() > 0.0);
     }
 
     let disk = phases(&json, "disk");
@@ -246,6 +254,8 @@ fn smoke_run_writes_sane_results() {
         "Allocator: Rust code (cairn, sled, fjall, redb): mimalloc ",
         "| flush after |",
         "KFS unlink: cairn's mean and stddev below cairn-1shard's",
+        "KFS store after the last trial's unlinks: cairn ≤ 1.2× a trial's data",
+        "| subject | after trial 1 | after the last trial | most | closed |",
     ] {
         assert!(md.contains(needle), "results.md lacks {needle:?}:\n{md}");
     }

@@ -28,6 +28,23 @@ pub(crate) struct GarbageRow {
     bound: u64,
 }
 
+impl GarbageRow {
+    /// Whether this is a garbage row (a removed or replaced version), not an intent row.
+    pub(crate) fn is_garbage_row(&self) -> bool {
+        self.key.first() == Some(&layout::TAG_GC)
+    }
+
+    /// The version the row names.
+    pub(crate) fn vid(&self) -> u128 {
+        self.vid
+    }
+
+    /// Every chunk of the version has an index below this.
+    pub(crate) fn bound(&self) -> u64 {
+        self.bound
+    }
+}
+
 /// Every garbage and intent row.
 pub(crate) fn garbage_rows(store: &FileStore) -> Result<Vec<GarbageRow>> {
     let mut rows = Vec::new();
@@ -44,9 +61,9 @@ pub(crate) fn garbage_rows(store: &FileStore) -> Result<Vec<GarbageRow>> {
     Ok(rows)
 }
 
-/// One collection pass. With `background`, stops early (leaving the rest for the next
-/// open) when the store is closing.
-pub(crate) fn pass(store: &FileStore, background: bool) -> Result<GcReport> {
+/// One collection pass. Stops early, leaving the rest for the next pass (or the next
+/// open), once `stop` says so (checked between batches of deletes).
+pub(crate) fn pass(store: &FileStore, stop: &dyn Fn() -> bool) -> Result<GcReport> {
     let (sh, ks, db) = (store.shared(), &store.ks, store.db());
     let _run = sh.gc_run.lock();
     let mut report = GcReport::default();
@@ -91,7 +108,7 @@ pub(crate) fn pass(store: &FileStore, background: bool) -> Result<GcReport> {
             report.chunks += 1;
             if batch.len() >= DELETE_BATCH {
                 ks.write_with(std::mem::take(batch), deferred)?;
-                if background && db.is_closing() {
+                if stop() {
                     return Ok(report);
                 }
             }
@@ -148,21 +165,40 @@ pub(crate) fn totals(store: &FileStore) -> Result<Totals> {
 
 /// The background collector: computes the totals, collects what a previous run left,
 /// then collects whenever woken (by removes, overwrites, abandoned writers and readers
-/// letting go of a version) or every [`IDLE`] interval.
+/// letting go of a version) or every [`IDLE`] interval. After a pass that deleted
+/// chunks, asks the store to drop the segments that now hold nothing live
+/// ([`cairn::Db::reclaim`]), so that a removed file's space comes back within
+/// milliseconds. When the store closes, a last pass collects what was removed just
+/// before, until [`Background::deadline`].
 pub(crate) fn gc_loop(bg: Background, store: FileStore) {
     if let Err(e) = totals(&store) {
         log::error!("file store: computing totals failed: {e}");
     }
+    let late = || bg.deadline().is_some_and(|d| Instant::now() >= d);
     // Polling for garbage until this: after open (a store is often opened to be used at
     // once), then after the last pass that found some.
     let mut active_until = Instant::now() + GC_ACTIVE;
-    while !bg.is_stopping() {
-        match pass(&store, true) {
-            Ok(r) if r.versions > 0 || r.deferred > 0 => {
-                active_until = Instant::now() + GC_ACTIVE;
+    loop {
+        let last = bg.is_stopping();
+        if last && late() {
+            return;
+        }
+        match pass(&store, &late) {
+            Ok(r) => {
+                if r.versions > 0 || r.deferred > 0 {
+                    active_until = Instant::now() + GC_ACTIVE;
+                }
+                // At close, the store itself drops what is dead (Options::close_budget).
+                if r.chunks > 0 && !bg.is_stopping() {
+                    if let Err(e) = bg.db().reclaim() {
+                        log::error!("file store: reclaiming dead segments failed: {e}");
+                    }
+                }
             }
-            Ok(_) => {}
             Err(e) => log::error!("file store: garbage collection failed: {e}"),
+        }
+        if last || late() {
+            return;
         }
         store.shared().wait_for_gc_work(&bg, IDLE, active_until);
     }

@@ -68,6 +68,10 @@ pub(crate) fn chunk_key(vid: u128, idx: u32) -> Vec<u8> {
     k
 }
 
+/// Bytes a chunk record takes on disk beside the chunk's bytes: the record header, the
+/// keyspace byte and the 21-byte chunk key.
+pub(crate) const CHUNK_RECORD_OVERHEAD: u64 = cairn::RECORD_HEADER_LEN as u64 + 1 + 21;
+
 /// Key of the intent row of version `vid`.
 pub(crate) fn intent_key(vid: u128) -> Vec<u8> {
     tagged(TAG_INTENT, &vid.to_be_bytes())

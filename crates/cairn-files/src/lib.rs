@@ -158,6 +158,11 @@ impl std::fmt::Display for FileDamage {
 }
 
 /// File-store figures, from [`FileStore::stats`].
+///
+/// The byte figures count the file store's records in the store's segment files (chunk
+/// records: a 28-byte header, a 22-byte key and the chunk's bytes), so that `disk_bytes`
+/// is what the file store takes on disk (segment headers and hint files aside) and
+/// `live_bytes + reclaimable_bytes = disk_bytes`.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct FileStats {
     /// Files (committed, not removed).
@@ -167,8 +172,21 @@ pub struct FileStats {
     /// Chunks of those files.
     pub chunks: u64,
     /// Versions waiting for their chunks to be reclaimed (removed or overwritten files,
-    /// abandoned or crashed writes).
+    /// abandoned or crashed writes; writes in progress count too).
     pub pending_gc: u64,
+    /// Bytes of the chunk records of removed or overwritten versions and abandoned
+    /// writes that the collector has not deleted yet (an upper bound: each version's
+    /// last chunk is counted whole, an abandoned write's chunks by its intent row's
+    /// bound).
+    pub pending_bytes: u64,
+    /// Bytes of the file store's records that hold live files and its own rows.
+    pub live_bytes: u64,
+    /// Bytes of the file store's records on disk that hold nothing live: the chunks
+    /// waiting for the collector (`pending_bytes`) and records deleted or replaced but
+    /// not yet compacted away.
+    pub reclaimable_bytes: u64,
+    /// Bytes of the file store's records in the store's segment files.
+    pub disk_bytes: u64,
 }
 
 /// What one garbage-collection pass did, from [`FileStore::collect_garbage`].
@@ -562,12 +580,27 @@ impl FileStore {
     /// Computes the totals on first use (one scan of the metadata rows).
     pub fn stats(&self) -> Result<FileStats> {
         let totals = gc::totals(self)?;
-        let pending_gc = gc::garbage_rows(self)?.len() as u64;
+        let rows = gc::garbage_rows(self)?;
+        let pending_gc = rows.len() as u64;
+        let per_chunk = self.chunk_size() + layout::CHUNK_RECORD_OVERHEAD;
+        let pending: u64 = {
+            let pins = self.shared().pins.lock();
+            rows.iter()
+                .filter(|r| r.is_garbage_row() || !pins.counts.contains_key(&r.vid()))
+                .map(|r| r.bound().saturating_mul(per_chunk))
+                .sum()
+        };
+        let ks = self.db().stats().keyspace(KEYSPACE);
+        let pending_bytes = pending.min(ks.live_bytes);
         Ok(FileStats {
             files: totals.files,
             bytes: totals.bytes,
             chunks: totals.chunks,
             pending_gc,
+            pending_bytes,
+            live_bytes: ks.live_bytes - pending_bytes,
+            reclaimable_bytes: ks.reclaimable_bytes + pending_bytes,
+            disk_bytes: ks.disk_bytes,
         })
     }
 
@@ -784,7 +817,7 @@ impl FileStore {
     /// an open reader or live writer still uses. The background collector does the same
     /// on its own; this is for tests and tools that want it done before going on.
     pub fn collect_garbage(&self) -> Result<GcReport> {
-        gc::pass(self, false)
+        gc::pass(self, &|| false)
     }
 }
 

@@ -375,6 +375,110 @@ fn removed_files_segments_are_dropped_whole_in_the_background() {
     assert_no_orphans(&db);
 }
 
+/// Bytes of the segment and hint files of the store in `dir`.
+fn store_bytes(dir: &Path) -> u64 {
+    segment_files(dir)
+        .iter()
+        .chain(
+            walk(dir)
+                .iter()
+                .filter(|p| p.extension().is_some_and(|e| e == "hint")),
+        )
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum()
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_remove_then_close_gives_the_space_back() {
+    // What a short-lived program (`cairn file rm`) does: open, remove, close at once.
+    // The collector finishes at close and the close drops what that leaves dead.
+    let dir = tempfile::tempdir().unwrap();
+    let opts = || opts().segment_size(1 << 20);
+    let keep = content(5, 3 * CS + 1);
+    let big = content(6, 2000 * CS);
+    {
+        let db = opts().open(dir.path()).unwrap();
+        let files = db.files();
+        files.put("keep", &keep).unwrap();
+        files.put("big", &big).unwrap();
+        drop(files);
+        db.close().unwrap();
+    }
+    let before = store_bytes(dir.path());
+    assert!(before >= big.len() as u64, "{before}");
+    {
+        let db = opts().open(dir.path()).unwrap();
+        assert!(db.files().remove("big").unwrap());
+        db.close().unwrap();
+    }
+    let after = store_bytes(dir.path());
+    assert!(after * 10 <= before, "{after} of {before} bytes left");
+    let db = opts().open(dir.path()).unwrap();
+    // No garbage row is left for the next open: the collector finished at close.
+    let rows = db.keyspace(cairn_files::KEYSPACE).prefix("g").count();
+    assert_eq!(rows, 0);
+    assert_eq!(db.files().read("keep").unwrap().unwrap(), keep);
+    assert!(db.files().stat("big").unwrap().is_none());
+    assert!(db.verify().unwrap().is_clean());
+    assert_no_orphans(&db);
+}
+
+#[test]
+fn stats_show_live_reclaimable_and_disk_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = opts()
+        .segment_size(256 << 10)
+        .background_compaction(false)
+        .open(dir.path())
+        .unwrap();
+    let files = db.files();
+    let a = content(1, 100 * CS + 3);
+    let b = content(2, 200 * CS);
+    files.put("a", &a).unwrap();
+    files.put("b", &b).unwrap();
+    files.collect_garbage().unwrap();
+    let s = files.stats().unwrap();
+    assert_eq!(s.bytes, (a.len() + b.len()) as u64);
+    // Each chunk record: a 28-byte header, the keyspace byte and a 21-byte key.
+    assert!(s.live_bytes >= s.bytes + 301 * 50, "{s:?}");
+    assert!(s.live_bytes < s.bytes + 301 * 50 + 1000, "{s:?}");
+    assert_eq!(s.live_bytes + s.reclaimable_bytes, s.disk_bytes, "{s:?}");
+    assert_eq!(s.pending_bytes, 0);
+    // Removed, not collected yet: waiting for the collector, still on disk.
+    assert!(files.remove("b").unwrap());
+    let s = files.stats().unwrap();
+    assert_eq!(s.pending_gc, 1);
+    assert!(s.pending_bytes >= 200 * (CS as u64 + 50), "{s:?}");
+    assert!(s.reclaimable_bytes >= s.pending_bytes, "{s:?}");
+    assert!(s.disk_bytes >= s.bytes + s.pending_bytes, "{s:?}");
+    assert_eq!(s.live_bytes + s.reclaimable_bytes, s.disk_bytes, "{s:?}");
+    // Collected and dropped: gone from disk.
+    files.collect_garbage().unwrap();
+    db.reclaim().unwrap();
+    db.compact().unwrap();
+    let s = files.stats().unwrap();
+    assert_eq!((s.pending_gc, s.pending_bytes), (0, 0));
+    assert!(s.disk_bytes < s.bytes + 101 * 50 + (64 << 10), "{s:?}");
+    assert_eq!(s.live_bytes + s.reclaimable_bytes, s.disk_bytes, "{s:?}");
+    // The engine's figures for the file store's keyspace say the same.
+    let ks = db.stats().keyspace(cairn_files::KEYSPACE);
+    assert_eq!(ks.disk_bytes, s.disk_bytes);
+}
+
 #[test]
 fn writer_dropped_without_commit_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::compaction::{self, Outcome};
+use crate::compaction::{self, Outcome, RotateMin};
 use crate::core::Core;
 use crate::SyncPolicy;
 
@@ -41,12 +41,44 @@ pub(crate) fn maintenance_loop(core: &Core) {
     }
 }
 
+/// How long the compaction thread waits when it has nothing to do; a shard that took
+/// no write over one such wait is idle.
+const IDLE_WAIT: Duration = Duration::from_millis(200);
+
 /// Background loop: compacts the segments whose stale fraction passed the threshold.
+/// When there are none, the active segments of idle shards that are mostly stale are
+/// rotated out and what holds nothing live is dropped (`compaction::reclaim`), so that
+/// a store left alone after a large delete (a file removed on the mount, say) gives the
+/// space back within a second or so, not once new writes fill the segment.
 pub(crate) fn compaction_loop(core: &Core) {
+    // Each shard's last appended sequence number at the previous look.
+    let mut seen: Vec<Option<u64>> = vec![None; core.shards.len()];
     while !core.is_shutdown() {
         match compaction::compact_one(core, false) {
             Ok(Outcome::Compacted) => {}
-            Ok(_) => core.wait(Duration::from_millis(200), false),
+            Ok(_) => {
+                let mut idle = Vec::new();
+                for (i, sh) in core.shards.iter().enumerate() {
+                    let now = sh.state.read().appended_seq;
+                    if seen[i] == Some(now) {
+                        idle.push(i);
+                    }
+                    seen[i] = Some(now);
+                }
+                let did = match idle.is_empty() {
+                    true => false,
+                    false => match compaction::reclaim(core, Some(&idle), RotateMin::Idle) {
+                        Ok(r) => r.rotated > 0 || r.segments > 0,
+                        Err(e) => {
+                            log::error!("background reclamation failed: {e}");
+                            false
+                        }
+                    },
+                };
+                if !did {
+                    core.wait(IDLE_WAIT, false);
+                }
+            }
             Err(e) => {
                 log::error!("background compaction failed: {e}");
                 core.wait(Duration::from_secs(1), false);

@@ -20,6 +20,7 @@ use crate::index::Loc;
 use crate::record::{self, Kind};
 use crate::segment::{self, Entry, SegKind, SegmentFile, SEG_HEADER_LEN};
 use crate::shard::{SegMeta, Shard};
+use crate::tally::Tally;
 use crate::{Error, Result};
 
 const CHUNK: usize = 1 << 20;
@@ -38,7 +39,7 @@ pub(crate) enum Outcome {
 /// Finds the sealed segment with the highest stale fraction at or above the threshold,
 /// over all shards, and compacts it.
 pub(crate) fn compact_one(core: &Core, manual: bool) -> Result<Outcome> {
-    if drop_dead_segments(core)? > 0 {
+    if drop_dead_segments(core, &[], None)?.segments > 0 {
         return Ok(Outcome::Compacted);
     }
     let threshold = core.opts.compaction_threshold;
@@ -81,9 +82,132 @@ pub(crate) fn compact_one(core: &Core, manual: bool) -> Result<Outcome> {
         }
         st.compacting = true;
     }
-    let res = compact_segment(core, shard, seg, !manual);
+    let res = compact_segment(core, shard, seg, !manual, false);
     shard.state.write().compacting = false;
     res.map(|_| Outcome::Compacted)
+}
+
+/// What [`Db::reclaim`](crate::Db::reclaim) did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reclaimed {
+    /// Active segments rotated out because they were mostly stale.
+    pub rotated: u64,
+    /// Segments removed whole.
+    pub segments: u64,
+    /// Bytes of segment and hint files those held.
+    pub bytes: u64,
+}
+
+/// Which active segments [`reclaim`] rotates out, by size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RotateMin {
+    /// Shards that may be taking writes: at least an eighth of the segment size, so
+    /// that a shard whose active segment is kept mostly stale (hot keys overwritten,
+    /// files written and removed) still makes segments of at least that size.
+    Busy,
+    /// Shards that took no write for a while: at least 1/64 of the segment size.
+    Idle,
+}
+
+impl RotateMin {
+    fn bytes(self, core: &Core) -> u64 {
+        let div = match self {
+            RotateMin::Busy => 8,
+            RotateMin::Idle => 64,
+        };
+        (core.opts.segment_size / div).max(SEG_HEADER_LEN + 1)
+    }
+}
+
+/// Gives back the space of dead records without copying any: in the shards `only`
+/// names (all when `None`), an active segment of at least `min` bytes that is at least
+/// `compaction_threshold` stale is rotated out (one that holds nothing live is claimed
+/// on the way, so that it is never synced or sealed); then every segment whose records
+/// can all go is dropped whole ([`drop_dead_segments`]). A rotated segment with live
+/// records is sealed and compacted as usual.
+pub(crate) fn reclaim(core: &Core, only: Option<&[usize]>, min: RotateMin) -> Result<Reclaimed> {
+    let threshold = core.opts.compaction_threshold;
+    let mut rotated = 0;
+    let mut claimed: Vec<(usize, u32)> = Vec::new();
+    let mut first_err = None;
+    for (i, sh) in core.shards.iter().enumerate() {
+        if only.is_some_and(|o| !o.contains(&i)) || sh.state.read().failed.is_some() {
+            continue;
+        }
+        match sh.rotate_for_reclaim(core, min.bytes(core), threshold) {
+            Ok(Some((id, c))) => {
+                rotated += 1;
+                if c {
+                    claimed.push((i, id));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    let mut r = drop_dead_segments(core, &claimed, None)?;
+    r.rotated = rotated;
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(r),
+    }
+}
+
+/// Most live bytes a segment may hold for a clean close to compact it
+/// ([`reclaim_at_close`]).
+const CLOSE_COPY_MAX: u64 = 1 << 20;
+
+/// At a clean close (writes refused, everything durable), gives back before `deadline`
+/// what costs little: segments whose records can all go are dropped whole
+/// ([`drop_dead_segments`]), then every segment of at least 1/64 of the segment size
+/// (the active ones and those not sealed yet included) that is at least
+/// `compaction_threshold` stale and holds at most [`CLOSE_COPY_MAX`] live bytes is
+/// compacted from its listing, copying only those; an active segment is emptied in place
+/// ([`Shard::empty_active`]). Segments are taken oldest first in each shard, so that
+/// tombstones whose older versions went before them can go too. Best effort: the first
+/// error is logged and ends it (the space is then reclaimed after the next open).
+pub(crate) fn reclaim_at_close(core: &Core, deadline: Instant) {
+    if let Err(e) = drop_dead_segments(core, &[], Some(deadline)) {
+        log::warn!("dropping dead segments at close: {e}");
+        return;
+    }
+    let threshold = core.opts.compaction_threshold;
+    let min = (core.opts.segment_size / 64).max(SEG_HEADER_LEN + 1);
+    for sh in &core.shards {
+        let ids: Vec<u32> = sh.state.read().segs.keys().copied().collect();
+        for id in ids {
+            if Instant::now() >= deadline {
+                return;
+            }
+            let wanted = {
+                let mut st = sh.state.write();
+                let ok = !st.compacting
+                    && st.failed.is_none()
+                    && st.segs.get(&id).is_some_and(|m| {
+                        !m.damaged
+                            && !m.dropping
+                            && m.size >= min
+                            && m.live() <= CLOSE_COPY_MAX
+                            && (m.all_stale() || m.stale_fraction() >= threshold)
+                    });
+                if ok {
+                    st.compacting = true;
+                }
+                ok
+            };
+            if !wanted {
+                continue;
+            }
+            let res = compact_segment(core, sh, id, false, true);
+            sh.state.write().compacting = false;
+            if let Err(e) = res {
+                log::warn!("compacting shard {} segment {id} at close: {e}", sh.id);
+                return;
+            }
+        }
+    }
 }
 
 /// Segments retired by compaction so far (in any store of the process): a segment judged
@@ -168,23 +292,31 @@ struct Claim {
 
 /// Claims the rotated, unsealed segment `seg` for a drop: it must be fully written (out
 /// of the rotation in progress, no pending write) and not being sealed. It is marked so
-/// that the maintenance thread does not seal it, and taken off the unsynced list (if it
-/// is there), so that no flush writes its dead data to disk. Returns `None` if it
-/// cannot be claimed, else whether it was on the unsynced list.
-fn claim_unsealed(shard: &Shard, seg: u32) -> Option<bool> {
-    let mut io = shard.io.lock();
+/// that the maintenance thread does not seal it. Returns whether it was claimed.
+fn claim_unsealed(shard: &Shard, seg: u32) -> bool {
+    let io = shard.io.lock();
     if io.rotated.contains(&seg) {
-        return None;
+        return false;
     }
     let mut st = shard.state.write();
     let busy = st.pending.as_ref().is_some_and(|p| p.seg == seg);
     match st.segs.get_mut(&seg) {
-        Some(m) if !busy && !m.sealed && !m.sealing && !m.dropping => m.dropping = true,
-        _ => return None,
+        Some(m) if !busy && !m.sealed && !m.sealing && !m.dropping => {
+            m.dropping = true;
+            true
+        }
+        _ => false,
     }
+}
+
+/// Takes a claimed unsealed segment, found droppable, off the shard's unsynced list (if
+/// it is there), so that no flush writes its dead data to disk. Returns whether it was
+/// there.
+fn take_off_unsynced(shard: &Shard, seg: u32) -> bool {
+    let mut io = shard.io.lock();
     let before = io.unsynced.len();
     io.unsynced.retain(|f| f.id != seg);
-    Some(io.unsynced.len() != before)
+    io.unsynced.len() != before
 }
 
 /// Gives a claimed unsealed segment back: synced by flushes and sealed as usual.
@@ -212,14 +344,21 @@ fn unclaim(core: &Core, c: &Claim) {
 /// ever syncing it when it was not sealed yet, so a file written and removed before its
 /// segments were sealed costs no disk writes for them. One watermark raise and at most
 /// one flush of the store cover all of them. Shards being compacted are left alone.
-/// Returns how many went.
-fn drop_dead_segments(core: &Core) -> Result<usize> {
+/// `claimed`: unsealed segments the caller already marked `dropping`
+/// ([`Shard::rotate_for_reclaim`]); each is dropped or given back. No segment is judged
+/// after `deadline`. Returns what went.
+fn drop_dead_segments(
+    core: &Core,
+    claimed: &[(usize, u32)],
+    deadline: Option<Instant>,
+) -> Result<Reclaimed> {
     let retired = RETIRED.load(Ordering::SeqCst);
     let mut claims: Vec<Claim> = Vec::new();
     let mut marked: Vec<usize> = Vec::new();
     let (mut max_seq, mut superseded_seq, mut newer_value) = (0, 0, false);
+    let late = || deadline.is_some_and(|d| Instant::now() >= d);
     for (i, sh) in core.shards.iter().enumerate() {
-        // (id, file, size, max_seq, superseded_seq, sealed, listing)
+        // (id, file, size, max_seq, superseded_seq, sealed, listing, claimed already)
         type Candidate = (
             u32,
             Arc<SegmentFile>,
@@ -228,12 +367,19 @@ fn drop_dead_segments(core: &Core) -> Result<usize> {
             u64,
             bool,
             Option<Arc<Vec<Entry>>>,
+            bool,
         );
+        let mine = |id: u32| claimed.contains(&(i, id));
+        let skip = {
+            let st = sh.state.read();
+            st.compacting || st.failed.is_some() || late()
+        };
+        if skip {
+            give_back_claimed(core, i, claimed);
+            continue;
+        }
         let (candidates, others): (Vec<Candidate>, Vec<Other>) = {
             let st = sh.state.read();
-            if st.compacting || st.failed.is_some() {
-                continue;
-            }
             // A sealed segment is judged from its hint file; one not sealed yet from
             // its data, in the page cache (read once: a listing of records kept for a
             // segment judged not droppable yet).
@@ -241,17 +387,27 @@ fn drop_dead_segments(core: &Core) -> Result<usize> {
                 .segs
                 .iter()
                 .filter(|(&id, m)| {
-                    !m.damaged
-                        && id != st.active.id
-                        && m.blocked_tomb == 0
-                        && m.dead + m.tomb + SEG_HEADER_LEN >= m.size
-                        && (m.sealed || !(m.sealing || m.dropping))
-                        && m.drop_memo != Some((m.dead + m.tomb, retired))
+                    mine(id)
+                        || (!m.damaged
+                            && id != st.active.id
+                            && m.all_stale()
+                            && (m.sealed || !(m.sealing || m.dropping))
+                            && m.drop_memo != Some((m.dead + m.tomb, retired)))
                 })
                 .map(|(&id, m)| {
                     let f = m.file.clone();
                     let listed = m.listing.clone();
-                    (id, f, m.size, m.max_seq, m.superseded_seq, m.sealed, listed)
+                    let c = mine(id);
+                    (
+                        id,
+                        f,
+                        m.size,
+                        m.max_seq,
+                        m.superseded_seq,
+                        m.sealed,
+                        listed,
+                        c,
+                    )
                 })
                 .collect();
             (candidates, others_of(&st.segs))
@@ -262,26 +418,27 @@ fn drop_dead_segments(core: &Core) -> Result<usize> {
         {
             let mut st = sh.state.write();
             if st.compacting {
+                drop(st);
+                give_back_claimed(core, i, claimed);
                 continue;
             }
             st.compacting = true;
         }
         marked.push(i);
-        for (id, file, size, seq, by, sealed, listed) in candidates {
-            let was_unsynced = match sealed {
-                true => false,
-                false => match claim_unsealed(sh, id) {
-                    Some(u) => u,
-                    None => continue,
-                },
-            };
+        for (id, file, size, seq, by, sealed, listed, pre) in candidates {
             let claim = Claim {
                 shard: i,
                 seg: id,
                 file,
                 unsealed: !sealed,
-                was_unsynced,
+                was_unsynced: false,
             };
+            if !pre && late() {
+                continue;
+            }
+            if !sealed && !pre && !claim_unsealed(sh, id) {
+                continue;
+            }
             // Nothing makes the index point into a segment other than the active one
             // again, so a record found dead stays dead. Segments claimed before this
             // one (older, retired before it) hold no older versions any more.
@@ -302,6 +459,10 @@ fn drop_dead_segments(core: &Core) -> Result<usize> {
                 max_seq = max_seq.max(seq);
                 superseded_seq = superseded_seq.max(by);
                 newer_value |= newer;
+                let mut claim = claim;
+                if claim.unsealed {
+                    claim.was_unsynced = take_off_unsynced(sh, id);
+                }
                 claims.push(claim);
             } else {
                 if let Some(m) = sh.state.write().segs.get_mut(&id) {
@@ -320,7 +481,7 @@ fn drop_dead_segments(core: &Core) -> Result<usize> {
     // open does not take them for lost writes), and the records that superseded them
     // durable (often they are already: then no sync at all).
     let res = if claims.is_empty() {
-        Ok(0)
+        Ok(Reclaimed::default())
     } else {
         core.persist_watermark(max_seq)
             .and_then(|()| {
@@ -331,18 +492,18 @@ fn drop_dead_segments(core: &Core) -> Result<usize> {
                 }
             })
             .and_then(|()| {
-                let mut n = 0;
+                let mut r = Reclaimed::default();
                 for c in claims.drain(..) {
-                    retire(core, &core.shards[c.shard], c.seg, &c.file)?;
+                    r.bytes += retire(core, &core.shards[c.shard], c.seg, &c.file)?;
+                    r.segments += 1;
                     log::debug!(
                         "dropped shard {} segment {} whole{}",
                         c.shard,
                         c.seg,
                         if c.unsealed { " (never synced)" } else { "" }
                     );
-                    n += 1;
                 }
-                Ok(n)
+                Ok(r)
             })
     };
     // After an error: what was not retired goes back to normal.
@@ -353,6 +514,31 @@ fn drop_dead_segments(core: &Core) -> Result<usize> {
         core.shards[i].state.write().compacting = false;
     }
     res
+}
+
+/// Gives back the segments of shard `shard` in `claimed` (see
+/// [`Shard::rotate_for_reclaim`]) when the shard is not judged now.
+fn give_back_claimed(core: &Core, shard: usize, claimed: &[(usize, u32)]) {
+    for &(_, id) in claimed.iter().filter(|c| c.0 == shard) {
+        let file = core.shards[shard]
+            .state
+            .read()
+            .segs
+            .get(&id)
+            .map(|m| m.file.clone());
+        if let Some(file) = file {
+            unclaim(
+                core,
+                &Claim {
+                    shard,
+                    seg: id,
+                    file,
+                    unsealed: true,
+                    was_unsynced: false,
+                },
+            );
+        }
+    }
 }
 
 /// The segments of a shard as [`Other`]s.
@@ -441,16 +627,57 @@ impl Throttle {
     }
 }
 
-fn compact_segment(core: &Core, shard: &Shard, seg: u32, throttled: bool) -> Result<()> {
-    let (victim, size, max_seq, others) = {
+/// A compaction reads only the listed records that may be kept (see
+/// [`segment::scan_listed`]) when at most this fraction of the segment is live; else it
+/// reads the whole segment, which also checks every record.
+const SPARSE_LIVE: u64 = 8;
+
+/// Compacts segment `seg` of `shard`: copies its live records (and the tombstones still
+/// needed) to a new segment, then removes it. A segment with few live records is read
+/// from its listing, record by record, the rest by a scan of the whole file. With
+/// `closing` (a clean close: writes refused, everything durable), `seg` may be the
+/// active segment or a rotated one not sealed yet; the active one is then emptied in
+/// place ([`Shard::empty_active`]) instead of removed.
+fn compact_segment(
+    core: &Core,
+    shard: &Shard,
+    seg: u32,
+    throttled: bool,
+    closing: bool,
+) -> Result<()> {
+    let (victim, size, max_seq, others, sealed, live, active) = {
         let st = shard.state.read();
         let Some(m) = st.segs.get(&seg) else {
             return Ok(());
         };
         let mut others = others_of(&st.segs);
         others.retain(|o| o.id != seg);
-        (m.file.clone(), m.size, m.max_seq, others)
+        let active = seg == st.active.id;
+        if (active || !m.sealed) && !closing {
+            return Ok(());
+        }
+        (
+            m.file.clone(),
+            m.size,
+            m.max_seq,
+            others,
+            m.sealed,
+            m.live(),
+            active,
+        )
     };
+    // Few live records: the listing says where they are (a sealed segment's hint file;
+    // the headers of one not sealed yet, which a clean close just synced).
+    let listing = if live.saturating_mul(SPARSE_LIVE) <= size || !sealed {
+        list_records(shard, seg, &victim, size, sealed)
+    } else {
+        None
+    };
+    if !sealed && listing.is_none() {
+        // Not sealed and not listable: left for the maintenance thread and the usual
+        // compaction after the next open.
+        return Ok(());
+    }
     // Records up to max_seq may be dropped or copied below; every batch they belong to
     // must be durable in all shards first, and recorded so.
     core.persist_watermark(max_seq)?;
@@ -467,7 +694,7 @@ fn compact_segment(core: &Core, shard: &Shard, seg: u32, throttled: bool) -> Res
         start: Instant::now(),
         bytes: 0,
     };
-    let outcome = segment::scan(&victim, size, |off, rec, intact| {
+    let visit = |off: u64, rec: &record::Record<'_>, intact: bool| -> Result<()> {
         if !intact {
             // Reported in the outcome; the segment is kept.
             return Ok(());
@@ -565,7 +792,24 @@ fn compact_segment(core: &Core, shard: &Shard, seg: u32, throttled: bool) -> Res
             throttle.account(2 * n);
         }
         Ok(())
-    })?;
+    };
+    let outcome = match &listing {
+        Some(entries) => {
+            let wanted = |e: &Entry| match e.kind {
+                Kind::Delete => true,
+                Kind::Put => {
+                    let loc = Loc {
+                        seg,
+                        off: e.off,
+                        len: e.len,
+                    };
+                    shard.state.read().index.is_at(&e.key, loc)
+                }
+            };
+            segment::scan_listed(&victim, size, entries, wanted, visit)?
+        }
+        None => segment::scan(&victim, size, visit)?,
+    };
     if let Some(o) = out.as_mut() {
         write_chunk(core, shard, o)?;
         core.fs.sync_data(&o.file.file, &o.file.path)?;
@@ -607,18 +851,30 @@ fn compact_segment(core: &Core, shard: &Shard, seg: u32, throttled: bool) -> Res
     if newer_value || core.durable_seq() < superseded {
         core.flush()?;
     }
-    retire(core, shard, seg, &victim)?;
+    if active {
+        // The shard's own handles must be the file's only ones for it to be cut.
+        drop(victim);
+        if let Some(freed) = shard.empty_active(seg)? {
+            RETIRED.fetch_add(1, Ordering::SeqCst);
+            core.sub_disk_used(freed);
+        }
+    } else {
+        retire(core, shard, seg, &victim)?;
+    }
     log::debug!(
-        "compacted shard {} segment {seg}: {size} bytes, {} records",
+        "compacted shard {} segment {seg}: {size} bytes, {} records{}",
         shard.id,
-        outcome.records
+        outcome.records,
+        if listing.is_some() { " (listed)" } else { "" }
     );
     Ok(())
 }
 
 /// Removes the compacted segment `seg` from the table and from disk: nothing in the
-/// index points at it any more.
-fn retire(core: &Core, shard: &Shard, seg: u32, victim: &SegmentFile) -> Result<()> {
+/// index points at it any more. Returns the bytes of its files.
+fn retire(core: &Core, shard: &Shard, seg: u32, victim: &SegmentFile) -> Result<u64> {
+    // A segment that was never synced must not be synced now.
+    take_off_unsynced(shard, seg);
     let freed = {
         let mut st = shard.state.write();
         let m = st.segs.remove(&seg);
@@ -635,7 +891,8 @@ fn retire(core: &Core, shard: &Shard, seg: u32, victim: &SegmentFile) -> Result<
     core.sub_disk_used(freed);
     core.fs.remove(&victim.path)?;
     core.fs.remove(&segment::hint_path(&shard.dir, seg))?;
-    core.fs.sync_dir(&shard.dir)
+    core.fs.sync_dir(&shard.dir)?;
+    Ok(freed)
 }
 
 /// Writes the output buffer, then points the index at the copies that are still live.
@@ -656,12 +913,14 @@ fn write_chunk(core: &Core, shard: &Shard, o: &mut Output) -> Result<()> {
     let mut blocked = 0u64;
     let mut max_seq = 0u64;
     let mut blockers = Vec::new();
+    let mut bytes = Tally::default();
     for c in o.copied.drain(..) {
         let new = Loc {
             seg: o.file.id,
             off: c.new_off,
             len: c.old.len,
         };
+        bytes.add(Tally::ns(&c.key), new.len as u64);
         max_seq = max_seq.max(c.seq);
         match c.kind {
             Kind::Put => {
@@ -677,6 +936,7 @@ fn write_chunk(core: &Core, shard: &Shard, o: &mut Output) -> Result<()> {
     }
     if let Some(m) = st.segs.get_mut(&o.file.id) {
         m.size = o.len;
+        m.bytes.add_all(&bytes);
         m.dead += dead;
         if dead > 0 {
             // Copies overwritten meanwhile: by records numbered below this.

@@ -72,13 +72,11 @@ impl Core {
         Ok(())
     }
 
-    /// A clean close: everything durable, a hint file for every active segment (so the
-    /// next open reads no data), and the batch watermark recorded.
-    pub(crate) fn close(&self) -> Result<()> {
-        if self.failure().is_some() {
-            return Ok(());
-        }
-        self.flush()?;
+    /// The end of a clean close (`Db::close` does the steps before it: everything
+    /// durable, then the space of dead records given back where that is cheap): a hint
+    /// file for every active segment (so the next open reads no data), and the batch
+    /// watermark recorded. Writes are refused by then.
+    pub(crate) fn finish_close(&self) -> Result<()> {
         for s in &self.shards {
             s.drop_spare(self)?;
             s.hint_active(self)?;
@@ -219,7 +217,7 @@ impl Core {
     /// Appends one record; returns its sequence number, or `None` for the delete of an
     /// absent key (nothing written).
     fn write_one(&self, op: Prepared<'_>) -> Result<Option<u64>> {
-        if self.is_shutdown() {
+        if self.is_closed() {
             return Err(Error::Closed);
         }
         let shard = &self.shards[self.shard_of(op.key)];
@@ -289,7 +287,7 @@ impl Core {
         prepared.sort_by_key(|p| p.0);
         let mut shards: Vec<usize> = prepared.iter().map(|p| p.0).collect();
         shards.dedup();
-        if self.is_shutdown() {
+        if self.is_closed() {
             return Err(Error::Closed);
         }
         let mut write_out = false;

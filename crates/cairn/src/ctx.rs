@@ -6,6 +6,8 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
@@ -30,7 +32,12 @@ pub(crate) struct StoreCtx {
     pub(crate) wake: Condvar,
     /// Set after a failed fsync: the whole store refuses writes until reopened.
     failed: Mutex<Option<String>>,
+    /// The store is closing: background threads finish and return.
     pub(crate) shutdown: AtomicBool,
+    /// The store is closed to writes (set once the background threads have returned).
+    closed: AtomicBool,
+    /// Once closing: when the layers' background threads should have returned.
+    pub(crate) threads_deadline: OnceLock<Instant>,
 }
 
 impl StoreCtx {
@@ -59,6 +66,8 @@ impl StoreCtx {
             wake: Condvar::new(),
             failed: Mutex::new(None),
             shutdown: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            threads_deadline: OnceLock::new(),
         }
     }
 
@@ -94,8 +103,19 @@ impl StoreCtx {
         self.failed.lock().clone()
     }
 
+    /// Whether the store is closing (or closed): background threads should return.
     pub fn is_shutdown(&self) -> bool {
         self.shutdown.load(Ordering::SeqCst)
+    }
+
+    /// Whether the store refuses writes because it is closed.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Refuses every later write.
+    pub fn set_closed(&self) {
+        self.closed.store(true, Ordering::SeqCst);
     }
 
     /// Reserves `n` bytes of the size limit; deletes may use a small reserve beyond it

@@ -9,12 +9,13 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
 use crate::background;
 use crate::batch::WriteBatch;
-use crate::compaction::{self, Outcome};
+use crate::compaction::{self, Outcome, Reclaimed};
 use crate::core::Core;
 use crate::damage::Damage;
 use crate::iter::Iter;
@@ -38,10 +39,17 @@ struct Handle {
 impl Handle {
     /// Stops every background thread (the engine's and the layers'), then flushes the
     /// store and writes a hint file for every active segment. Runs once.
+    ///
+    /// Writes are still taken while the threads finish (a layer's thread may write as
+    /// it winds up: the file store's collector deletes the chunks of files removed just
+    /// before), and refused once they have all returned.
     fn shutdown(&self) -> Result<()> {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
+        let start = Instant::now();
+        let budget = self.core.opts.close_budget;
+        let _ = self.core.threads_deadline.set(start + budget / 2);
         self.core.shutdown.store(true, Ordering::SeqCst);
         for hook in self.stop_hooks.lock().iter() {
             hook();
@@ -53,7 +61,16 @@ impl Handle {
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }
-        self.core.close()
+        self.core.set_closed();
+        let core = &self.core;
+        if core.failure().is_some() {
+            return Ok(());
+        }
+        core.flush()?;
+        if !budget.is_zero() {
+            compaction::reclaim_at_close(core, start + budget);
+        }
+        core.finish_close()
     }
 }
 
@@ -119,6 +136,20 @@ impl Background {
     /// Whether the store is closing: the thread should return soon.
     pub fn is_stopping(&self) -> bool {
         self.db.core.is_shutdown()
+    }
+
+    /// Once the store is closing, the time by which the thread should have returned:
+    /// until then it may still write, to finish work that gives space back (the file
+    /// store's collector deletes the chunks of files removed just before the close).
+    /// The store waits for the thread whatever the time; this bounds how long a close
+    /// takes ([`crate::Options::close_budget`], half of it). `None` while the store is
+    /// open.
+    pub fn deadline(&self) -> Option<Instant> {
+        if self.is_stopping() {
+            self.db.core.threads_deadline.get().copied()
+        } else {
+            None
+        }
     }
 }
 
@@ -251,7 +282,9 @@ impl Db {
         &self.core.opts
     }
 
-    /// Whether the store is closing or closed.
+    /// Whether the store is closing or closed. While it closes, writes are still taken
+    /// until the background threads have returned (see [`Background::deadline`]);
+    /// after that they fail with [`Error::Closed`].
     pub fn is_closing(&self) -> bool {
         self.core.is_shutdown()
     }
@@ -408,6 +441,27 @@ impl Db {
             }
         }
         Ok(())
+    }
+
+    /// Gives back now, without copying anything, the space of records that are all
+    /// dead (superseded or deleted): each shard's active segment that holds at least
+    /// 1/8 of `segment_size` and is at least `compaction_threshold` stale is rotated
+    /// out, then every segment whose records can all go (puts since overwritten or
+    /// deleted, tombstones no other segment needs) is removed whole. A segment that was
+    /// never synced is never synced now: its dirty pages go with the file. Rotated
+    /// segments that still hold live records are sealed and compacted in the background
+    /// as usual.
+    ///
+    /// Cost: the listing of each candidate segment (its hint file, or the headers of one
+    /// not sealed yet, a page per record of large values), at most one flush and one
+    /// `SEQSTATE` write, and an unlink and a directory sync per segment dropped. Layers
+    /// call it after deleting much at once (the file store's collector, after reclaiming
+    /// the chunks of removed files); the compaction thread does the same by itself for
+    /// shards that take no writes for a while (for active segments down to 1/64 of
+    /// `segment_size`), and [`Db::close`] for what was deleted
+    /// just before it (see [`Options::close_budget`]).
+    pub fn reclaim(&self) -> Result<Reclaimed> {
+        compaction::reclaim(self.core(), None, compaction::RotateMin::Busy)
     }
 
     /// Sizes and amplification, per shard and in total.

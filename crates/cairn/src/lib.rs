@@ -58,10 +58,12 @@ mod recovery;
 mod segment;
 mod shard;
 mod stats;
+mod tally;
 mod value;
 mod verify;
 
 pub use batch::WriteBatch;
+pub use compaction::Reclaimed;
 pub use damage::Damage;
 pub use db::{Background, Db};
 pub use error::{Error, Result};
@@ -69,6 +71,7 @@ pub use iter::Iter;
 pub use keyspace::{Keyspace, WriteOptions};
 pub use options::{Options, SyncPolicy};
 pub use stats::{ShardStats, Stats};
+pub use tally::KeyspaceStats;
 pub use value::Value;
 pub use verify::VerifyReport;
 
@@ -76,5 +79,8 @@ pub use verify::VerifyReport;
 pub const MAX_KEY_LEN: usize = 64 << 10;
 /// Largest value, in bytes.
 pub const MAX_VALUE_LEN: usize = 1 << 30;
+/// Bytes of a record's header: a record on disk takes this, plus its key and keyspace
+/// byte, plus its value (see FORMAT.md).
+pub const RECORD_HEADER_LEN: usize = record::HEADER_LEN;
 /// Version of the on-disk format written and read by this build (see FORMAT.md).
 pub const FORMAT_VERSION: u32 = 1;

@@ -29,6 +29,8 @@ pub const MAX_SEGMENT_SIZE: u64 = 1 << 30;
 pub const MIN_SEGMENT_SIZE: u64 = 4 << 10;
 /// Largest allowed shard count.
 pub const MAX_SHARDS: u32 = 4096;
+/// Default time a close may spend giving back space (see [`Options::close_budget`]).
+pub const DEFAULT_CLOSE_BUDGET: Duration = Duration::from_secs(2);
 
 /// Builder for opening a store with non-default settings.
 ///
@@ -56,6 +58,7 @@ pub struct Options {
     pub(crate) compaction_rate: Option<u64>,
     pub(crate) write_buffer: usize,
     pub(crate) hash_index: bool,
+    pub(crate) close_budget: Duration,
     pub(crate) fault: Option<Arc<FaultInjector>>,
 }
 
@@ -78,6 +81,7 @@ impl std::fmt::Debug for Options {
             .field("compaction_rate", &self.compaction_rate)
             .field("write_buffer", &self.write_buffer)
             .field("hash_index", &self.hash_index)
+            .field("close_budget", &self.close_budget)
             .finish()
     }
 }
@@ -97,6 +101,7 @@ impl Options {
             compaction_rate: Some(256 << 20),
             write_buffer: 256 << 10,
             hash_index: true,
+            close_budget: DEFAULT_CLOSE_BUDGET,
             fault: None,
         }
     }
@@ -165,6 +170,20 @@ impl Options {
     /// keys in memory. Not recorded on disk: each open chooses.
     pub fn hash_index(mut self, on: bool) -> Options {
         self.hash_index = on;
+        self
+    }
+
+    /// How long a close ([`crate::Db::close`], or dropping the last handle) may spend,
+    /// beyond its final flush, giving back the space of what was deleted or overwritten
+    /// just before (default 2 s): the layers' background threads get the first half
+    /// to finish their work (the file store's collector deletes the chunks of files
+    /// removed just before), then segments that hold nothing live are dropped whole, and
+    /// segments with little live data (at most 1 MiB, the active ones included) are
+    /// compacted by copying only that. Each step is cheap (no segment is read whole), and
+    /// none is started after the budget is spent: the rest is reclaimed after the next
+    /// open. Zero turns it off.
+    pub fn close_budget(mut self, budget: Duration) -> Options {
+        self.close_budget = budget;
         self
     }
 

@@ -20,6 +20,7 @@ use crate::index::{Index, Loc};
 use crate::record::Kind;
 use crate::segment::{self, SegKind, SegmentFile, SEG_HEADER_LEN};
 use crate::shard::{Active, SegMeta, ShardState};
+use crate::tally::Tally;
 use crate::{Error, Result};
 
 /// One record's metadata gathered at open.
@@ -418,10 +419,12 @@ pub(crate) fn build(
         })
         .collect();
     let mut live_bytes = 0u64;
+    let (mut live_by_ns, mut keys_by_ns) = (Tally::default(), Tally::default());
     let mut winners: Vec<(&[u8], Loc)> = Vec::new();
     let mut i = 0;
     while i < recs.len() {
         let (p, k) = (recs[i].prefix, key(&recs[i]));
+        let ns = Tally::ns(k);
         let mut first = true;
         let group_start = i;
         while i < recs.len() && (i == group_start || (recs[i].prefix == p && key(&recs[i]) == k)) {
@@ -430,6 +433,7 @@ pub(crate) fn build(
                 .get_mut(&r.loc.seg)
                 .expect("record of a loaded segment");
             m.max_seq = m.max_seq.max(r.seq);
+            m.bytes.add(ns, r.loc.len as u64);
             if seqstate.ignored(r.seq) {
                 m.dead += r.loc.len as u64;
             } else if first {
@@ -437,6 +441,8 @@ pub(crate) fn build(
                 match r.kind {
                     Kind::Put => {
                         live_bytes += r.loc.len as u64;
+                        live_by_ns.add(ns, r.loc.len as u64);
+                        keys_by_ns.add(ns, 1);
                         winners.push((k, r.loc));
                     }
                     Kind::Delete => m.tomb += r.loc.len as u64,
@@ -500,6 +506,8 @@ pub(crate) fn build(
             pending: None,
             next_seg,
             live_bytes,
+            live_by_ns,
+            keys_by_ns,
             compacting: false,
             failed: None,
             write_stuck: false,

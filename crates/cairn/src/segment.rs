@@ -190,11 +190,14 @@ impl SegmentFile {
             return;
         }
         // SAFETY: cairn never truncates or rewrites bytes of a segment that were written
-        // while the store is open (torn tails are cut at open, before any map exists):
-        // sealed segments are immutable and active ones only grow. Only bytes already
-        // written are read through a map (see `map_for_append`), so no access touches a
-        // page past the end of the file. The store's LOCK keeps other cairn handles out,
-        // and compaction only unlinks files, which keeps mapped pages valid.
+        // while the store is open (torn tails are cut at open, before any map exists),
+        // with one exception: a clean close may cut an active segment whose records are
+        // all dead back to its header, and only when nothing but the shard holds the
+        // file (`Shard::empty_active`), so no reader or value can read through the map
+        // any more. Sealed segments are immutable and active ones only grow. Only bytes
+        // already written are read through a map (see `map_for_append`), so no access
+        // touches a page past the end of the file. The store's LOCK keeps other cairn
+        // handles out, and compaction only unlinks files, which keeps mapped pages valid.
         let map = unsafe {
             memmap2::MmapOptions::new()
                 .len(len as usize)
@@ -399,6 +402,58 @@ pub fn scan(
         detail: "record value checksum mismatch".into(),
     });
     out.tail = gaps.into_iter().chain(first_held).min_by_key(|d| d.offset);
+    Ok(out)
+}
+
+/// Reads the records of `entries` (a listing of the segment: its hint file, or
+/// [`scan_entries_mapped`]) that `wanted` asks for, each checked in full, and calls
+/// `f(offset, record, true)` for each intact one; one that does not check out (or is not
+/// the record listed) is reported as damage. Records not asked for are not read at all,
+/// so that compacting a segment with few live records costs the listing and those
+/// records, not a read of the whole file.
+pub fn scan_listed(
+    seg: &SegmentFile,
+    file_len: u64,
+    entries: &[Entry],
+    mut wanted: impl FnMut(&Entry) -> bool,
+    mut f: impl FnMut(u64, &record::Record<'_>, bool) -> Result<()>,
+) -> Result<ScanOutcome> {
+    let mut out = ScanOutcome {
+        valid_end: file_len,
+        ..Default::default()
+    };
+    for e in entries {
+        if !wanted(e) {
+            continue;
+        }
+        let (off, len) = (e.off as u64, e.len as u64);
+        if off < SEG_HEADER_LEN || off + len > file_len {
+            out.damage.push(BadSpot {
+                offset: off,
+                detail: "listed record lies outside the segment".into(),
+            });
+            continue;
+        }
+        let b = seg.read_at(off, e.len as usize)?;
+        let detail = match record::decode(&b) {
+            Ok(rec)
+                if rec.key == e.key.as_slice()
+                    && rec.header.kind == e.kind
+                    && rec.header.seq == e.seq
+                    && rec.header.record_len() == len =>
+            {
+                f(off, &rec, true)?;
+                out.records += 1;
+                continue;
+            }
+            Ok(_) => "record is not the one its listing names".to_string(),
+            Err(err) => err.to_string(),
+        };
+        out.damage.push(BadSpot {
+            offset: off,
+            detail,
+        });
+    }
     Ok(out)
 }
 

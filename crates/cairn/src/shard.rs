@@ -19,6 +19,7 @@ use crate::ctx::StoreCtx;
 use crate::index::{Index, Loc};
 use crate::record::{self, Kind};
 use crate::segment::{self, SegKind, SegmentFile, SEG_HEADER_LEN};
+use crate::tally::Tally;
 use crate::value::Value;
 use crate::{Error, Result};
 
@@ -64,6 +65,8 @@ pub(crate) struct SegMeta {
     pub damaged: bool,
     /// Keys of the segment, built from the hint file on first need.
     pub bloom: Arc<OnceLock<Bloom>>,
+    /// Bytes of the segment's records by keyspace (for `Db::stats`).
+    pub bytes: Tally,
 }
 
 impl SegMeta {
@@ -86,7 +89,21 @@ impl SegMeta {
             listing: None,
             damaged: false,
             bloom: Arc::new(OnceLock::new()),
+            bytes: Tally::default(),
         }
+    }
+
+    /// Bytes of records that are neither superseded nor deletes: an upper bound of the
+    /// live bytes (damaged stretches count too).
+    pub fn live(&self) -> u64 {
+        self.size
+            .saturating_sub(SEG_HEADER_LEN + self.dead + self.tomb + self.blocked_tomb)
+    }
+
+    /// Whether, by its accounting, the segment holds nothing live: every record is
+    /// superseded or a tombstone that may be droppable.
+    pub fn all_stale(&self) -> bool {
+        self.blocked_tomb == 0 && self.dead + self.tomb + SEG_HEADER_LEN >= self.size
     }
 
     /// Bytes that compaction would reclaim.
@@ -157,6 +174,10 @@ pub(crate) struct ShardState {
     pub next_seg: u32,
     /// Bytes of live records (the index's records).
     pub live_bytes: u64,
+    /// `live_bytes` by keyspace.
+    pub live_by_ns: Tally,
+    /// Live keys by keyspace.
+    pub keys_by_ns: Tally,
     /// A compaction of this shard is running.
     pub compacting: bool,
     /// Set after a failed fsync: the shard refuses writes until reopened.
@@ -206,13 +227,15 @@ impl ShardState {
         }
     }
 
-    /// Accounts the record at `loc` as superseded by the record numbered `by`.
-    fn mark_dead(&mut self, loc: Loc, by: u64) {
+    /// Accounts the record at `loc`, of keyspace `ns`, as superseded by the record
+    /// numbered `by`.
+    fn mark_dead(&mut self, ns: u8, loc: Loc, by: u64) {
         if let Some(m) = self.segs.get_mut(&loc.seg) {
             m.dead += loc.len as u64;
             m.superseded_seq = m.superseded_seq.max(by);
         }
         self.live_bytes -= loc.len as u64;
+        self.live_by_ns.sub(ns, loc.len as u64);
     }
 
     /// Appends one record to the write buffer and updates the index. Returns the end
@@ -237,21 +260,26 @@ impl ShardState {
             .segs
             .get_mut(&self.active.id)
             .expect("active segment has metadata");
+        let ns = Tally::ns(op.key);
         meta.size += len;
+        meta.bytes.add(ns, len);
         meta.max_seq = meta.max_seq.max(seq);
         self.appended_seq = self.appended_seq.max(seq);
         self.first_unsynced = self.first_unsynced.min(seq);
         match op.kind {
             Kind::Put => {
                 self.live_bytes += len;
-                if let Some(old) = self.index.insert(op.key, loc) {
-                    self.mark_dead(old, seq);
+                self.live_by_ns.add(ns, len);
+                match self.index.insert(op.key, loc) {
+                    Some(old) => self.mark_dead(ns, old, seq),
+                    None => self.keys_by_ns.add(ns, 1),
                 }
             }
             Kind::Delete => {
                 meta.tomb += len;
                 if let Some(old) = self.index.remove(op.key) {
-                    self.mark_dead(old, seq);
+                    self.keys_by_ns.sub(ns, 1);
+                    self.mark_dead(ns, old, seq);
                 }
             }
         }
@@ -533,6 +561,95 @@ impl Shard {
         Ok(stale)
     }
 
+    /// Rotates the active segment out when it holds at least `min` bytes and at least
+    /// `threshold` of them are stale, so that its dead bytes do not wait until it fills
+    /// (used by `Db::reclaim` and by the compaction thread for idle shards). When its
+    /// accounting says it holds nothing live, it is marked `dropping` before the
+    /// rotation, so that the maintenance thread does not seal it (which would write its
+    /// dead bytes to disk): the caller then owns it and must drop it whole or give it
+    /// back (see `compaction::unclaim`). Returns the rotated segment and whether it was
+    /// claimed so.
+    pub fn rotate_for_reclaim(
+        &self,
+        core: &StoreCtx,
+        min: u64,
+        threshold: f64,
+    ) -> Result<Option<(u32, bool)>> {
+        let mut io = self.io.lock();
+        let (id, claimed) = {
+            let mut st = self.state.write();
+            let (end, id) = (st.active.end(), st.active.id);
+            let Some(m) = st.segs.get_mut(&id) else {
+                return Ok(None);
+            };
+            if end < min.max(SEG_HEADER_LEN + 1) || m.stale_fraction() < threshold {
+                return Ok(None);
+            }
+            let claimed = m.all_stale() && !m.dropping && !m.sealing;
+            if claimed {
+                m.dropping = true;
+            }
+            (id, claimed)
+        };
+        if let Err(e) = self.flush_locked(core, &mut io, false, true) {
+            if claimed {
+                if let Some(m) = self.state.write().segs.get_mut(&id) {
+                    m.dropping = false;
+                }
+            }
+            return Err(e);
+        }
+        if self.state.read().active.id == id {
+            // Not rotated after all (nothing to write): give it back.
+            if claimed {
+                if let Some(m) = self.state.write().segs.get_mut(&id) {
+                    m.dropping = false;
+                }
+            }
+            return Ok(None);
+        }
+        Ok(Some((id, claimed)))
+    }
+
+    /// At a clean close, gives back the space of the active segment, every record of
+    /// which was found droppable (and is below the recorded watermark): the file is cut
+    /// back to its header in place and stays the active segment, so the next open needs
+    /// no new file. Writes are refused by then; the caller holds no handle to the file.
+    /// Returns the bytes freed, or `None` (nothing done) when the segment is not the
+    /// active one, has buffered bytes, or is still used by a reader (a value or an
+    /// iterator holding its file, whose map must stay readable).
+    pub fn empty_active(&self, seg: u32) -> Result<Option<u64>> {
+        let _io = self.io.lock();
+        let mut st = self.state.write();
+        let st = &mut *st;
+        if st.active.id != seg || !st.active.buf.is_empty() || st.pending.is_some() {
+            return Ok(None);
+        }
+        // The active segment's file is held by `active` and by its `SegMeta`; a third
+        // holder is a reader that may still read through the map, which must not
+        // reach past the end of the file.
+        if Arc::strong_count(&st.active.file) > 2 {
+            return Ok(None);
+        }
+        let Some(m) = st.segs.get_mut(&seg) else {
+            return Ok(None);
+        };
+        let file = st.active.file.clone();
+        // Not synced: lost, the cut brings back records that are all dead and below the
+        // watermark, which is the state before it; and the unlinks its tombstones relied
+        // on were synced before (`compaction::retire`). A later sync of the file makes
+        // the cut durable with the bytes appended after it.
+        file.file
+            .set_len(SEG_HEADER_LEN)
+            .map_err(|e| Error::io(&file.path, e))?;
+        let freed = m.size.saturating_sub(SEG_HEADER_LEN);
+        let mut fresh = SegMeta::new(file, SEG_HEADER_LEN);
+        fresh.created_seq = m.created_seq;
+        *m = fresh;
+        st.active.buf_start = SEG_HEADER_LEN;
+        Ok(Some(freed))
+    }
+
     /// Writes the buffer to the file and runs `f` on the state while no write is in
     /// flight, so every byte below `active.buf_start` is in the file.
     pub fn with_flushed<R>(&self, core: &StoreCtx, f: impl FnOnce(&ShardState) -> R) -> Result<R> {
@@ -746,8 +863,12 @@ impl Shard {
     pub fn hint_active(&self, core: &StoreCtx) -> Result<()> {
         let _sync = self.sync.lock();
         let mut io = self.io.lock();
-        if let Some(t) = self.flush_locked(core, &mut io, true, false)? {
-            self.sync_files(core, t)?;
+        let appended = self.state.read().appended_seq;
+        // Usually the close's flush made everything durable already.
+        if !self.durable_upto(appended) {
+            if let Some(t) = self.flush_locked(core, &mut io, true, false)? {
+                self.sync_files(core, t)?;
+            }
         }
         let (file, len) = {
             let st = self.state.read();
@@ -756,11 +877,20 @@ impl Shard {
         if len <= SEG_HEADER_LEN {
             return Ok(());
         }
-        let (entries, outcome) = segment::scan_entries(&file, len)?;
-        if outcome.valid_end == len {
-            let n = segment::write_hint(&core.fs, &self.dir, file.id, len, &entries)?;
-            self.note_write(n);
-        }
+        // Headers and keys through the map, as sealing reads them; the full scan only
+        // when a record does not check out.
+        let entries = match segment::scan_entries_mapped(&file, len) {
+            Some(entries) => entries,
+            None => {
+                let (entries, outcome) = segment::scan_entries(&file, len)?;
+                if outcome.valid_end != len {
+                    return Ok(());
+                }
+                entries
+            }
+        };
+        let n = segment::write_hint(&core.fs, &self.dir, file.id, len, &entries)?;
+        self.note_write(n);
         Ok(())
     }
 

@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use crate::core::Core;
+use crate::tally::{KeyspaceStats, Tally};
 
 /// Figures for one shard, or for the whole store.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -13,6 +14,10 @@ pub struct ShardStats {
     pub keys: u64,
     /// Bytes of the live records (headers, keys and values).
     pub live_bytes: u64,
+    /// Bytes of records still in segment files (or buffered) that hold nothing live:
+    /// values overwritten or deleted, and tombstones. Compaction, or dropping a segment
+    /// whole, gives them back ([`crate::Db::reclaim`]).
+    pub reclaimable_bytes: u64,
     /// Bytes of segment and hint files, including buffered records.
     pub disk_bytes: u64,
     /// Segment files.
@@ -39,6 +44,22 @@ pub struct Stats {
     pub total: ShardStats,
     /// Each shard.
     pub shards: Vec<ShardStats>,
+    /// Each keyspace that holds records, in keyspace order (0: `Db`'s own keys).
+    pub keyspaces: Vec<KeyspaceStats>,
+}
+
+impl Stats {
+    /// The figures of keyspace `id` (all zero when it holds no records).
+    pub fn keyspace(&self, id: u8) -> KeyspaceStats {
+        self.keyspaces
+            .iter()
+            .find(|k| k.keyspace == id)
+            .cloned()
+            .unwrap_or(KeyspaceStats {
+                keyspace: id,
+                ..Default::default()
+            })
+    }
 }
 
 fn ratio(a: u64, b: u64) -> f64 {
@@ -61,6 +82,7 @@ impl ShardStats {
 pub(crate) fn collect(core: &Core) -> Stats {
     let mut total = ShardStats::default();
     let mut shards = Vec::with_capacity(core.shards.len());
+    let (mut live, mut keys, mut on_disk) = (Tally::default(), Tally::default(), Tally::default());
     for sh in &core.shards {
         let st = sh.state.read();
         let blooms: usize = st
@@ -68,10 +90,19 @@ pub(crate) fn collect(core: &Core) -> Stats {
             .values()
             .filter_map(|m| m.bloom.get().map(|b| b.memory_bytes()))
             .sum();
+        let mut records = Tally::default();
+        for m in st.segs.values() {
+            records.add_all(&m.bytes);
+        }
+        let record_bytes: u64 = records.iter().map(|(_, n)| n).sum();
+        live.add_all(&st.live_by_ns);
+        keys.add_all(&st.keys_by_ns);
+        on_disk.add_all(&records);
         let s = ShardStats {
             shard: Some(sh.id),
             keys: st.index.len() as u64,
             live_bytes: st.live_bytes,
+            reclaimable_bytes: record_bytes.saturating_sub(st.live_bytes),
             disk_bytes: st.disk_bytes(),
             segments: st.segs.len() as u64,
             index_bytes: (st.index.memory_bytes() + blooms) as u64,
@@ -82,6 +113,7 @@ pub(crate) fn collect(core: &Core) -> Stats {
         drop(st);
         total.keys += s.keys;
         total.live_bytes += s.live_bytes;
+        total.reclaimable_bytes += s.reclaimable_bytes;
         total.disk_bytes += s.disk_bytes;
         total.segments += s.segments;
         total.index_bytes += s.index_bytes;
@@ -89,8 +121,27 @@ pub(crate) fn collect(core: &Core) -> Stats {
         total.disk_bytes_written += s.disk_bytes_written;
         shards.push(s.finish());
     }
+    let mut ids: Vec<u8> = on_disk.iter().map(|(ns, _)| ns).collect();
+    ids.extend(live.iter().map(|(ns, _)| ns));
+    ids.sort_unstable();
+    ids.dedup();
+    let keyspaces = ids
+        .into_iter()
+        .map(|ns| {
+            let (l, d) = (live.get(ns), on_disk.get(ns));
+            KeyspaceStats {
+                keyspace: ns,
+                keys: keys.get(ns),
+                live_bytes: l,
+                reclaimable_bytes: d.saturating_sub(l),
+                disk_bytes: d.max(l),
+            }
+        })
+        .filter(|k| k.disk_bytes > 0 || k.keys > 0)
+        .collect();
     Stats {
         total: total.finish(),
         shards,
+        keyspaces,
     }
 }
