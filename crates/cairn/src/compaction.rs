@@ -480,10 +480,17 @@ fn drop_dead_segments(
     // The records up to max_seq that go must be below the recorded watermark (so that
     // open does not take them for lost writes), and the records that superseded them
     // durable (often they are already: then no sync at all).
+    // Segments never synced could come back partly written if their unlink were lost
+    // in a crash: recorded with the watermark, open removes them first.
+    let never_synced: Vec<(u32, u32, u64)> = claims
+        .iter()
+        .filter(|c| c.unsealed && c.was_unsynced)
+        .map(|c| (c.shard as u32, c.seg, c.file.created_seq))
+        .collect();
     let res = if claims.is_empty() {
         Ok(Reclaimed::default())
     } else {
-        core.persist_watermark(max_seq)
+        core.persist_watermark_dropping(max_seq, &never_synced)
             .and_then(|()| {
                 if newer_value || core.durable_seq() < superseded_seq {
                     core.flush()
@@ -495,6 +502,7 @@ fn drop_dead_segments(
                 let mut r = Reclaimed::default();
                 for c in claims.drain(..) {
                     r.bytes += retire(core, &core.shards[c.shard], c.seg, &c.file)?;
+                    core.dropped(c.shard as u32, c.seg);
                     r.segments += 1;
                     log::debug!(
                         "dropped shard {} segment {} whole{}",
@@ -506,8 +514,12 @@ fn drop_dead_segments(
                 Ok(r)
             })
     };
-    // After an error: what was not retired goes back to normal.
+    // After an error: what was not retired goes back to normal (and need not be removed
+    // by the next open; one whose unlink was not synced stays listed).
     for c in &claims {
+        if core.shards[c.shard].state.read().segs.contains_key(&c.seg) {
+            core.dropped(c.shard as u32, c.seg);
+        }
         unclaim(core, c);
     }
     for i in marked {

@@ -35,6 +35,9 @@ pub(crate) struct Core {
     pub shards: Vec<Shard>,
     /// The persisted `SEQSTATE`.
     pub seqstate: Mutex<SeqState>,
+    /// Segments never synced that are being dropped, until their unlink is durable
+    /// (`SeqState::dropped`): every `SEQSTATE` written meanwhile lists them.
+    pub dropping: Mutex<Vec<(u32, u32, u64)>>,
     pub open_damage: Vec<Damage>,
     /// State of the layers above, by type.
     pub extensions: Extensions,
@@ -88,18 +91,38 @@ impl Core {
     /// in-memory watermark is behind. Compaction calls this before it may drop or
     /// rewrite any record up to `seq`.
     pub fn persist_watermark(&self, seq: u64) -> Result<()> {
+        self.persist_watermark_dropping(seq, &[])
+    }
+
+    /// [`Core::persist_watermark`], and with `dropping` (segments about to be dropped
+    /// whole that were never synced: `(shard, segment, created_seq)`) recorded too, so
+    /// that open removes them if their unlink is lost in a crash. They stay recorded
+    /// until [`Core::dropped`] says their unlink is durable (and a later `SEQSTATE`
+    /// leaves them out).
+    pub fn persist_watermark_dropping(&self, seq: u64, dropping: &[(u32, u32, u64)]) -> Result<()> {
         if self.durable_seq() < seq {
             self.flush()?;
         }
         let mut st = self.seqstate.lock();
-        if st.watermark >= seq {
+        let mut pending = self.dropping.lock();
+        pending.extend_from_slice(dropping);
+        if st.watermark >= seq && dropping.is_empty() {
             return Ok(());
         }
         let mut next = st.clone();
-        next.watermark = self.durable_seq();
+        next.watermark = next.watermark.max(self.durable_seq());
+        next.dropped = pending.clone();
         manifest::write_seqstate(&self.fs, &self.dir, &next)?;
         *st = next;
         Ok(())
+    }
+
+    /// Segment `seg` of shard `shard`, listed by [`Core::persist_watermark_dropping`], is
+    /// durably unlinked: later `SEQSTATE`s leave it out.
+    pub fn dropped(&self, shard: u32, seg: u32) {
+        self.dropping
+            .lock()
+            .retain(|&(sh, s, _)| (sh, s) != (shard, seg));
     }
 
     /// Reads the value of an internal key.

@@ -78,6 +78,13 @@ pub struct SeqState {
     /// the first one lost, so the store keeps a prefix of the writes), or found missing
     /// after damage; records in them are ignored forever. Ascending, disjoint.
     pub void: Vec<(u64, u64)>,
+    /// Segments being dropped whole that were never synced: `(shard, segment,
+    /// created_seq)`. Open deletes any of them still there (its header naming that
+    /// creation number) before loading anything: a crash after the watermark covering
+    /// their records was recorded but before their unlink reached the disk would
+    /// otherwise bring back a partly written segment, whose dead puts could then be
+    /// found without the records that superseded them.
+    pub dropped: Vec<(u32, u32, u64)>,
 }
 
 impl SeqState {
@@ -118,14 +125,30 @@ pub fn read_seqstate(dir: &Path) -> Result<SeqState> {
     let watermark = u64_at(body, 12);
     let n = u32_at(body, 20) as usize;
     let ranges_at = 24 + 8 * n;
-    // A file written before void ranges existed ends after the aborted list.
-    let m = match body.len().checked_sub(ranges_at) {
-        Some(0) => 0,
-        Some(rest) if rest >= 4 => u32_at(body, ranges_at) as usize,
-        _ => return Err(Error::corruption(&path, "aborted list length mismatch")),
+    if body.len() < ranges_at {
+        return Err(Error::corruption(&path, "aborted list length mismatch"));
+    }
+    // Optional trailing lists: a file written before void ranges (or dropped segments)
+    // existed ends before them. Each is a `u32` count and its entries.
+    let list = |at: usize, entry: usize, what: &str| -> Result<(usize, usize)> {
+        if at == body.len() {
+            return Ok((0, at));
+        }
+        if body.len() - at < 4 {
+            return Err(Error::corruption(&path, format!("{what} length mismatch")));
+        }
+        let count = u32_at(body, at) as usize;
+        let end = count
+            .checked_mul(entry)
+            .and_then(|b| b.checked_add(at + 4))
+            .filter(|&end| end <= body.len())
+            .ok_or_else(|| Error::corruption(&path, format!("{what} length mismatch")))?;
+        Ok((count, end))
     };
-    if m > 0 && body.len() != ranges_at + 4 + 16 * m {
-        return Err(Error::corruption(&path, "void range list length mismatch"));
+    let (m, drops_at) = list(ranges_at, 16, "void range list")?;
+    let (k, end) = list(drops_at, 16, "dropped segment list")?;
+    if end != body.len() {
+        return Err(Error::corruption(&path, "trailing bytes"));
     }
     let aborted = (0..n).map(|i| u64_at(body, 24 + 8 * i)).collect();
     let void: Vec<(u64, u64)> = (0..m)
@@ -137,10 +160,17 @@ pub fn read_seqstate(dir: &Path) -> Result<SeqState> {
     if void.iter().any(|&(lo, hi)| lo > hi) || void.windows(2).any(|w| w[0].1 >= w[1].0) {
         return Err(Error::corruption(&path, "void ranges out of order"));
     }
+    let dropped = (0..k)
+        .map(|i| {
+            let at = drops_at + 4 + 16 * i;
+            (u32_at(body, at), u32_at(body, at + 4), u64_at(body, at + 8))
+        })
+        .collect();
     Ok(SeqState {
         watermark,
         aborted,
         void,
+        dropped,
     })
 }
 
@@ -159,6 +189,15 @@ pub fn write_seqstate(fs: &Fs, dir: &Path, s: &SeqState) -> Result<()> {
         b.extend_from_slice(&lo.to_le_bytes());
         b.extend_from_slice(&hi.to_le_bytes());
     }
+    // Written only when there are some, so that the file is what earlier builds read.
+    if !s.dropped.is_empty() {
+        b.extend_from_slice(&(s.dropped.len() as u32).to_le_bytes());
+        for (shard, seg, created) in &s.dropped {
+            b.extend_from_slice(&shard.to_le_bytes());
+            b.extend_from_slice(&seg.to_le_bytes());
+            b.extend_from_slice(&created.to_le_bytes());
+        }
+    }
     fs.write_atomic(&dir.join(SEQSTATE), &seal(b))
 }
 
@@ -170,13 +209,32 @@ mod tests {
     fn seqstate_round_trips_and_reads_files_without_void_ranges() {
         let dir = tempfile::tempdir().unwrap();
         let fs = Fs::default();
-        let st = SeqState {
+        let mut st = SeqState {
             watermark: 7,
             aborted: vec![9, 12],
             void: vec![(20, 25), (30, 30)],
+            dropped: Vec::new(),
         };
         write_seqstate(&fs, dir.path(), &st).unwrap();
         assert_eq!(read_seqstate(dir.path()).unwrap(), st);
+        st.dropped = vec![(3, 17, 40), (0, 2, 1 << 40)];
+        write_seqstate(&fs, dir.path(), &st).unwrap();
+        assert_eq!(read_seqstate(dir.path()).unwrap(), st);
+        // Dropped segments without void ranges.
+        st.void.clear();
+        write_seqstate(&fs, dir.path(), &st).unwrap();
+        assert_eq!(read_seqstate(dir.path()).unwrap(), st);
+        // A list longer than the file, or bytes after the last list, is damage.
+        let good = std::fs::read(dir.path().join(SEQSTATE)).unwrap();
+        let mut body = good[..good.len() - 4].to_vec();
+        body.extend_from_slice(&[0, 0]);
+        std::fs::write(dir.path().join(SEQSTATE), seal(body)).unwrap();
+        assert!(read_seqstate(dir.path()).is_err());
+        let mut body = good[..good.len() - 4].to_vec();
+        let at = body.len() - 2 * 16 - 4;
+        body[at..at + 4].copy_from_slice(&3u32.to_le_bytes());
+        std::fs::write(dir.path().join(SEQSTATE), seal(body)).unwrap();
+        assert!(read_seqstate(dir.path()).is_err());
         // A file that ends after the aborted list (no void section).
         let mut b = Vec::new();
         b.extend_from_slice(SEQ_MAGIC);

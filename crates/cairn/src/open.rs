@@ -95,6 +95,7 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
             return Err(Error::corruption(&d, "shard directory is missing"));
         }
     }
+    finish_drops(&fs, dir, nshards, &mut seqstate)?;
     // Phase 1: load every shard's entries in parallel.
     let loaded = par_map((0..nshards).collect(), |i| {
         recovery::load(&fs, i, &shard_dir(dir, i))
@@ -174,10 +175,58 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
         ctx,
         shards,
         seqstate: Mutex::new(seqstate),
+        dropping: Mutex::new(Vec::new()),
         open_damage: damage,
         extensions: Default::default(),
         _lock: lock,
     })
+}
+
+/// Removes the segments a crash left that were being dropped whole when it happened
+/// (`SeqState::dropped`: never synced, their records all dead and below the
+/// watermark), so that none of their dead records is loaded without the records that
+/// superseded it; then records that none is left. A segment is removed only if its
+/// header names the creation number recorded: a later segment that reused the id was
+/// created after every record of the dropped one, so its number is higher.
+fn finish_drops(
+    fs: &Fs,
+    dir: &Path,
+    nshards: u32,
+    seqstate: &mut manifest::SeqState,
+) -> Result<()> {
+    if seqstate.dropped.is_empty() {
+        return Ok(());
+    }
+    let mut touched = Vec::new();
+    for &(shard, seg, created) in &seqstate.dropped {
+        if shard >= nshards {
+            continue;
+        }
+        let sdir = shard_dir(dir, shard);
+        let path = crate::segment::seg_path(&sdir, seg);
+        if !path.exists() {
+            continue;
+        }
+        let same = matches!(
+            SegmentFile::open(&path, shard, seg)?,
+            Some((f, _, None)) if f.created_seq == created
+        );
+        if same {
+            log::warn!(
+                "removing {}: it was being dropped (all its records dead) when the store stopped",
+                path.display()
+            );
+            fs.remove(&path)?;
+            fs.remove(&crate::segment::hint_path(&sdir, seg))?;
+            touched.push(sdir);
+        }
+    }
+    touched.dedup();
+    for d in &touched {
+        fs.sync_dir(d)?;
+    }
+    seqstate.dropped.clear();
+    manifest::write_seqstate(fs, dir, seqstate)
 }
 
 /// A new store may be created only in an empty directory (or one left by a creation

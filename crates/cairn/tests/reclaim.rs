@@ -367,3 +367,94 @@ fn a_close_stopped_at_any_step_loses_nothing() {
         );
     }
 }
+
+/// The segment files of shard 0 and their lengths.
+fn segments(dir: &Path) -> BTreeMap<String, u64> {
+    std::fs::read_dir(dir.join("shards/0000"))
+        .unwrap()
+        .map(|f| f.unwrap())
+        .filter(|f| f.file_name().to_string_lossy().ends_with(".seg"))
+        .map(|f| {
+            let len = f.metadata().unwrap().len();
+            (f.file_name().to_string_lossy().into_owned(), len)
+        })
+        .collect()
+}
+
+#[test]
+fn a_dropped_segment_that_comes_back_partly_written_is_removed_at_open() {
+    // A segment never synced is dropped whole: its put and the delete that superseded
+    // it both in it. Had a power failure kept the watermark covering them but lost the
+    // unlink, and written back only the page holding the put, open would find the put
+    // without its delete. SEQSTATE lists such segments until their unlink is durable,
+    // and open removes them first.
+    let dir = tempfile::tempdir().unwrap();
+    let o = || {
+        Options::new()
+            .shards(1)
+            .segment_size(1 << 20)
+            .background_compaction(false)
+    };
+    let db = o().open(dir.path()).unwrap();
+    let value = vec![7u8; 200 << 10];
+    db.put("k", &value).unwrap();
+    db.delete("k").unwrap();
+    db.flush().unwrap();
+    let before = segments(dir.path());
+    // The active segment: the newest one holding records.
+    let (name, _) = before.iter().rev().find(|(_, len)| **len > 40).unwrap();
+    let path = dir.path().join("shards/0000").join(name);
+    // The segment as a crash could leave it: everything up to the end of the put.
+    let bytes = std::fs::read(&path).unwrap();
+    let put_end = bytes.len() - (28 + 2); // the tombstone: header, keyspace byte, "k"
+    let partial = bytes[..put_end].to_vec();
+    let r = db.reclaim().unwrap();
+    assert!(r.rotated == 1 && r.segments >= 1, "{r:?}");
+    assert!(!path.exists(), "the dead segment went");
+    let seqstate = std::fs::read(dir.path().join("SEQSTATE")).unwrap();
+    db.close().unwrap();
+
+    // A SEQSTATE that lists nothing: after an open acted on the list.
+    drop(o().open(dir.path()).unwrap());
+    let unlisted = std::fs::read(dir.path().join("SEQSTATE")).unwrap();
+    assert_ne!(unlisted, seqstate);
+
+    // The crash: the unlink lost, the put's pages on disk, not the delete's.
+    let crash = |seqstate: &[u8]| {
+        let copy = tempfile::tempdir().unwrap();
+        let shards = copy.path().join("shards/0000");
+        std::fs::create_dir_all(&shards).unwrap();
+        std::fs::copy(dir.path().join("CAIRN"), copy.path().join("CAIRN")).unwrap();
+        std::fs::write(copy.path().join("SEQSTATE"), seqstate).unwrap();
+        for f in std::fs::read_dir(dir.path().join("shards/0000")).unwrap() {
+            let f = f.unwrap();
+            std::fs::copy(f.path(), shards.join(f.file_name())).unwrap();
+        }
+        std::fs::write(shards.join(name), &partial).unwrap();
+        copy
+    };
+    let copy = crash(&seqstate);
+    let db = o().open(copy.path()).unwrap();
+    assert!(
+        db.get("k").unwrap().is_none(),
+        "the deleted value came back"
+    );
+    assert_eq!(db.iter().count(), 0);
+    assert!(!copy.path().join("shards/0000").join(name).exists());
+    assert!(db.verify().unwrap().is_clean());
+    db.close().unwrap();
+    // The list is gone once it was acted on; a reopen is the same.
+    let db = o().open(copy.path()).unwrap();
+    assert!(db.get("k").unwrap().is_none());
+    drop(db);
+
+    // What the list prevents: the same crash with a SEQSTATE that does not name the
+    // segment brings the deleted value back.
+    let copy = crash(&unlisted);
+    let db = o().open(copy.path()).unwrap();
+    let back = db.get("k").unwrap();
+    assert!(
+        back.as_deref() == Some(&value[..]),
+        "the value did not come back"
+    );
+}
