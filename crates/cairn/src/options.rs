@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::fault::FaultInjector;
+use crate::fault::{FaultInjector, PowerLoss};
 use crate::{Error, Result};
 
 /// When writes reach stable storage.
@@ -57,6 +57,7 @@ pub struct Options {
     pub(crate) write_buffer: usize,
     pub(crate) hash_index: bool,
     pub(crate) fault: Option<Arc<FaultInjector>>,
+    pub(crate) power: Option<Arc<PowerLoss>>,
 }
 
 impl Default for Options {
@@ -98,6 +99,7 @@ impl Options {
             write_buffer: 256 << 10,
             hash_index: true,
             fault: None,
+            power: None,
         }
     }
 
@@ -184,6 +186,16 @@ impl Options {
     /// Test hook: consult `fault` before every file write, sync and create.
     pub fn fault_injector(mut self, fault: Arc<FaultInjector>) -> Options {
         self.fault = Some(fault);
+        self
+    }
+
+    #[doc(hidden)]
+    /// Test hook: every file write, sync, create, rename, removal, truncation and
+    /// directory creation goes through `power`, which records what a power cut could
+    /// still lose and can cut the power (see [`crate::fault::PowerLoss`]). Syncs are
+    /// recorded, not done.
+    pub fn power_loss(mut self, power: Arc<PowerLoss>) -> Options {
+        self.power = Some(power);
         self
     }
 

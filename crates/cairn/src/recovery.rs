@@ -245,9 +245,7 @@ fn load_segment(
     let mut size = len;
     if let Some(tail) = outcome.tail {
         // Nothing intact follows: a write torn by a crash. Cut it off.
-        file.file
-            .set_len(outcome.valid_end)
-            .map_err(|e| Error::io(&path, e))?;
+        fs.set_len(&file.file, &path, outcome.valid_end)?;
         fs.sync_data(&file.file, &path)?;
         log::warn!(
             "{}: truncated torn tail of {} bytes at offset {} ({})",
