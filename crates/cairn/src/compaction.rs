@@ -120,17 +120,16 @@ fn list_records(
 }
 
 /// Whether every listed record of segment `seg` can go without a copy: puts the index no
-/// longer points at, and tombstones whose key has a newer value (then `newer_value` is
-/// set: that value must be durable first) or that no other segment of the shard, but
-/// those `gone` before this one, can hold an older version of (see
-/// [`Other::may_hold_older`]).
+/// longer points at, and tombstones whose key has a newer value or that no other segment
+/// of the shard, but those `gone` before this one, can hold an older version of (see
+/// [`Other::may_hold_older`]). (The newer records must be durable before the segment
+/// goes: see [`drop_dead_segments`].)
 fn all_droppable(
     shard: &Shard,
     seg: u32,
     records: &[Entry],
     others: &[Other],
     gone: &[u32],
-    newer_value: &mut bool,
 ) -> bool {
     // Short lock holds: writers of the shard wait for at most one slice of lookups.
     records.chunks(256).all(|slice| {
@@ -143,10 +142,7 @@ fn all_droppable(
             };
             match r.kind {
                 Kind::Put => !st.index.is_at(&r.key, loc),
-                Kind::Delete if st.index.contains(&r.key) => {
-                    *newer_value = true;
-                    true
-                }
+                Kind::Delete if st.index.contains(&r.key) => true,
                 Kind::Delete => !others.iter().any(|o| {
                     o.id != seg && !gone.contains(&o.id) && o.may_hold_older(shard, &r.key, r.seq)
                 }),
@@ -162,46 +158,39 @@ struct Claim {
     file: Arc<SegmentFile>,
     /// Not sealed: marked `dropping`.
     unsealed: bool,
-    /// Taken off the shard's unsynced list (it was not synced yet).
-    was_unsynced: bool,
 }
 
 /// Claims the rotated, unsealed segment `seg` for a drop: it must be fully written (out
 /// of the rotation in progress, no pending write) and not being sealed. It is marked so
-/// that the maintenance thread does not seal it, and taken off the unsynced list (if it
-/// is there), so that no flush writes its dead data to disk. Returns `None` if it
-/// cannot be claimed, else whether it was on the unsynced list.
-fn claim_unsealed(shard: &Shard, seg: u32) -> Option<bool> {
-    let mut io = shard.io.lock();
+/// that the maintenance thread does not seal it. It stays on the unsynced list, so that
+/// every flush still syncs it, until the drop has made it safe to lose (see
+/// [`drop_dead_segments`]). Returns whether it could be claimed.
+fn claim_unsealed(shard: &Shard, seg: u32) -> bool {
+    let io = shard.io.lock();
     if io.rotated.contains(&seg) {
-        return None;
+        return false;
     }
     let mut st = shard.state.write();
     let busy = st.pending.as_ref().is_some_and(|p| p.seg == seg);
     match st.segs.get_mut(&seg) {
-        Some(m) if !busy && !m.sealed && !m.sealing && !m.dropping => m.dropping = true,
-        _ => return None,
+        Some(m) if !busy && !m.sealed && !m.sealing && !m.dropping => {
+            m.dropping = true;
+            true
+        }
+        _ => false,
     }
-    let before = io.unsynced.len();
-    io.unsynced.retain(|f| f.id != seg);
-    Some(io.unsynced.len() != before)
 }
 
-/// Gives a claimed unsealed segment back: synced by flushes and sealed as usual.
+/// Gives a claimed unsealed segment back: sealed as usual.
 fn unclaim(core: &Core, c: &Claim) {
     if !c.unsealed {
         return;
     }
     let shard = &core.shards[c.shard];
-    let mut io = shard.io.lock();
     let mut st = shard.state.write();
     if let Some(m) = st.segs.get_mut(&c.seg) {
         m.dropping = false;
-        if c.was_unsynced {
-            io.unsynced.push(c.file.clone());
-        }
         drop(st);
-        drop(io);
         core.queue_seal(shard.id, c.seg);
     }
 }
@@ -210,25 +199,24 @@ fn unclaim(core: &Core, c: &Claim) {
 /// the chunks of removed files, say; see [`all_droppable`]): removed whole, without
 /// reading its data when it is sealed (its hint file lists its records), and without
 /// ever syncing it when it was not sealed yet, so a file written and removed before its
-/// segments were sealed costs no disk writes for them. One watermark raise and at most
-/// one flush of the store cover all of them. Shards being compacted are left alone.
-/// Returns how many went.
+/// segments were sealed costs no disk writes for them. One sync of the store and one
+/// watermark raise cover all of them. Shards being compacted are left alone. Returns
+/// how many went.
+///
+/// A segment that goes may be lost at any moment afterwards (a power loss takes its
+/// unsynced pages, and its removal may not be durable yet). Two things make that safe,
+/// and both hold before the first one goes: the numbers of its records are below the
+/// recorded watermark (else open would take the first of them for a lost write and cut
+/// off every later one), and the records that superseded them are durable (else an
+/// older version would come back). Until then a segment not sealed stays on its shard's
+/// unsynced list, so that every flush that promises durability still syncs it.
 fn drop_dead_segments(core: &Core) -> Result<usize> {
     let retired = RETIRED.load(Ordering::SeqCst);
     let mut claims: Vec<Claim> = Vec::new();
     let mut marked: Vec<usize> = Vec::new();
-    let (mut max_seq, mut superseded_seq, mut newer_value) = (0, 0, false);
     for (i, sh) in core.shards.iter().enumerate() {
-        // (id, file, size, max_seq, superseded_seq, sealed, listing)
-        type Candidate = (
-            u32,
-            Arc<SegmentFile>,
-            u64,
-            u64,
-            u64,
-            bool,
-            Option<Arc<Vec<Entry>>>,
-        );
+        // (id, file, size, sealed, listing)
+        type Candidate = (u32, Arc<SegmentFile>, u64, bool, Option<Arc<Vec<Entry>>>);
         let (candidates, others): (Vec<Candidate>, Vec<Other>) = {
             let st = sh.state.read();
             if st.compacting || st.failed.is_some() {
@@ -251,7 +239,7 @@ fn drop_dead_segments(core: &Core) -> Result<usize> {
                 .map(|(&id, m)| {
                     let f = m.file.clone();
                     let listed = m.listing.clone();
-                    (id, f, m.size, m.max_seq, m.superseded_seq, m.sealed, listed)
+                    (id, f, m.size, m.sealed, listed)
                 })
                 .collect();
             (candidates, others_of(&st.segs))
@@ -267,25 +255,19 @@ fn drop_dead_segments(core: &Core) -> Result<usize> {
             st.compacting = true;
         }
         marked.push(i);
-        for (id, file, size, seq, by, sealed, listed) in candidates {
-            let was_unsynced = match sealed {
-                true => false,
-                false => match claim_unsealed(sh, id) {
-                    Some(u) => u,
-                    None => continue,
-                },
-            };
+        for (id, file, size, sealed, listed) in candidates {
+            if !sealed && !claim_unsealed(sh, id) {
+                continue;
+            }
             let claim = Claim {
                 shard: i,
                 seg: id,
                 file,
                 unsealed: !sealed,
-                was_unsynced,
             };
             // Nothing makes the index point into a segment other than the active one
             // again, so a record found dead stays dead. Segments claimed before this
             // one (older, retired before it) hold no older versions any more.
-            let mut newer = false;
             let gone: Vec<u32> = claims
                 .iter()
                 .filter(|c| c.shard == i)
@@ -297,11 +279,8 @@ fn drop_dead_segments(core: &Core) -> Result<usize> {
             };
             let ok = records
                 .as_ref()
-                .is_some_and(|recs| all_droppable(sh, id, recs, &others, &gone, &mut newer));
+                .is_some_and(|recs| all_droppable(sh, id, recs, &others, &gone));
             if ok {
-                max_seq = max_seq.max(seq);
-                superseded_seq = superseded_seq.max(by);
-                newer_value |= newer;
                 claims.push(claim);
             } else {
                 if let Some(m) = sh.state.write().segs.get_mut(&id) {
@@ -316,30 +295,41 @@ fn drop_dead_segments(core: &Core) -> Result<usize> {
             }
         }
     }
-    // The records up to max_seq that go must be below the recorded watermark (so that
-    // open does not take them for lost writes), and the records that superseded them
-    // durable (often they are already: then no sync at all).
+    // Every record the claimed segments hold, and every record that superseded one of
+    // them, is numbered below `upto` (they exist now). Every other file is synced up to
+    // it, and it is recorded as the watermark: from then on the claimed segments may be
+    // lost, so they leave the unsynced lists and go.
     let res = if claims.is_empty() {
         Ok(0)
     } else {
-        core.persist_watermark(max_seq)
-            .and_then(|()| {
-                if newer_value || core.durable_seq() < superseded_seq {
-                    core.flush()
-                } else {
-                    Ok(())
-                }
+        let upto = core.current_seq().saturating_sub(1);
+        core.shards
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, s)| {
+                let skip: Vec<u32> = claims
+                    .iter()
+                    .filter(|c| c.shard == i && c.unsealed)
+                    .map(|c| c.seg)
+                    .collect();
+                s.sync_all_but(core, &skip)
             })
+            .and_then(|()| core.raise_watermark(upto))
             .and_then(|()| {
                 let mut n = 0;
-                for c in claims.drain(..) {
-                    retire(core, &core.shards[c.shard], c.seg, &c.file)?;
+                while let Some(c) = claims.first() {
+                    let shard = &core.shards[c.shard];
+                    if c.unsealed {
+                        shard.io.lock().unsynced.retain(|f| f.id != c.seg);
+                    }
+                    retire(core, shard, c.seg, &c.file)?;
                     log::debug!(
                         "dropped shard {} segment {} whole{}",
                         c.shard,
                         c.seg,
-                        if c.unsealed { " (never synced)" } else { "" }
+                        if c.unsealed { " (not sealed)" } else { "" }
                     );
+                    claims.remove(0);
                     n += 1;
                 }
                 Ok(n)

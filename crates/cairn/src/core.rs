@@ -104,6 +104,24 @@ impl Core {
         Ok(())
     }
 
+    /// Records a watermark of at least `seq` in `SEQSTATE`, and counts every write up to
+    /// it as durable. The caller has made every record numbered up to `seq` durable in
+    /// every shard, but for records of segments it is dropping whole, whose successors
+    /// are durable.
+    pub(crate) fn raise_watermark(&self, seq: u64) -> Result<()> {
+        {
+            let mut st = self.seqstate.lock();
+            if st.watermark < seq {
+                let mut next = st.clone();
+                next.watermark = seq;
+                manifest::write_seqstate(&self.fs, &self.dir, &next)?;
+                *st = next;
+            }
+        }
+        self.durable_seq.fetch_max(seq, Ordering::SeqCst);
+        Ok(())
+    }
+
     /// Reads the value of an internal key.
     pub fn get(&self, ikey: &[u8]) -> Result<Option<Value>> {
         self.shards[self.shard_of(ikey)].get(ikey)

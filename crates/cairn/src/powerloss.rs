@@ -76,6 +76,9 @@ pub struct Restart {
     pub pages: (usize, usize),
     /// Unsynced directory entry changes kept and undone.
     pub entries: (usize, usize),
+    /// What happened to each file and directory with unsynced changes, one line each
+    /// (for a failing test's message).
+    pub detail: Vec<String>,
 }
 
 impl std::fmt::Display for Restart {
@@ -148,6 +151,21 @@ struct Node {
     path: PathBuf,
     /// Changes since its last sync, oldest first.
     log: Vec<Unsynced>,
+}
+
+impl Entry {
+    fn describe(&self) -> String {
+        match self {
+            Entry::Created(n) => format!("create {}", n.to_string_lossy()),
+            Entry::MadeDir(n) => format!("mkdir {}", n.to_string_lossy()),
+            Entry::Removed { name, .. } => format!("remove {}", name.to_string_lossy()),
+            Entry::Renamed { from, to, .. } => format!(
+                "rename {} to {}",
+                from.to_string_lossy(),
+                to.to_string_lossy()
+            ),
+        }
+    }
 }
 
 /// An unsynced change of a directory's entries.
@@ -304,14 +322,25 @@ impl PowerLoss {
     pub fn restart(&self, loss: Loss, seed: u64) -> io::Result<Restart> {
         let mut st = self.state.lock();
         st.cut = true;
-        let mut rng = Rng(seed ^ 0x5eed_0f_c0ffee);
+        let mut rng = Rng(seed ^ 0x5eed_0fc0_ffee);
         let mut report = Restart {
             ops: st.ops,
             ..Restart::default()
         };
         for node in st.nodes.iter().filter(|n| !n.log.is_empty()) {
             report.files += 1;
+            let before = report.clone();
             restore_file(node, loss, &mut rng, &mut report)?;
+            report.detail.push(format!(
+                "{}: {} changes, {} kept, {} lost, {} torn, pages {} kept {} lost",
+                node.path.display(),
+                node.log.len(),
+                report.kept - before.kept,
+                report.lost - before.lost,
+                report.torn - before.torn,
+                report.pages.0 - before.pages.0,
+                report.pages.1 - before.pages.1
+            ));
         }
         // Directory entries: each directory keeps its unsynced changes up to a point;
         // the rest are undone, newest first over all directories.
@@ -323,6 +352,14 @@ impl PowerLoss {
             };
             report.entries.0 += keep;
             report.entries.1 += log.len() - keep;
+            for (i, (_, e)) in log.iter().enumerate() {
+                report.detail.push(format!(
+                    "{}: {} {}",
+                    dir.display(),
+                    if i < keep { "kept" } else { "undone" },
+                    e.describe()
+                ));
+            }
             undo.extend(log[keep..].iter().map(|(n, e)| (*n, dir.as_path(), e)));
         }
         undo.sort_by_key(|u| std::cmp::Reverse(u.0));

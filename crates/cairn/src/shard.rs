@@ -504,17 +504,46 @@ impl Shard {
     /// failure makes the shard (and the store) read-only.
     fn sync_files(&self, core: &StoreCtx, t: ToSync) -> Result<()> {
         for f in &t.files {
-            if let Err(e) = core.fs.sync_data(&f.file, &f.path) {
-                // After a failed fsync the kernel may have dropped the dirty pages:
-                // nothing written since the last good sync can be trusted to be on
-                // disk, so the shard stops accepting writes until reopened.
-                let msg = format!("fsync failed on shard {}: {e}", self.id);
-                self.state.write().failed = Some(msg.clone());
-                core.fail(msg);
-                return Err(e);
-            }
+            self.sync_file(core, f)?;
         }
         self.synced_seq.fetch_max(t.taken, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// fdatasync of one segment file; a failure makes the shard (and the store)
+    /// read-only.
+    fn sync_file(&self, core: &StoreCtx, f: &SegmentFile) -> Result<()> {
+        core.fs.sync_data(&f.file, &f.path).inspect_err(|e| {
+            // After a failed fsync the kernel may have dropped the dirty pages: nothing
+            // written since the last good sync can be trusted to be on disk, so the
+            // shard stops accepting writes until reopened.
+            let msg = format!("fsync failed on shard {}: {e}", self.id);
+            self.state.write().failed = Some(msg.clone());
+            core.fail(msg);
+        })
+    }
+
+    /// Writes the buffer out and syncs every file of the shard that may hold unsynced
+    /// records, except the segments `skip` (which compaction is dropping whole), so that
+    /// every record appended so far is durable unless it is in one of those. Counts
+    /// nothing as durable for the group commit (a record in a segment left out is not),
+    /// so a writer waiting for its records still syncs them. Used before a whole drop.
+    pub fn sync_all_but(&self, core: &StoreCtx, skip: &[u32]) -> Result<()> {
+        let _sync = self.sync.lock();
+        let files: Vec<Arc<SegmentFile>> = {
+            let mut io = self.io.lock();
+            self.flush_locked(core, &mut io, false, false)?;
+            let active = self.state.read().active.file.clone();
+            io.unsynced
+                .iter()
+                .filter(|f| !skip.contains(&f.id))
+                .cloned()
+                .chain([active])
+                .collect()
+        };
+        for f in &files {
+            self.sync_file(core, f)?;
+        }
         Ok(())
     }
 
