@@ -583,19 +583,99 @@ pub fn ops(start: &Model, seed: u64, first_id: u64, n: usize) -> Vec<Op> {
         .collect()
 }
 
-/// Checks that `got` is the state after some prefix of the operations, at least
-/// `floor` of them, given `states` (from [`states`]). Returns how many.
-pub fn check_prefix(states: &[Canon], got: &Canon, floor: usize, ctx: &str) -> usize {
-    if let Some(p) = (floor..states.len()).rev().find(|&p| &states[p] == got) {
+impl Model {
+    /// Whether the state read back is this one (without copying the contents).
+    pub fn matches(&self, c: &Canon) -> bool {
+        if self.tree.len() != c.len() {
+            return false;
+        }
+        let mut first: BTreeMap<u64, &P> = BTreeMap::new();
+        for (p, k) in &self.tree {
+            if let Kind::File(g) = k {
+                first.entry(*g).or_insert(p);
+            }
+        }
+        self.tree.iter().all(|(p, k)| match (k, c.get(p)) {
+            (Kind::Dir, Some(Seen::Dir)) => true,
+            (Kind::Link(t), Some(Seen::Link(u))) => t == u,
+            (Kind::File(g), Some(Seen::File { data, group })) => {
+                &self.data[g] == data && first[g] == group
+            }
+            _ => false,
+        })
+    }
+}
+
+/// Checks that `got` is the state after some prefix of `ops` from `start`, at least
+/// `floor` of them; returns how many (the highest such prefix). With `split_writes`, a
+/// write may also have reached the file system in part, up to a 4 KiB boundary of the
+/// file inside it: the kernel sends a `pwrite` through a FUSE mount as several requests
+/// (a first partial page on its own, then up to `max_pages` pages each), and each is one
+/// operation of the file system; then the write counts as not made.
+pub fn check_prefix(
+    start: &Model,
+    ops: &[Op],
+    got: &Canon,
+    floor: usize,
+    split_writes: bool,
+    ctx: &str,
+) -> usize {
+    let mut m = start.clone();
+    let mut found = (floor == 0 && m.matches(got)).then_some(0);
+    for (i, op) in ops.iter().enumerate() {
+        if let (true, Op::Write(p, off, data)) = (split_writes && i >= floor, op) {
+            let mut t = m.clone();
+            let end = off + data.len() as u64;
+            let mut at = *off;
+            for b in (off / 4096 + 1..)
+                .map(|k| k * 4096)
+                .take_while(|&b| b < end)
+            {
+                let part = data[(at - off) as usize..(b - off) as usize].to_vec();
+                t.apply(&Op::Write(p.clone(), at, part));
+                at = b;
+                if t.matches(got) {
+                    found = Some(i);
+                }
+            }
+        }
+        m.apply(op);
+        if i + 1 >= floor && m.matches(got) {
+            found = Some(i + 1);
+        }
+    }
+    if let Some(p) = found {
         return p;
     }
+    let states = states(start, ops);
     let any = (0..states.len()).rev().find(|&p| &states[p] == got);
+    // The nearest state, and how the file system differs from it.
+    let diffs = |s: &Canon| -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        for p in s.keys().chain(got.keys()) {
+            if s.get(p) != got.get(p) && !v.iter().any(|d| d.starts_with(&format!("{p}:"))) {
+                let mut d = format!("{p}: {:?}, found {:?}", s.get(p), got.get(p));
+                if let (Some(Seen::File { data: a, .. }), Some(Seen::File { data: b, .. })) =
+                    (s.get(p), got.get(p))
+                {
+                    let first = a.iter().zip(b).position(|(x, y)| x != y);
+                    let last = a.iter().zip(b).rposition(|(x, y)| x != y);
+                    d += &format!(" (bytes differ from {first:?} to {last:?})");
+                }
+                v.push(d);
+            }
+        }
+        v
+    };
+    let nearest = (0..states.len())
+        .min_by_key(|&p| diffs(&states[p]).len())
+        .unwrap_or(0);
     panic!(
         "{ctx}: the file system is not the state after any prefix of the {} operations \
-         from the {floor} guaranteed on (it equals the state after {any:?}); against the \
-         guaranteed state, first difference: {}; against the last: {}",
-        states.len() - 1,
-        first_difference(&states[floor.min(states.len() - 1)], got),
-        first_difference(&states[states.len() - 1], got)
+         from the {floor} guaranteed on (it equals the state after {any:?}); the nearest \
+         is the state after {nearest}: {:#?}; the operations: {:#?}",
+        ops.len(),
+        diffs(&states[nearest]),
+        ops.iter().map(|o| format!("{o:.70?}")).collect::<Vec<_>>()
     )
 }
