@@ -576,6 +576,16 @@ fn compact_segment(core: &Core, shard: &Shard, seg: u32, throttled: bool) -> Res
         if let Some(m) = st.segs.get_mut(&seg) {
             m.damaged = true;
         }
+        for spot in outcome.damage.iter().chain(outcome.tail.as_ref()) {
+            core.note_damage(crate::damage::Damage {
+                path: victim.path.clone(),
+                offset: Some(spot.offset),
+                detail: format!(
+                    "found by compaction: {}; the segment is kept and not compacted again",
+                    spot.detail
+                ),
+            });
+        }
         let spot = outcome.damage.first().or(outcome.tail.as_ref());
         return Err(Error::corruption(
             &victim.path,

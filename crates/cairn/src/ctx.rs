@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::damage::Damage;
 use crate::fsutil::Fs;
 use crate::{Error, Options, Result};
 
@@ -30,6 +31,8 @@ pub(crate) struct StoreCtx {
     pub(crate) wake: Condvar,
     /// Set after a failed fsync: the whole store refuses writes until reopened.
     failed: Mutex<Option<String>>,
+    /// Damage found since the store was opened, by sealing and compaction.
+    found_damage: Mutex<Vec<Damage>>,
     pub(crate) shutdown: AtomicBool,
 }
 
@@ -58,6 +61,7 @@ impl StoreCtx {
             spare_wanted: AtomicBool::new(false),
             wake: Condvar::new(),
             failed: Mutex::new(None),
+            found_damage: Mutex::new(Vec::new()),
             shutdown: AtomicBool::new(false),
         }
     }
@@ -92,6 +96,26 @@ impl StoreCtx {
     /// Why the store is read-only, if it is.
     pub fn failure(&self) -> Option<String> {
         self.failed.lock().clone()
+    }
+
+    /// Records damage found while the store runs (logged too), so that
+    /// [`crate::Db::damage`] and [`crate::Db::verify`] report it. A place already
+    /// recorded is not recorded again.
+    pub fn note_damage(&self, d: Damage) {
+        let mut found = self.found_damage.lock();
+        if found
+            .iter()
+            .any(|f| f.path == d.path && f.offset == d.offset)
+        {
+            return;
+        }
+        log::error!("damage found: {d}");
+        found.push(d);
+    }
+
+    /// The damage recorded by [`StoreCtx::note_damage`].
+    pub fn found_damage(&self) -> Vec<Damage> {
+        self.found_damage.lock().clone()
     }
 
     pub fn is_shutdown(&self) -> bool {

@@ -449,6 +449,16 @@ impl Db {
     pub fn open_damage(&self) -> &[Damage] {
         &self.core().open_damage
     }
+
+    /// Every damaged place found since the store was opened: at open (as
+    /// [`Db::open_damage`]), and since then by the background work that reads whole
+    /// segments — sealing (which lists a segment's records for its hint file) and
+    /// compaction. [`Db::verify`] reports the latter too.
+    pub fn damage(&self) -> Vec<Damage> {
+        let mut all = self.core().open_damage.clone();
+        all.extend(self.core().found_damage());
+        all
+    }
 }
 
 impl Options {

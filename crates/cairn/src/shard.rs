@@ -16,6 +16,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::bloom::Bloom;
 use crate::ctx::StoreCtx;
+use crate::damage::Damage;
 use crate::index::{Index, Loc};
 use crate::record::{self, Kind};
 use crate::segment::{self, SegKind, SegmentFile, SEG_HEADER_LEN};
@@ -831,13 +832,25 @@ impl Shard {
             Some(entries) => (entries, len),
             None => {
                 let (entries, outcome) = segment::scan_entries(file, len)?;
-                if !outcome.damage.is_empty() || outcome.tail.is_some() {
-                    log::error!(
-                        "segment {} has damage while sealing: {:?} {:?}",
-                        file.path.display(),
-                        outcome.damage,
-                        outcome.tail
-                    );
+                for spot in outcome.damage.iter() {
+                    core.note_damage(Damage {
+                        path: file.path.clone(),
+                        offset: Some(spot.offset),
+                        detail: format!(
+                            "found while sealing: {}; skipped, later records kept",
+                            spot.detail
+                        ),
+                    });
+                }
+                if let Some(spot) = &outcome.tail {
+                    core.note_damage(Damage {
+                        path: file.path.clone(),
+                        offset: Some(spot.offset),
+                        detail: format!(
+                            "found while sealing: {}; no intact record follows (left out of the hint)",
+                            spot.detail
+                        ),
+                    });
                 }
                 (entries, outcome.valid_end)
             }
