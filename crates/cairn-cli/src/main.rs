@@ -456,7 +456,9 @@ fn compact(dir: &Path) -> Result<()> {
 
 /// `flush`.
 fn flush(dir: &Path) -> Result<()> {
-    open_existing(dir)?.flush()?;
+    let db = open_existing(dir)?;
+    db.flush()?;
+    db.close()?;
     Ok(())
 }
 
@@ -467,15 +469,17 @@ fn verify(dir: &Path) -> Result<ExitCode> {
         Ok(db) => {
             let mut report = db.verify()?;
             // Damage skipped while opening may since have been repaired (a torn tail is
-            // cut off), so it is reported too; a place both found is reported once,
-            // with the opening's more telling description.
-            let opened = db.open_damage();
+            // cut off), so it is reported too, with what sealing found meanwhile; a
+            // place both found is reported once, with the opening's (or sealing's) more
+            // telling description.
+            let opened = db.damage();
             report.damage.retain(|d| {
                 !opened
                     .iter()
                     .any(|o| o.path == d.path && o.offset == d.offset)
             });
-            report.damage.splice(0..0, opened.iter().cloned());
+            report.damage.splice(0..0, opened);
+            db.close()?;
             report
         }
         // Damage severe enough to stop the store from opening is still a finding.

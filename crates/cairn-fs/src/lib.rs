@@ -119,6 +119,10 @@ struct Alloc {
 }
 
 /// The file system (see the module documentation).
+///
+/// Dropping it writes the deferred directory times and lets go of its store handle (the
+/// store closes with its last handle, see [`cairn::Db::close`]); errors then can only be
+/// logged. [`Fs::close`] does the same and returns them.
 pub struct Fs {
     rows: Rows,
     /// Serializes every change.

@@ -5,6 +5,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use cairn_fs::*;
+
+mod fsmodel;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -804,86 +806,51 @@ fn statfs_and_reopen() {
 }
 
 // ---- crash test ----
+//
+// A child process (this test binary again, running only `crash_child`) runs the
+// workload of tests/fsmodel — creates, mkdirs, writes of bytes no other write writes,
+// truncates, renames, links, unlinks, fsyncs — on the store with default options
+// (`SyncPolicy::Never`) until it is killed with SIGKILL. It prints `@@R <fingerprint>`
+// of the state it found, `@@A <n>` once its n-th operation returned and `@@F <n>` once
+// the n-th (an fsync) did. The parent regenerates the same operations from the same
+// state and seed, reopens the store and checks that it holds exactly the state after
+// some prefix of them — namespace, link groups and every file's content — no shorter
+// than the last fsync, and that `Fs::check` finds nothing.
 
 const CRASH_DIR: &str = "CAIRN_FS_CRASH_DIR";
+const CRASH_SEED: &str = "CAIRN_FS_CRASH_SEED";
 
-/// The child: creates, renames, writes, unlinks and links at random until killed.
+fn emit(line: String) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(format!("{line}\n").as_bytes()).unwrap();
+    out.flush().unwrap();
+}
+
+/// The child: runs the model's workload until killed.
 #[test]
 #[ignore = "child process of crash_consistency, which runs it with --ignored"]
 fn crash_child() {
     let Ok(dir) = std::env::var(CRASH_DIR) else {
         return;
     };
+    let seed: u64 = std::env::var(CRASH_SEED).unwrap().parse().unwrap();
     let fs = Fs::open(&dir).unwrap();
-    let seed: u64 = std::env::var("CAIRN_FS_CRASH_SEED")
-        .unwrap()
-        .parse()
-        .unwrap();
-    let mut rng = StdRng::seed_from_u64(seed);
-    println!("@@R");
-    let dirs: Vec<u64> = (0..4)
-        .map(|i| {
-            let n = format!("d{i}");
-            match fs.lookup(&R, ROOT, n.as_bytes()) {
-                Ok(a) => a.ino,
-                Err(_) => fs.mkdir(&R, ROOT, n.as_bytes(), 0o755).unwrap().ino,
-            }
-        })
-        .collect();
-    loop {
-        let d = dirs[rng.random_range(0..dirs.len())];
-        let d2 = dirs[rng.random_range(0..dirs.len())];
-        let n = format!("n{}", rng.random_range(0..200));
-        let n2 = format!("n{}", rng.random_range(0..200));
-        let r = match rng.random_range(0..8) {
-            0 | 1 => fs.create(&R, d, n.as_bytes(), 0o644).map(drop),
-            2 => fs.mkdir(&R, d, n.as_bytes(), 0o755).map(drop),
-            3 => fs.rename(&R, d, n.as_bytes(), d2, n2.as_bytes(), 0),
-            4 => fs.lookup(&R, d, n.as_bytes()).and_then(|a| {
-                if a.is_dir() {
-                    // Move a file into a subdirectory.
-                    fs.rename(&R, d2, n2.as_bytes(), a.ino, b"inner", 0)
-                } else {
-                    let len = rng.random_range(0..150_000usize);
-                    fs.write(a.ino, rng.random_range(0..10_000), &vec![7u8; len])
-                        .map(drop)
-                }
-            }),
-            5 => fs.unlink(&R, d, n.as_bytes()),
-            6 => fs
-                .lookup(&R, d, n.as_bytes())
-                .and_then(|a| fs.link(&R, a.ino, d2, n2.as_bytes()))
-                .map(drop),
-            _ => fs.lookup(&R, d, n.as_bytes()).and_then(|a| {
-                if a.is_dir() {
-                    let _ = fs.unlink(&R, a.ino, b"inner");
-                    fs.rmdir(&R, d, n.as_bytes())
-                } else {
-                    fs.setattr(
-                        &R,
-                        a.ino,
-                        &SetAttr {
-                            size: Some(rng.random_range(0..100_000)),
-                            ..Default::default()
-                        },
-                    )
-                    .map(drop)
-                }
-            }),
-        };
-        match r {
-            Ok(()) => {}
-            Err(Errno(
-                libc::ENOENT
-                | libc::EEXIST
-                | libc::EISDIR
-                | libc::ENOTDIR
-                | libc::ENOTEMPTY
-                | libc::EPERM
-                | libc::EINVAL,
-            )) => {}
-            Err(e) => panic!("unexpected error {e}"),
+    let known = fsmodel::snapshot_fs(&fs).unwrap();
+    let mut model = fsmodel::Model::from_canon(&known);
+    emit(format!("@@R {}", fsmodel::fingerprint(&known)));
+    let mut g = fsmodel::Gen(seed);
+    for n in 1u64.. {
+        let op = model.next_op(&mut g, (seed << 20) + n - 1);
+        if let Err(e) = fsmodel::apply_fs(&fs, &op) {
+            emit(format!("@@E {op:?}: {e}"));
+            std::process::exit(3);
         }
+        model.apply(&op);
+        if matches!(op, fsmodel::Op::Fsync) {
+            emit(format!("@@F {n}"));
+        }
+        emit(format!("@@A {n}"));
     }
 }
 
@@ -891,38 +858,93 @@ fn crash_child() {
 fn crash_consistency() {
     let dir = tempfile::tempdir().unwrap();
     let exe = std::env::current_exe().unwrap();
-    let cycles = 12;
-    for cycle in 0..cycles {
+    let mut known = fsmodel::Canon::new();
+    let (mut lost, mut kept) = (0, 0);
+    for cycle in 0..12u64 {
+        let seed = 1000 + cycle;
         let mut child = Command::new(&exe)
             .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
             .arg("--ignored")
             .env(CRASH_DIR, dir.path())
-            .env("CAIRN_FS_CRASH_SEED", cycle.to_string())
+            .env(CRASH_SEED, seed.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        loop {
-            line.clear();
-            assert!(
-                out.read_line(&mut line).unwrap() > 0,
-                "child ended before it started"
-            );
-            if line.contains("@@R") {
-                break;
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let reader = std::thread::spawn(move || {
+            let mut out = out;
+            let mut line = String::new();
+            // Only whole lines count (the kill may cut the last one).
+            while matches!(out.read_line(&mut line), Ok(n) if n > 0) && line.ends_with('\n') {
+                if tx.send(std::mem::take(&mut line)).is_err() {
+                    break;
+                }
             }
+        });
+        let first = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the child started");
+        let mut lines = vec![first];
+        while !lines.last().unwrap().contains("@@R") {
+            lines.push(
+                rx.recv_timeout(Duration::from_secs(60))
+                    .expect("the child opened the store"),
+            );
         }
+        let fp = lines
+            .last()
+            .unwrap()
+            .split_whitespace()
+            .last()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            fp,
+            fsmodel::fingerprint(&known).to_string(),
+            "cycle {cycle}: the child found another state than the last one checked"
+        );
         std::thread::sleep(Duration::from_millis(100 + 40 * (cycle % 5)));
         // SAFETY: kill(2) on our own child's pid.
         unsafe {
             libc::kill(child.id() as i32, libc::SIGKILL);
         }
         child.wait().unwrap();
+        reader.join().unwrap();
+        lines.extend(rx.try_iter());
+        let (mut acked, mut synced) = (0usize, 0usize);
+        for l in &lines {
+            let mut p = l[l.find("@@").unwrap_or(0)..].split_whitespace();
+            match (p.next(), p.next().and_then(|n| n.parse().ok())) {
+                (Some("@@A"), Some(n)) => acked = acked.max(n),
+                (Some("@@F"), Some(n)) => synced = synced.max(n),
+                (Some("@@E"), _) => panic!("cycle {cycle}: the child failed: {l}"),
+                _ => {}
+            }
+        }
+        // The operations the child made: those it reported, and one in flight.
+        let start = fsmodel::Model::from_canon(&known);
+        let ops = fsmodel::ops(&start, seed, seed << 20, acked + 1);
         let fs = Fs::open(dir.path()).unwrap();
         let report = fs.check().unwrap();
         assert!(report.is_empty(), "cycle {cycle}: {report:#?}");
-        assert!(!names(&fs, ROOT).is_empty());
+        let got = fsmodel::snapshot_fs(&fs).unwrap();
+        let p = fsmodel::check_prefix(
+            &start,
+            &ops,
+            &got,
+            synced,
+            false,
+            &format!("cycle {cycle} ({acked} operations acknowledged, {synced} synced)"),
+        );
+        if p < acked {
+            lost += 1;
+        } else {
+            kept += 1;
+        }
+        known = got;
+        fs.close().unwrap();
     }
+    eprintln!("{kept} kills kept every acknowledged operation, {lost} lost unsynced ones");
 }

@@ -151,21 +151,26 @@ impl Mount {
             mountpoint,
             stats,
         } = self;
-        session.run().context("serving the mount")?;
+        // The store is closed (and its error reported) even when serving failed.
+        let served = session.run().context("serving the mount");
         if !is_mountpoint(&mountpoint) {
             // Unmounted from outside (the kernel sent DESTROY first, so the store is
             // flushed): fuser's own unmount at drop would only report EINVAL.
             log::set_max_level(log::LevelFilter::Off);
         }
         drop(session); // unmounts if still mounted and lets go of the file system
-        match std::sync::Arc::try_unwrap(fs) {
+        let closed = match std::sync::Arc::try_unwrap(fs) {
             // Deferred directory times written, the store closed: errors reported.
             Ok(fs) => fs
                 .close()
                 .map_err(std::io::Error::from)
-                .context("closing the store")?,
-            Err(_) => anyhow::bail!("the file system is still in use after the session ended"),
-        }
+                .context("closing the store"),
+            Err(_) => Err(anyhow::anyhow!(
+                "the file system is still in use after the session ended"
+            )),
+        };
+        served?;
+        closed?;
         if let Some(p) = stats {
             stats::write_counts(&p).with_context(|| format!("writing {}", p.display()))?;
         }

@@ -244,17 +244,16 @@ fn list_records(
 }
 
 /// Whether every listed record of segment `seg` can go without a copy: puts the index no
-/// longer points at, and tombstones whose key has a newer value (then `newer_value` is
-/// set: that value must be durable first) or that no other segment of the shard, but
-/// those `gone` before this one, can hold an older version of (see
-/// [`Other::may_hold_older`]).
+/// longer points at, and tombstones whose key has a newer value or that no other segment
+/// of the shard, but those `gone` before this one, can hold an older version of (see
+/// [`Other::may_hold_older`]). (The newer records must be durable before the segment
+/// goes: see [`drop_dead_segments`].)
 fn all_droppable(
     shard: &Shard,
     seg: u32,
     records: &[Entry],
     others: &[Other],
     gone: &[u32],
-    newer_value: &mut bool,
 ) -> bool {
     // Short lock holds: writers of the shard wait for at most one slice of lookups.
     records.chunks(256).all(|slice| {
@@ -267,10 +266,7 @@ fn all_droppable(
             };
             match r.kind {
                 Kind::Put => !st.index.is_at(&r.key, loc),
-                Kind::Delete if st.index.contains(&r.key) => {
-                    *newer_value = true;
-                    true
-                }
+                Kind::Delete if st.index.contains(&r.key) => true,
                 Kind::Delete => !others.iter().any(|o| {
                     o.id != seg && !gone.contains(&o.id) && o.may_hold_older(shard, &r.key, r.seq)
                 }),
@@ -286,13 +282,13 @@ struct Claim {
     file: Arc<SegmentFile>,
     /// Not sealed: marked `dropping`.
     unsealed: bool,
-    /// Taken off the shard's unsynced list (it was not synced yet).
-    was_unsynced: bool,
 }
 
 /// Claims the rotated, unsealed segment `seg` for a drop: it must be fully written (out
 /// of the rotation in progress, no pending write) and not being sealed. It is marked so
-/// that the maintenance thread does not seal it. Returns whether it was claimed.
+/// that the maintenance thread does not seal it. It stays on the unsynced list, so that
+/// every flush still syncs it, until the drop has made it safe to lose (see
+/// [`drop_dead_segments`]). Returns whether it was claimed.
 fn claim_unsealed(shard: &Shard, seg: u32) -> bool {
     let io = shard.io.lock();
     if io.rotated.contains(&seg) {
@@ -309,31 +305,24 @@ fn claim_unsealed(shard: &Shard, seg: u32) -> bool {
     }
 }
 
-/// Takes a claimed unsealed segment, found droppable, off the shard's unsynced list (if
-/// it is there), so that no flush writes its dead data to disk. Returns whether it was
-/// there.
-fn take_off_unsynced(shard: &Shard, seg: u32) -> bool {
-    let mut io = shard.io.lock();
-    let before = io.unsynced.len();
-    io.unsynced.retain(|f| f.id != seg);
-    io.unsynced.len() != before
+/// Takes segment `seg`, about to be removed, off the shard's unsynced list (if it is
+/// there), so that no flush writes its dead data to disk. Only once it may be lost: its
+/// records below the recorded watermark and the records that superseded them durable.
+fn take_off_unsynced(shard: &Shard, seg: u32) {
+    shard.io.lock().unsynced.retain(|f| f.id != seg);
 }
 
-/// Gives a claimed unsealed segment back: synced by flushes and sealed as usual.
+/// Gives a claimed unsealed segment back: sealed as usual (it never left the unsynced
+/// list).
 fn unclaim(core: &Core, c: &Claim) {
     if !c.unsealed {
         return;
     }
     let shard = &core.shards[c.shard];
-    let mut io = shard.io.lock();
     let mut st = shard.state.write();
     if let Some(m) = st.segs.get_mut(&c.seg) {
         m.dropping = false;
-        if c.was_unsynced {
-            io.unsynced.push(c.file.clone());
-        }
         drop(st);
-        drop(io);
         core.queue_seal(shard.id, c.seg);
     }
 }
@@ -342,8 +331,22 @@ fn unclaim(core: &Core, c: &Claim) {
 /// the chunks of removed files, say; see [`all_droppable`]): removed whole, without
 /// reading its data when it is sealed (its hint file lists its records), and without
 /// ever syncing it when it was not sealed yet, so a file written and removed before its
-/// segments were sealed costs no disk writes for them. One watermark raise and at most
-/// one flush of the store cover all of them. Shards being compacted are left alone.
+/// segments were sealed costs no disk writes for them (unless a flush that promises
+/// durability runs meanwhile). One sync of the store and one watermark raise cover all
+/// of them. Shards being compacted are left alone.
+///
+/// A segment that goes may be lost at any moment afterwards (a power loss takes its
+/// unsynced pages, and its removal may not be durable yet). Two things make that safe,
+/// and both hold before the first one goes: the numbers of its records are below the
+/// recorded watermark (else open would take the first of them for a lost write and cut
+/// off every later one), and the records that superseded them are durable (else an
+/// older version would come back). Until then a segment not sealed stays on its shard's
+/// unsynced list, so that every flush that promises durability still syncs it. And a
+/// segment not sealed may come back partly written if its unlink is lost (some of its
+/// dead puts without the deletes in it that superseded them): the `SEQSTATE` that
+/// raises the watermark lists it (`SeqState::dropped`) until its unlink is durable, and
+/// open removes a listed segment first.
+///
 /// `claimed`: unsealed segments the caller already marked `dropping`
 /// ([`Shard::rotate_for_reclaim`]); each is dropped or given back. No segment is judged
 /// after `deadline`. Returns what went.
@@ -355,15 +358,12 @@ fn drop_dead_segments(
     let retired = RETIRED.load(Ordering::SeqCst);
     let mut claims: Vec<Claim> = Vec::new();
     let mut marked: Vec<usize> = Vec::new();
-    let (mut max_seq, mut superseded_seq, mut newer_value) = (0, 0, false);
     let late = || deadline.is_some_and(|d| Instant::now() >= d);
     for (i, sh) in core.shards.iter().enumerate() {
-        // (id, file, size, max_seq, superseded_seq, sealed, listing, claimed already)
+        // (id, file, size, sealed, listing, claimed already)
         type Candidate = (
             u32,
             Arc<SegmentFile>,
-            u64,
-            u64,
             u64,
             bool,
             Option<Arc<Vec<Entry>>>,
@@ -397,17 +397,7 @@ fn drop_dead_segments(
                 .map(|(&id, m)| {
                     let f = m.file.clone();
                     let listed = m.listing.clone();
-                    let c = mine(id);
-                    (
-                        id,
-                        f,
-                        m.size,
-                        m.max_seq,
-                        m.superseded_seq,
-                        m.sealed,
-                        listed,
-                        c,
-                    )
+                    (id, f, m.size, m.sealed, listed, mine(id))
                 })
                 .collect();
             (candidates, others_of(&st.segs))
@@ -425,13 +415,12 @@ fn drop_dead_segments(
             st.compacting = true;
         }
         marked.push(i);
-        for (id, file, size, seq, by, sealed, listed, pre) in candidates {
+        for (id, file, size, sealed, listed, pre) in candidates {
             let claim = Claim {
                 shard: i,
                 seg: id,
                 file,
                 unsealed: !sealed,
-                was_unsynced: false,
             };
             if !pre && late() {
                 continue;
@@ -442,7 +431,6 @@ fn drop_dead_segments(
             // Nothing makes the index point into a segment other than the active one
             // again, so a record found dead stays dead. Segments claimed before this
             // one (older, retired before it) hold no older versions any more.
-            let mut newer = false;
             let gone: Vec<u32> = claims
                 .iter()
                 .filter(|c| c.shard == i)
@@ -454,15 +442,8 @@ fn drop_dead_segments(
             };
             let ok = records
                 .as_ref()
-                .is_some_and(|recs| all_droppable(sh, id, recs, &others, &gone, &mut newer));
+                .is_some_and(|recs| all_droppable(sh, id, recs, &others, &gone));
             if ok {
-                max_seq = max_seq.max(seq);
-                superseded_seq = superseded_seq.max(by);
-                newer_value |= newer;
-                let mut claim = claim;
-                if claim.unsealed {
-                    claim.was_unsynced = take_off_unsynced(sh, id);
-                }
                 claims.push(claim);
             } else {
                 if let Some(m) = sh.state.write().segs.get_mut(&id) {
@@ -477,30 +458,36 @@ fn drop_dead_segments(
             }
         }
     }
-    // The records up to max_seq that go must be below the recorded watermark (so that
-    // open does not take them for lost writes), and the records that superseded them
-    // durable (often they are already: then no sync at all).
-    // Segments never synced could come back partly written if their unlink were lost
-    // in a crash: recorded with the watermark, open removes them first.
-    let never_synced: Vec<(u32, u32, u64)> = claims
-        .iter()
-        .filter(|c| c.unsealed && c.was_unsynced)
-        .map(|c| (c.shard as u32, c.seg, c.file.created_seq))
-        .collect();
+    // Every record the claimed segments hold, and every record that superseded one of
+    // them, is numbered below `upto` (they exist now). Every other file is synced up to
+    // it, then it is recorded as the watermark, in the same `SEQSTATE` as the claimed
+    // segments not sealed (they may be partly on disk: a flush may have synced some of
+    // their pages). From then on the claimed segments may be lost, so they leave the
+    // unsynced lists (in `retire`) and go.
     let res = if claims.is_empty() {
         Ok(Reclaimed::default())
     } else {
-        core.persist_watermark_dropping(max_seq, &never_synced)
-            .and_then(|()| {
-                if newer_value || core.durable_seq() < superseded_seq {
-                    core.flush()
-                } else {
-                    Ok(())
-                }
+        let upto = core.current_seq().saturating_sub(1);
+        let unsealed: Vec<(u32, u32, u64)> = claims
+            .iter()
+            .filter(|c| c.unsealed)
+            .map(|c| (c.shard as u32, c.seg, c.file.created_seq))
+            .collect();
+        core.shards
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, s)| {
+                let skip: Vec<u32> = claims
+                    .iter()
+                    .filter(|c| c.shard == i && c.unsealed)
+                    .map(|c| c.seg)
+                    .collect();
+                s.sync_all_but(core, &skip)
             })
+            .and_then(|()| core.raise_watermark(upto, &unsealed))
             .and_then(|()| {
                 let mut r = Reclaimed::default();
-                for c in claims.drain(..) {
+                while let Some(c) = claims.first() {
                     r.bytes += retire(core, &core.shards[c.shard], c.seg, &c.file)?;
                     core.dropped(c.shard as u32, c.seg);
                     r.segments += 1;
@@ -508,8 +495,9 @@ fn drop_dead_segments(
                         "dropped shard {} segment {} whole{}",
                         c.shard,
                         c.seg,
-                        if c.unsealed { " (never synced)" } else { "" }
+                        if c.unsealed { " (not sealed)" } else { "" }
                     );
+                    claims.remove(0);
                 }
                 Ok(r)
             })
@@ -546,7 +534,6 @@ fn give_back_claimed(core: &Core, shard: usize, claimed: &[(usize, u32)]) {
                     seg: id,
                     file,
                     unsealed: true,
-                    was_unsynced: false,
                 },
             );
         }
@@ -842,6 +829,16 @@ fn compact_segment(
         if let Some(m) = st.segs.get_mut(&seg) {
             m.damaged = true;
         }
+        for spot in outcome.damage.iter().chain(outcome.tail.as_ref()) {
+            core.note_damage(crate::damage::Damage {
+                path: victim.path.clone(),
+                offset: Some(spot.offset),
+                detail: format!(
+                    "found by compaction: {}; the segment is kept and not compacted again",
+                    spot.detail
+                ),
+            });
+        }
         let spot = outcome.damage.first().or(outcome.tail.as_ref());
         return Err(Error::corruption(
             &victim.path,
@@ -885,7 +882,7 @@ fn compact_segment(
 /// Removes the compacted segment `seg` from the table and from disk: nothing in the
 /// index points at it any more. Returns the bytes of its files.
 fn retire(core: &Core, shard: &Shard, seg: u32, victim: &SegmentFile) -> Result<u64> {
-    // A segment that was never synced must not be synced now.
+    // A segment not synced yet need not be synced now: the caller made it safe to lose.
     take_off_unsynced(shard, seg);
     let freed = {
         let mut st = shard.state.write();

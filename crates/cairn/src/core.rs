@@ -91,34 +91,42 @@ impl Core {
     /// in-memory watermark is behind. Compaction calls this before it may drop or
     /// rewrite any record up to `seq`.
     pub fn persist_watermark(&self, seq: u64) -> Result<()> {
-        self.persist_watermark_dropping(seq, &[])
-    }
-
-    /// [`Core::persist_watermark`], and with `dropping` (segments about to be dropped
-    /// whole that were never synced: `(shard, segment, created_seq)`) recorded too, so
-    /// that open removes them if their unlink is lost in a crash. They stay recorded
-    /// until [`Core::dropped`] says their unlink is durable (and a later `SEQSTATE`
-    /// leaves them out).
-    pub fn persist_watermark_dropping(&self, seq: u64, dropping: &[(u32, u32, u64)]) -> Result<()> {
         if self.durable_seq() < seq {
             self.flush()?;
         }
-        let mut st = self.seqstate.lock();
-        let mut pending = self.dropping.lock();
-        pending.extend_from_slice(dropping);
-        if st.watermark >= seq && dropping.is_empty() {
+        if self.seqstate.lock().watermark >= seq {
             return Ok(());
         }
-        let mut next = st.clone();
-        next.watermark = next.watermark.max(self.durable_seq());
-        next.dropped = pending.clone();
-        manifest::write_seqstate(&self.fs, &self.dir, &next)?;
-        *st = next;
+        self.raise_watermark(self.durable_seq(), &[])
+    }
+
+    /// Records a watermark of at least `seq` in `SEQSTATE`, and counts every write up to
+    /// it as durable. The caller has made every record numbered up to `seq` durable in
+    /// every shard, but for records of segments it is dropping whole, whose successors
+    /// are durable. `dropping` (`(shard, segment, created_seq)`) lists those of them that
+    /// are not sealed, which may be partly on disk: the same `SEQSTATE` records them
+    /// (`SeqState::dropped`), so that open removes them if their unlink is lost, and
+    /// every later one too until [`Core::dropped`] says their unlink is durable. This is
+    /// the one place that writes `SEQSTATE` while the store is open.
+    pub(crate) fn raise_watermark(&self, seq: u64, dropping: &[(u32, u32, u64)]) -> Result<()> {
+        {
+            let mut st = self.seqstate.lock();
+            let mut pending = self.dropping.lock();
+            pending.extend_from_slice(dropping);
+            if st.watermark < seq || !dropping.is_empty() {
+                let mut next = st.clone();
+                next.watermark = next.watermark.max(seq);
+                next.dropped = pending.clone();
+                manifest::write_seqstate(&self.fs, &self.dir, &next)?;
+                *st = next;
+            }
+        }
+        self.durable_seq.fetch_max(seq, Ordering::SeqCst);
         Ok(())
     }
 
-    /// Segment `seg` of shard `shard`, listed by [`Core::persist_watermark_dropping`], is
-    /// durably unlinked: later `SEQSTATE`s leave it out.
+    /// Segment `seg` of shard `shard`, listed by [`Core::raise_watermark`], is durably
+    /// unlinked: later `SEQSTATE`s leave it out.
     pub fn dropped(&self, shard: u32, seg: u32) {
         self.dropping
             .lock()

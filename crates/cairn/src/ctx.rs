@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::damage::Damage;
 use crate::fsutil::Fs;
 use crate::{Error, Options, Result};
 
@@ -32,6 +33,8 @@ pub(crate) struct StoreCtx {
     pub(crate) wake: Condvar,
     /// Set after a failed fsync: the whole store refuses writes until reopened.
     failed: Mutex<Option<String>>,
+    /// Damage found since the store was opened, by sealing and compaction.
+    found_damage: Mutex<Vec<Damage>>,
     /// The store is closing: background threads finish and return.
     pub(crate) shutdown: AtomicBool,
     /// The store is closed to writes (set once the background threads have returned).
@@ -65,6 +68,7 @@ impl StoreCtx {
             spare_wanted: AtomicBool::new(false),
             wake: Condvar::new(),
             failed: Mutex::new(None),
+            found_damage: Mutex::new(Vec::new()),
             shutdown: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             threads_deadline: OnceLock::new(),
@@ -101,6 +105,26 @@ impl StoreCtx {
     /// Why the store is read-only, if it is.
     pub fn failure(&self) -> Option<String> {
         self.failed.lock().clone()
+    }
+
+    /// Records damage found while the store runs (logged too), so that
+    /// [`crate::Db::damage`] and [`crate::Db::verify`] report it. A place already
+    /// recorded is not recorded again.
+    pub fn note_damage(&self, d: Damage) {
+        let mut found = self.found_damage.lock();
+        if found
+            .iter()
+            .any(|f| f.path == d.path && f.offset == d.offset)
+        {
+            return;
+        }
+        log::error!("damage found: {d}");
+        found.push(d);
+    }
+
+    /// The damage recorded by [`StoreCtx::note_damage`].
+    pub fn found_damage(&self) -> Vec<Damage> {
+        self.found_damage.lock().clone()
     }
 
     /// Whether the store is closing (or closed): background threads should return.

@@ -448,13 +448,14 @@ impl Db {
     /// 1/8 of `segment_size` and is at least `compaction_threshold` stale is rotated
     /// out, then every segment whose records can all go (puts since overwritten or
     /// deleted, tombstones no other segment needs) is removed whole. A segment that was
-    /// never synced is never synced now: its dirty pages go with the file. Rotated
+    /// never synced is not synced for the drop (unless a flush that promises durability
+    /// runs meanwhile): its dirty pages go with the file. Rotated
     /// segments that still hold live records are sealed and compacted in the background
     /// as usual.
     ///
     /// Cost: the listing of each candidate segment (its hint file, or the headers of one
-    /// not sealed yet, a page per record of large values), at most one flush and one
-    /// `SEQSTATE` write, and an unlink and a directory sync per segment dropped. Layers
+    /// not sealed yet, a page per record of large values), one sync of every other
+    /// file of the store (cheap for those already synced) and one `SEQSTATE` write, and an unlink and a directory sync per segment dropped. Layers
     /// call it after deleting much at once (the file store's collector, after reclaiming
     /// the chunks of removed files); the compaction thread does the same by itself for
     /// shards that take no writes for a while (for active segments down to 1/64 of
@@ -477,6 +478,16 @@ impl Db {
     /// Damage found and skipped while opening (corrupt records, unreadable hints).
     pub fn open_damage(&self) -> &[Damage] {
         &self.core().open_damage
+    }
+
+    /// Every damaged place found since the store was opened: at open (as
+    /// [`Db::open_damage`]), and since then by the background work that reads whole
+    /// segments — sealing (which lists a segment's records for its hint file) and
+    /// compaction. [`Db::verify`] reports the latter too.
+    pub fn damage(&self) -> Vec<Damage> {
+        let mut all = self.core().open_damage.clone();
+        all.extend(self.core().found_damage());
+        all
     }
 }
 

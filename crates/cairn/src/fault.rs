@@ -1,7 +1,11 @@
-//! I/O fault injection for tests: a hook consulted before every file write, sync and
-//! create, so tests can make the store meet `ENOSPC` or `EIO` at a chosen moment.
+//! Test hooks on the store's file operations: fault injection ([`FaultInjector`], a
+//! hook consulted before every file write, sync and create, so tests can make the store
+//! meet `ENOSPC` or `EIO` at a chosen moment) and simulated power loss ([`PowerLoss`]:
+//! what a power cut could still lose, and a power switch).
 
 use std::io;
+
+pub use crate::powerloss::{Loss, PowerLoss, Restart, PAGE};
 use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
 
 /// Which kind of file operation a fault applies to.

@@ -53,6 +53,7 @@ mod loc;
 mod manifest;
 mod open;
 mod options;
+mod powerloss;
 mod record;
 mod recovery;
 mod segment;

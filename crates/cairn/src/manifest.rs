@@ -78,7 +78,7 @@ pub struct SeqState {
     /// the first one lost, so the store keeps a prefix of the writes), or found missing
     /// after damage; records in them are ignored forever. Ascending, disjoint.
     pub void: Vec<(u64, u64)>,
-    /// Segments being dropped whole that were never synced: `(shard, segment,
+    /// Segments being dropped whole that were not sealed: `(shard, segment,
     /// created_seq)`. Open deletes any of them still there (its header naming that
     /// creation number) before loading anything: a crash after the watermark covering
     /// their records was recorded but before their unlink reached the disk would

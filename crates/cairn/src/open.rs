@@ -53,7 +53,11 @@ pub(crate) fn shard_dir(dir: &Path, i: u32) -> PathBuf {
 
 pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
     opts.validate()?;
-    fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let fs = Fs::new(opts.fault.clone(), opts.power.clone());
+    // A new store directory is made durable in its parent.
+    for parent in fs.create_dirs(dir)? {
+        fs.sync_dir(&parent)?;
+    }
     if !dir.join(manifest::MANIFEST).exists() {
         check_creatable(dir)?;
     }
@@ -69,7 +73,6 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
         Err(fs::TryLockError::WouldBlock) => return Err(Error::Locked(dir.to_owned())),
         Err(fs::TryLockError::Error(e)) => return Err(Error::io(&lock_path, e)),
     }
-    let fs = Fs::new(opts.fault.clone());
     let nshards = if dir.join(manifest::MANIFEST).exists() {
         let n = manifest::read_manifest(dir)?;
         if let Some(want) = opts.shards {
@@ -183,7 +186,7 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
 }
 
 /// Removes the segments a crash left that were being dropped whole when it happened
-/// (`SeqState::dropped`: never synced, their records all dead and below the
+/// (`SeqState::dropped`: not sealed, their records all dead and below the
 /// watermark), so that none of their dead records is loaded without the records that
 /// superseded it; then records that none is left. A segment is removed only if its
 /// header names the creation number recorded: a later segment that reused the id was
@@ -269,8 +272,7 @@ fn create_store(fs: &Fs, dir: &Path, n: u32) -> Result<u32> {
         }
     }
     for i in 0..n {
-        let d = shard_dir(dir, i);
-        fs::create_dir_all(&d).map_err(|e| Error::io(&d, e))?;
+        fs.create_dirs(&shard_dir(dir, i))?;
     }
     fs.sync_dir(&shards)?;
     fs.sync_dir(dir)?;

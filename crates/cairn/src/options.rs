@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::fault::FaultInjector;
+use crate::fault::{FaultInjector, PowerLoss};
 use crate::{Error, Result};
 
 /// When writes reach stable storage.
@@ -60,6 +60,7 @@ pub struct Options {
     pub(crate) hash_index: bool,
     pub(crate) close_budget: Duration,
     pub(crate) fault: Option<Arc<FaultInjector>>,
+    pub(crate) power: Option<Arc<PowerLoss>>,
 }
 
 impl Default for Options {
@@ -103,6 +104,7 @@ impl Options {
             hash_index: true,
             close_budget: DEFAULT_CLOSE_BUDGET,
             fault: None,
+            power: None,
         }
     }
 
@@ -203,6 +205,16 @@ impl Options {
     /// Test hook: consult `fault` before every file write, sync and create.
     pub fn fault_injector(mut self, fault: Arc<FaultInjector>) -> Options {
         self.fault = Some(fault);
+        self
+    }
+
+    #[doc(hidden)]
+    /// Test hook: every file write, sync, create, rename, removal, truncation and
+    /// directory creation goes through `power`, which records what a power cut could
+    /// still lose and can cut the power (see [`crate::fault::PowerLoss`]). Syncs are
+    /// recorded, not done.
+    pub fn power_loss(mut self, power: Arc<PowerLoss>) -> Options {
+        self.power = Some(power);
         self
     }
 

@@ -246,9 +246,7 @@ fn load_segment(
     let mut size = len;
     if let Some(tail) = outcome.tail {
         // Nothing intact follows: a write torn by a crash. Cut it off.
-        file.file
-            .set_len(outcome.valid_end)
-            .map_err(|e| Error::io(&path, e))?;
+        fs.set_len(&file.file, &path, outcome.valid_end)?;
         fs.sync_data(&file.file, &path)?;
         log::warn!(
             "{}: truncated torn tail of {} bytes at offset {} ({})",
@@ -463,7 +461,8 @@ pub(crate) fn build(
     }
     // The newest data segment keeps taking appends unless it is full. A clean close
     // leaves a hint for it (so this open did not read its data); the hint goes now,
-    // since the segment grows again.
+    // since the segment grows again, and its removal is made durable before it does:
+    // after a power loss a hint that came back would describe a shorter segment.
     let newest_data = segs
         .iter()
         .rev()
@@ -475,6 +474,7 @@ pub(crate) fn build(
             let m = segs.get_mut(&id).expect("segment listed above");
             if sealed {
                 fs.remove(&segment::hint_path(&l.dir, id))?;
+                fs.sync_dir(&l.dir)?;
                 m.sealed = false;
                 m.hint_size = 0;
             }

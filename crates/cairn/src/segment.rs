@@ -81,7 +81,7 @@ impl SegmentFile {
             .and_then(|_| fs.sync_data(&file, &path))
             .and_then(|_| fs.sync_dir(dir));
         if let Err(e) = res {
-            let _ = std::fs::remove_file(&path);
+            let _ = fs.remove(&path);
             return Err(e);
         }
         Ok(SegmentFile {
@@ -635,7 +635,7 @@ mod tests {
 
     /// A segment holding records of small and large values.
     fn segment(dir: &Path) -> (SegmentFile, u64) {
-        let fs = Fs::new(None);
+        let fs = Fs::new(None, None);
         let seg = SegmentFile::create(&fs, dir, 0, 7, SegKind::Data, 1).unwrap();
         let mut buf = Vec::new();
         for i in 0..50u32 {

@@ -16,6 +16,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::bloom::Bloom;
 use crate::ctx::StoreCtx;
+use crate::damage::Damage;
 use crate::index::{Index, Loc};
 use crate::record::{self, Kind};
 use crate::segment::{self, SegKind, SegmentFile, SEG_HEADER_LEN};
@@ -532,17 +533,46 @@ impl Shard {
     /// failure makes the shard (and the store) read-only.
     fn sync_files(&self, core: &StoreCtx, t: ToSync) -> Result<()> {
         for f in &t.files {
-            if let Err(e) = core.fs.sync_data(&f.file, &f.path) {
-                // After a failed fsync the kernel may have dropped the dirty pages:
-                // nothing written since the last good sync can be trusted to be on
-                // disk, so the shard stops accepting writes until reopened.
-                let msg = format!("fsync failed on shard {}: {e}", self.id);
-                self.state.write().failed = Some(msg.clone());
-                core.fail(msg);
-                return Err(e);
-            }
+            self.sync_file(core, f)?;
         }
         self.synced_seq.fetch_max(t.taken, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// fdatasync of one segment file; a failure makes the shard (and the store)
+    /// read-only.
+    fn sync_file(&self, core: &StoreCtx, f: &SegmentFile) -> Result<()> {
+        core.fs.sync_data(&f.file, &f.path).inspect_err(|e| {
+            // After a failed fsync the kernel may have dropped the dirty pages: nothing
+            // written since the last good sync can be trusted to be on disk, so the
+            // shard stops accepting writes until reopened.
+            let msg = format!("fsync failed on shard {}: {e}", self.id);
+            self.state.write().failed = Some(msg.clone());
+            core.fail(msg);
+        })
+    }
+
+    /// Writes the buffer out and syncs every file of the shard that may hold unsynced
+    /// records, except the segments `skip` (which compaction is dropping whole), so that
+    /// every record appended so far is durable unless it is in one of those. Counts
+    /// nothing as durable for the group commit (a record in a segment left out is not),
+    /// so a writer waiting for its records still syncs them. Used before a whole drop.
+    pub fn sync_all_but(&self, core: &StoreCtx, skip: &[u32]) -> Result<()> {
+        let _sync = self.sync.lock();
+        let files: Vec<Arc<SegmentFile>> = {
+            let mut io = self.io.lock();
+            self.flush_locked(core, &mut io, false, false)?;
+            let active = self.state.read().active.file.clone();
+            io.unsynced
+                .iter()
+                .filter(|f| !skip.contains(&f.id))
+                .cloned()
+                .chain([active])
+                .collect()
+        };
+        for f in &files {
+            self.sync_file(core, f)?;
+        }
         Ok(())
     }
 
@@ -932,13 +962,25 @@ impl Shard {
             Some(entries) => (entries, len),
             None => {
                 let (entries, outcome) = segment::scan_entries(file, len)?;
-                if !outcome.damage.is_empty() || outcome.tail.is_some() {
-                    log::error!(
-                        "segment {} has damage while sealing: {:?} {:?}",
-                        file.path.display(),
-                        outcome.damage,
-                        outcome.tail
-                    );
+                for spot in outcome.damage.iter() {
+                    core.note_damage(Damage {
+                        path: file.path.clone(),
+                        offset: Some(spot.offset),
+                        detail: format!(
+                            "found while sealing: {}; skipped, later records kept",
+                            spot.detail
+                        ),
+                    });
+                }
+                if let Some(spot) = &outcome.tail {
+                    core.note_damage(Damage {
+                        path: file.path.clone(),
+                        offset: Some(spot.offset),
+                        detail: format!(
+                            "found while sealing: {}; no intact record follows (left out of the hint)",
+                            spot.detail
+                        ),
+                    });
                 }
                 (entries, outcome.valid_end)
             }

@@ -100,5 +100,16 @@ pub(crate) fn verify(core: &Core) -> Result<VerifyReport> {
             }
         }
     }
+    // Damage sealing or compaction found since the store was opened, where this pass did
+    // not find it again.
+    for d in core.found_damage() {
+        if !report
+            .damage
+            .iter()
+            .any(|r| r.path == d.path && r.offset == d.offset)
+        {
+            report.damage.push(d);
+        }
+    }
     Ok(report)
 }

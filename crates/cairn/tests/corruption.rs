@@ -603,10 +603,65 @@ fn compaction_of_damaged_segment_keeps_it() {
         db.compact().unwrap();
         check_model(&db, &model, &[&r.key]);
         assert!(db.verify().unwrap().damage.iter().any(|d| d.path == seg));
+        // What compaction found is on record, not only logged.
+        assert!(
+            db.damage()
+                .iter()
+                .any(|d| d.path == seg && d.detail.contains("compaction")),
+            "{:?}",
+            db.damage()
+        );
     }
     let db = opts().open(dir.path()).unwrap();
     assert!(matches!(db.get(&r.key), Err(Error::Corruption { .. })));
     check_model(&db, &model, &[&r.key]);
+}
+
+/// Damage that the background sealing finds (it lists a rotated segment's records for
+/// the hint file) is reported by `Db::damage` and `Db::verify`, not only logged.
+#[test]
+fn damage_found_while_sealing_is_reported() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let db = Options::new()
+        .shards(1)
+        .segment_size(16 << 10)
+        .background_compaction(false)
+        .write_buffer(1 << 10)
+        .open(dir.path())
+        .unwrap();
+    for i in 0..40 {
+        db.put(key(i), value(i, 0)).unwrap();
+    }
+    db.flush().unwrap();
+    // Flip a bit of a record's sequence number in the active segment, in place.
+    let seg = segments(&shard_dir(dir.path(), 0)).remove(0);
+    let recs = records(&seg);
+    let r = recs[recs.len() / 2].clone();
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&seg)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, r.off + 5).unwrap();
+    f.write_all_at(&[b[0] ^ 0x40], r.off + 5).unwrap();
+    drop(f);
+    // Fill the segment up: it rotates and the maintenance thread seals it.
+    for i in 40..400 {
+        db.put(key(i), value(i, 0)).unwrap();
+    }
+    db.flush().unwrap();
+    wait_for(
+        || db.damage().iter().any(|d| d.path == seg),
+        "the damage found while sealing to be reported",
+    );
+    let d = db.damage().into_iter().find(|d| d.path == seg).unwrap();
+    assert_eq!(d.offset, Some(r.off), "{d}");
+    assert!(d.detail.contains("sealing"), "{d}");
+    assert!(db.open_damage().is_empty());
+    assert!(db.verify().unwrap().damage.iter().any(|v| v.path == seg));
+    assert!(matches!(db.get(&r.key), Err(Error::Corruption { .. })));
 }
 
 /// A flipped byte in a segment's 40-byte header. The records after it are intact and

@@ -12,6 +12,11 @@
 //! buffers reach the files in every possible order, which is what the recovery's cut
 //! must repair. The child prints `@@A <t> <i>` once operation `i` of thread `t`
 //! returned.
+//!
+//! The prefix also has a lower bound: every write handed to the kernel before the kill
+//! survives it (the page cache outlives the process). Every 16th operation a thread
+//! hands every shard's buffer to the kernel (`Db::flush_shards` without a sync) and
+//! prints `@@K <t> <i>`: its operations up to `i` must survive, whatever the policy.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -152,6 +157,14 @@ fn writer(db: &Db, t: u64, start: u64) {
             std::process::exit(3);
         }
         emit(&format!("@@A {t} {i}"));
+        if i % 16 == 15 {
+            let all: Vec<usize> = (0..db.shard_count()).collect();
+            if let Err(e) = db.flush_shards(&all, false) {
+                emit(&format!("@@E {t} {i}: {e}"));
+                std::process::exit(3);
+            }
+            emit(&format!("@@K {t} {i}"));
+        }
     }
 }
 
@@ -185,9 +198,17 @@ fn prefix_child() {
     });
 }
 
-/// Runs a child for `run_ms` after it opened the store, SIGKILLs it, and returns the
-/// highest acknowledged operation of each thread.
-fn run_child(dir: &Path, mode: Mode, run_ms: u64) -> BTreeMap<u64, u64> {
+/// What the child reported per thread: the highest operation acknowledged, and the
+/// highest one known handed to the kernel.
+#[derive(Default)]
+struct Reported {
+    acked: BTreeMap<u64, u64>,
+    handed: BTreeMap<u64, u64>,
+}
+
+/// Runs a child for `run_ms` after it opened the store, SIGKILLs it, and returns what it
+/// reported.
+fn run_child(dir: &Path, mode: Mode, run_ms: u64) -> Reported {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "prefix_child", "--nocapture", "--test-threads=1"])
         .arg("--ignored")
@@ -196,10 +217,17 @@ fn run_child(dir: &Path, mode: Mode, run_ms: u64) -> BTreeMap<u64, u64> {
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn child");
     let stdout = child.stdout.take().unwrap();
+    // What the child says on stderr (a panic), for the message if it never starts.
+    let mut stderr = child.stderr.take().unwrap();
+    let errors = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
+        s
+    });
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     let reader = std::thread::spawn(move || {
         let mut r = BufReader::new(stdout);
@@ -214,15 +242,20 @@ fn run_child(dir: &Path, mode: Mode, run_ms: u64) -> BTreeMap<u64, u64> {
             buf.clear();
         }
     });
-    let mut acked = BTreeMap::new();
+    let mut rep = Reported::default();
     let mut line = |l: &str| {
         let Some(at) = l.find("@@") else { return };
         let mut p = l[at..].split_whitespace();
         match p.next() {
-            Some("@@A") => {
+            Some(tag @ ("@@A" | "@@K")) => {
                 let t: u64 = p.next().unwrap().parse().unwrap();
                 let i: u64 = p.next().unwrap().parse().unwrap();
-                acked.insert(t, i);
+                let to = if tag == "@@A" {
+                    &mut rep.acked
+                } else {
+                    &mut rep.handed
+                };
+                to.insert(t, i);
             }
             Some("@@E") => panic!("child failed: {l}"),
             _ => {}
@@ -252,16 +285,21 @@ fn run_child(dir: &Path, mode: Mode, run_ms: u64) -> BTreeMap<u64, u64> {
     for l in rx.try_iter() {
         line(&l);
     }
-    assert!(deadline.is_some(), "child never opened the store");
-    acked
+    let errors = errors.join().unwrap();
+    assert!(
+        deadline.is_some(),
+        "child never opened the store; its stderr: {errors}"
+    );
+    rep
 }
 
 fn campaign(mode: Mode, cycles: u32) {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = StdRng::seed_from_u64(0x5eed ^ cycles as u64);
-    let mut cut_seen = 0;
+    let (mut cut_seen, mut bound_checked) = (0, 0);
     for cycle in 0..cycles {
-        let acked = run_child(dir.path(), mode, rng.random_range(30..250));
+        let rep = run_child(dir.path(), mode, rng.random_range(30..250));
+        let acked = &rep.acked;
         let db = mode.options().open(dir.path()).unwrap();
         for t in 0..mode.threads() {
             let m = highest(&db, t);
@@ -285,6 +323,15 @@ fn campaign(mode: Mode, cycles: u32) {
             } else if m < acked.get(&t).copied() {
                 cut_seen += 1;
             }
+            // Every operation handed to the kernel before the kill survived it.
+            if let Some(&h) = rep.handed.get(&t) {
+                bound_checked += 1;
+                assert!(
+                    m >= Some(h),
+                    "{mode:?} cycle {cycle}, thread {t}: operation {h} was handed to the \
+                     kernel before the kill, the highest surviving is {m:?}"
+                );
+            }
         }
         assert!(
             db.verify().unwrap().is_clean(),
@@ -292,7 +339,11 @@ fn campaign(mode: Mode, cycles: u32) {
         );
         drop(db);
     }
-    eprintln!("{mode:?}: {cycles} kills, {cut_seen} with acknowledged-but-unsynced writes lost");
+    eprintln!(
+        "{mode:?}: {cycles} kills, {cut_seen} with acknowledged-but-unsynced writes lost, \
+         {bound_checked} lower bounds checked"
+    );
+    assert!(bound_checked > 0, "no thread handed writes to the kernel");
 }
 
 #[test]
