@@ -63,8 +63,10 @@ impl Handle {
         }
         self.core.set_closed();
         let core = &self.core;
-        if core.failure().is_some() {
-            return Ok(());
+        // A store that failed (a sync that did not complete, say) cannot make what it
+        // acknowledged durable: the close says so rather than report success.
+        if let Some(why) = core.failure() {
+            return Err(Error::ReadOnly(why));
         }
         core.flush()?;
         if !budget.is_zero() {

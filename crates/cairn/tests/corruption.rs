@@ -1231,6 +1231,33 @@ fn eio_on_sync_makes_whole_store_read_only() {
     }
 }
 
+/// A store that failed (an fsync that did not complete) cannot make what it acknowledged
+/// durable: `close` reports the failure instead of success, whichever thread's sync
+/// failed. (A close that said `Ok` here let a caller count unsynced writes as durable;
+/// the power-loss tests caught it.)
+#[test]
+fn close_after_failed_sync_reports_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (o, f) = faulty(SyncPolicy::Never);
+    let db = o.clone().open(dir.path()).unwrap();
+    for i in 0..100 {
+        db.put(key(i), value(i, 0)).unwrap();
+    }
+    f.fail_after(IoOp::Sync, 0, libc::EIO);
+    assert!(db.flush().is_err());
+    f.clear();
+    // Written after the failure is refused; what was acknowledged before is readable.
+    assert!(matches!(db.put("late", "x"), Err(Error::ReadOnly(_))));
+    assert_eq!(db.get(key(7)).unwrap().as_deref(), Some(&value(7, 0)[..]));
+    let e = db.close().unwrap_err();
+    assert!(matches!(e, Error::ReadOnly(_)), "{e:?}");
+    // The reopen finds a prefix of the writes (here all of them: nothing was lost).
+    let db = o.open(dir.path()).unwrap();
+    assert!(db.get("late").unwrap().is_none());
+    assert!(db.verify().unwrap().is_clean());
+    db.close().unwrap();
+}
+
 /// ENOSPC, EIO and failed creates at every point of a compaction: `compact` reports the
 /// error, no data is lost or changed, and after the fault is gone compaction completes
 /// and a reopen finds everything.
