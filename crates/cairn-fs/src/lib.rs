@@ -47,6 +47,7 @@ mod inode;
 mod layout;
 mod namespace;
 mod perm;
+pub mod rules;
 mod store;
 mod times;
 mod xattr;
