@@ -264,6 +264,7 @@ fn mount(args: &MountArgs) -> Result<()> {
     let opts = cairn_fuse::MountOptions {
         allow_other: args.allow_other,
         kernel_permissions: args.kernel_permissions,
+        cache_ttl: None,
     };
     let mount = cairn_fuse::mount(&args.dir, &args.mountpoint, &opts)?;
     eprintln!(
