@@ -49,6 +49,7 @@ mod inode;
 mod layout;
 mod namespace;
 mod perm;
+pub mod rules;
 mod store;
 mod times;
 mod xattr;
