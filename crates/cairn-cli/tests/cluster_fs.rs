@@ -7,6 +7,7 @@
 //! The cluster's documented differences from `Fs` (DESIGN.md, "Cluster") are in
 //! [`PROFILE`]; the suite checks the documented behaviour there instead of `Fs`'s.
 
+use std::collections::BTreeSet;
 use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
@@ -143,4 +144,119 @@ fn single_server_cluster() {
     let c = InProcess::new(1);
     cairn_fs::conformance::rename_cases(&c);
     cairn_fs::conformance::readdir_cursor_and_changes(&c);
+}
+
+/// Several clients at once, creating in one directory while it splits: every client
+/// then sees the same names, all of them, each once.
+#[test]
+fn concurrent_clients_see_one_namespace() {
+    let c = InProcess::new(3);
+    let d = c
+        .client
+        .mkdir(&ROOT_CRED, cairn_fs::ROOT, b"shared", 0o755)
+        .unwrap();
+    let clients: Vec<Client> = (0..4)
+        .map(|_| {
+            Client::with_config(
+                c.cfg.clone(),
+                ClientOptions {
+                    timeout: Duration::from_secs(20),
+                    ..ClientOptions::default()
+                },
+            )
+            .unwrap()
+        })
+        .collect();
+    const PER: u32 = 1500;
+    std::thread::scope(|s| {
+        for (k, cl) in clients.iter().enumerate() {
+            s.spawn(move || {
+                for i in 0..PER {
+                    let name = format!("k{k}-{i}");
+                    if i % 50 == 0 {
+                        cl.mkdir(&ROOT_CRED, d.ino, name.as_bytes(), 0o755).unwrap();
+                    } else {
+                        cl.create(&ROOT_CRED, d.ino, name.as_bytes(), 0o644)
+                            .unwrap();
+                    }
+                }
+            });
+        }
+    });
+    let want: BTreeSet<Vec<u8>> = (0..clients.len())
+        .flat_map(|k| (0..PER).map(move |i| format!("k{k}-{i}").into_bytes()))
+        .collect();
+    for (k, cl) in clients.iter().enumerate() {
+        let listed = list(cl, d.ino, 333);
+        let set: BTreeSet<Vec<u8>> = listed.iter().cloned().collect();
+        assert_eq!(set.len(), listed.len(), "client {k}: a name listed twice");
+        assert_eq!(set, want, "client {k}");
+        // Lookups of names the others made.
+        for other in 0..clients.len() {
+            let n = format!("k{other}-{}", PER - 1);
+            cl.lookup(&ROOT_CRED, d.ino, n.as_bytes()).unwrap();
+        }
+    }
+    assert!(c.check().is_empty(), "{:#?}", c.check());
+}
+
+/// A listing that runs while other clients create (and the directory splits) returns
+/// every name that existed when it started, each once.
+#[test]
+fn listing_during_splits_sees_every_name_once() {
+    let c = InProcess::new(3);
+    let d = c
+        .client
+        .mkdir(&ROOT_CRED, cairn_fs::ROOT, b"grow", 0o755)
+        .unwrap();
+    for i in 0..400 {
+        c.client
+            .create(&ROOT_CRED, d.ino, format!("old{i}").as_bytes(), 0o644)
+            .unwrap();
+    }
+    let writer = Client::with_config(c.cfg.clone(), ClientOptions::default()).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && i < 20_000 {
+                writer
+                    .create(&ROOT_CRED, d.ino, format!("new{i}").as_bytes(), 0o644)
+                    .unwrap();
+                i += 1;
+            }
+        });
+        for round in 0..5 {
+            let listed = list(&c.client, d.ino, 17);
+            let set: BTreeSet<Vec<u8>> = listed.iter().cloned().collect();
+            assert_eq!(
+                set.len(),
+                listed.len(),
+                "round {round}: a name listed twice"
+            );
+            for i in 0..400 {
+                assert!(
+                    set.contains(format!("old{i}").as_bytes()),
+                    "round {round}: old{i} missing"
+                );
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert!(c.check().is_empty(), "{:#?}", c.check());
+}
+
+const ROOT_CRED: cairn_fs::Cred = cairn_fs::Cred::ROOT;
+
+/// Every name of directory `dir`, listed in pages of `page`.
+fn list(fs: &dyn FileSystem, dir: u64, page: usize) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut cursor: Option<Vec<u8>> = None;
+    loop {
+        let entries = fs.readdir(dir, cursor.as_deref(), page).unwrap();
+        let Some(last) = entries.last() else { break };
+        cursor = Some(last.name.clone());
+        out.extend(entries.into_iter().map(|e| e.name));
+    }
+    out
 }
