@@ -22,6 +22,7 @@ pub mod client;
 pub mod config;
 mod error;
 pub mod giga;
+mod rows;
 pub mod server;
 
 /// The generated gRPC code of `proto/cluster.proto`.
