@@ -69,6 +69,7 @@ const ALICE: Cred = Cred::new(1000, 1000);
 const BOB: Cred = Cred::new(1001, 1001);
 
 /// The errno of a result that must be an error.
+#[track_caller]
 fn e<T: std::fmt::Debug>(r: FsResult<T>) -> i32 {
     r.expect_err("expected an error").0
 }
@@ -90,6 +91,7 @@ fn sorted_names(fs: &dyn FileSystem, ino: u64) -> Vec<Vec<u8>> {
 }
 
 /// Asserts that the implementation's check finds nothing.
+#[track_caller]
 fn assert_consistent(t: &dyn Target) {
     let report = t.check();
     assert!(
