@@ -151,9 +151,11 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Fails only if a subscriber is already set, which then keeps logging.
+    // Colours only on a terminal. Fails only if a subscriber is already set, which
+    // then keeps logging.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
 }
