@@ -171,9 +171,34 @@ impl Node {
             }
             self.push_remote_times().await;
             self.gauges();
+            if n % 4 == 0 {
+                self.start_due_splits();
+            }
             if n % 20 == 0 {
                 self.resolve_stale().await;
             }
+        }
+    }
+
+    /// Starts the splits of partitions past the threshold whose split did not start
+    /// (skipped while a name of theirs was held, or found so after a restart).
+    fn start_due_splits(self: &NodeRef) {
+        let due: Vec<(u64, u32)> = {
+            let m = self.mu.lock();
+            m.parts
+                .keys()
+                .filter(|(d, i)| {
+                    self.wants_split(&m, *d, *i)
+                        && !m
+                            .intents
+                            .values()
+                            .any(|r| r.kind == K_SPLIT && r.dir == *d && r.index == *i)
+                })
+                .copied()
+                .collect()
+        };
+        for (d, i) in due {
+            self.spawn_split(d, i);
         }
     }
 

@@ -167,13 +167,18 @@ impl ServerHandle {
         self.node.is_crashed()
     }
 
-    /// Test hook: intents this server coordinates that are not finished, and partitions
-    /// it holds that are still incoming.
+    /// Test hook: intents this server coordinates that are not finished (and splits
+    /// due but not started), and partitions it holds that are still incoming.
     #[doc(hidden)]
     pub fn pending(&self) -> (usize, usize) {
         let m = self.node.mu.lock();
+        let due = m
+            .parts
+            .keys()
+            .filter(|(d, i)| self.node.wants_split(&m, *d, *i))
+            .count();
         (
-            m.intents.len(),
+            m.intents.len() + due,
             m.parts
                 .values()
                 .filter(|p| p.state == PART_INCOMING)
