@@ -41,6 +41,8 @@
 
 mod api;
 mod check;
+#[cfg(feature = "testsuite")]
+pub mod conformance;
 mod data;
 mod errno;
 mod inode;
