@@ -108,7 +108,7 @@ impl Node {
                 call: Some(proto::follow_up::Call::DirPerms(proto::DirPermsReq {
                     h: None,
                     dir,
-                    perms: Some(perms.clone()),
+                    perms: Some(perms),
                 })),
             })
             .collect();

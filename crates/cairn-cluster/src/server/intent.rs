@@ -800,6 +800,7 @@ impl Node {
     /// The checks of a rename's destination `(dd, d)` held here: writable, permitted,
     /// and the replace rules. Returns the entry there (0 if none) and the directory's
     /// permissions.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn dest_check(
         &self,
         m: &Mem,
