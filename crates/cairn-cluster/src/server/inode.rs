@@ -32,9 +32,29 @@ impl Node {
         Ok(self.attr_of(&m, ino, &i))
     }
 
-    /// chmod, chown, truncate, utimens. A directory's new permissions are sent to
-    /// every other server (their partitions keep a copy) by an intent.
+    /// chmod, chown, truncate, utimens.
     pub(crate) fn setattr(&self, checks: bool, cred: &Cred, ino: u64, s: &SetAttr) -> R<Attr> {
+        let (a, intent) = self.setattr_full(checks, cred, ino, s)?;
+        if intent.is_some() {
+            // Left to the background runner.
+            if let Some(id) = intent {
+                self.mu.lock().driving.remove(&id);
+            }
+            self.wake.notify_one();
+        }
+        Ok(a)
+    }
+
+    /// chmod, chown, truncate, utimens. A directory's new permissions are sent to
+    /// every other server (their partitions keep a copy) by an intent, returned (its
+    /// caller drives it).
+    pub(crate) fn setattr_full(
+        &self,
+        checks: bool,
+        cred: &Cred,
+        ino: u64,
+        s: &SetAttr,
+    ) -> R<(Attr, Option<u64>)> {
         self.check_home(ino)?;
         let mut m = self.mu.lock();
         let mut i = self.inode_or_enoent(ino)?;
@@ -50,26 +70,30 @@ impl Node {
         let size = i.size;
         set_row_attr(&mut i, &a);
         i.size = size;
+        let mut intent = None;
         if perms_changed {
             i.perms_version += 1;
             if self.n > 1 {
-                self.perms_intent(&mut m, &mut b, ino, &i)?;
+                intent = Some(self.perms_intent(&mut m, &mut b, ino, &i)?);
             }
         }
         b.put(&inode_key(ino), &i);
-        self.apply(b)?;
+        if let Err(e) = self.apply(b) {
+            if let Some(id) = intent {
+                m.intents.remove(&id);
+                m.driving.remove(&id);
+            }
+            return Err(e);
+        }
         let attr = self.attr_of(&m, ino, &i);
         drop(m);
         self.ack()?;
-        if perms_changed {
-            self.wake.notify_one();
-        }
-        Ok(attr)
+        Ok((attr, intent))
     }
 
     /// An intent (committed at once) to send directory `dir`'s new permissions to
     /// every other server.
-    fn perms_intent(&self, m: &mut Mem, b: &mut Batch, dir: u64, i: &proto::InodeRow) -> R<()> {
+    fn perms_intent(&self, m: &mut Mem, b: &mut Batch, dir: u64, i: &proto::InodeRow) -> R<u64> {
         let id = self.alloc_intent(m)?;
         let perms = proto::DirPerms {
             mode: i.mode & 0o7777,
@@ -84,7 +108,7 @@ impl Node {
                 call: Some(proto::follow_up::Call::DirPerms(proto::DirPermsReq {
                     h: None,
                     dir,
-                    perms: Some(perms.clone()),
+                    perms: Some(perms),
                 })),
             })
             .collect();
@@ -98,7 +122,8 @@ impl Node {
         };
         b.put(&intent_key(id), &row);
         m.intents.insert(id, row);
-        Ok(())
+        m.driving.insert(id);
+        Ok(id)
     }
 
     /// Opens `ino` (`open(2)` flags: access checked, `O_TRUNC` applied).
@@ -376,7 +401,9 @@ impl Node {
             .ok_or(Fail::Errno(libc::ENODATA))
     }
 
-    /// Sets extended attribute `name` of `ino`.
+    /// Sets extended attribute `name` of `ino`; returns the intent that sends a
+    /// directory's new permissions (an access ACL) to the other servers, if any (its
+    /// caller drives it).
     pub(crate) fn setxattr(
         &self,
         checks: bool,
@@ -385,7 +412,7 @@ impl Node {
         name: &[u8],
         value: &[u8],
         flags: u32,
-    ) -> R<()> {
+    ) -> R<Option<u64>> {
         rules::check_xattr_name(name)?;
         if value.len() > rules::XATTR_SIZE_MAX {
             return errno(libc::E2BIG);
@@ -426,20 +453,24 @@ impl Node {
         }
         self.fold_times(&mut m, ino, &mut i);
         i.ctime = cairn_fs::now_ns();
+        let mut intent = None;
         if perms_changed {
             i.perms_version += 1;
             if self.n > 1 {
-                self.perms_intent(&mut m, &mut b, ino, &i)?;
+                intent = Some(self.perms_intent(&mut m, &mut b, ino, &i)?);
             }
         }
         b.put(&inode_key(ino), &i);
-        self.apply(b)?;
+        if let Err(e) = self.apply(b) {
+            if let Some(id) = intent {
+                m.intents.remove(&id);
+                m.driving.remove(&id);
+            }
+            return Err(e);
+        }
         drop(m);
         self.ack()?;
-        if perms_changed {
-            self.wake.notify_one();
-        }
-        Ok(())
+        Ok(intent)
     }
 
     /// The names of the extended attributes of `ino`.

@@ -321,6 +321,15 @@ impl Node {
         self.blocking(move |n| n.finish_intent(id)).await
     }
 
+    /// Makes the follow-ups of committed intent `id` (created by this request) now,
+    /// leaving them to the background runner if a server does not answer.
+    pub(crate) async fn drive_now(self: &NodeRef, id: u64) {
+        let _g = Driving::adopt(self, id);
+        if let Err(e) = self.run_followups(id).await {
+            tracing::info!(server = self.id, "intent {id}: follow-ups later: {e:?}");
+        }
+    }
+
     /// Drives intent `id` one step further (the background runner, or recovery).
     pub(crate) async fn drive(self: &NodeRef, id: u64) -> R<()> {
         let row = self.intent_row(id)?;
@@ -791,6 +800,7 @@ impl Node {
     /// The checks of a rename's destination `(dd, d)` held here: writable, permitted,
     /// and the replace rules. Returns the entry there (0 if none) and the directory's
     /// permissions.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn dest_check(
         &self,
         m: &Mem,
@@ -813,12 +823,10 @@ impl Node {
         match target {
             None if exchange => errno(libc::ENOENT),
             None => Ok((0, 0, dp)),
+            Some(_) if !exchange && flags & RENAME_NOREPLACE != 0 => errno(libc::EEXIST),
             Some(t) if t.ino == src.0 => Ok((t.ino, t.kind, dp)),
             Some(t) => {
                 if !exchange {
-                    if flags & RENAME_NOREPLACE != 0 {
-                        return errno(libc::EEXIST);
-                    }
                     let sdir = src.1 == libc::S_IFDIR;
                     let tdir = t.kind == libc::S_IFDIR;
                     if sdir && !tdir {

@@ -99,6 +99,7 @@ impl Node {
     /// Creates a file, node or symbolic link `name` in `dir` (type in `mode`; a
     /// directory goes through [`Node::mkdir`]). Returns its attributes and whether its
     /// partition should now split.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn make_local(
         &self,
         checks: bool,

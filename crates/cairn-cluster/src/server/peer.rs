@@ -469,6 +469,9 @@ impl Node {
             let (tino, tkind) = match &target {
                 None if exchange => return errno(libc::ENOENT),
                 None => (0, 0),
+                Some(_) if !exchange && r.flags & cairn_fs::RENAME_NOREPLACE != 0 => {
+                    return errno(libc::EEXIST);
+                }
                 Some(t) => {
                     if t.ino == r.ino {
                         // The same inode: nothing to do, nothing held.
@@ -481,9 +484,6 @@ impl Node {
                         });
                     }
                     if !exchange {
-                        if r.flags & cairn_fs::RENAME_NOREPLACE != 0 {
-                            return errno(libc::EEXIST);
-                        }
                         let src_dir = r.kind == libc::S_IFDIR;
                         let dst_dir = t.kind == libc::S_IFDIR;
                         if src_dir && !dst_dir {

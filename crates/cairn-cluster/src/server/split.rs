@@ -299,7 +299,7 @@ impl Node {
                 dir,
                 index: j,
                 depth,
-                perms: Some(perms.clone()),
+                perms: Some(perms),
                 entries,
                 first: i == 0,
                 last: i + 1 == n,
@@ -328,7 +328,7 @@ impl Node {
             return errno(libc::EINVAL);
         };
         let (dir, j, depth) = (first.dir, first.index, first.depth);
-        let perms = first.perms.clone();
+        let perms = first.perms;
         // The transfer must be whole and well-formed.
         if !first.first
             || !chunks.last().is_some_and(|c| c.last)

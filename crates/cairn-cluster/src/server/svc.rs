@@ -140,9 +140,13 @@ impl Meta for MetaSvc {
         };
         let n = self.0.clone();
         run(&self.0, "setattr", async move {
-            n.blocking(move |n| n.setattr(checks, &cred, r.ino, &s))
-                .await
-                .map(attr_reply)
+            let (a, intent) = n
+                .blocking(move |n| n.setattr_full(checks, &cred, r.ino, &s))
+                .await?;
+            if let Some(id) = intent {
+                n.drive_now(id).await;
+            }
+            Ok(attr_reply(a))
         })
         .await
     }
@@ -425,8 +429,12 @@ impl Meta for MetaSvc {
         let (checks, cred) = self.hdr(r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "setxattr", async move {
-            n.blocking(move |n| n.setxattr(checks, &cred, r.ino, &r.name, &r.value, r.flags))
+            let intent = n
+                .blocking(move |n| n.setxattr(checks, &cred, r.ino, &r.name, &r.value, r.flags))
                 .await?;
+            if let Some(id) = intent {
+                n.drive_now(id).await;
+            }
             Ok(proto::Empty::default())
         })
         .await
