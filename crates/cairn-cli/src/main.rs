@@ -148,6 +148,12 @@ enum Command {
     /// One suite on one engine, in a child process of `bench`
     #[command(name = cairn_bench::CHILD_COMMAND, hide = true)]
     BenchChild { spec: PathBuf },
+    /// Concurrent creates into one directory on 1, 2, 4 ... metadata servers (processes)
+    #[command(long_about = cairn_bench::cluster::ABOUT)]
+    ClusterBench(cairn_bench::cluster::ClusterBenchArgs),
+    /// One client process of `cluster-bench`
+    #[command(name = cairn_bench::cluster::CLIENT_COMMAND, hide = true)]
+    ClusterBenchClient(cairn_bench::cluster::ClientArgs),
 }
 
 /// Options of `scan`.
@@ -304,6 +310,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::FsBench(args) => cairn_bench::fsbench::run(&args, &allocator::describe())?,
         Command::Serve(args) => cluster::serve(&args)?,
         Command::Cluster(args) => return cluster::run(&args, &mut stdout()),
+        Command::ClusterBench(args) => cairn_bench::cluster::run(&args)?,
+        Command::ClusterBenchClient(args) => cairn_bench::cluster::client(&args)?,
     }
     Ok(ExitCode::SUCCESS)
 }
