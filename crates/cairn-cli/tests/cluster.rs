@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use cairn_cluster::{Client, ClientOptions, ClusterConfig};
+use cairn_cluster::{Client, ClientError, ClientOptions, ClusterConfig};
 use cairn_fs::{Cred, Errno, FileSystem, ROOT};
 
 use common::{cairn, compare_with_plain, tree, Mount};
@@ -846,17 +846,27 @@ fn a_cluster_file_that_differs_is_a_clear_error() {
         .arg(&other)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    // A client with the other file gets errors, and changes nothing.
+    // An error (exit 1), not a report of an inconsistent namespace (exit 2): nothing can
+    // be checked against servers of another cluster (admin::check is Err).
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("different cluster file"), "{err}");
+    // A client with the other file is refused when it connects, and changes nothing.
     let wrong = Client::with_config(
         ClusterConfig::load(&other).unwrap(),
         ClientOptions {
             timeout: Duration::from_secs(3),
             ..ClientOptions::default()
         },
-    )
-    .unwrap();
-    assert!(wrong.mkdir(&R, ROOT, b"after", 0o755).is_err());
+    );
+    match wrong {
+        Err(ClientError::ClusterMismatch { id, .. }) => assert!(id < 2, "{id}"),
+        Err(e) => panic!("expected ClusterMismatch, got {e:?}"),
+        Ok(c) => panic!(
+            "a client of another cluster connected (mkdir: {:?})",
+            c.mkdir(&R, ROOT, b"after", 0o755).map(|a| a.ino)
+        ),
+    }
     assert_eq!(
         client.lookup(&R, ROOT, b"after").unwrap_err().0,
         libc::ENOENT
