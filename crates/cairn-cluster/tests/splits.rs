@@ -161,3 +161,108 @@ fn listing_survives_splits() {
     c.check();
     c.shutdown();
 }
+
+/// A split directory's new permissions reach every partition before chmod returns:
+/// creates on every server are refused, then allowed.
+#[test]
+fn permissions_of_a_split_directory() {
+    let c = Cluster::start(3, 30);
+    let fs = c.client();
+    let alice = Cred::new(1000, 1000);
+    let d = fs.mkdir(&R, ROOT, b"shared", 0o777).unwrap().ino;
+    for i in 0..300 {
+        fs.create(&R, d, format!("r{i}").as_bytes(), 0o644).unwrap();
+    }
+    c.settle(Duration::from_secs(30));
+    let st = admin::status(&c.cfg, Duration::from_secs(5));
+    assert!(
+        st.servers.iter().all(|s| s.partitions >= 2),
+        "split over every server: {st:#?}"
+    );
+    let chmod = |m| cairn_fs::SetAttr {
+        mode: Some(m),
+        ..Default::default()
+    };
+    fs.setattr(&R, d, &chmod(0o755)).unwrap();
+    for i in 0..60 {
+        assert_eq!(
+            e(fs.create(&alice, d, format!("a{i}").as_bytes(), 0o644)),
+            libc::EACCES,
+            "a{i}"
+        );
+    }
+    // Search permission too: lookups on every partition are refused.
+    fs.setattr(&R, d, &chmod(0o700)).unwrap();
+    for i in (0..300).step_by(11) {
+        assert_eq!(
+            e(fs.lookup(&alice, d, format!("r{i}").as_bytes())),
+            libc::EACCES
+        );
+    }
+    fs.setattr(&R, d, &chmod(0o777)).unwrap();
+    for i in 0..60 {
+        fs.create(&alice, d, format!("a{i}").as_bytes(), 0o644)
+            .unwrap();
+    }
+    c.check();
+    c.shutdown();
+}
+
+/// Creates in partitions on other servers than the directory's home show in its times
+/// within a second (they are sent home in the background).
+#[test]
+fn times_of_a_split_directory() {
+    let c = Cluster::start(3, 20);
+    let fs = c.client();
+    let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap().ino;
+    for i in 0..200 {
+        fs.create(&R, d, format!("x{i}").as_bytes(), 0o644).unwrap();
+    }
+    c.settle(Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(5));
+    let mut last = 0;
+    for i in 0..30 {
+        last = last.max(
+            fs.create(&R, d, format!("y{i}").as_bytes(), 0o644)
+                .unwrap()
+                .ctime,
+        );
+    }
+    let end = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let a = fs.getattr(d).unwrap();
+        if a.mtime >= last {
+            assert!(a.ctime >= last);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "directory times stay behind"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.check();
+    c.shutdown();
+}
+
+/// Under `SyncMode::Never` the same operations work, and a clean restart keeps them.
+#[test]
+fn sync_never_and_restart() {
+    let mut c = common::Cluster::start_with(2, 50, cairn_cluster::server::SyncMode::Never);
+    let fs = c.client();
+    let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap().ino;
+    for i in 0..200 {
+        fs.create(&R, d, format!("n{i}").as_bytes(), 0o644).unwrap();
+    }
+    fs.rename(&R, d, b"n1", ROOT, b"moved", 0).unwrap();
+    c.settle(Duration::from_secs(30));
+    for i in 0..2 {
+        c.shutdown_one(i);
+        c.restart(i, None);
+    }
+    let fs = c.client();
+    assert_eq!(list(&fs, d, 64).len(), 199);
+    assert!(fs.lookup(&R, ROOT, b"moved").is_ok());
+    c.check();
+    c.shutdown();
+}

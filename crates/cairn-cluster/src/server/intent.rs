@@ -841,6 +841,15 @@ impl Node {
         }
     }
 
+    /// Merges a bitmap of directory `dir` learnt from a redirect.
+    fn learn_bitmap(&self, dir: u64, parts: Vec<u32>) {
+        let mut bm = self.bitmaps.lock();
+        if bm.len() > 100_000 && !bm.contains_key(&dir) {
+            bm.clear();
+        }
+        bm.entry(dir).or_default().merge(parts);
+    }
+
     /// The server of name `d` of directory `dd` by this server's (learnt) bitmap.
     fn route(&self, dd: u64, d: &[u8]) -> u32 {
         let h = name_hash(d);
@@ -878,15 +887,12 @@ impl Node {
             }
         }
         let exchange = flags & RENAME_EXCHANGE != 0;
-        let e2 = self.route(dd, &d);
         let mut owner: Option<(u64, u32)> = None;
         let mut id = None;
         for _ in 0..4 {
             let (s2, d2) = (s.clone(), d.clone());
             let step = self
-                .blocking(move |n| {
-                    n.rename_begin(checks, &cred, sd, &s2, dd, &d2, flags, owner, e2)
-                })
+                .blocking(move |n| n.rename_begin(checks, &cred, sd, &s2, dd, &d2, flags, owner))
                 .await?;
             match step {
                 RenameStep::Done => return Ok(()),
@@ -952,7 +958,6 @@ impl Node {
         d: &[u8],
         flags: u32,
         owner: Option<(u64, u32)>,
-        e2_guess: u32,
     ) -> R<RenameStep> {
         let exchange = flags & RENAME_EXCHANGE != 0;
         let mut m = self.mu.lock();
@@ -984,11 +989,23 @@ impl Node {
         if let Some(step) = sticky(&sp, src.ino)? {
             return Ok(step);
         }
-        let local = match self.locate(&m, dd, name_hash(d)) {
-            Ok(_) => true,
-            Err(Fail::Busy) => return Err(Fail::Busy),
-            Err(_) => false,
+        // The server of the destination name: here, or as this server's bitmap of
+        // the destination directory says (a redirect of our own teaches it).
+        let e2 = match self.locate(&m, dd, name_hash(d)) {
+            Ok(_) => self.id,
+            Err(Fail::Redirect(dir, parts)) => {
+                self.learn_bitmap(dir, parts);
+                self.route(dd, d)
+            }
+            Err(f) => {
+                let r = self.route(dd, d);
+                if r == self.id {
+                    return Err(f);
+                }
+                r
+            }
         };
+        let local = e2 == self.id;
         let mut row = proto::IntentRow {
             kind: K_RENAME,
             state: S_PREPARED,
@@ -1000,7 +1017,7 @@ impl Node {
             new_dir: dd,
             new_name: d.to_vec(),
             flags,
-            target: if local { self.id } else { e2_guess },
+            target: e2,
             time: cairn_fs::now_ns(),
             ..Default::default()
         };
@@ -1099,17 +1116,9 @@ impl Node {
                 };
                 match peer_call!(self, row.target, prepare_rename, p_prepare_rename, req) {
                     Ok(rep) => break (rep.target_ino, rep.target_kind, rep.dir_mode, rep.dir_uid),
-                    Err(Fail::Redirect(dir, parts)) if tries < 32 => {
-                        let dd = row.new_dir;
-                        let e2 = {
-                            let mut bm = self.bitmaps.lock();
-                            if bm.len() > 100_000 {
-                                bm.clear();
-                            }
-                            let b = bm.entry(dir).or_default();
-                            b.merge(parts);
-                            server_of(home_of(dd), b.route(name_hash(&row.new_name)), self.n)
-                        };
+                    Err(Fail::Redirect(dir, parts)) if tries < 32 && dir == row.new_dir => {
+                        self.learn_bitmap(dir, parts);
+                        let e2 = self.route(row.new_dir, &row.new_name);
                         if e2 == self.id {
                             // Its partition is here after all (a split moved it):
                             // start over.

@@ -10,7 +10,6 @@ use tonic::transport::{Channel, Endpoint};
 use cairn_fs::{rules, Cred};
 
 use super::intent::{K_SPLIT, S_COMMITTED, S_PREPARED};
-use super::names::decode_entry;
 use super::node::*;
 use crate::giga::home_of;
 use crate::proto;
@@ -458,44 +457,26 @@ impl Node {
                 });
             }
             rules::check_name(&r.new_name)?;
-            n.writable_part(&m, r.new_dir, &r.new_name, None)?;
-            let d = n.dir_perms(r.new_dir)?;
-            rules::check_access(checks, &cred, &d, rules::MAY_WRITE | rules::MAY_EXEC)?;
-            let target = match n.get_raw(&entry_key(r.new_dir, &r.new_name))? {
-                Some(v) => Some(decode_entry(&v)?),
-                None => None,
-            };
-            let exchange = r.flags & cairn_fs::RENAME_EXCHANGE != 0;
-            let (tino, tkind) = match &target {
-                None if exchange => return errno(libc::ENOENT),
-                None => (0, 0),
-                Some(_) if !exchange && r.flags & cairn_fs::RENAME_NOREPLACE != 0 => {
-                    return errno(libc::EEXIST);
-                }
-                Some(t) => {
-                    if t.ino == r.ino {
-                        // The same inode: nothing to do, nothing held.
-                        return Ok(proto::RenamePrepareReply {
-                            status: None,
-                            target_ino: t.ino,
-                            target_kind: t.kind,
-                            dir_mode: d.mode,
-                            dir_uid: d.uid,
-                        });
-                    }
-                    if !exchange {
-                        let src_dir = r.kind == libc::S_IFDIR;
-                        let dst_dir = t.kind == libc::S_IFDIR;
-                        if src_dir && !dst_dir {
-                            return errno(libc::ENOTDIR);
-                        }
-                        if !src_dir && dst_dir {
-                            return errno(libc::EISDIR);
-                        }
-                    }
-                    (t.ino, t.kind)
-                }
-            };
+            let (tino, tkind, d) = n.dest_check(
+                &m,
+                checks,
+                &cred,
+                r.new_dir,
+                &r.new_name,
+                r.flags,
+                (r.ino, r.kind),
+                None,
+            )?;
+            if tino == r.ino {
+                // The same inode: nothing to do, nothing held.
+                return Ok(proto::RenamePrepareReply {
+                    status: None,
+                    target_ino: tino,
+                    target_kind: tkind,
+                    dir_mode: d.mode,
+                    dir_uid: d.uid,
+                });
+            }
             let row = proto::PreparedRow {
                 state: S_PREPARED,
                 created_ms: now_ms(),
