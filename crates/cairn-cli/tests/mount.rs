@@ -38,7 +38,7 @@ fn everyday_tools(mount_args: &[&str]) {
     let Some(m) = Mount::with_args(&store, &mp, mount_args) else {
         return;
     };
-    compare_with_plain(tmp.path(), &mp, true);
+    compare_with_plain(tmp.path(), &mp, 3000);
     // Everything is still there after an unmount and a new mount.
     drop(m);
     assert!(!is_mountpoint(&mp));

@@ -24,19 +24,9 @@ use crate::{
 pub struct Profile {
     /// Name shown in failure messages.
     pub name: &'static str,
-    /// A directory's link count is 2 plus its subdirectories (as on Linux's local file
-    /// systems). `false`: every directory reports 2 (the cluster, whose subdirectories
-    /// are spread over servers).
-    pub dir_nlink_counts_subdirs: bool,
     /// `readdir` lists names in byte order. `false`: in an order of its own that a
     /// resumed listing keeps (the cluster: by name hash, the order of its partitions).
     pub readdir_in_name_order: bool,
-    /// Creating or removing an entry sets the directory's mtime and ctime right away.
-    /// `false`: a directory's times follow only changes made at its home (the cluster
-    /// keeps them where the directory's inode lives, not where its entries are).
-    pub dir_times_follow_entries: bool,
-    /// A file unlinked while open keeps its data until the last `release`.
-    pub unlinked_open_files_stay: bool,
     /// Files created in the big-directory case.
     pub big_directory_entries: u32,
 }
@@ -45,10 +35,7 @@ impl Profile {
     /// The profile of `cairn_fs::Fs`: the reference every rule above describes.
     pub const LOCAL: Profile = Profile {
         name: "cairn_fs::Fs",
-        dir_nlink_counts_subdirs: true,
         readdir_in_name_order: true,
-        dir_times_follow_entries: true,
-        unlinked_open_files_stay: true,
         big_directory_entries: 200_000,
     };
 }
@@ -99,16 +86,6 @@ fn assert_consistent(t: &dyn Target) {
         "{}: inconsistent: {report:#?}",
         t.profile().name
     );
-}
-
-/// The link count a directory with `subdirs` subdirectories shows on `t`.
-fn dir_nlink(t: &dyn Target, subdirs: u32) -> u32 {
-    if t.profile().dir_nlink_counts_subdirs {
-        2 + subdirs
-    } else {
-        // The documented difference: every directory reports 2.
-        2
-    }
 }
 
 /// A small deterministic generator (SplitMix64) for the data cases.
@@ -193,7 +170,7 @@ pub fn create_mkdir_mknod_errors(t: &dyn Target) {
     let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap();
     assert_eq!(d.nlink, 2);
     assert_eq!(d.mode, libc::S_IFDIR | 0o755);
-    assert_eq!(fs.getattr(ROOT).unwrap().nlink, dir_nlink(t, 1));
+    assert_eq!(fs.getattr(ROOT).unwrap().nlink, 3);
     assert_eq!(fs.lookup(&R, d.ino, b"..").unwrap().ino, ROOT);
     assert_eq!(fs.parent_of(d.ino).unwrap(), ROOT);
     let dd = fs.mkdir(&R, d.ino, b"dd", 0o700).unwrap();
@@ -474,21 +451,13 @@ pub fn unlink_rmdir_link(t: &dyn Target) {
     assert_eq!(e(fs.getattr(d.ino)), libc::ENOENT);
     assert_eq!(e(fs.lookup(&R, ROOT, b"d")), libc::ENOENT);
     assert_eq!(e(fs.create(&R, d.ino, b"late", 0o644)), libc::ENOENT);
-    if t.profile().unlinked_open_files_stay {
-        // Unlinked while open: data stays until the last close.
-        fs.open_file(&R, f.ino, libc::O_RDONLY).unwrap();
-        fs.unlink(&R, ROOT, b"hard").unwrap();
-        assert_eq!(fs.getattr(f.ino).unwrap().nlink, 0);
-        assert_eq!(fs.read(f.ino, 0, 2).unwrap(), vec![9, 9]);
-        assert_consistent(t);
-        fs.release(f.ino).unwrap();
-    } else {
-        // The documented difference: the last unlink frees the file even while open.
-        fs.open_file(&R, f.ino, libc::O_RDONLY).unwrap();
-        fs.unlink(&R, ROOT, b"hard").unwrap();
-        assert_eq!(e(fs.read(f.ino, 0, 2)), libc::ENOENT);
-        let _ = fs.release(f.ino);
-    }
+    // Unlinked while open: data stays until the last close.
+    fs.open_file(&R, f.ino, libc::O_RDONLY).unwrap();
+    fs.unlink(&R, ROOT, b"hard").unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().nlink, 0);
+    assert_eq!(fs.read(f.ino, 0, 2).unwrap(), vec![9, 9]);
+    assert_consistent(t);
+    fs.release(f.ino).unwrap();
     assert_eq!(e(fs.getattr(f.ino)), libc::ENOENT);
     assert_eq!(names(fs, ROOT), Vec::<Vec<u8>>::new());
     assert_consistent(t);
@@ -564,8 +533,8 @@ pub fn rename_cases(t: &dyn Target) {
     assert_eq!(e(fs.rename(&R, ROOT, b"a", a.ino, b"x", 0)), libc::EINVAL);
     // Move a directory: link counts and ".." follow.
     fs.rename(&R, a.ino, b"sub", b.ino, b"sub", 0).unwrap();
-    assert_eq!(fs.getattr(a.ino).unwrap().nlink, dir_nlink(t, 0));
-    assert_eq!(fs.getattr(b.ino).unwrap().nlink, dir_nlink(t, 1));
+    assert_eq!(fs.getattr(a.ino).unwrap().nlink, 2);
+    assert_eq!(fs.getattr(b.ino).unwrap().nlink, 3);
     assert_eq!(fs.lookup(&R, sub.ino, b"..").unwrap().ino, b.ino);
     assert_eq!(fs.parent_of(sub.ino).unwrap(), b.ino);
     // Replace an empty directory with a directory.
@@ -573,7 +542,7 @@ pub fn rename_cases(t: &dyn Target) {
     fs.rename(&R, b.ino, b"sub", ROOT, b"empty", 0).unwrap();
     assert_eq!(e(fs.getattr(e1.ino)), libc::ENOENT);
     assert_eq!(fs.lookup(&R, ROOT, b"empty").unwrap().ino, sub.ino);
-    assert_eq!(fs.getattr(b.ino).unwrap().nlink, dir_nlink(t, 0));
+    assert_eq!(fs.getattr(b.ino).unwrap().nlink, 2);
     assert_eq!(fs.parent_of(sub.ino).unwrap(), ROOT);
     assert_consistent(t);
     // EXCHANGE: a file and a directory in different parents.
@@ -586,7 +555,7 @@ pub fn rename_cases(t: &dyn Target) {
     assert_eq!(fs.lookup(&R, ROOT, b"empty").unwrap().ino, f.ino);
     assert_eq!(fs.lookup(&R, b.ino, b"n").unwrap().ino, sub.ino);
     assert_eq!(fs.lookup(&R, sub.ino, b"..").unwrap().ino, b.ino);
-    assert_eq!(fs.getattr(b.ino).unwrap().nlink, dir_nlink(t, 1));
+    assert_eq!(fs.getattr(b.ino).unwrap().nlink, 3);
     // EXCHANGE refusing a directory into its own subtree.
     let deep = fs.mkdir(&R, sub.ino, b"deep", 0o755).unwrap();
     assert_eq!(
@@ -799,24 +768,14 @@ pub fn directory_times(t: &dyn Target) {
             .create(&R, d.ino, format!("f{i}").as_bytes(), 0o644)
             .unwrap();
         let a = fs.getattr(d.ino).unwrap();
-        if t.profile().dir_times_follow_entries {
-            assert_eq!(a.mtime, f.ctime, "create {i} shows in the mtime");
-            assert!(a.mtime > last);
-            last = a.mtime;
-        } else {
-            // The documented difference: entries don't touch the directory's inode.
-            assert_eq!(a.mtime, last, "create {i} leaves the directory's mtime");
-        }
+        assert_eq!(a.mtime, f.ctime, "create {i} shows in the mtime");
+        assert!(a.mtime > last);
+        last = a.mtime;
     }
     std::thread::sleep(std::time::Duration::from_millis(1));
     fs.unlink(&R, d.ino, b"f3").unwrap();
-    let after = fs.getattr(d.ino).unwrap().mtime;
-    if t.profile().dir_times_follow_entries {
-        assert!(after > last);
-    } else {
-        assert_eq!(after, last);
-    }
-    // Explicit times are the directory's own on every implementation.
+    assert!(fs.getattr(d.ino).unwrap().mtime > last);
+    // Explicit times.
     let a = fs
         .setattr(
             &R,
