@@ -28,6 +28,7 @@
 #![deny(missing_docs)]
 
 mod chart;
+pub mod cluster;
 mod disk;
 mod engine;
 mod engines;

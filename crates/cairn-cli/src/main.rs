@@ -7,10 +7,12 @@
 //! This crate is the binary only: argument parsing, printing and exit statuses, and the
 //! commands on the store itself (`file`, `demo`). `mount`/`umount` are served by
 //! `cairn_fuse`, `bench`/`fs-bench` by `cairn_bench`; both run children of this binary
-//! (`cairn mount`, `cairn __bench-child`), see their crate documentation. It is the top
+//! (`cairn mount`, `cairn __bench-child`), see their crate documentation. `serve`,
+//! `cluster` and `mount --cluster` use `cairn_cluster` (module `cluster`). It is the top
 //! layer: it may use every cairn crate, and no crate may depend on it.
 
 mod allocator;
+mod cluster;
 mod demo;
 mod escape;
 mod file;
@@ -24,13 +26,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::escape::{escape, write_escaped};
 
 /// Exit status for an invalid command line (`EX_USAGE` of sysexits.h).
 const EXIT_USAGE: u8 = 64;
-/// Exit status of `verify` when it found damage.
+/// Exit status of `verify` when it found damage, and of `cluster check` when it found
+/// a problem.
 const EXIT_DAMAGE: u8 = 2;
 
 /// Text shown after `--help`: exit statuses and conventions.
@@ -38,7 +41,7 @@ const AFTER_HELP: &str = "\
 Exit status:
   0   success
   1   an error (one line `cairn: <error>` on stderr), including `get` of an absent key
-  2   `verify` found damage
+  2   `verify` found damage, or `cluster check` found the cluster inconsistent
   64  invalid command line
 
 Keys and values given as arguments are used as raw bytes. Put `--` before a KEY or
@@ -128,16 +131,29 @@ enum Command {
     /// Benchmark cairn and other engines with the seeds' experiments (see --help)
     #[command(long_about = cairn_bench::ABOUT)]
     Bench(cairn_bench::BenchArgs),
-    /// Mount the file system of store DIR on MOUNTPOINT through FUSE (foreground)
+    /// Mount the file system of store DIR, or of a cluster, on MOUNTPOINT through FUSE
+    /// (foreground)
     Mount(MountArgs),
     /// Unmount a `cairn mount`
     Umount(UmountArgs),
     /// File-system metadata benchmark: N files in one directory (library, FUSE, plain)
     #[command(long_about = cairn_bench::fsbench::ABOUT)]
     FsBench(cairn_bench::fsbench::FsBenchArgs),
+    /// Run one metadata server of a cluster (foreground; see --help)
+    #[command(long_about = cluster::SERVE_ABOUT)]
+    Serve(cluster::ServeArgs),
+    /// A running cluster: `status` (servers, partitions, splits), `check` (consistency)
+    #[command(long_about = cluster::CLUSTER_ABOUT)]
+    Cluster(cluster::ClusterArgs),
     /// One suite on one engine, in a child process of `bench`
     #[command(name = cairn_bench::CHILD_COMMAND, hide = true)]
     BenchChild { spec: PathBuf },
+    /// Concurrent creates into one directory on 1, 2, 4 ... metadata servers (processes)
+    #[command(long_about = cairn_bench::cluster::ABOUT)]
+    ClusterBench(cairn_bench::cluster::ClusterBenchArgs),
+    /// One client process of `cluster-bench`
+    #[command(name = cairn_bench::cluster::CLIENT_COMMAND, hide = true)]
+    ClusterBenchClient(cairn_bench::cluster::ClientArgs),
 }
 
 /// Options of `scan`.
@@ -165,11 +181,24 @@ struct ScanArgs {
 
 /// Arguments of `mount`.
 #[derive(Debug, Args)]
+#[command(override_usage = "cairn mount [OPTIONS] DIR MOUNTPOINT\n       \
+                            cairn mount [OPTIONS] --cluster FILE MOUNTPOINT")]
 struct MountArgs {
-    /// Directory of the store (created if needed)
+    /// Directory of the store (created if needed); with --cluster, the mount point
+    #[arg(value_name = "DIR")]
     dir: PathBuf,
     /// Where to mount it (an existing directory)
-    mountpoint: PathBuf,
+    #[arg(value_name = "MOUNTPOINT")]
+    mountpoint: Option<PathBuf>,
+    /// Mount the namespace of the cluster that FILE describes (its cluster file) instead
+    /// of a local store; several mounts of one cluster, on any machines that reach its
+    /// servers, see one namespace
+    #[arg(long, value_name = "FILE")]
+    cluster: Option<PathBuf>,
+    /// With --cluster: seconds an operation may take (retries included) before it fails
+    /// with EIO, such as one on a server that is down (default 10)
+    #[arg(long, value_name = "SECONDS", requires = "cluster")]
+    timeout: Option<f64>,
     /// Let other users than the one mounting use the mount (needs root, or
     /// user_allow_other in /etc/fuse.conf)
     #[arg(long)]
@@ -217,7 +246,7 @@ fn main() -> ExitCode {
     if log::set_logger(&LOGGER).is_ok() {
         log::set_max_level(log::LevelFilter::Warn);
     }
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse().and_then(check_args) {
         Ok(cli) => cli,
         Err(err) => {
             // Help and version requests go to stdout and succeed; usage errors do not.
@@ -235,6 +264,29 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Usage errors that clap's declarations can't express: `mount` takes DIR MOUNTPOINT,
+/// or MOUNTPOINT alone with --cluster.
+fn check_args(cli: Cli) -> Result<Cli, clap::Error> {
+    if let Command::Mount(m) = &cli.command {
+        let usage = |msg: &str| {
+            let mut cmd = Cli::command();
+            let mount = cmd.find_subcommand_mut("mount").map(|c| c.clone());
+            match mount {
+                Some(mut c) => c.error(clap::error::ErrorKind::WrongNumberOfValues, msg),
+                None => cmd.error(clap::error::ErrorKind::WrongNumberOfValues, msg),
+            }
+        };
+        match (&m.cluster, &m.mountpoint) {
+            (None, None) => return Err(usage("MOUNTPOINT is missing: give DIR MOUNTPOINT")),
+            (Some(_), Some(_)) => return Err(usage(
+                "with --cluster give only MOUNTPOINT (the cluster's namespace is mounted, no DIR)",
+            )),
+            _ => {}
+        }
+    }
+    Ok(cli)
 }
 
 /// Runs one command and returns the exit status for success or a reported finding.
@@ -256,23 +308,33 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Mount(args) => mount(&args)?,
         Command::Umount(args) => cairn_fuse::umount(&args.mountpoint)?,
         Command::FsBench(args) => cairn_bench::fsbench::run(&args, &allocator::describe())?,
+        Command::Serve(args) => cluster::serve(&args)?,
+        Command::Cluster(args) => return cluster::run(&args, &mut stdout()),
+        Command::ClusterBench(args) => cairn_bench::cluster::run(&args)?,
+        Command::ClusterBenchClient(args) => cairn_bench::cluster::client(&args)?,
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// `mount DIR MOUNTPOINT`: serves the mount in the foreground until it is unmounted or
-/// the process gets SIGINT or SIGTERM.
+/// `mount DIR MOUNTPOINT` and `mount --cluster FILE MOUNTPOINT`: serves the mount in
+/// the foreground until it is unmounted or the process gets SIGINT or SIGTERM.
 fn mount(args: &MountArgs) -> Result<()> {
     let opts = cairn_fuse::MountOptions {
         allow_other: args.allow_other,
         kernel_permissions: args.kernel_permissions,
+        cache_ttl: None,
     };
-    let mount = cairn_fuse::mount(&args.dir, &args.mountpoint, &opts)?;
+    let Some(mountpoint) = &args.mountpoint else {
+        // With --cluster the only path given is the mount point (see check_args).
+        let file = args.cluster.as_deref().context("no mount point")?;
+        return cluster::mount(file, &args.dir, args.timeout, &opts);
+    };
+    let mount = cairn_fuse::mount(&args.dir, mountpoint, &opts)?;
     eprintln!(
         "cairn: {} mounted on {} (Ctrl-C or `cairn umount {}` to unmount)",
         args.dir.display(),
-        args.mountpoint.display(),
-        args.mountpoint.display()
+        mountpoint.display(),
+        mountpoint.display()
     );
     mount.run()
 }

@@ -6,14 +6,24 @@
 //! correct stale ones; splits and operations that touch two servers are crash-safe.
 //! Each server keeps its rows in its own cairn store (keyspace [`KEYSPACE`]).
 //!
+//! - [`server`]: run a metadata server ([`server::start`], [`server::run_until_signal`]).
+//! - [`client`]: [`client::Client`], the operations of [`cairn_fs::FileSystem`] on a
+//!   cluster.
+//! - [`admin`]: [`admin::status`] and [`admin::check`] for operators.
+//!
 //! This crate uses the engine (`cairn`) and the file system's types and rules
 //! (`cairn-fs`) through their public APIs. It must never depend on the FUSE adapter,
 //! the benchmarks or the CLI.
 
 #![deny(missing_docs)]
 
+pub mod admin;
+pub mod client;
 pub mod config;
+mod error;
 pub mod giga;
+mod rows;
+pub mod server;
 
 /// The generated gRPC code of `proto/cluster.proto`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
@@ -21,7 +31,9 @@ pub mod proto {
     tonic::include_proto!("cairn.cluster.v1");
 }
 
+pub use client::{Client, ClientOptions};
 pub use config::{ClusterConfig, ConfigError, ServerInfo};
+pub use error::{ClientError, ServerError};
 
 /// The keyspace of a server's store that holds its cluster rows (see FORMAT.md).
 pub const KEYSPACE: u8 = 3;

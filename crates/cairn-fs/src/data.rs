@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use super::errno::{err, Errno, FsResult};
 use super::inode::{Attr, Inode, Tx};
 use super::layout::*;
-use super::perm::{Cred, SetAttr, R, W};
+use super::perm::{Cred, SetAttr};
+use super::rules;
 use super::times::now_ns;
 use super::{Fs, CHUNK_SIZE, INLINE_MAX};
 
@@ -15,17 +16,7 @@ impl Fs {
     /// truncates). A file unlinked while open keeps its data until [`Fs::release`].
     pub fn open_file(&self, cred: &Cred, ino: u64, flags: i32) -> FsResult<Attr> {
         let i = self.inode(ino)?;
-        let acc = flags & libc::O_ACCMODE;
-        let mask = match acc {
-            libc::O_RDONLY => R,
-            libc::O_WRONLY => W,
-            _ => R | W,
-        };
-        if i.is_dir() && (acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0) {
-            return err(libc::EISDIR);
-        }
-        self.check_access(cred, &i.attr, mask)?;
-        if flags & libc::O_TRUNC != 0 && acc != libc::O_RDONLY && i.attr.size != 0 {
+        if rules::open_check(self.perms_on(), cred, &i.attr, flags)? {
             self.setattr(
                 cred,
                 ino,

@@ -41,12 +41,15 @@
 
 mod api;
 mod check;
+#[cfg(feature = "testsuite")]
+pub mod conformance;
 mod data;
 mod errno;
 mod inode;
 mod layout;
 mod namespace;
 mod perm;
+pub mod rules;
 mod store;
 mod times;
 mod xattr;

@@ -5,8 +5,9 @@ use super::errno::{err, Errno, FsResult};
 use super::inode::{Attr, Inode, Tx};
 use super::layout::*;
 use super::perm::{Cred, R};
+use super::rules;
 use super::times::now_ns;
-use super::{Fs, NAME_MAX, PATH_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT};
+use super::{Fs, PATH_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT};
 
 /// Partition of a directory's entries (GIGA+ splitting; always 0 for now).
 const PART: u32 = 0;
@@ -22,27 +23,7 @@ pub struct DirEntry {
     pub kind: u32,
 }
 
-fn check_name(name: &[u8]) -> FsResult<()> {
-    if name.is_empty() {
-        return err(libc::ENOENT);
-    }
-    if name.len() > NAME_MAX {
-        return err(libc::ENAMETOOLONG);
-    }
-    if name.contains(&b'/') || name.contains(&0) {
-        return err(libc::EINVAL);
-    }
-    Ok(())
-}
-
-/// A name that a create-like call may use: valid, and not "." or "..".
-fn check_new_name(name: &[u8]) -> FsResult<()> {
-    check_name(name)?;
-    if name == b"." || name == b".." {
-        return err(libc::EEXIST);
-    }
-    Ok(())
-}
+use super::rules::{check_name, check_new_name};
 
 impl Fs {
     fn get_entry(&self, parent: u64, name: &[u8]) -> FsResult<Option<(u64, u32)>> {
@@ -101,14 +82,7 @@ impl Fs {
         let ino = self.alloc_ino()?;
         let now = now_ns();
         let is_dir = mode & libc::S_IFMT == libc::S_IFDIR;
-        let mut mode = mode;
-        let mut gid = cred.gid;
-        if p.attr.mode & libc::S_ISGID != 0 {
-            gid = p.attr.gid;
-            if is_dir {
-                mode |= libc::S_ISGID;
-            }
-        }
+        let (mode, gid) = rules::new_mode_gid(cred, &p.attr, mode);
         let i = Inode {
             attr: Attr {
                 ino,
@@ -164,16 +138,7 @@ impl Fs {
         mode: u32,
         rdev: u32,
     ) -> FsResult<Attr> {
-        let t = match mode & libc::S_IFMT {
-            0 => libc::S_IFREG,
-            t
-            @ (libc::S_IFREG | libc::S_IFCHR | libc::S_IFBLK | libc::S_IFIFO | libc::S_IFSOCK) => t,
-            libc::S_IFDIR => return err(libc::EPERM),
-            _ => return err(libc::EINVAL),
-        };
-        if (t == libc::S_IFCHR || t == libc::S_IFBLK) && cred.uid != 0 && self.perms_on() {
-            return err(libc::EPERM);
-        }
+        let t = rules::mknod_type(self.perms_on(), cred, mode)?;
         self.make(cred, parent, name, t | (mode & 0o7777), rdev, Vec::new())
     }
 

@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::errno::{err, FsResult};
 use super::inode::{Attr, Inode, Tx};
+use super::rules;
 use super::times::now_ns;
 use super::Fs;
 
@@ -117,23 +118,9 @@ pub struct SetAttr {
     pub mtime: Option<TimeSet>,
 }
 
-pub(super) const R: u32 = 4;
-pub(super) const W: u32 = 2;
-const X: u32 = 1;
-
-fn allowed(cred: &Cred, a: &Attr, mask: u32) -> bool {
-    if cred.uid == 0 {
-        return mask & X == 0 || a.is_dir() || a.mode & 0o111 != 0;
-    }
-    let bits = if cred.uid == a.uid {
-        (a.mode >> 6) & 7
-    } else if cred.in_group(a.gid) {
-        (a.mode >> 3) & 7
-    } else {
-        a.mode & 7
-    };
-    bits & mask == mask
-}
+pub(super) const R: u32 = rules::MAY_READ;
+pub(super) const W: u32 = rules::MAY_WRITE;
+const X: u32 = rules::MAY_EXEC;
 
 impl Fs {
     /// Turns the permission checks of the operations on or off (on by default). A FUSE
@@ -147,11 +134,7 @@ impl Fs {
     }
 
     pub(super) fn check_access(&self, cred: &Cred, a: &Attr, mask: u32) -> FsResult<()> {
-        if !self.perms.load(Ordering::Relaxed) || allowed(cred, a, mask) {
-            Ok(())
-        } else {
-            err(libc::EACCES)
-        }
+        rules::check_access(self.perms.load(Ordering::Relaxed), cred, a, mask)
     }
 
     /// A directory the caller may search (and, with `write`, change).
@@ -171,15 +154,7 @@ impl Fs {
     }
 
     pub(super) fn check_sticky(&self, cred: &Cred, dir: &Inode, victim: &Inode) -> FsResult<()> {
-        if self.perms_on()
-            && dir.attr.mode & libc::S_ISVTX != 0
-            && cred.uid != 0
-            && cred.uid != dir.attr.uid
-            && cred.uid != victim.attr.uid
-        {
-            return err(libc::EPERM);
-        }
-        Ok(())
+        rules::check_sticky(self.perms_on(), cred, &dir.attr, victim.attr.uid)
     }
 
     /// Changes attributes: chmod, chown, truncate, utimens, under the usual rules
@@ -189,75 +164,11 @@ impl Fs {
         let _g = self.lock.lock();
         let mut tx = Tx::new();
         let mut i = self.tx_get(&mut tx, ino)?;
-        let perms = self.perms.load(Ordering::Relaxed);
-        let owner = !perms || cred.uid == 0 || cred.uid == i.attr.uid;
         let now = now_ns();
-        if let Some(m) = s.mode {
-            if !owner {
-                return err(libc::EPERM);
-            }
-            let mut m = m & 0o7777;
-            // As Linux does: a caller outside the file's group can't set its setgid bit.
-            if perms && cred.uid != 0 && !cred.in_group(i.attr.gid) {
-                m &= !libc::S_ISGID;
-            }
-            i.attr.mode = (i.attr.mode & libc::S_IFMT) | m;
-        }
-        if s.uid.is_some() || s.gid.is_some() {
-            let uid = s.uid.unwrap_or(i.attr.uid);
-            let gid = s.gid.unwrap_or(i.attr.gid);
-            if perms && cred.uid != 0 {
-                if uid != i.attr.uid || cred.uid != i.attr.uid {
-                    return err(libc::EPERM);
-                }
-                if gid != i.attr.gid && !cred.in_group(gid) {
-                    return err(libc::EPERM);
-                }
-            }
-            if (uid != i.attr.uid || gid != i.attr.gid) && !i.is_dir() {
-                i.attr.mode &= !libc::S_ISUID;
-                if i.attr.mode & libc::S_IXGRP != 0 {
-                    i.attr.mode &= !libc::S_ISGID;
-                }
-            }
-            i.attr.uid = uid;
-            i.attr.gid = gid;
-        }
-        for (t, is_m) in [(s.atime, false), (s.mtime, true)] {
-            let Some(t) = t else { continue };
-            let v = match t {
-                TimeSet::Now => {
-                    if !owner {
-                        self.check_access(cred, &i.attr, W)?;
-                    }
-                    now
-                }
-                TimeSet::At(v) => {
-                    if !owner {
-                        return err(libc::EPERM);
-                    }
-                    v
-                }
-            };
-            if is_m {
-                i.attr.mtime = v;
-            } else {
-                i.attr.atime = v;
-            }
-        }
+        rules::apply_setattr(self.perms_on(), cred, &mut i.attr, s, now)?;
         if let Some(size) = s.size {
-            match i.attr.mode & libc::S_IFMT {
-                libc::S_IFDIR => return err(libc::EISDIR),
-                libc::S_IFREG => {}
-                _ => return err(libc::EINVAL),
-            }
-            self.check_access(cred, &i.attr, W)?;
             self.truncate_in(&mut tx, &mut i, size)?;
-            if s.mtime.is_none() {
-                i.attr.mtime = now;
-            }
         }
-        i.attr.ctime = now;
         let attr = i.attr.clone();
         self.tx_put(&mut tx, i);
         self.commit(tx)?;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::errno::{Errno, FsResult};
-use super::inode::{Attr, Inode, Tx};
+use super::inode::{Inode, Tx};
 use super::layout::*;
 use super::store::Batch;
 use super::Fs;
@@ -45,10 +45,7 @@ impl Fs {
     /// Sets the access time of `seen` (as just read) to now if the `relatime` rule asks
     /// for it (see the documentation of `fs`).
     pub(super) fn touch_atime(&self, seen: &Inode) -> FsResult<()> {
-        const DAY_NS: i64 = 24 * 3600 * 1_000_000_000;
-        let stale = |a: &Attr, now: i64| {
-            a.atime <= a.mtime || a.atime <= a.ctime || now - a.atime >= DAY_NS
-        };
+        let stale = super::rules::relatime_due;
         if !stale(&seen.attr, now_ns()) {
             return Ok(());
         }

@@ -1,4 +1,4 @@
-//! Conversions between `cairn::fs` and the FUSE protocol (attributes, file types,
+//! Conversions between `cairn_fs` and the FUSE protocol (attributes, file types,
 //! times) and the credentials of a request's caller.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -8,9 +8,9 @@ use fuser::{FileAttr, FileType, Request, TimeOrNow};
 use cairn_fs::{Attr, Cred, TimeSet};
 
 /// The caller of a request. FUSE requests carry no supplementary groups, so when
-/// cairn::fs checks permissions (`groups`) they are read from `/proc/<pid>/status` for
+/// the file system checks permissions (`groups`) they are read from `/proc/<pid>/status` for
 /// a non-root caller (root passes the checks that groups could matter for); when the
-/// kernel checks them, cairn::fs needs only the ids, for the owner of new files.
+/// kernel checks them, the file system needs only the ids, for the owner of new files.
 pub(crate) fn cred(req: &Request<'_>, groups: bool) -> Cred {
     let c = Cred::new(req.uid(), req.gid());
     if c.uid == 0 || !groups {

@@ -1,4 +1,5 @@
-//! The FUSE adapter: [`CairnFuse`] answers the kernel's requests with `cairn::fs`.
+//! The FUSE adapter: [`CairnFuse`] answers the kernel's requests with any
+//! [`FileSystem`] (a local `cairn_fs::Fs`, or a cluster's client).
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -11,13 +12,11 @@ use fuser::{
     ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
 };
 
-use cairn_fs::{Cred, Fs, FsResult, SetAttr};
+use cairn_fs::{Cred, FileSystem, FsResult, SetAttr};
 
 use crate::attr::{cred, fattr, kind, may_access, timeset};
 use crate::stats::{count, Op};
 
-/// How long the kernel may cache attributes and entries (see the crate documentation).
-const TTL: Duration = Duration::from_secs(24 * 3600);
 /// Entries fetched from the store per readdir call.
 const READDIR_BATCH: usize = 256;
 
@@ -30,10 +29,12 @@ struct DirHandle {
     older: HashMap<i64, Vec<u8>>,
 }
 
-/// The file system of a store, served to the kernel through FUSE.
+/// The file system served to the kernel through FUSE.
 pub(crate) struct CairnFuse {
     /// Shared with [`crate::Mount`], which closes it once the session is gone.
-    fs: std::sync::Arc<Fs>,
+    fs: SharedFs,
+    /// How long the kernel may cache attributes and entries (see the crate documentation).
+    ttl: Duration,
     /// Whether `fs` checks permissions (else the kernel does).
     fs_checks: bool,
     /// Set once the session exists: invalidates the kernel's cached attributes when a
@@ -43,10 +44,14 @@ pub(crate) struct CairnFuse {
     next_fh: u64,
 }
 
+/// The file system a mount serves, shared by the session and the [`crate::Mount`] that
+/// closes it (a `Box` inside, since [`FileSystem::close`] takes one).
+pub(crate) type SharedFs = std::sync::Arc<Box<dyn FileSystem>>;
+
 macro_rules! reply_entry {
-    ($reply:expr, $r:expr) => {
+    ($self:expr, $reply:expr, $r:expr) => {
         match $r {
-            Ok(a) => $reply.entry(&TTL, &fattr(&a), 0),
+            Ok(a) => $reply.entry(&$self.ttl, &fattr(&a), 0),
             Err(e) => $reply.error(e.0),
         }
     };
@@ -69,15 +74,18 @@ fn reply_xattr(reply: ReplyXattr, size: u32, r: FsResult<Vec<u8>>) {
 }
 
 impl CairnFuse {
-    /// Serves `fs`; `fs_checks`: whether `fs` checks permissions (else the kernel does);
-    /// `notifier` is filled in once the session exists.
+    /// Serves `fs`; `ttl`: how long the kernel may cache entries and attributes;
+    /// `fs_checks`: whether `fs` checks permissions (else the kernel does); `notifier` is
+    /// filled in once the session exists.
     pub(crate) fn new(
-        fs: std::sync::Arc<Fs>,
+        fs: SharedFs,
+        ttl: Duration,
         fs_checks: bool,
         notifier: std::sync::Arc<std::sync::Mutex<Option<fuser::Notifier>>>,
     ) -> CairnFuse {
         CairnFuse {
             fs,
+            ttl,
             fs_checks,
             notifier,
             dirs: HashMap::new(),
@@ -113,6 +121,7 @@ impl Filesystem for CairnFuse {
     fn lookup(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
         count(Op::Lookup);
         reply_entry!(
+            self,
             reply,
             self.fs.lookup(&self.cred(req), parent, name.as_bytes())
         )
@@ -121,7 +130,7 @@ impl Filesystem for CairnFuse {
     fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
         count(Op::Getattr);
         match self.fs.getattr(ino) {
-            Ok(a) => reply.attr(&TTL, &fattr(&a)),
+            Ok(a) => reply.attr(&self.ttl, &fattr(&a)),
             Err(e) => reply.error(e.0),
         }
     }
@@ -154,7 +163,7 @@ impl Filesystem for CairnFuse {
             mtime: timeset(mtime),
         };
         match self.fs.setattr(&self.cred(req), ino, &s) {
-            Ok(a) => reply.attr(&TTL, &fattr(&a)),
+            Ok(a) => reply.attr(&self.ttl, &fattr(&a)),
             Err(e) => reply.error(e.0),
         }
     }
@@ -179,6 +188,7 @@ impl Filesystem for CairnFuse {
     ) {
         count(Op::Mknod);
         reply_entry!(
+            self,
             reply,
             self.fs
                 .mknod(&self.cred(req), parent, name.as_bytes(), mode, rdev)
@@ -196,6 +206,7 @@ impl Filesystem for CairnFuse {
     ) {
         count(Op::Mkdir);
         reply_entry!(
+            self,
             reply,
             self.fs
                 .mkdir(&self.cred(req), parent, name.as_bytes(), mode)
@@ -228,6 +239,7 @@ impl Filesystem for CairnFuse {
     ) {
         count(Op::Symlink);
         reply_entry!(
+            self,
             reply,
             self.fs.symlink(
                 &self.cred(req),
@@ -272,6 +284,7 @@ impl Filesystem for CairnFuse {
     ) {
         count(Op::Link);
         reply_entry!(
+            self,
             reply,
             self.fs
                 .link(&self.cred(req), ino, newparent, newname.as_bytes())
@@ -466,7 +479,12 @@ impl Filesystem for CairnFuse {
         let ok = r.is_ok();
         reply_empty(reply, r);
         if ok && name.as_bytes() == b"system.posix_acl_access" {
-            if let Some(n) = self.notifier.lock().unwrap().as_ref() {
+            if let Some(n) = self
+                .notifier
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+            {
                 let _ = n.inval_inode(ino, -1, 0);
             }
         }
@@ -535,7 +553,7 @@ impl Filesystem for CairnFuse {
             .create(&c, parent, name.as_bytes(), mode)
             .and_then(|a| self.fs.open_file(&c, a.ino, flags & !libc::O_TRUNC));
         match r {
-            Ok(a) => reply.created(&TTL, &fattr(&a), 0, 0, 0),
+            Ok(a) => reply.created(&self.ttl, &fattr(&a), 0, 0, 0),
             Err(e) => reply.error(e.0),
         }
     }

@@ -1,11 +1,14 @@
-//! `cairn-fuse`: the file system of `cairn::fs` mounted through FUSE (the `fuser` crate,
-//! its pure-Rust mount path: mount(2) directly when run as root, else `fusermount3`).
-//! `cairn mount DIR MOUNTPOINT` and `cairn umount MOUNTPOINT` call [`mount`],
-//! [`Mount::run`] and [`umount`].
+//! `cairn-fuse`: a [`cairn_fs::FileSystem`] mounted through FUSE (the `fuser` crate, its
+//! pure-Rust mount path: mount(2) directly when run as root, else `fusermount3`).
+//! `cairn mount DIR MOUNTPOINT` and `cairn umount MOUNTPOINT` call [`mount`] (a local
+//! store's `cairn_fs::Fs`), [`Mount::run`] and [`umount`]; `cairn mount --cluster FILE
+//! MOUNTPOINT` calls [`mount_fs`] with a cluster's client. Every request is one call of
+//! the trait (a dynamic call; the file system does the work).
 //!
-//! Layering: this crate sits on the engine (`cairn`) and is used by the command-line
-//! tool (`cairn-cli`) and the benchmarks (`cairn-bench`). It must never depend on
-//! `cairn-bench` or `cairn-cli`.
+//! Layering: this crate sits on the file system's trait (`cairn-fs`) and is used by the
+//! command-line tool (`cairn-cli`) and the benchmarks (`cairn-bench`). It must never
+//! depend on the cluster (which reaches it only as a `FileSystem`), `cairn-bench` or
+//! `cairn-cli`.
 //!
 //! A mount runs in the foreground until it is unmounted ([`umount`], `cairn umount`,
 //! `umount`, `fusermount3 -u`) or the process gets SIGINT or SIGTERM, which unmount it
@@ -14,15 +17,18 @@
 //! Requests per operation are kept few, since each one is a round trip through the kernel
 //! that costs more than the operation itself (a create of a new file is a LOOKUP, a
 //! CREATE and, after the close, a RELEASE the caller doesn't wait for):
-//! - the kernel may keep entries and attributes for a day: the store is locked by this
-//!   process and every change goes through the kernel, which updates or drops what it
-//!   cached for the inodes a change touches (the mount tells it about the one change it
-//!   can't foresee: an access ACL that sets the mode);
+//! - on a mount of a local store ([`mount`]) the kernel may keep entries and attributes
+//!   for a day: the store is locked by this process and every change goes through the
+//!   kernel, which updates or drops what it cached for the inodes a change touches (the
+//!   mount tells it about the one change it can't foresee: an access ACL that sets the
+//!   mode). A file system that others change too (a cluster, served by [`mount_fs`])
+//!   is cached for [`SHARED_TTL`] by default, so a change made through another client
+//!   shows within that time ([`MountOptions::cache_ttl`] sets it);
 //! - FLUSH answers ENOSYS, so the kernel stops sending it at every close: writes are
 //!   stored when they are made, there is nothing to flush;
-//! - permissions are checked by `cairn::fs` when only root uses the mount (a root
+//! - permissions are checked by the file system when only root uses the mount (a root
 //!   mount without [`MountOptions::allow_other`]: the kernel lets no one else in, and
-//!   cairn::fs's rules for root are the kernel's), else by the kernel
+//!   cairn_fs's rules for root are the kernel's), else by the kernel
 //!   (`default_permissions`), which has to fetch a directory's attributes again (a
 //!   GETATTR) before every create or unlink in it since the previous one changed them.
 //!   [`MountOptions::kernel_permissions`] forces the latter.
@@ -33,7 +39,7 @@
 //! requests per operation.
 //!
 //! Modules: `filesystem` answers the kernel's requests, `attr` converts between
-//! `cairn::fs` and FUSE, `stats` counts requests; this file mounts and unmounts.
+//! `cairn_fs` and FUSE, `stats` counts requests; this file mounts and unmounts.
 
 #![deny(missing_docs)]
 
@@ -43,14 +49,23 @@ mod stats;
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use fuser::MountOption;
 
-use cairn_fs::Fs;
+use cairn_fs::{FileSystem, Fs};
 
-use crate::filesystem::CairnFuse;
+use crate::filesystem::{CairnFuse, SharedFs};
 pub use crate::stats::{parse_counts, STATS_ENV};
+
+/// How long the kernel keeps entries and attributes of a local store's mount ([`mount`]):
+/// a day, since every change passes through this mount.
+pub const LOCAL_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// How long the kernel keeps entries and attributes of a [`mount_fs`] mount by default:
+/// other clients may change the file system, so what the kernel cached may be this old.
+pub const SHARED_TTL: Duration = Duration::from_secs(1);
 
 /// How a store is mounted (the options of `cairn mount`).
 #[derive(Clone, Debug, Default)]
@@ -62,6 +77,10 @@ pub struct MountOptions {
     /// uses (by default cairn checks them there, which saves a request per create and
     /// unlink).
     pub kernel_permissions: bool,
+    /// How long the kernel may cache entries and attributes; `None`: [`LOCAL_TTL`] for
+    /// [`mount`], [`SHARED_TTL`] for [`mount_fs`]. Zero makes the kernel ask for every
+    /// lookup and attribute.
+    pub cache_ttl: Option<Duration>,
 }
 
 /// Mount options of every mount; `kernel_checks`: `default_permissions`.
@@ -83,12 +102,13 @@ fn options(allow_other: bool, kernel_checks: bool) -> Vec<MountOption> {
     o
 }
 
-/// A mounted store, not yet served: [`Mount::run`] serves it until it is unmounted.
-/// Dropping it unmounts it and closes the store.
+/// A mounted file system, not yet served: [`Mount::run`] serves it until it is
+/// unmounted. Dropping it unmounts it and drops the file system.
 pub struct Mount {
     session: fuser::Session<CairnFuse>,
-    /// The file system the session serves, closed ([`Fs::close`]) after the session.
-    fs: std::sync::Arc<Fs>,
+    /// The file system the session serves, closed ([`FileSystem::close`]) after the
+    /// session.
+    fs: SharedFs,
     mountpoint: PathBuf,
     stats: Option<PathBuf>,
 }
@@ -103,8 +123,27 @@ pub fn mount(store: &Path, mountpoint: &Path, opts: &MountOptions) -> Result<Mou
     let fs = Fs::open(store)
         .map_err(std::io::Error::from)
         .with_context(|| format!("opening {}", store.display()))?;
+    let ttl = opts.cache_ttl.unwrap_or(LOCAL_TTL);
+    mount_boxed(Box::new(fs), mountpoint, opts, ttl)
+}
+
+/// Mounts `fs` (any file system: a cluster's client, a local `Fs`) on `mountpoint` (an
+/// existing directory). The kernel caches entries and attributes for
+/// [`MountOptions::cache_ttl`], by default [`SHARED_TTL`]; [`Mount::run`] closes `fs`
+/// ([`FileSystem::close`]) once unmounted. Signal handlers as for [`mount`].
+pub fn mount_fs(fs: Box<dyn FileSystem>, mountpoint: &Path, opts: &MountOptions) -> Result<Mount> {
+    let ttl = opts.cache_ttl.unwrap_or(SHARED_TTL);
+    mount_boxed(fs, mountpoint, opts, ttl)
+}
+
+fn mount_boxed(
+    fs: Box<dyn FileSystem>,
+    mountpoint: &Path,
+    opts: &MountOptions,
+    ttl: Duration,
+) -> Result<Mount> {
     // Without allow_other the kernel lets only processes of the mounting user in (real,
-    // effective and saved ids all equal): for root, cairn::fs's checks are the
+    // effective and saved ids all equal): for root, the file system's checks are the
     // kernel's, and they cost no GETATTR of the directory before each create.
     // SAFETY: geteuid has no preconditions.
     let fs_checks =
@@ -112,11 +151,11 @@ pub fn mount(store: &Path, mountpoint: &Path, opts: &MountOptions) -> Result<Mou
     fs.set_permission_checks(fs_checks);
     let stats = stats::start_stats()?;
     let notifier = std::sync::Arc::new(std::sync::Mutex::new(None));
-    let fs = std::sync::Arc::new(fs);
-    let fuse = CairnFuse::new(fs.clone(), fs_checks, notifier.clone());
+    let fs: SharedFs = std::sync::Arc::new(fs);
+    let fuse = CairnFuse::new(fs.clone(), ttl, fs_checks, notifier.clone());
     let mut session = fuser::Session::new(fuse, mountpoint, &options(opts.allow_other, !fs_checks))
         .with_context(|| format!("{MOUNTING_ON}{}", mountpoint.display()))?;
-    *notifier.lock().unwrap() = Some(session.notifier());
+    *notifier.lock().unwrap_or_else(|p| p.into_inner()) = Some(session.notifier());
     let mut unmounter = session.unmount_callable();
     let mp = mountpoint.to_path_buf();
     ctrlc::set_handler(move || {
@@ -136,14 +175,14 @@ pub fn mount(store: &Path, mountpoint: &Path, opts: &MountOptions) -> Result<Mou
 }
 
 impl Mount {
-    /// Where the store is mounted.
+    /// Where the file system is mounted.
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint
     }
 
     /// Serves the mount until it is unmounted ([`umount`] or any other way) or the
-    /// process gets SIGINT or SIGTERM; then flushes and closes the store, and with
-    /// [`STATS_ENV`] set writes the request counts.
+    /// process gets SIGINT or SIGTERM; then closes the file system (a local store is
+    /// flushed and closed), and with [`STATS_ENV`] set writes the request counts.
     pub fn run(self) -> Result<()> {
         let Mount {
             mut session,
@@ -154,17 +193,17 @@ impl Mount {
         // The store is closed (and its error reported) even when serving failed.
         let served = session.run().context("serving the mount");
         if !is_mountpoint(&mountpoint) {
-            // Unmounted from outside (the kernel sent DESTROY first, so the store is
-            // flushed): fuser's own unmount at drop would only report EINVAL.
+            // Unmounted from outside (the kernel sent DESTROY first, so the file system
+            // is flushed): fuser's own unmount at drop would only report EINVAL.
             log::set_max_level(log::LevelFilter::Off);
         }
         drop(session); // unmounts if still mounted and lets go of the file system
         let closed = match std::sync::Arc::try_unwrap(fs) {
-            // Deferred directory times written, the store closed: errors reported.
+            // What the file system deferred written, the store closed: errors reported.
             Ok(fs) => fs
                 .close()
                 .map_err(std::io::Error::from)
-                .context("closing the store"),
+                .context("closing the file system"),
             Err(_) => Err(anyhow::anyhow!(
                 "the file system is still in use after the session ended"
             )),

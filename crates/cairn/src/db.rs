@@ -422,6 +422,27 @@ impl Db {
         self.core().flush()
     }
 
+    /// Makes every write made so far durable, sharing fsyncs with concurrent callers
+    /// and with writers under `SyncPolicy::Always` (group commit), and returns at once
+    /// when they already are. For layers that write with
+    /// [`crate::WriteOptions::defer_sync`] while holding a lock of their own and wait for
+    /// durability after releasing it, so that concurrent operations share fsyncs;
+    /// [`Db::flush`] instead syncs every shard on each call.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = cairn::Db::open(dir.path())?;
+    /// let ks = db.keyspace(9);
+    /// ks.put_with("k", "v", cairn::WriteOptions::new().defer_sync())?;
+    /// db.sync_written()?; // "k" is durable now
+    /// # Ok::<(), cairn::Error>(())
+    /// ```
+    pub fn sync_written(&self) -> Result<()> {
+        let c = self.core();
+        let seq = c.current_seq().saturating_sub(1);
+        c.sync_upto(seq, 0)
+    }
+
     /// Runs compaction now: seals every segment whose stale fraction is at or above the
     /// threshold (the active one included), then rewrites them.
     pub fn compact(&self) -> Result<()> {

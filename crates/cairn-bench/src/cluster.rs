@@ -1,0 +1,537 @@
+//! `cairn cluster-bench`: the seed's concurrent-create experiment (GIGA+/IndexFS, seed
+//! 002) on real processes: S metadata servers (each a `cairn serve` process on a
+//! loopback port of its own) and C client processes (`cairn __cluster-bench-client`)
+//! that all create files in ONE directory. Reports the aggregate create rate, creates
+//! per server-CPU-second (the scaling figure that means something when the servers share
+//! a few cores), redirects per create once the directory has spread, and the same creates
+//! through `cairn_fs::Fs` in this process (the cost of the network hop).
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use cairn_cluster::client::{Client, ClientOptions};
+use cairn_cluster::ClusterConfig;
+use cairn_fs::{Cred, FileSystem, Fs, ROOT};
+use clap::Args;
+use serde::Serialize;
+
+/// The hidden subcommand that runs one client process.
+pub const CLIENT_COMMAND: &str = "__cluster-bench-client";
+
+/// What `cairn cluster-bench --help` says.
+pub const ABOUT: &str = "\
+Run the seed's concurrent-create experiment (GIGA+/IndexFS) on real processes: for each
+server count S (--servers), start S `cairn serve` processes on loopback ports, make one
+directory, and have C client processes (--clients) create --files files each in it, all
+at once. Reports creates/s (aggregate), creates per server-CPU-second (user + system time
+of the server processes, read from /proc: the figure that shows scaling when S servers
+share this machine's cores), redirects per create over the last half of the run (after
+the directory has spread), and the same creates through cairn_fs::Fs in this process
+(the network hop's cost). Nothing is pinned to a CPU. Writes results.json and results.md
+to --out.";
+
+/// Arguments of `cairn cluster-bench`.
+#[derive(Args, Debug, Clone)]
+pub struct ClusterBenchArgs {
+    /// Server counts to run, comma-separated
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    pub servers: Vec<u32>,
+    /// Client processes, all creating in the one directory
+    #[arg(long, default_value_t = 2)]
+    pub clients: u32,
+    /// Files each client creates
+    #[arg(long, default_value_t = 50_000)]
+    pub files: u64,
+    /// Durability of the servers: never (the engine's prefix rule) or always (a reply
+    /// only once the create is durable, group commit)
+    #[arg(long, default_value = "never")]
+    pub sync: String,
+    /// Entries a partition holds before its server splits it (default: the server's)
+    #[arg(long)]
+    pub split_threshold: Option<u64>,
+    /// Work directory for the servers' stores: new or empty; what the run makes in it is
+    /// removed at the end
+    #[arg(long, default_value = "./cairn-cluster-bench")]
+    pub dir: PathBuf,
+    /// Directory for results.json and results.md
+    #[arg(long, default_value = "cluster-bench-out")]
+    pub out: PathBuf,
+    /// Skip the in-process cairn_fs::Fs comparison
+    #[arg(long)]
+    pub no_lib: bool,
+}
+
+/// Arguments of one client process (hidden subcommand).
+#[derive(Args, Debug, Clone)]
+pub struct ClientArgs {
+    /// The cluster file
+    #[arg(long)]
+    pub cluster: PathBuf,
+    /// Inode of the directory to create in
+    #[arg(long)]
+    pub dir_ino: u64,
+    /// Files to create
+    #[arg(long)]
+    pub files: u64,
+    /// Name prefix of this client's files
+    #[arg(long)]
+    pub prefix: String,
+}
+
+/// One client process's outcome.
+#[derive(Debug, Serialize, Clone, Default)]
+struct ClientResult {
+    creates: u64,
+    secs: f64,
+    redirects: u64,
+    /// Creates and redirects in the second half of this client's run.
+    late_creates: u64,
+    late_redirects: u64,
+}
+
+/// One server count's outcome.
+#[derive(Debug, Serialize)]
+struct Run {
+    servers: u32,
+    clients: u32,
+    files: u64,
+    sync: String,
+    creates_per_sec: f64,
+    wall_secs: f64,
+    server_cpu_secs: f64,
+    creates_per_server_cpu_sec: f64,
+    redirects: u64,
+    redirects_per_create_late: f64,
+    partitions: u64,
+    per_server_entries: Vec<u64>,
+    timeline: Vec<(f64, f64)>,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    command: String,
+    machine: String,
+    runs: Vec<Run>,
+    lib_creates_per_sec: Option<f64>,
+}
+
+fn free_port() -> Result<SocketAddr> {
+    let l = TcpListener::bind("127.0.0.1:0").context("finding a free loopback port")?;
+    Ok(l.local_addr()?)
+}
+
+/// CPU seconds (user + system) a process has used, from /proc/PID/stat.
+fn cpu_secs(pid: u32) -> Result<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = s.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    ensure!(f.len() > 13, "short /proc/{pid}/stat");
+    let utime: f64 = f[11].parse()?;
+    let stime: f64 = f[12].parse()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Ok((utime + stime) / hz.max(1.0))
+}
+
+/// Running servers, killed (SIGTERM, then SIGKILL) when dropped.
+struct Servers {
+    children: Vec<Child>,
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            // SAFETY: kill with a pid we own.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        }
+        let t = Instant::now();
+        for c in &mut self.children {
+            while t.elapsed() < Duration::from_secs(10) {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn start_servers(
+    exe: &Path,
+    args: &ClusterBenchArgs,
+    n: u32,
+    work: &Path,
+) -> Result<(Servers, PathBuf, ClusterConfig)> {
+    let mut toml = String::new();
+    let mut addrs = Vec::new();
+    for id in 0..n {
+        let a = free_port()?;
+        toml.push_str(&format!("[[server]]\nid = {id}\naddr = \"{a}\"\n"));
+        addrs.push(a);
+    }
+    let file = work.join("cluster.toml");
+    std::fs::write(&file, &toml).with_context(|| format!("writing {}", file.display()))?;
+    let cfg = ClusterConfig::parse(&toml)?;
+    let mut servers = Servers {
+        children: Vec::new(),
+    };
+    for (id, a) in addrs.iter().enumerate() {
+        let d = work.join(format!("server-{id}"));
+        let mut cmd = Command::new(exe);
+        cmd.arg("serve")
+            .arg("--dir")
+            .arg(&d)
+            .arg("--listen")
+            .arg(a.to_string())
+            .arg("--cluster")
+            .arg(&file)
+            .arg("--sync")
+            .arg(&args.sync)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                std::fs::File::create(work.join(format!("server-{id}.log")))
+                    .context("creating a server log")?,
+            ));
+        if let Some(t) = args.split_threshold {
+            cmd.arg("--split-threshold").arg(t.to_string());
+        }
+        servers
+            .children
+            .push(cmd.spawn().context("starting `cairn serve`")?);
+    }
+    // Wait until every server accepts connections (bounded).
+    let t = Instant::now();
+    for a in &addrs {
+        while TcpStream::connect_timeout(a, Duration::from_millis(200)).is_err() {
+            if t.elapsed() > Duration::from_secs(60) {
+                bail!(
+                    "server at {a} did not start within 60 s (see its log in {})",
+                    work.display()
+                );
+            }
+            for c in &mut servers.children {
+                if let Ok(Some(st)) = c.try_wait() {
+                    bail!(
+                        "a server exited at start ({st}); see the logs in {}",
+                        work.display()
+                    );
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Ok((servers, file, cfg))
+}
+
+fn run_one(exe: &Path, args: &ClusterBenchArgs, n: u32) -> Result<Run> {
+    let work = args.dir.join(format!("s{n}"));
+    std::fs::create_dir(&work).with_context(|| format!("creating {}", work.display()))?;
+    let (servers, file, cfg) = start_servers(exe, args, n, &work)?;
+    let client = Client::with_config(cfg.clone(), ClientOptions::default())?;
+    let dir = client
+        .mkdir(&Cred::ROOT, ROOT, b"bench", 0o755)
+        .map_err(|e| anyhow::anyhow!("mkdir /bench on the cluster: {e}"))?;
+    let cpu0: f64 = servers
+        .children
+        .iter()
+        .map(|c| cpu_secs(c.id()))
+        .sum::<Result<f64>>()?;
+    let start = Instant::now();
+    let mut kids = Vec::new();
+    for k in 0..args.clients {
+        let child = Command::new(exe)
+            .arg(CLIENT_COMMAND)
+            .arg("--cluster")
+            .arg(&file)
+            .arg("--dir-ino")
+            .arg(dir.ino.to_string())
+            .arg("--files")
+            .arg(args.files.to_string())
+            .arg("--prefix")
+            .arg(format!("c{k}-"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting a client process")?;
+        kids.push(child);
+    }
+    // Progress lines: "@@P <secs> <creates>"; last line "@@R <json>".
+    let mut readers = Vec::new();
+    for c in &mut kids {
+        let out = c.stdout.take().context("client stdout")?;
+        readers.push(std::thread::spawn(move || {
+            let mut progress = Vec::new();
+            let mut result = None;
+            for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
+                if let Some(r) = line.strip_prefix("@@P ") {
+                    let mut it = r.split(' ');
+                    if let (Some(a), Some(b)) = (it.next(), it.next()) {
+                        if let (Ok(t), Ok(n)) = (a.parse::<f64>(), b.parse::<u64>()) {
+                            progress.push((t, n));
+                        }
+                    }
+                } else if let Some(r) = line.strip_prefix("@@R ") {
+                    result = Some(r.to_owned());
+                }
+            }
+            (progress, result)
+        }));
+    }
+    let mut results = Vec::new();
+    let mut progress = Vec::new();
+    for (c, r) in kids.iter_mut().zip(readers) {
+        let st = c.wait()?;
+        let (p, res) = r
+            .join()
+            .map_err(|_| anyhow::anyhow!("a reader thread panicked"))?;
+        ensure!(st.success(), "a client process failed ({st})");
+        let res = res.context("a client process reported no result")?;
+        results.push(parse_result(&res)?);
+        progress.push(p);
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let cpu1: f64 = servers
+        .children
+        .iter()
+        .map(|c| cpu_secs(c.id()))
+        .sum::<Result<f64>>()?;
+    let status = cairn_cluster::admin::status(&cfg, Duration::from_secs(10));
+    if let Some(down) = status.servers.iter().find(|s| !s.up) {
+        bail!(
+            "server {} at {} did not answer `status` after the run: {}",
+            down.id,
+            down.addr,
+            down.error.as_deref().unwrap_or("no reason given")
+        );
+    }
+    let per_server_entries: Vec<u64> = status.servers.iter().map(|s| s.entries).collect();
+    let partitions: u64 = status.servers.iter().map(|s| s.partitions).sum();
+    drop(servers);
+    std::fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
+    let creates: u64 = results.iter().map(|r| r.creates).sum();
+    let late_c: u64 = results.iter().map(|r| r.late_creates).sum();
+    let late_r: u64 = results.iter().map(|r| r.late_redirects).sum();
+    Ok(Run {
+        servers: n,
+        clients: args.clients,
+        files: args.files,
+        sync: args.sync.clone(),
+        creates_per_sec: creates as f64 / wall,
+        wall_secs: wall,
+        server_cpu_secs: cpu1 - cpu0,
+        creates_per_server_cpu_sec: creates as f64 / (cpu1 - cpu0).max(1e-9),
+        redirects: results.iter().map(|r| r.redirects).sum(),
+        redirects_per_create_late: late_r as f64 / late_c.max(1) as f64,
+        partitions,
+        per_server_entries,
+        timeline: merge_timelines(&progress),
+    })
+}
+
+/// Aggregate creates/s in half-second steps from the clients' progress lines.
+fn merge_timelines(progress: &[Vec<(f64, u64)>]) -> Vec<(f64, f64)> {
+    let end = progress
+        .iter()
+        .filter_map(|p| p.last().map(|x| x.0))
+        .fold(0.0, f64::max);
+    let at = |p: &Vec<(f64, u64)>, t: f64| -> u64 {
+        p.iter().take_while(|x| x.0 <= t).last().map_or(0, |x| x.1)
+    };
+    let mut out = Vec::new();
+    let step = 0.5;
+    let mut t = step;
+    while t <= end + step {
+        let n1: u64 = progress.iter().map(|p| at(p, t)).sum();
+        let n0: u64 = progress.iter().map(|p| at(p, t - step)).sum();
+        out.push((t, (n1 - n0) as f64 / step));
+        t += step;
+    }
+    out
+}
+
+fn parse_result(s: &str) -> Result<ClientResult> {
+    let v: serde_json::Value = serde_json::from_str(s)?;
+    let g = |k: &str| v[k].as_u64().unwrap_or(0);
+    Ok(ClientResult {
+        creates: g("creates"),
+        secs: v["secs"].as_f64().unwrap_or(0.0),
+        redirects: g("redirects"),
+        late_creates: g("late_creates"),
+        late_redirects: g("late_redirects"),
+    })
+}
+
+/// The same creates through `cairn_fs::Fs` in this process, on a fresh store.
+fn lib_rate(args: &ClusterBenchArgs) -> Result<f64> {
+    let d = args.dir.join("lib");
+    let fs = Fs::open(&d).map_err(|e| anyhow::anyhow!("opening {}: {e}", d.display()))?;
+    let dir = fs
+        .mkdir(&Cred::ROOT, ROOT, b"bench", 0o755)
+        .map_err(|e| anyhow::anyhow!("mkdir: {e}"))?;
+    let n = args.files * args.clients as u64;
+    let t = Instant::now();
+    for i in 0..n {
+        fs.create(&Cred::ROOT, dir.ino, format!("f{i}").as_bytes(), 0o644)
+            .map_err(|e| anyhow::anyhow!("create: {e}"))?;
+    }
+    let rate = n as f64 / t.elapsed().as_secs_f64();
+    fs.close().map_err(|e| anyhow::anyhow!("close: {e}"))?;
+    std::fs::remove_dir_all(&d)?;
+    Ok(rate)
+}
+
+/// Runs `cairn cluster-bench`.
+pub fn run(args: &ClusterBenchArgs) -> Result<()> {
+    ensure!(
+        args.clients > 0 && args.files > 0,
+        "--clients and --files must be positive"
+    );
+    ensure!(
+        !args.servers.is_empty() && args.servers.iter().all(|&s| (1..=64).contains(&s)),
+        "--servers takes counts in 1..=64"
+    );
+    ensure!(
+        args.sync == "never" || args.sync == "always",
+        "--sync is never or always"
+    );
+    let exe = std::env::current_exe().context("finding this executable")?;
+    // The work directory must be new or empty: the run removes only what it made.
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("creating {}", args.dir.display()))?;
+    let has_entries = std::fs::read_dir(&args.dir)
+        .with_context(|| format!("reading {}", args.dir.display()))?
+        .next()
+        .is_some();
+    ensure!(
+        !has_entries,
+        "--dir {} is not empty; give a new or empty directory",
+        args.dir.display()
+    );
+    let mut runs = Vec::new();
+    for &s in &args.servers {
+        eprintln!(
+            "cluster-bench: {s} server(s), {} client(s) x {} files, sync {}",
+            args.clients, args.files, args.sync
+        );
+        let r = run_one(&exe, args, s)?;
+        eprintln!(
+            "  {:.0} creates/s, {:.0} creates per server-CPU-second, {:.4} redirects per create (late), {} partitions",
+            r.creates_per_sec, r.creates_per_server_cpu_sec, r.redirects_per_create_late, r.partitions
+        );
+        runs.push(r);
+    }
+    let lib = if args.no_lib {
+        None
+    } else {
+        let r = lib_rate(args)?;
+        eprintln!("  cairn_fs::Fs in-process, one thread: {r:.0} creates/s");
+        Some(r)
+    };
+    let report = Report {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        machine: {
+            let m = crate::machine();
+            format!(
+                "{} CPUs, {} GiB, kernel {}; load average at the start {}",
+                m.cpus,
+                m.memory_bytes.unwrap_or(0) >> 30,
+                m.kernel.unwrap_or_default(),
+                std::fs::read_to_string("/proc/loadavg")
+                    .unwrap_or_default()
+                    .split(' ')
+                    .next()
+                    .unwrap_or("?")
+            )
+        },
+        runs,
+        lib_creates_per_sec: lib,
+    };
+    std::fs::create_dir_all(&args.out)?;
+    std::fs::write(
+        args.out.join("results.json"),
+        serde_json::to_string_pretty(&report)?,
+    )?;
+    let md = markdown(&report);
+    std::fs::write(args.out.join("results.md"), &md)?;
+    print!("{md}");
+    std::io::stdout().flush()?;
+    // Empty now (each run removed its stores); left in place if anything else appeared.
+    let _ = std::fs::remove_dir(&args.dir);
+    Ok(())
+}
+
+fn markdown(r: &Report) -> String {
+    let mut s = String::new();
+    s.push_str(&format!("`{}`\n\n{}\n\n", r.command, r.machine));
+    s.push_str("| servers | clients × files | sync | creates/s | creates per server-CPU-s | redirects per create (last half) | partitions | entries per server (max / mean) |\n|---:|---:|---|---:|---:|---:|---:|---:|\n");
+    for x in &r.runs {
+        let max = x.per_server_entries.iter().copied().max().unwrap_or(0) as f64;
+        let mean = x.per_server_entries.iter().sum::<u64>() as f64
+            / x.per_server_entries.len().max(1) as f64;
+        s.push_str(&format!(
+            "| {} | {} × {} | {} | {:.0} | {:.0} | {:.4} | {} | {:.2} |\n",
+            x.servers,
+            x.clients,
+            x.files,
+            x.sync,
+            x.creates_per_sec,
+            x.creates_per_server_cpu_sec,
+            x.redirects_per_create_late,
+            x.partitions,
+            if mean > 0.0 { max / mean } else { 0.0 }
+        ));
+    }
+    if let Some(l) = r.lib_creates_per_sec {
+        s.push_str(&format!(
+            "\ncairn_fs::Fs in-process (one thread, same total files): {l:.0} creates/s\n"
+        ));
+    }
+    s
+}
+
+/// Runs one client process: creates `files` files in the directory, reporting progress
+/// every half second on stdout.
+pub fn client(args: &ClientArgs) -> Result<()> {
+    let c = Client::connect(&args.cluster)?;
+    let mut out = std::io::stdout().lock();
+    let t = Instant::now();
+    let mut last = Instant::now();
+    let half = args.files / 2;
+    let mut redirects_at_half = 0;
+    for i in 0..args.files {
+        if i == half {
+            redirects_at_half = c.redirects();
+        }
+        let name = format!("{}{i}", args.prefix);
+        c.create(&Cred::ROOT, args.dir_ino, name.as_bytes(), 0o644)
+            .map_err(|e| anyhow::anyhow!("create {name}: {e}"))?;
+        if last.elapsed() >= Duration::from_millis(500) {
+            writeln!(out, "@@P {:.3} {}", t.elapsed().as_secs_f64(), i + 1)?;
+            out.flush()?;
+            last = Instant::now();
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    writeln!(out, "@@P {:.3} {}", secs, args.files)?;
+    let redirects = c.redirects();
+    let r = serde_json::json!({
+        "creates": args.files,
+        "secs": secs,
+        "redirects": redirects,
+        "late_creates": args.files - half,
+        "late_redirects": redirects - redirects_at_half,
+    });
+    writeln!(out, "@@R {r}")?;
+    out.flush()?;
+    Ok(())
+}

@@ -1,0 +1,568 @@
+//! Operator views of a cluster: [`status`] (what each server holds) and [`check`]
+//! (whether the namespace is consistent across the servers).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use serde::Serialize;
+use tonic::transport::Endpoint;
+
+use crate::config::ClusterConfig;
+use crate::error::ClientError;
+use crate::giga::{covers, created_depth, home_of, name_hash, rev_range, server_of};
+use crate::proto;
+use crate::proto::meta_client::MetaClient;
+use crate::rows::{PART_ACTIVE, PART_INCOMING};
+
+/// One server as seen by [`status`].
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ServerState {
+    /// Its id.
+    pub id: u32,
+    /// Its address.
+    pub addr: String,
+    /// Whether it answered.
+    pub up: bool,
+    /// Why not, if it did not.
+    pub error: Option<String>,
+    /// Directory partitions it holds.
+    pub partitions: u64,
+    /// Directory entries in them.
+    pub entries: u64,
+    /// Inodes whose home it is.
+    pub inodes: u64,
+    /// Splits it finished since it started.
+    pub splits_done: u64,
+    /// Splits it is doing now (or that wait for a peer).
+    pub splits_in_flight: u32,
+    /// Redirects it sent since it started.
+    pub redirects: u64,
+    /// Operations across servers it coordinates that are not finished (splits
+    /// included).
+    pub intents_pending: u32,
+    /// Names it holds for other servers' unfinished renames.
+    pub prepared_pending: u32,
+    /// Partitions it received from a split that are not active yet.
+    pub incoming_partitions: u32,
+}
+
+/// A directory with many partitions.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LargeDir {
+    /// Its inode number.
+    pub dir: u64,
+    /// Its partitions (over all servers that answered).
+    pub partitions: u32,
+    /// Its entries (over all servers that answered).
+    pub entries: u64,
+}
+
+/// What [`status`] returns.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ClusterStatus {
+    /// Every server of the cluster file, by id.
+    pub servers: Vec<ServerState>,
+    /// The largest directories by entries, with their partition counts.
+    pub largest: Vec<LargeDir>,
+}
+
+/// How many directories [`status`] lists.
+const LARGEST: usize = 10;
+/// Rows per page of a dump.
+const DUMP_PAGE: u32 = 20_000;
+/// Age beyond which an unfinished operation is a problem for [`check`].
+pub const GRACE: Duration = Duration::from_secs(30);
+
+fn runtime() -> Result<tokio::runtime::Runtime, ClientError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ClientError::Runtime)
+}
+
+fn conn(addr: std::net::SocketAddr, timeout: Duration) -> MetaClient<tonic::transport::Channel> {
+    let ch = Endpoint::from_shared(format!("http://{addr}"))
+        .expect("a socket address is a valid URI")
+        .connect_timeout(timeout)
+        .timeout(timeout)
+        .connect_lazy();
+    MetaClient::new(ch).max_decoding_message_size(crate::server::MAX_MESSAGE)
+}
+
+fn header(cfg: &ClusterConfig) -> Option<proto::Header> {
+    Some(proto::Header {
+        cluster_id: cfg.cluster_id(),
+        cred: None,
+        no_checks: false,
+    })
+}
+
+fn why(s: &tonic::Status) -> String {
+    if s.code() == tonic::Code::FailedPrecondition {
+        "reads a different cluster file".into()
+    } else {
+        s.message().to_string()
+    }
+}
+
+/// Asks every server what it holds; a server that does not answer within `timeout` is
+/// reported down.
+pub fn status(cfg: &ClusterConfig, timeout: Duration) -> ClusterStatus {
+    let mut out = ClusterStatus::default();
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            for s in cfg.servers() {
+                out.servers.push(ServerState {
+                    id: s.id,
+                    addr: s.addr.to_string(),
+                    error: Some(e.to_string()),
+                    ..Default::default()
+                });
+            }
+            return out;
+        }
+    };
+    let replies: Vec<Result<proto::ServerStatusReply, String>> = rt.block_on(async {
+        let mut tasks = Vec::new();
+        for s in cfg.servers() {
+            let mut c = conn(s.addr, timeout);
+            let h = header(cfg);
+            tasks.push(tokio::spawn(async move {
+                let mut r = tonic::Request::new(proto::ServerStatusReq {
+                    h,
+                    top: LARGEST as u32 * 4,
+                });
+                r.set_timeout(timeout);
+                c.server_status(r)
+                    .await
+                    .map(|r| r.into_inner())
+                    .map_err(|s| why(&s))
+            }));
+        }
+        let mut v = Vec::new();
+        for t in tasks {
+            v.push(t.await.unwrap_or_else(|e| Err(e.to_string())));
+        }
+        v
+    });
+    let mut dirs: HashMap<u64, (u32, u64)> = HashMap::new();
+    for (s, r) in cfg.servers().iter().zip(replies) {
+        let mut st = ServerState {
+            id: s.id,
+            addr: s.addr.to_string(),
+            ..Default::default()
+        };
+        match r {
+            Ok(r) => {
+                st.up = true;
+                st.partitions = r.partitions;
+                st.entries = r.entries;
+                st.inodes = r.inodes;
+                st.splits_done = r.splits_done;
+                st.splits_in_flight = r.splits_in_flight;
+                st.redirects = r.redirects;
+                st.intents_pending = r.intents_pending;
+                st.prepared_pending = r.prepared_pending;
+                st.incoming_partitions = r.incoming_partitions;
+                for d in r.largest {
+                    let e = dirs.entry(d.dir).or_default();
+                    e.0 += d.partitions;
+                    e.1 += d.entries;
+                }
+            }
+            Err(e) => st.error = Some(e),
+        }
+        out.servers.push(st);
+    }
+    let mut largest: Vec<LargeDir> = dirs
+        .into_iter()
+        .map(|(dir, (partitions, entries))| LargeDir {
+            dir,
+            partitions,
+            entries,
+        })
+        .collect();
+    largest.sort_by(|a, b| b.entries.cmp(&a.entries).then(a.dir.cmp(&b.dir)));
+    largest.truncate(LARGEST);
+    out.largest = largest;
+    out
+}
+
+/// What [`check`] found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ClusterCheck {
+    /// Each inconsistency found, in words; empty when the cluster is consistent.
+    pub problems: Vec<String>,
+    /// Servers that did not answer (their rows were not checked).
+    pub down: Vec<u32>,
+    /// Partitions checked.
+    pub partitions: u64,
+    /// Entries checked.
+    pub entries: u64,
+    /// Inodes checked.
+    pub inodes: u64,
+    /// Operations across servers in progress (younger than the grace period).
+    pub in_flight: u64,
+}
+
+/// Everything one server holds.
+#[derive(Default)]
+struct Rows {
+    partitions: Vec<proto::DumpPartition>,
+    entries: Vec<proto::DumpEntry>,
+    inodes: Vec<proto::DumpInode>,
+    links: Vec<proto::DumpLink>,
+    subdirs: Vec<proto::DumpSubdir>,
+    intents: Vec<proto::DumpIntent>,
+    prepared: Vec<proto::DumpPrepared>,
+    strays: Vec<String>,
+}
+
+async fn dump_one(cfg: &ClusterConfig, id: u32, timeout: Duration) -> Result<Rows, tonic::Status> {
+    let addr = cfg.servers()[id as usize].addr;
+    let mut c = conn(addr, timeout);
+    let mut rows = Rows::default();
+    let mut after = Vec::new();
+    loop {
+        let mut r = tonic::Request::new(proto::DumpReq {
+            h: header(cfg),
+            after: after.clone(),
+            limit: DUMP_PAGE,
+        });
+        r.set_timeout(timeout);
+        let p = c.dump(r).await?.into_inner();
+        rows.partitions.extend(p.partitions);
+        rows.entries.extend(p.entries);
+        rows.inodes.extend(p.inodes);
+        rows.links.extend(p.links);
+        rows.subdirs.extend(p.subdirs);
+        rows.intents.extend(p.intents);
+        rows.prepared.extend(p.prepared);
+        rows.strays.extend(p.strays);
+        if p.next.is_empty() {
+            return Ok(rows);
+        }
+        after = p.next;
+    }
+}
+
+fn name(n: &[u8]) -> String {
+    format!("{:?}", String::from_utf8_lossy(n))
+}
+
+/// Reads every server's rows and checks the namespace: partitions tile each
+/// directory's hash space on the servers GIGA+ places them, every entry is in the
+/// partition its hash says, every entry's inode exists at its home with a matching
+/// link row and every link row has its entry, link counts match, and nothing is left
+/// half done (an incoming partition, an intent or a prepared name older than
+/// [`GRACE`]). A server that does not answer is listed in `down` and as a problem;
+/// checks that need its rows are skipped. `Err` only when a server reads another
+/// cluster file or the runtime cannot start.
+pub fn check(cfg: &ClusterConfig, timeout: Duration) -> Result<ClusterCheck, ClientError> {
+    let rt = runtime()?;
+    let n = cfg.len();
+    let dumps: Vec<Result<Rows, tonic::Status>> = rt.block_on(async {
+        let mut v = Vec::new();
+        for id in 0..n {
+            v.push(dump_one(cfg, id, timeout).await);
+        }
+        v
+    });
+    let mut out = ClusterCheck::default();
+    let mut up: Vec<Option<Rows>> = Vec::new();
+    for (id, d) in dumps.into_iter().enumerate() {
+        match d {
+            Ok(r) => up.push(Some(r)),
+            Err(s) if s.code() == tonic::Code::FailedPrecondition => {
+                return Err(ClientError::ClusterMismatch {
+                    id: id as u32,
+                    addr: cfg.servers()[id].addr,
+                });
+            }
+            Err(s) => {
+                out.down.push(id as u32);
+                out.problems
+                    .push(format!("server {id} did not answer: {}", s.message()));
+                up.push(None);
+            }
+        }
+    }
+    let is_up = |s: u32| up.get(s as usize).is_some_and(|r| r.is_some());
+    let all_up = out.down.is_empty();
+    let grace = GRACE.as_millis() as u64;
+    let p = &mut out.problems;
+
+    // Unfinished operations.
+    for (s, r) in up.iter().enumerate() {
+        let Some(r) = r else { continue };
+        for i in &r.intents {
+            if i.age_ms > grace {
+                p.push(format!(
+                    "server {s}: intent {} unfinished after {} ms: {}",
+                    i.id, i.age_ms, i.what
+                ));
+            } else {
+                out.in_flight += 1;
+            }
+        }
+        for x in &r.prepared {
+            if x.age_ms > grace {
+                p.push(format!(
+                    "server {s}: prepared part of {:?} unfinished after {} ms: {}",
+                    x.owner.as_ref().map(|o| (o.server, o.id)),
+                    x.age_ms,
+                    x.what
+                ));
+            } else {
+                out.in_flight += 1;
+            }
+        }
+        for st in &r.strays {
+            p.push(format!("server {s}: {st}"));
+        }
+    }
+    let quiet = out.in_flight == 0;
+
+    // Partitions: placement, and each directory's tiling.
+    let mut parts: BTreeMap<u64, Vec<(u32, u32, u32, u32)>> = BTreeMap::new(); // dir -> (idx, depth, state, server)
+    for (s, r) in up.iter().enumerate() {
+        let Some(r) = r else { continue };
+        for q in &r.partitions {
+            out.partitions += 1;
+            let want = server_of(home_of(q.dir), q.index, n);
+            if want != s as u32 {
+                p.push(format!(
+                    "partition {:#x}/{} is on server {s}; GIGA+ places it on {want}",
+                    q.dir, q.index
+                ));
+            }
+            if q.depth > crate::giga::MAX_DEPTH || created_depth(q.index) > q.depth {
+                p.push(format!(
+                    "partition {:#x}/{} has depth {}",
+                    q.dir, q.index, q.depth
+                ));
+            }
+            if q.state == PART_INCOMING && quiet {
+                p.push(format!(
+                    "server {s}: partition {:#x}/{} is still incoming",
+                    q.dir, q.index
+                ));
+            }
+            if q.removing && quiet {
+                p.push(format!(
+                    "server {s}: partition {:#x}/{} is still marked for removal",
+                    q.dir, q.index
+                ));
+            }
+            parts
+                .entry(q.dir)
+                .or_default()
+                .push((q.index, q.depth, q.state, s as u32));
+        }
+    }
+    if all_up && quiet {
+        for (dir, ps) in &parts {
+            let mut ranges: Vec<(u64, u64, u32)> = ps
+                .iter()
+                .filter(|x| x.2 == PART_ACTIVE)
+                .map(|&(i, d, _, _)| {
+                    let (lo, hi) = rev_range(i, d);
+                    (lo, hi, i)
+                })
+                .collect();
+            ranges.sort();
+            let mut next = 0u64;
+            let mut ok = true;
+            for (k, &(lo, hi, _)) in ranges.iter().enumerate() {
+                if lo != next || (k > 0 && next == 0) {
+                    ok = false;
+                }
+                next = hi.wrapping_add(1);
+            }
+            if ranges.is_empty() || next != 0 || !ok {
+                p.push(format!(
+                    "directory {dir:#x}: its partitions {:?} do not cover the hash space exactly once",
+                    ps.iter().map(|x| (x.0, x.1)).collect::<Vec<_>>()
+                ));
+            }
+        }
+    }
+
+    // Inodes, links, subdirectories by home.
+    let mut inodes: HashMap<u64, &proto::DumpInode> = HashMap::new();
+    let mut links: HashMap<u64, Vec<(u64, &[u8])>> = HashMap::new();
+    let mut subdirs: HashMap<u64, HashSet<u64>> = HashMap::new();
+    for (s, r) in up.iter().enumerate() {
+        let Some(r) = r else { continue };
+        for i in &r.inodes {
+            let ino = i.attr.as_ref().map_or(0, |a| a.ino);
+            if home_of(ino) != s as u32 {
+                p.push(format!(
+                    "server {s} holds inode {ino:#x} whose home is {}",
+                    home_of(ino)
+                ));
+            }
+            inodes.insert(ino, i);
+        }
+        for l in &r.links {
+            links.entry(l.ino).or_default().push((l.dir, &l.name));
+        }
+        for k in &r.subdirs {
+            subdirs.entry(k.dir).or_default().insert(k.child);
+        }
+    }
+    out.inodes = inodes.len() as u64;
+
+    // Entries: in the right partition, their inode and link row present.
+    let mut entries: HashSet<(u64, &[u8])> = HashSet::new();
+    for (s, r) in up.iter().enumerate() {
+        let Some(r) = r else { continue };
+        let mine: HashMap<(u64, u32), (u32, u32)> = r
+            .partitions
+            .iter()
+            .map(|q| ((q.dir, q.index), (q.depth, q.state)))
+            .collect();
+        for e in &r.entries {
+            out.entries += 1;
+            let h = name_hash(&e.name);
+            let owner = mine
+                .iter()
+                .find(|((d, i), (depth, _))| *d == e.dir && covers(*i, *depth, h));
+            match owner {
+                None => p.push(format!(
+                    "server {s}: entry {:#x}/{} is in no partition of this server",
+                    e.dir,
+                    name(&e.name)
+                )),
+                Some((_, (_, st))) if *st != PART_ACTIVE => {
+                    if quiet {
+                        p.push(format!(
+                            "server {s}: entry {:#x}/{} is in an incoming partition",
+                            e.dir,
+                            name(&e.name)
+                        ));
+                    }
+                    continue;
+                }
+                Some(_) => {}
+            }
+            if !entries.insert((e.dir, &e.name)) {
+                p.push(format!(
+                    "entry {:#x}/{} is held twice",
+                    e.dir,
+                    name(&e.name)
+                ));
+            }
+            if !is_up(home_of(e.ino)) || !quiet {
+                continue;
+            }
+            match inodes.get(&e.ino) {
+                None => p.push(format!(
+                    "entry {:#x}/{} names inode {:#x}, which does not exist",
+                    e.dir,
+                    name(&e.name),
+                    e.ino
+                )),
+                Some(i) => {
+                    let kind = i.attr.as_ref().map_or(0, |a| a.mode & libc::S_IFMT);
+                    if kind != e.kind {
+                        p.push(format!(
+                            "entry {:#x}/{} says type {:o}, inode {:#x} is {:o}",
+                            e.dir,
+                            name(&e.name),
+                            e.kind,
+                            e.ino,
+                            kind
+                        ));
+                    }
+                }
+            }
+            if !links.get(&e.ino).is_some_and(|v| {
+                v.iter()
+                    .any(|(d, n)| *d == e.dir && *n == e.name.as_slice())
+            }) {
+                p.push(format!(
+                    "entry {:#x}/{} has no link row at inode {:#x}'s home",
+                    e.dir,
+                    name(&e.name),
+                    e.ino
+                ));
+            }
+        }
+    }
+    if all_up && quiet {
+        for (ino, ls) in &links {
+            for (d, n) in ls {
+                if !entries.contains(&(*d, *n)) {
+                    p.push(format!(
+                        "inode {ino:#x} has a link row {d:#x}/{} with no entry",
+                        name(n)
+                    ));
+                }
+            }
+        }
+        for (ino, i) in &inodes {
+            let Some(a) = i.attr.as_ref() else { continue };
+            let ls = links.get(ino).map_or(0, |v| v.len()) as u32;
+            if a.mode & libc::S_IFMT == libc::S_IFDIR {
+                let subs = subdirs.get(ino).map_or(0, |s| s.len()) as u32;
+                if a.nlink != 2 + subs {
+                    p.push(format!(
+                        "directory {ino:#x}: link count {} but {} subdirectories",
+                        a.nlink, subs
+                    ));
+                }
+                if *ino == cairn_fs::ROOT {
+                    continue;
+                }
+                if ls != 1 {
+                    p.push(format!("directory {ino:#x} has {ls} link rows"));
+                }
+                if let Some((d, _)) = links.get(ino).and_then(|v| v.first()) {
+                    if *d != i.parent {
+                        p.push(format!(
+                            "directory {ino:#x}: parent {:#x} but its entry is in {d:#x}",
+                            i.parent
+                        ));
+                    }
+                    if !subdirs.get(d).is_some_and(|s| s.contains(ino)) {
+                        p.push(format!(
+                            "directory {ino:#x} is not counted as a subdirectory of {d:#x}"
+                        ));
+                    }
+                }
+                if !parts.get(ino).is_some_and(|v| v.iter().any(|x| x.0 == 0)) {
+                    p.push(format!("directory {ino:#x} has no partition 0"));
+                }
+            } else if a.nlink != ls {
+                p.push(format!(
+                    "inode {ino:#x}: link count {} but {ls} link rows",
+                    a.nlink
+                ));
+            } else if ls == 0 && !i.orphan {
+                p.push(format!("inode {ino:#x} has no links and is not open"));
+            }
+        }
+        for (dir, subs) in &subdirs {
+            for c in subs {
+                let ok = inodes.get(c).is_some_and(|i| i.parent == *dir);
+                if !ok {
+                    p.push(format!(
+                        "subdirectory row {dir:#x} -> {c:#x} names no such subdirectory"
+                    ));
+                }
+            }
+        }
+        for dir in parts.keys() {
+            if !inodes.get(dir).is_some_and(|i| {
+                i.attr
+                    .as_ref()
+                    .is_some_and(|a| a.mode & libc::S_IFMT == libc::S_IFDIR)
+            }) {
+                p.push(format!("partitions of {dir:#x}, which is not a directory"));
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,990 @@
+//! The client: the operations of [`cairn_fs::FileSystem`] on a cluster, with a cache of
+//! each directory's GIGA+ bitmap corrected by the servers' redirects.
+//!
+//! Each call is blocking (the client runs a small tokio runtime of its own) and takes
+//! at most [`ClientOptions::timeout`]: a server that is down, or a name held by an
+//! unfinished operation for longer, gives `EIO`. Requests that are safe to repeat
+//! (reads, attribute changes, writes of the same bytes) are retried after any transport
+//! error; the others only when the connection could not be opened (so the request was
+//! never sent).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tonic::transport::{Channel, Endpoint};
+
+use cairn_fs::{
+    rules, Attr, Cred, DirEntry, Errno, FileSystem, FsResult, SetAttr, StatFs, TimeSet,
+};
+
+use crate::config::ClusterConfig;
+use crate::error::ClientError;
+use crate::giga::{home_of, name_hash, rev, rev_range, server_of, Bitmap};
+use crate::proto;
+use crate::proto::meta_client::MetaClient;
+use crate::server::node::{cred_msg, msg_attr};
+
+/// How a client behaves.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// How long an operation may take, retries included, before it fails with `EIO`.
+    pub timeout: Duration,
+    /// Longest wait to open a connection to a server.
+    pub connect_timeout: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> ClientOptions {
+        ClientOptions {
+            timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Most redirects one operation follows (each moves it at least one level deeper).
+const MAX_REDIRECTS: usize = 32;
+/// Bytes of data per read or write request.
+const IO_CHUNK: usize = 4 << 20;
+/// Directories whose bitmaps are cached (the cache is emptied beyond).
+const BITMAP_CACHE: usize = 100_000;
+
+struct Inner {
+    rt: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
+    conns: Vec<MetaClient<Channel>>,
+    cfg: ClusterConfig,
+    opts: ClientOptions,
+    bitmaps: Mutex<HashMap<u64, Bitmap>>,
+    redirects: AtomicU64,
+    checks: AtomicBool,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// A client of a cluster (cheap to clone; blocking calls, on a runtime of its own;
+/// must not be called from inside another tokio runtime's worker).
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("servers", &self.inner.cfg.len())
+            .finish()
+    }
+}
+
+/// Why one call did not give a result.
+enum CallErr {
+    Errno(i32),
+    Redirect(u64, Vec<u32>),
+}
+
+impl From<CallErr> for Errno {
+    fn from(e: CallErr) -> Errno {
+        match e {
+            CallErr::Errno(e) => Errno(e),
+            CallErr::Redirect(..) => Errno(libc::EIO),
+        }
+    }
+}
+
+/// Replies with a status.
+trait Rep {
+    fn st(&self) -> Option<&proto::Status>;
+}
+macro_rules! reps {
+    ($($t:ty),*) => {$( impl Rep for $t { fn st(&self) -> Option<&proto::Status> { self.status.as_ref() } } )*};
+}
+reps!(
+    proto::EntryReply,
+    proto::AttrReply,
+    proto::InoReply,
+    proto::Empty,
+    proto::ReadDirReply,
+    proto::DataReply,
+    proto::WriteReply,
+    proto::XattrListReply,
+    proto::StatFsReply
+);
+
+/// Whether a transport error happened before the request could be sent (the
+/// connection could not be opened): then any request may be repeated.
+fn not_sent(s: &tonic::Status) -> bool {
+    let mut e: Option<&dyn std::error::Error> = std::error::Error::source(s);
+    while let Some(x) = e {
+        if let Some(io) = x.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::NotFound
+                    | std::io::ErrorKind::AddrNotAvailable
+            ) {
+                return true;
+            }
+        }
+        let m = x.to_string();
+        if m.contains("tcp connect error") || m.contains("Connection refused") {
+            return true;
+        }
+        e = x.source();
+    }
+    s.message().contains("tcp connect error")
+}
+
+impl Client {
+    /// A client of the cluster described by the cluster file at `cluster_file`.
+    pub fn connect(cluster_file: &Path) -> Result<Client, ClientError> {
+        Client::with_config(ClusterConfig::load(cluster_file)?, ClientOptions::default())
+    }
+
+    /// A client of cluster `cfg`. Every server that answers within the connect timeout
+    /// is asked whether it reads the same cluster file (`ClusterMismatch` if not);
+    /// servers that are down are connected to later, when needed.
+    pub fn with_config(cfg: ClusterConfig, opts: ClientOptions) -> Result<Client, ClientError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name("cairn-client")
+            .build()
+            .map_err(ClientError::Runtime)?;
+        let handle = rt.handle().clone();
+        let conns = {
+            let _g = rt.enter();
+            cfg.servers()
+                .iter()
+                .map(|s| {
+                    let ch = Endpoint::from_shared(format!("http://{}", s.addr))
+                        .expect("a socket address is a valid URI")
+                        .connect_timeout(opts.connect_timeout)
+                        .tcp_nodelay(true)
+                        .connect_lazy();
+                    MetaClient::new(ch)
+                        .max_decoding_message_size(crate::server::MAX_MESSAGE)
+                        .max_encoding_message_size(crate::server::MAX_MESSAGE)
+                })
+                .collect()
+        };
+        let c = Client {
+            inner: Arc::new(Inner {
+                rt: Some(rt),
+                handle,
+                conns,
+                cfg,
+                opts,
+                bitmaps: Mutex::new(HashMap::new()),
+                redirects: AtomicU64::new(0),
+                checks: AtomicBool::new(true),
+            }),
+        };
+        c.probe()?;
+        Ok(c)
+    }
+
+    /// Asks every server that answers whether it reads the same cluster file.
+    fn probe(&self) -> Result<(), ClientError> {
+        let inner = self.inner.clone();
+        let t = self.inner.opts.connect_timeout;
+        let res: Vec<(u32, Result<(), tonic::Status>)> = self.block_raw(async move {
+            let mut tasks = Vec::new();
+            for (i, c) in inner.conns.iter().enumerate() {
+                let mut c = c.clone();
+                let h = proto::Header {
+                    cluster_id: inner.cfg.cluster_id(),
+                    cred: None,
+                    no_checks: false,
+                };
+                tasks.push(tokio::spawn(async move {
+                    let mut r = tonic::Request::new(proto::StatFsReq { h: Some(h) });
+                    r.set_timeout(t);
+                    (i as u32, c.stat_fs(r).await.map(drop))
+                }));
+            }
+            let mut out = Vec::new();
+            for t in tasks {
+                if let Ok(r) = t.await {
+                    out.push(r);
+                }
+            }
+            out
+        });
+        for (id, r) in res {
+            if let Err(s) = r {
+                if s.code() == tonic::Code::FailedPrecondition {
+                    let addr = self.inner.cfg.servers()[id as usize].addr;
+                    return Err(ClientError::ClusterMismatch { id, addr });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Redirects received so far (requests sent with a stale bitmap).
+    pub fn redirects(&self) -> u64 {
+        self.inner.redirects.load(Ordering::Relaxed)
+    }
+
+    /// The cluster this client talks to.
+    pub fn config(&self) -> &ClusterConfig {
+        &self.inner.cfg
+    }
+
+    /// Runs `f` to completion on the client's runtime.
+    fn block_raw<T: Send>(&self, f: impl Future<Output = T> + Send) -> T {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Called from inside a runtime: block a thread of our own instead.
+            let h = self.inner.handle.clone();
+            std::thread::scope(|s| {
+                s.spawn(move || h.block_on(f))
+                    .join()
+                    .unwrap_or_else(|e| std::panic::resume_unwind(e))
+            })
+        } else {
+            self.inner.handle.block_on(f)
+        }
+    }
+
+    fn header(&self, cred: &Cred) -> Option<proto::Header> {
+        Some(proto::Header {
+            cluster_id: self.inner.cfg.cluster_id(),
+            cred: Some(cred_msg(cred)),
+            no_checks: !self.inner.checks.load(Ordering::Relaxed),
+        })
+    }
+
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.inner.opts.timeout
+    }
+
+    /// One request to server `s`, retried while the server is busy or (for requests
+    /// safe to repeat, or never sent) unreachable, until `deadline`.
+    async fn call<R, F, Fut>(
+        &self,
+        s: u32,
+        idem: bool,
+        deadline: Instant,
+        mut f: F,
+    ) -> Result<R, CallErr>
+    where
+        R: Rep,
+        F: FnMut(MetaClient<Channel>, Duration) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        let Some(conn) = self.inner.conns.get(s as usize) else {
+            return Err(CallErr::Errno(libc::ENOENT));
+        };
+        let mut pause = Duration::from_millis(1);
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                tracing::warn!("server {s}: no answer within the timeout");
+                return Err(CallErr::Errno(libc::EIO));
+            }
+            let left = deadline - now;
+            match f(conn.clone(), left).await {
+                Ok(rep) => {
+                    let rep = rep.into_inner();
+                    let Some(st) = rep.st() else { return Ok(rep) };
+                    if let Some(b) = &st.redirect {
+                        return Err(CallErr::Redirect(b.dir, b.partitions.clone()));
+                    }
+                    if st.retry {
+                        // Busy for a moment (a split, an operation across servers).
+                    } else if st.errno != 0 {
+                        return Err(CallErr::Errno(st.errno as i32));
+                    } else {
+                        return Ok(rep);
+                    }
+                }
+                Err(e) => match e.code() {
+                    tonic::Code::FailedPrecondition => {
+                        tracing::error!("server {s}: {}", e.message());
+                        return Err(CallErr::Errno(libc::EIO));
+                    }
+                    tonic::Code::Unavailable | tonic::Code::Unknown if idem || not_sent(&e) => {}
+                    tonic::Code::Cancelled if idem => {}
+                    _ => {
+                        tracing::warn!("server {s}: {}", e.message());
+                        return Err(CallErr::Errno(libc::EIO));
+                    }
+                },
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            tokio::time::sleep(pause.min(left)).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    /// The partition this client's bitmap routes hash `h` of `dir` to.
+    fn route(&self, dir: u64, h: u64) -> u32 {
+        self.inner
+            .bitmaps
+            .lock()
+            .get(&dir)
+            .map_or(0, |b| b.route(h))
+    }
+
+    /// Merges a redirect's bitmap; whether it taught anything.
+    fn learn(&self, dir: u64, parts: Vec<u32>) -> bool {
+        self.inner.redirects.fetch_add(1, Ordering::Relaxed);
+        let mut m = self.inner.bitmaps.lock();
+        if m.len() >= BITMAP_CACHE && !m.contains_key(&dir) {
+            m.clear();
+        }
+        m.entry(dir).or_default().merge(parts)
+    }
+
+    /// A request about the name of hash `h` in `dir`, sent to its partition's server
+    /// (following redirects). `f` gets the partition the client routes to.
+    async fn named<R, F, Fut>(
+        &self,
+        dir: u64,
+        h: u64,
+        idem: bool,
+        deadline: Instant,
+        mut f: F,
+    ) -> FsResult<R>
+    where
+        R: Rep,
+        F: FnMut(MetaClient<Channel>, Duration, u32) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        let n = self.inner.cfg.len();
+        if dir == 0 || home_of(dir) >= n {
+            return Err(Errno(libc::ENOENT));
+        }
+        for _ in 0..=MAX_REDIRECTS {
+            let i = self.route(dir, h);
+            let s = server_of(home_of(dir), i, n);
+            match self.call(s, idem, deadline, |c, t| f(c, t, i)).await {
+                Ok(r) => return Ok(r),
+                Err(CallErr::Redirect(d, parts)) => {
+                    if d != dir || !self.learn(dir, parts) {
+                        tracing::error!("server {s}: a redirect for {dir:#x} that teaches nothing");
+                        return Err(Errno(libc::EIO));
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        tracing::error!("{dir:#x}: more than {MAX_REDIRECTS} redirects");
+        Err(Errno(libc::EIO))
+    }
+
+    /// A request about inode `ino`, sent to its home.
+    async fn at_home<R, F, Fut>(&self, ino: u64, idem: bool, deadline: Instant, f: F) -> FsResult<R>
+    where
+        R: Rep,
+        F: FnMut(MetaClient<Channel>, Duration) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        if ino == 0 || home_of(ino) >= self.inner.cfg.len() {
+            return Err(Errno(libc::ENOENT));
+        }
+        self.call(home_of(ino), idem, deadline, f)
+            .await
+            .map_err(Errno::from)
+    }
+
+    async fn getattr_async(&self, ino: u64, deadline: Instant) -> FsResult<Attr> {
+        let h = self.header(&Cred::ROOT);
+        let rep = self
+            .at_home(ino, true, deadline, |mut c, t| {
+                let mut r = tonic::Request::new(proto::InoReq { h: h.clone(), ino });
+                r.set_timeout(t);
+                async move { c.get_attr(r).await }
+            })
+            .await?;
+        rep.attr.as_ref().map(msg_attr).ok_or(Errno(libc::EIO))
+    }
+
+    fn getattr_blocking(&self, ino: u64) -> FsResult<Attr> {
+        let d = self.deadline();
+        self.block_raw(self.getattr_async(ino, d))
+    }
+
+    /// An entry reply made attributes (asking the inode's home when the entry's
+    /// server is not it).
+    async fn entry_attr(&self, rep: proto::EntryReply, deadline: Instant) -> FsResult<Attr> {
+        match rep.attr.as_ref() {
+            Some(a) => Ok(msg_attr(a)),
+            None => self.getattr_async(rep.ino, deadline).await,
+        }
+    }
+
+    fn make(
+        &self,
+        cred: &Cred,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        target: &[u8],
+    ) -> FsResult<Attr> {
+        let d = self.deadline();
+        let h = self.header(cred);
+        let (name, target) = (name.to_vec(), target.to_vec());
+        let hash = name_hash(&name);
+        self.block_raw(async {
+            let rep = self
+                .named(parent, hash, false, d, |mut c, t, _| {
+                    let mut r = tonic::Request::new(proto::MakeReq {
+                        h: h.clone(),
+                        dir: parent,
+                        name: name.clone(),
+                        mode,
+                        rdev,
+                        target: target.clone(),
+                    });
+                    r.set_timeout(t);
+                    async move { c.make(r).await }
+                })
+                .await?;
+            self.entry_attr(rep, d).await
+        })
+    }
+
+    fn remove(&self, cred: &Cred, parent: u64, name: &[u8], rmdir: bool) -> FsResult<()> {
+        let d = self.deadline();
+        let h = self.header(cred);
+        let name = name.to_vec();
+        let hash = name_hash(&name);
+        self.block_raw(async {
+            self.named(parent, hash, false, d, |mut c, t, _| {
+                let mut r = tonic::Request::new(proto::RemoveReq {
+                    h: h.clone(),
+                    dir: parent,
+                    name: name.clone(),
+                    rmdir,
+                });
+                r.set_timeout(t);
+                async move { c.remove(r).await }
+            })
+            .await
+            .map(drop)
+        })
+    }
+
+    fn xattr_call(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        name: &[u8],
+        value: &[u8],
+        flags: u32,
+        op: u8,
+    ) -> FsResult<Vec<u8>> {
+        let d = self.deadline();
+        let h = self.header(cred);
+        let req = proto::XattrReq {
+            h,
+            ino,
+            name: name.to_vec(),
+            value: value.to_vec(),
+            flags,
+        };
+        self.block_raw(async {
+            match op {
+                0 => self
+                    .at_home(ino, true, d, |mut c, t| {
+                        let mut r = tonic::Request::new(req.clone());
+                        r.set_timeout(t);
+                        async move { c.get_xattr(r).await }
+                    })
+                    .await
+                    .map(|r| r.data),
+                1 => self
+                    .at_home(ino, true, d, |mut c, t| {
+                        let mut r = tonic::Request::new(req.clone());
+                        r.set_timeout(t);
+                        async move { c.set_xattr(r).await }
+                    })
+                    .await
+                    .map(|_| Vec::new()),
+                _ => self
+                    .at_home(ino, false, d, |mut c, t| {
+                        let mut r = tonic::Request::new(req.clone());
+                        r.set_timeout(t);
+                        async move { c.remove_xattr(r).await }
+                    })
+                    .await
+                    .map(|_| Vec::new()),
+            }
+        })
+    }
+
+    /// Fsync on every server (everything acknowledged so far becomes durable).
+    fn fsync_all(&self) -> FsResult<()> {
+        let d = self.deadline();
+        let h = self.header(&Cred::ROOT);
+        let n = self.inner.cfg.len();
+        self.block_raw(async {
+            let mut futs = Vec::new();
+            for s in 0..n {
+                let h = h.clone();
+                futs.push(self.call(s, true, d, move |mut c, t| {
+                    let mut r = tonic::Request::new(proto::InoReq {
+                        h: h.clone(),
+                        ino: 0,
+                    });
+                    r.set_timeout(t);
+                    async move { c.fsync(r).await }
+                }));
+            }
+            for f in futs {
+                f.await.map_err(Errno::from)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+fn timeset(t: Option<TimeSet>) -> Option<proto::TimeSet> {
+    t.map(|t| proto::TimeSet {
+        how: Some(match t {
+            TimeSet::Now => proto::time_set::How::Now(true),
+            TimeSet::At(v) => proto::time_set::How::At(v),
+        }),
+    })
+}
+
+impl FileSystem for Client {
+    fn lookup(&self, cred: &Cred, parent: u64, name: &[u8]) -> FsResult<Attr> {
+        let d = self.deadline();
+        let h = self.header(cred);
+        let name = name.to_vec();
+        self.block_raw(async {
+            let req = proto::LookupReq {
+                h: h.clone(),
+                dir: parent,
+                name: name.clone(),
+            };
+            let rep = if name == b"." || name == b".." {
+                self.at_home(parent, true, d, |mut c, t| {
+                    let mut r = tonic::Request::new(req.clone());
+                    r.set_timeout(t);
+                    async move { c.lookup(r).await }
+                })
+                .await?
+            } else {
+                self.named(parent, name_hash(&name), true, d, |mut c, t, _| {
+                    let mut r = tonic::Request::new(req.clone());
+                    r.set_timeout(t);
+                    async move { c.lookup(r).await }
+                })
+                .await?
+            };
+            self.entry_attr(rep, d).await
+        })
+    }
+
+    fn getattr(&self, ino: u64) -> FsResult<Attr> {
+        self.getattr_blocking(ino)
+    }
+
+    fn setattr(&self, cred: &Cred, ino: u64, s: &SetAttr) -> FsResult<Attr> {
+        let d = self.deadline();
+        let req = proto::SetAttrReq {
+            h: self.header(cred),
+            ino,
+            mode: s.mode,
+            uid: s.uid,
+            gid: s.gid,
+            size: s.size,
+            atime: timeset(s.atime),
+            mtime: timeset(s.mtime),
+        };
+        self.block_raw(async {
+            let rep = self
+                .at_home(ino, true, d, |mut c, t| {
+                    let mut r = tonic::Request::new(req.clone());
+                    r.set_timeout(t);
+                    async move { c.set_attr(r).await }
+                })
+                .await?;
+            rep.attr.as_ref().map(msg_attr).ok_or(Errno(libc::EIO))
+        })
+    }
+
+    fn create(&self, cred: &Cred, parent: u64, name: &[u8], mode: u32) -> FsResult<Attr> {
+        self.make(cred, parent, name, libc::S_IFREG | (mode & 0o7777), 0, &[])
+    }
+
+    fn mknod(&self, cred: &Cred, parent: u64, name: &[u8], mode: u32, rdev: u32) -> FsResult<Attr> {
+        let t = rules::mknod_type(self.inner.checks.load(Ordering::Relaxed), cred, mode)?;
+        self.make(cred, parent, name, t | (mode & 0o7777), rdev, &[])
+    }
+
+    fn mkdir(&self, cred: &Cred, parent: u64, name: &[u8], mode: u32) -> FsResult<Attr> {
+        self.make(cred, parent, name, libc::S_IFDIR | (mode & 0o7777), 0, &[])
+    }
+
+    fn symlink(&self, cred: &Cred, parent: u64, name: &[u8], target: &[u8]) -> FsResult<Attr> {
+        self.make(cred, parent, name, libc::S_IFLNK | 0o777, 0, target)
+    }
+
+    fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
+        let d = self.deadline();
+        let h = self.header(&Cred::ROOT);
+        self.block_raw(async {
+            self.at_home(ino, true, d, |mut c, t| {
+                let mut r = tonic::Request::new(proto::InoReq { h: h.clone(), ino });
+                r.set_timeout(t);
+                async move { c.readlink(r).await }
+            })
+            .await
+            .map(|r| r.data)
+        })
+    }
+
+    fn link(&self, cred: &Cred, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr> {
+        let d = self.deadline();
+        let h = self.header(cred);
+        let name = newname.to_vec();
+        let hash = name_hash(&name);
+        self.block_raw(async {
+            let rep = self
+                .named(newparent, hash, false, d, |mut c, t, _| {
+                    let mut r = tonic::Request::new(proto::LinkReq {
+                        h: h.clone(),
+                        ino,
+                        dir: newparent,
+                        name: name.clone(),
+                    });
+                    r.set_timeout(t);
+                    async move { c.link(r).await }
+                })
+                .await?;
+            self.entry_attr(rep, d).await
+        })
+    }
+
+    fn unlink(&self, cred: &Cred, parent: u64, name: &[u8]) -> FsResult<()> {
+        self.remove(cred, parent, name, false)
+    }
+
+    fn rmdir(&self, cred: &Cred, parent: u64, name: &[u8]) -> FsResult<()> {
+        self.remove(cred, parent, name, true)
+    }
+
+    fn rename(
+        &self,
+        cred: &Cred,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: u32,
+    ) -> FsResult<()> {
+        let d = self.deadline();
+        let h = self.header(cred);
+        let (name, newname) = (name.to_vec(), newname.to_vec());
+        let hash = name_hash(&name);
+        self.block_raw(async {
+            self.named(parent, hash, false, d, |mut c, t, _| {
+                let mut r = tonic::Request::new(proto::RenameReq {
+                    h: h.clone(),
+                    dir: parent,
+                    name: name.clone(),
+                    new_dir: newparent,
+                    new_name: newname.clone(),
+                    flags,
+                });
+                r.set_timeout(t);
+                async move { c.rename(r).await }
+            })
+            .await
+            .map(drop)
+        })
+    }
+
+    fn opendir(&self, cred: &Cred, ino: u64) -> FsResult<()> {
+        let d = self.deadline();
+        let h = self.header(cred);
+        self.block_raw(async {
+            self.at_home(ino, true, d, |mut c, t| {
+                let mut r = tonic::Request::new(proto::InoReq { h: h.clone(), ino });
+                r.set_timeout(t);
+                async move { c.open_dir(r).await }
+            })
+            .await
+            .map(drop)
+        })
+    }
+
+    fn readdir(&self, ino: u64, after: Option<&[u8]>, limit: usize) -> FsResult<Vec<DirEntry>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let d = self.deadline();
+        let h = self.header(&Cred::ROOT);
+        let mut pos: (u64, Vec<u8>) = match after {
+            Some(n) => (rev(name_hash(n)), n.to_vec()),
+            None => (0, Vec::new()),
+        };
+        let mut first = after.is_none();
+        self.block_raw(async {
+            let mut out: Vec<DirEntry> = Vec::new();
+            // Each round reads one partition (or the rest of one): bounded by the
+            // partitions a directory may have, and by the deadline.
+            for _ in 0..(1u64 << 25) {
+                let want = (limit - out.len()).min(crate::server::node::READDIR_PAGE) as u32;
+                let (prev, name) = (pos.0, pos.1.clone());
+                let rep = self
+                    .named(ino, pos.0.reverse_bits(), true, d, |mut c, t, i| {
+                        let mut r = tonic::Request::new(proto::ReadDirReq {
+                            h: h.clone(),
+                            dir: ino,
+                            partition: i,
+                            after_rev: prev,
+                            after_name: name.clone(),
+                            limit: want,
+                            from_start: first,
+                        });
+                        r.set_timeout(t);
+                        async move { c.read_dir(r).await }
+                    })
+                    .await?;
+                first = false;
+                let last = rep.entries.last().map(|e| e.name.clone());
+                out.extend(rep.entries.into_iter().map(|e| DirEntry {
+                    name: e.name,
+                    ino: e.ino,
+                    kind: e.kind,
+                }));
+                if out.len() >= limit {
+                    return Ok(out);
+                }
+                if !rep.done {
+                    let Some(l) = last else {
+                        return Err(Errno(libc::EIO));
+                    };
+                    pos = (rev(name_hash(&l)), l);
+                    continue;
+                }
+                let (_, hi) = rev_range(rep.partition, rep.depth);
+                if hi == u64::MAX {
+                    return Ok(out);
+                }
+                pos = (hi + 1, Vec::new());
+                if Instant::now() >= d {
+                    return Err(Errno(libc::EIO));
+                }
+            }
+            Err(Errno(libc::EIO))
+        })
+    }
+
+    fn parent_of(&self, ino: u64) -> FsResult<u64> {
+        let d = self.deadline();
+        let h = self.header(&Cred::ROOT);
+        self.block_raw(async {
+            self.at_home(ino, true, d, |mut c, t| {
+                let mut r = tonic::Request::new(proto::InoReq { h: h.clone(), ino });
+                r.set_timeout(t);
+                async move { c.parent_of(r).await }
+            })
+            .await
+            .map(|r| r.ino)
+        })
+    }
+
+    fn open_file(&self, cred: &Cred, ino: u64, flags: i32) -> FsResult<Attr> {
+        let d = self.deadline();
+        let h = self.header(cred);
+        self.block_raw(async {
+            let rep = self
+                .at_home(ino, false, d, |mut c, t| {
+                    let mut r = tonic::Request::new(proto::OpenReq {
+                        h: h.clone(),
+                        ino,
+                        flags,
+                    });
+                    r.set_timeout(t);
+                    async move { c.open(r).await }
+                })
+                .await?;
+            rep.attr.as_ref().map(msg_attr).ok_or(Errno(libc::EIO))
+        })
+    }
+
+    fn release(&self, ino: u64) -> FsResult<()> {
+        let d = self.deadline();
+        let h = self.header(&Cred::ROOT);
+        self.block_raw(async {
+            self.at_home(ino, false, d, |mut c, t| {
+                let mut r = tonic::Request::new(proto::InoReq { h: h.clone(), ino });
+                r.set_timeout(t);
+                async move { c.release(r).await }
+            })
+            .await
+            .map(drop)
+        })
+    }
+
+    fn read(&self, ino: u64, offset: u64, size: usize) -> FsResult<Vec<u8>> {
+        let d = self.deadline();
+        let h = self.header(&Cred::ROOT);
+        self.block_raw(async {
+            let mut out = Vec::new();
+            let mut off = offset;
+            let mut left = size;
+            loop {
+                let want = left.min(IO_CHUNK);
+                let rep = self
+                    .at_home(ino, true, d, |mut c, t| {
+                        let mut r = tonic::Request::new(proto::ReadReq {
+                            h: h.clone(),
+                            ino,
+                            offset: off,
+                            size: want as u32,
+                        });
+                        r.set_timeout(t);
+                        async move { c.read(r).await }
+                    })
+                    .await?;
+                let got = rep.data.len();
+                out.extend_from_slice(&rep.data);
+                left -= got.min(left);
+                off += got as u64;
+                if got < want || left == 0 {
+                    return Ok(out);
+                }
+            }
+        })
+    }
+
+    fn write(&self, ino: u64, offset: u64, data: &[u8]) -> FsResult<usize> {
+        let d = self.deadline();
+        let h = self.header(&Cred::ROOT);
+        self.block_raw(async {
+            if data.is_empty() {
+                // Still checks the inode (and extends nothing).
+                let rep = self
+                    .at_home(ino, true, d, |mut c, t| {
+                        let mut r = tonic::Request::new(proto::WriteReq {
+                            h: h.clone(),
+                            ino,
+                            offset,
+                            data: Vec::new(),
+                        });
+                        r.set_timeout(t);
+                        async move { c.write(r).await }
+                    })
+                    .await?;
+                return Ok(rep.written as usize);
+            }
+            let mut done = 0;
+            for chunk in data.chunks(IO_CHUNK) {
+                let off = offset.checked_add(done as u64).ok_or(Errno(libc::EFBIG))?;
+                let rep = self
+                    .at_home(ino, true, d, |mut c, t| {
+                        let mut r = tonic::Request::new(proto::WriteReq {
+                            h: h.clone(),
+                            ino,
+                            offset: off,
+                            data: chunk.to_vec(),
+                        });
+                        r.set_timeout(t);
+                        async move { c.write(r).await }
+                    })
+                    .await?;
+                done += rep.written as usize;
+            }
+            Ok(done)
+        })
+    }
+
+    fn fsync(&self, _ino: u64) -> FsResult<()> {
+        self.fsync_all()
+    }
+
+    fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
+        self.xattr_call(&Cred::ROOT, ino, name, &[], 0, 0)
+    }
+
+    fn setxattr(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        name: &[u8],
+        value: &[u8],
+        flags: u32,
+    ) -> FsResult<()> {
+        self.xattr_call(cred, ino, name, value, flags, 1).map(drop)
+    }
+
+    fn listxattr(&self, ino: u64) -> FsResult<Vec<Vec<u8>>> {
+        let d = self.deadline();
+        let h = self.header(&Cred::ROOT);
+        self.block_raw(async {
+            self.at_home(ino, true, d, |mut c, t| {
+                let mut r = tonic::Request::new(proto::InoReq { h: h.clone(), ino });
+                r.set_timeout(t);
+                async move { c.list_xattr(r).await }
+            })
+            .await
+            .map(|r| r.names)
+        })
+    }
+
+    fn removexattr(&self, cred: &Cred, ino: u64, name: &[u8]) -> FsResult<()> {
+        self.xattr_call(cred, ino, name, &[], 0, 2).map(drop)
+    }
+
+    fn statfs(&self) -> FsResult<StatFs> {
+        let d = Instant::now() + self.inner.opts.timeout.min(Duration::from_secs(2));
+        let h = self.header(&Cred::ROOT);
+        let n = self.inner.cfg.len();
+        self.block_raw(async {
+            let mut sum: Option<StatFs> = None;
+            for s in 0..n {
+                let r = self
+                    .call(s, true, d, |mut c, t| {
+                        let mut r = tonic::Request::new(proto::StatFsReq { h: h.clone() });
+                        r.set_timeout(t);
+                        async move { c.stat_fs(r).await }
+                    })
+                    .await;
+                let Ok(r) = r else { continue };
+                let t = sum.get_or_insert(StatFs {
+                    bsize: r.bsize,
+                    blocks: 0,
+                    bfree: 0,
+                    bavail: 0,
+                    files: 0,
+                    ffree: 0,
+                    namelen: r.namelen,
+                });
+                t.blocks += r.blocks;
+                t.bfree += r.bfree;
+                t.bavail += r.bavail;
+                t.files = t.files.saturating_add(r.files);
+                t.ffree = t.ffree.saturating_add(r.ffree);
+            }
+            sum.ok_or(Errno(libc::EIO))
+        })
+    }
+
+    fn set_permission_checks(&self, on: bool) {
+        self.inner.checks.store(on, Ordering::Relaxed);
+    }
+
+    fn close(self: Box<Self>) -> FsResult<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,1389 @@
+//! Operations that touch two or more servers, coordinated by the server of the first
+//! name with a durable intent (`T` row): mkdir (the new directory's home makes it),
+//! link and unlink of an inode whose home is elsewhere, rmdir (every server holding a
+//! partition of the directory prepares its removal), rename (the destination name's
+//! server prepares it), and the push of a directory's new permissions.
+//!
+//! An intent is *prepared* (names held, nothing visible yet) and then *committed* in
+//! one batch with the coordinator's own change of entries; from then on it only rolls
+//! forward: its follow-ups (idempotent calls: drop or move a link row, count a
+//! subdirectory, write or release a rename's destination, remove a directory's
+//! partitions) are made until all succeed, and the intent is deleted. A prepared intent
+//! found after a crash is finished (mkdir, link: their next step is idempotent) or
+//! undone (rmdir, rename). The names an intent touches stay held until it is deleted,
+//! so that no later operation on them can interleave with its follow-ups.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn_fs::{rules, Attr, Cred, RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT};
+
+use super::names::decode_entry;
+use super::node::*;
+use super::peer::peer_call;
+use crate::giga::{dir_home, home_of, name_hash, server_of};
+use crate::proto;
+use crate::proto::follow_up::Call;
+use crate::rows::*;
+
+/// Intent kinds.
+pub(crate) const K_MKDIR: u32 = 1;
+pub(crate) const K_LINK: u32 = 2;
+pub(crate) const K_UNLINK: u32 = 3;
+pub(crate) const K_RMDIR: u32 = 4;
+pub(crate) const K_RENAME: u32 = 5;
+pub(crate) const K_SPLIT: u32 = 6;
+pub(crate) const K_PERMS: u32 = 7;
+/// Intent states.
+pub(crate) const S_PREPARED: u32 = 1;
+pub(crate) const S_COMMITTED: u32 = 2;
+
+/// The name of an intent kind (logs, status).
+pub(crate) fn kind_name(k: u32) -> &'static str {
+    match k {
+        K_MKDIR => "mkdir",
+        K_LINK => "link",
+        K_UNLINK => "unlink",
+        K_RMDIR => "rmdir",
+        K_RENAME => "rename",
+        K_SPLIT => "split",
+        K_PERMS => "dir-perms",
+        _ => "unknown",
+    }
+}
+
+/// While alive, the holder drives intent `id`; dropped, the intent (if not finished)
+/// is left to the background runner.
+pub(crate) struct Driving {
+    node: NodeRef,
+    id: u64,
+}
+
+impl Driving {
+    /// Takes over intent `id`, already marked as driven (by whoever created it).
+    pub(crate) fn adopt(node: &NodeRef, id: u64) -> Driving {
+        Driving {
+            node: node.clone(),
+            id,
+        }
+    }
+}
+
+impl Drop for Driving {
+    fn drop(&mut self) {
+        let mut m = self.node.mu.lock();
+        m.driving.remove(&self.id);
+        let pending = m.intents.contains_key(&self.id);
+        drop(m);
+        if pending {
+            self.node.wake.notify_one();
+        }
+    }
+}
+
+/// What the local first step of a rename found.
+pub(crate) enum RenameStep {
+    /// Done in one local batch (or nothing to do).
+    Done,
+    /// The owner of this inode (elsewhere) is needed for the sticky-bit rule.
+    NeedOwner(u64),
+    /// An intent was prepared.
+    Intent(u64),
+}
+
+/// What the local first step of an rmdir found.
+pub(crate) enum RmdirStep {
+    NeedOwner(u64),
+    Intent(u64, u64),
+}
+
+/// How often (and how long) a coordinator asks for the rename lock.
+const LOCK_TRIES: u32 = 100;
+const LOCK_LEASE_MS: u32 = 10_000;
+
+impl Node {
+    /// The names intent `row` holds on this server.
+    pub(crate) fn intent_names(&self, row: &proto::IntentRow) -> Vec<(u64, Vec<u8>)> {
+        match row.kind {
+            K_MKDIR | K_LINK | K_UNLINK | K_RMDIR => vec![(row.dir, row.name.clone())],
+            K_RENAME => {
+                let mut v = vec![(row.dir, row.name.clone())];
+                if row.target == self.id {
+                    v.push((row.new_dir, row.new_name.clone()));
+                }
+                v
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    pub(crate) fn intent_row(&self, id: u64) -> R<proto::IntentRow> {
+        self.mu
+            .lock()
+            .intents
+            .get(&id)
+            .cloned()
+            .ok_or(Fail::Errno(libc::EIO))
+    }
+
+    /// Writes intent `id` anew (a later step's state), durably.
+    fn rewrite_intent(&self, id: u64, f: impl FnOnce(&mut proto::IntentRow)) -> R<()> {
+        let mut m = self.mu.lock();
+        let mut row = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
+        f(&mut row);
+        let mut b = Batch::new();
+        b.put(&intent_key(id), &row);
+        self.apply(b)?;
+        m.intents.insert(id, row);
+        drop(m);
+        self.durable()
+    }
+
+    /// Records a new intent (its names held) and makes it durable.
+    fn begin_intent(&self, m: &mut Mem, row: proto::IntentRow, extra: Option<Batch>) -> R<u64> {
+        let id = self.alloc_intent(m)?;
+        let names = self.intent_names(&row);
+        self.reserve(m, (self.id, id), &names)?;
+        let mut b = extra.unwrap_or_else(Batch::new);
+        b.put(&intent_key(id), &row);
+        if let Err(e) = self.apply(b) {
+            self.unreserve(m, (self.id, id));
+            return Err(e);
+        }
+        m.intents.insert(id, row);
+        m.driving.insert(id);
+        Ok(id)
+    }
+
+    /// Deletes a finished (or undone) intent and frees its names.
+    pub(crate) fn finish_intent(&self, id: u64) -> R<()> {
+        let mut m = self.mu.lock();
+        let mut b = Batch::new();
+        b.delete(&intent_key(id));
+        self.apply(b)?;
+        m.intents.remove(&id);
+        m.retry.remove(&id);
+        self.unreserve(&mut m, (self.id, id));
+        Ok(())
+    }
+
+    // ---- remote reads -----------------------------------------------------------------
+
+    /// The attributes of `ino` from its home.
+    pub(crate) async fn attr_anywhere(self: &NodeRef, ino: u64) -> R<Attr> {
+        let h = home_of(ino);
+        if h == self.id {
+            return self.blocking(move |n| n.getattr(ino)).await;
+        }
+        let conn = self
+            .peers
+            .get(h as usize)
+            .ok_or(Fail::Errno(libc::ENOENT))?;
+        let mut c = conn.meta.clone();
+        let mut r = tonic::Request::new(proto::InoReq {
+            h: Some(self.header()),
+            ino,
+        });
+        r.set_timeout(self.peer_timeout);
+        let rep = c
+            .get_attr(r)
+            .await
+            .map_err(|s| Fail::Down(format!("server {h}: {}", s.message())))?
+            .into_inner();
+        if let Some(f) = Fail::from_status(rep.status.as_ref()) {
+            return Err(f);
+        }
+        rep.attr
+            .as_ref()
+            .map(msg_attr)
+            .ok_or(Fail::Errno(libc::EIO))
+    }
+
+    /// The parent of directory `ino`, from its home.
+    async fn parent_anywhere(self: &NodeRef, ino: u64) -> R<u64> {
+        let h = home_of(ino);
+        if h == self.id {
+            return self.blocking(move |n| n.parent_of(ino)).await;
+        }
+        let conn = self
+            .peers
+            .get(h as usize)
+            .ok_or(Fail::Errno(libc::ENOENT))?;
+        let mut c = conn.meta.clone();
+        let mut r = tonic::Request::new(proto::InoReq {
+            h: Some(self.header()),
+            ino,
+        });
+        r.set_timeout(self.peer_timeout);
+        let rep = c
+            .parent_of(r)
+            .await
+            .map_err(|s| Fail::Down(format!("server {h}: {}", s.message())))?
+            .into_inner();
+        if let Some(f) = Fail::from_status(rep.status.as_ref()) {
+            return Err(f);
+        }
+        Ok(rep.ino)
+    }
+
+    /// A client header for this server's own requests (as root).
+    pub(crate) fn header(&self) -> proto::Header {
+        proto::Header {
+            cluster_id: self.cluster_id,
+            cred: Some(cred_msg(&Cred::ROOT)),
+            no_checks: false,
+        }
+    }
+
+    /// Whether directory `a` is `d` or one of its ancestors (walking parents from `d`
+    /// to the root, each at its home).
+    async fn is_ancestor(self: &NodeRef, a: u64, d: u64) -> R<bool> {
+        let mut cur = d;
+        for _ in 0..4096 {
+            if cur == a {
+                return Ok(true);
+            }
+            if cur == ROOT {
+                return Ok(false);
+            }
+            cur = self.parent_anywhere(cur).await?;
+        }
+        errno(libc::ELOOP)
+    }
+
+    // ---- follow-ups --------------------------------------------------------------------
+
+    async fn followup(self: &NodeRef, k: IntentKey, f: &proto::FollowUp) -> R<()> {
+        let h = self.ph(k, None);
+        let s = f.server;
+        match f.call.clone() {
+            Some(Call::DropLink(mut r)) => {
+                r.h = h;
+                peer_call!(self, s, drop_link, p_drop_link, r).map(drop)
+            }
+            Some(Call::MoveLink(mut r)) => {
+                r.h = h;
+                peer_call!(self, s, move_link, p_move_link, r).map(drop)
+            }
+            Some(Call::Subdir(mut r)) => {
+                r.h = h;
+                peer_call!(self, s, subdir, p_subdir, r).map(drop)
+            }
+            Some(Call::CommitRmdir(mut r)) => {
+                r.h = h;
+                peer_call!(self, s, commit_rmdir, p_commit_rmdir, r).map(drop)
+            }
+            Some(Call::CommitRename(mut r)) => {
+                r.h = h;
+                peer_call!(self, s, commit_rename, p_commit_rename, r).map(drop)
+            }
+            Some(Call::ReleaseRename(mut r)) => {
+                r.h = h;
+                peer_call!(self, s, release_rename, p_release_rename, r).map(drop)
+            }
+            Some(Call::DirPerms(mut r)) => {
+                r.h = h;
+                peer_call!(self, s, update_dir_perms, p_update_dir_perms, r).map(drop)
+            }
+            Some(Call::Activate(mut r)) => {
+                r.h = h;
+                peer_call!(self, s, activate_partition, p_activate_partition, r).map(drop)
+            }
+            Some(Call::ForgetMemo(mut r)) => {
+                r.h = h;
+                peer_call!(self, s, forget_memo, p_forget_memo, r).map(drop)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Makes the follow-up calls of committed intent `id` (in order), then deletes it.
+    pub(crate) async fn run_followups(self: &NodeRef, id: u64) -> R<()> {
+        let row = self.intent_row(id)?;
+        let k = (self.id, id);
+        for f in &row.followups {
+            match self.followup(k, f).await {
+                Ok(()) => {}
+                Err(Fail::Errno(e)) => {
+                    // An idempotent call refused for good (the inode or partition is
+                    // gone): nothing is left to do there.
+                    tracing::warn!(
+                        server = self.id,
+                        "{} intent {id}: follow-up on server {}: errno {e}; skipped",
+                        kind_name(row.kind),
+                        f.server
+                    );
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.point("followups:done")?;
+        self.blocking(move |n| n.finish_intent(id)).await
+    }
+
+    /// Makes the follow-ups of committed intent `id` (created by this request) now,
+    /// leaving them to the background runner if a server does not answer.
+    pub(crate) async fn drive_now(self: &NodeRef, id: u64) {
+        let _g = Driving::adopt(self, id);
+        if let Err(e) = self.run_followups(id).await {
+            tracing::info!(server = self.id, "intent {id}: follow-ups later: {e:?}");
+        }
+    }
+
+    /// Drives intent `id` one step further (the background runner, or recovery).
+    pub(crate) async fn drive(self: &NodeRef, id: u64) -> R<()> {
+        let row = self.intent_row(id)?;
+        match (row.kind, row.state) {
+            (_, S_COMMITTED) => self.run_followups(id).await,
+            (K_MKDIR, _) => self.drive_mkdir(id).await.map(drop),
+            (K_LINK, _) => self.drive_link(id).await.map(drop),
+            (K_SPLIT, _) => self.split_run(id).await,
+            (K_RMDIR | K_RENAME, _) => self.abort_intent(id).await,
+            (k, s) => {
+                tracing::error!("intent {id}: kind {k} state {s} unknown; dropped");
+                self.blocking(move |n| n.finish_intent(id)).await
+            }
+        }
+    }
+
+    /// Undoes prepared rmdir or rename intent `id` on every server it prepared.
+    pub(crate) async fn abort_intent(self: &NodeRef, id: u64) -> R<()> {
+        let row = self.intent_row(id)?;
+        let k = (self.id, id);
+        let mut first_err = None;
+        if row.kind == K_RENAME && row.target != self.id {
+            let r = proto::IntentRef {
+                h: self.ph(k, None),
+            };
+            if let Err(e) = peer_call!(self, row.target, abort_rename, p_abort_rename, r) {
+                match e {
+                    Fail::Errno(_) => tracing::warn!("abort of rename {id}: {e:?}"),
+                    e => first_err = Some(e),
+                }
+            }
+        }
+        let removed = if row.kind == K_RMDIR {
+            row.ino
+        } else if row.target_kind == libc::S_IFDIR {
+            row.target_ino
+        } else {
+            0
+        };
+        if removed != 0 {
+            for &s in &row.prepared_on {
+                let r = proto::RmdirReq {
+                    h: self.ph(k, None),
+                    dir: removed,
+                };
+                if let Err(e) = peer_call!(self, s, abort_rmdir, p_abort_rmdir, r) {
+                    match e {
+                        Fail::Errno(_) => tracing::warn!("abort of rmdir {id}: {e:?}"),
+                        e => first_err = first_err.or(Some(e)),
+                    }
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        if row.kind == K_RENAME {
+            self.rename_lock(k, false).await;
+        }
+        self.blocking(move |n| n.finish_intent(id)).await
+    }
+
+    // ---- mkdir ---------------------------------------------------------------------
+
+    /// mkdir: an intent here, the directory made at its home, then the entry here.
+    pub(crate) async fn mkdir(
+        self: &NodeRef,
+        checks: bool,
+        cred: Cred,
+        dir: u64,
+        name: Vec<u8>,
+        mode: u32,
+    ) -> R<Attr> {
+        let id = self
+            .blocking(move |n| {
+                rules::check_new_name(&name)?;
+                let mut m = n.mu.lock();
+                n.writable_part(&m, dir, &name, None)?;
+                let p = n.dir_perms(dir)?;
+                rules::check_access(checks, &cred, &p, rules::MAY_WRITE | rules::MAY_EXEC)?;
+                if n.contains(&entry_key(dir, &name)) {
+                    return errno(libc::EEXIST);
+                }
+                let (mode, gid) = rules::new_mode_gid(&cred, &p, libc::S_IFDIR | (mode & 0o7777));
+                let row = proto::IntentRow {
+                    kind: K_MKDIR,
+                    state: S_PREPARED,
+                    created_ms: now_ms(),
+                    dir,
+                    name: name.clone(),
+                    mode,
+                    uid: cred.uid,
+                    gid,
+                    time: cairn_fs::now_ns(),
+                    target: dir_home(dir, &name, n.n),
+                    ..Default::default()
+                };
+                let id = n.begin_intent(&mut m, row, None)?;
+                drop(m);
+                n.durable()?;
+                Ok(id)
+            })
+            .await?;
+        let _g = Driving::adopt(self, id);
+        self.point("mkdir:after-intent")?;
+        self.drive_mkdir(id).await
+    }
+
+    /// The rest of a prepared mkdir: make the directory (idempotent), commit the entry,
+    /// make the follow-ups.
+    pub(crate) async fn drive_mkdir(self: &NodeRef, id: u64) -> R<Attr> {
+        let row = self.intent_row(id)?;
+        let req = proto::MakeDirReq {
+            h: self.ph((self.id, id), None),
+            parent: row.dir,
+            name: row.name.clone(),
+            mode: row.mode,
+            uid: row.uid,
+            gid: row.gid,
+            time: row.time,
+        };
+        let rep = peer_call!(self, row.target, make_dir, p_make_dir, req)?;
+        let attr = rep
+            .attr
+            .as_ref()
+            .map(msg_attr)
+            .ok_or(Fail::Errno(libc::EIO))?;
+        self.point("mkdir:after-makedir")?;
+        let ino = attr.ino;
+        let split = self
+            .blocking(move |n| {
+                let mut m = n.mu.lock();
+                let mut row = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
+                let idx = n.writable_part(&m, row.dir, &row.name, Some((n.id, id)))?;
+                let mut b = Batch::new();
+                b.put(
+                    &entry_key(row.dir, &row.name),
+                    &proto::EntryRow {
+                        ino,
+                        kind: libc::S_IFDIR,
+                    },
+                );
+                n.count_entry(&mut m, &mut b, row.dir, idx, true);
+                row.state = S_COMMITTED;
+                row.ino = ino;
+                row.followups = vec![
+                    proto::FollowUp {
+                        server: home_of(row.dir),
+                        call: Some(Call::Subdir(proto::SubdirReq {
+                            h: None,
+                            dir: row.dir,
+                            child: ino,
+                            add: true,
+                            time: row.time,
+                        })),
+                    },
+                    proto::FollowUp {
+                        server: row.target,
+                        call: Some(Call::ForgetMemo(proto::IntentRef { h: None })),
+                    },
+                ];
+                b.put(&intent_key(id), &row);
+                n.apply(b)?;
+                let dir = row.dir;
+                let time = row.time;
+                m.intents.insert(id, row);
+                n.touch_dir(&mut m, dir, time);
+                let split = n.wants_split(&m, dir, idx).then_some((dir, idx));
+                drop(m);
+                n.durable()?;
+                Ok(split)
+            })
+            .await?;
+        if let Some((d, i)) = split {
+            self.spawn_split(d, i);
+        }
+        self.point("mkdir:after-commit")?;
+        if let Err(e) = self.run_followups(id).await {
+            tracing::info!(server = self.id, "mkdir {id}: follow-ups later: {e:?}");
+        }
+        let mut attr = attr;
+        // The parent's link count is the home's business; the new directory's own is 2.
+        attr.nlink = 2;
+        Ok(attr)
+    }
+
+    // ---- link ----------------------------------------------------------------------
+
+    /// The rest of a prepared link: the inode's home adds the link (idempotent), then
+    /// the entry is committed; refused by the home (inode gone, a directory), undone.
+    pub(crate) async fn drive_link(self: &NodeRef, id: u64) -> R<Attr> {
+        let row = self.intent_row(id)?;
+        let req = proto::LinkRef {
+            h: self.ph((self.id, id), None),
+            ino: row.ino,
+            dir: row.dir,
+            name: row.name.clone(),
+            time: row.time,
+        };
+        let rep = match peer_call!(self, home_of(row.ino), add_link, p_add_link, req) {
+            Ok(r) => r,
+            Err(Fail::Errno(e)) => {
+                self.blocking(move |n| n.finish_intent(id)).await?;
+                return errno(e);
+            }
+            Err(e) => return Err(e),
+        };
+        let attr = rep
+            .attr
+            .as_ref()
+            .map(msg_attr)
+            .ok_or(Fail::Errno(libc::EIO))?;
+        self.point("link:after-addlink")?;
+        let kind = attr.mode & libc::S_IFMT;
+        let split = self
+            .blocking(move |n| {
+                let mut m = n.mu.lock();
+                let row = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
+                let idx = n.writable_part(&m, row.dir, &row.name, Some((n.id, id)))?;
+                let mut b = Batch::new();
+                b.put(
+                    &entry_key(row.dir, &row.name),
+                    &proto::EntryRow { ino: row.ino, kind },
+                );
+                n.count_entry(&mut m, &mut b, row.dir, idx, true);
+                b.delete(&intent_key(id));
+                n.apply(b)?;
+                m.intents.remove(&id);
+                n.unreserve(&mut m, (n.id, id));
+                n.touch_dir(&mut m, row.dir, row.time);
+                let split = n.wants_split(&m, row.dir, idx).then_some((row.dir, idx));
+                drop(m);
+                n.durable()?;
+                Ok(split)
+            })
+            .await?;
+        if let Some((d, i)) = split {
+            self.spawn_split(d, i);
+        }
+        Ok(attr)
+    }
+
+    // ---- rmdir ---------------------------------------------------------------------
+
+    /// rmdir: an intent here; every server holding a partition of the directory
+    /// prepares its removal (all empty); the entry goes here; then the partitions and
+    /// the inode.
+    pub(crate) async fn rmdir(
+        self: &NodeRef,
+        checks: bool,
+        cred: Cred,
+        dir: u64,
+        name: Vec<u8>,
+    ) -> R<()> {
+        rules::check_name(&name)?;
+        if name == b"." {
+            return errno(libc::EINVAL);
+        }
+        if name == b".." {
+            return errno(libc::ENOTEMPTY);
+        }
+        let mut owner: Option<(u64, u32)> = None;
+        let mut step = None;
+        for _ in 0..3 {
+            let name = name.clone();
+            let s = self
+                .blocking(move |n| n.rmdir_begin(checks, &cred, dir, &name, owner))
+                .await?;
+            match s {
+                RmdirStep::NeedOwner(ino) => {
+                    let a = self.attr_anywhere(ino).await?;
+                    owner = Some((ino, a.uid));
+                }
+                s @ RmdirStep::Intent(..) => {
+                    step = Some(s);
+                    break;
+                }
+            }
+        }
+        let Some(RmdirStep::Intent(id, child)) = step else {
+            return Err(Fail::Busy);
+        };
+        let _g = Driving::adopt(self, id);
+        self.point("rmdir:after-intent")?;
+        let participants = match self.prepare_removal(id, child).await {
+            Ok(p) => p,
+            Err(e) => {
+                if let Err(a) = self.abort_intent(id).await {
+                    tracing::info!(server = self.id, "rmdir {id}: undone later: {a:?}");
+                }
+                return Err(e);
+            }
+        };
+        self.point("rmdir:after-prepare")?;
+        self.blocking(move |n| {
+            let mut m = n.mu.lock();
+            let mut row = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
+            let idx = n.writable_part(&m, row.dir, &row.name, Some((n.id, id)))?;
+            let mut b = Batch::new();
+            b.delete(&entry_key(row.dir, &row.name));
+            n.count_entry(&mut m, &mut b, row.dir, idx, false);
+            row.state = S_COMMITTED;
+            let mut f: Vec<proto::FollowUp> = participants
+                .iter()
+                .map(|&s| proto::FollowUp {
+                    server: s,
+                    call: Some(Call::CommitRmdir(proto::RmdirReq {
+                        h: None,
+                        dir: child,
+                    })),
+                })
+                .collect();
+            f.push(proto::FollowUp {
+                server: home_of(row.dir),
+                call: Some(Call::Subdir(proto::SubdirReq {
+                    h: None,
+                    dir: row.dir,
+                    child,
+                    add: false,
+                    time: cairn_fs::now_ns(),
+                })),
+            });
+            row.followups = f;
+            b.put(&intent_key(id), &row);
+            n.apply(b)?;
+            let d = row.dir;
+            m.intents.insert(id, row);
+            n.touch_dir(&mut m, d, cairn_fs::now_ns());
+            drop(m);
+            n.durable()
+        })
+        .await?;
+        self.point("rmdir:after-commit")?;
+        if let Err(e) = self.run_followups(id).await {
+            tracing::info!(server = self.id, "rmdir {id}: follow-ups later: {e:?}");
+        }
+        Ok(())
+    }
+
+    fn rmdir_begin(
+        &self,
+        checks: bool,
+        cred: &Cred,
+        dir: u64,
+        name: &[u8],
+        owner: Option<(u64, u32)>,
+    ) -> R<RmdirStep> {
+        let mut m = self.mu.lock();
+        self.writable_part(&m, dir, name, None)?;
+        let p = self.dir_perms(dir)?;
+        rules::check_access(checks, cred, &p, rules::MAY_WRITE | rules::MAY_EXEC)?;
+        let Some(v) = self.get_raw(&entry_key(dir, name))? else {
+            return errno(libc::ENOENT);
+        };
+        let e = decode_entry(&v)?;
+        if e.kind != libc::S_IFDIR {
+            return errno(libc::ENOTDIR);
+        }
+        if checks && p.mode & libc::S_ISVTX != 0 && cred.uid != 0 && cred.uid != p.uid {
+            let uid = if home_of(e.ino) == self.id {
+                self.inode(e.ino)?.map(|i| i.uid)
+            } else {
+                match owner {
+                    Some((ino, uid)) if ino == e.ino => Some(uid),
+                    _ => return Ok(RmdirStep::NeedOwner(e.ino)),
+                }
+            };
+            if let Some(uid) = uid {
+                rules::check_sticky(checks, cred, &p, uid)?;
+            }
+        }
+        let row = proto::IntentRow {
+            kind: K_RMDIR,
+            state: S_PREPARED,
+            created_ms: now_ms(),
+            dir,
+            name: name.to_vec(),
+            ino: e.ino,
+            prepared_on: vec![home_of(e.ino)],
+            ..Default::default()
+        };
+        let id = self.begin_intent(&mut m, row, None)?;
+        drop(m);
+        self.durable()?;
+        Ok(RmdirStep::Intent(id, e.ino))
+    }
+
+    /// Prepares the removal of directory `child` for intent `id`: at its home first;
+    /// if its partition 0 was ever split, on every server. Returns the servers that
+    /// prepared it. `ENOTEMPTY` if any partition holds an entry.
+    async fn prepare_removal(self: &NodeRef, id: u64, child: u64) -> R<Vec<u32>> {
+        let k = (self.id, id);
+        let hc = home_of(child);
+        let req = proto::RmdirReq {
+            h: self.ph(k, None),
+            dir: child,
+        };
+        let rep = peer_call!(self, hc, prepare_rmdir, p_prepare_rmdir, req)?;
+        if rep.entries > 0 {
+            return errno(libc::ENOTEMPTY);
+        }
+        if !rep.holds_zero {
+            tracing::error!("rmdir: server {hc} holds no partition 0 of directory {child:#x}");
+            return errno(libc::EIO);
+        }
+        if rep.depth_zero == 0 {
+            return Ok(vec![hc]);
+        }
+        let all: Vec<u32> = (0..self.n).collect();
+        let all2 = all.clone();
+        self.blocking(move |n| n.rewrite_intent(id, |r| r.prepared_on = all2))
+            .await?;
+        let mut tasks = Vec::new();
+        for s in all.iter().copied().filter(|&s| s != hc) {
+            let node = self.clone();
+            let req = proto::RmdirReq {
+                h: self.ph(k, None),
+                dir: child,
+            };
+            tasks.push(tokio::spawn(async move {
+                peer_call!(&node, s, prepare_rmdir, p_prepare_rmdir, req)
+            }));
+        }
+        let mut err = None;
+        let mut nonempty = false;
+        for t in tasks {
+            match t.await {
+                Ok(Ok(rep)) => nonempty |= rep.entries > 0,
+                Ok(Err(e)) => err = err.or(Some(e)),
+                Err(_) => err = err.or(Some(Fail::Errno(libc::EIO))),
+            }
+        }
+        if nonempty {
+            return errno(libc::ENOTEMPTY);
+        }
+        if let Some(e) = err {
+            return Err(e);
+        }
+        Ok(all)
+    }
+
+    // ---- rename ----------------------------------------------------------------------
+
+    /// Asks (or returns) the cluster's rename lock for intent `k`.
+    async fn rename_lock(self: &NodeRef, k: IntentKey, acquire: bool) -> bool {
+        let tries = if acquire { LOCK_TRIES } else { 1 };
+        for _ in 0..tries {
+            let req = proto::LockReq {
+                h: self.ph(k, None),
+                acquire,
+                lease_ms: LOCK_LEASE_MS,
+            };
+            match peer_call!(self, 0, rename_lock, p_rename_lock, req) {
+                Ok(r) if r.granted => return true,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::info!("rename lock: {e:?}");
+                    if !acquire {
+                        return false;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    /// The checks of a rename's destination `(dd, d)` held here: writable, permitted,
+    /// and the replace rules. Returns the entry there (0 if none) and the directory's
+    /// permissions.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn dest_check(
+        &self,
+        m: &Mem,
+        checks: bool,
+        cred: &Cred,
+        dd: u64,
+        d: &[u8],
+        flags: u32,
+        src: (u64, u32),
+        mine: Option<IntentKey>,
+    ) -> R<(u64, u32, Attr)> {
+        self.writable_part(m, dd, d, mine)?;
+        let dp = self.dir_perms(dd)?;
+        rules::check_access(checks, cred, &dp, rules::MAY_WRITE | rules::MAY_EXEC)?;
+        let target = match self.get_raw(&entry_key(dd, d))? {
+            Some(v) => Some(decode_entry(&v)?),
+            None => None,
+        };
+        let exchange = flags & RENAME_EXCHANGE != 0;
+        match target {
+            None if exchange => errno(libc::ENOENT),
+            None => Ok((0, 0, dp)),
+            Some(_) if !exchange && flags & RENAME_NOREPLACE != 0 => errno(libc::EEXIST),
+            Some(t) if t.ino == src.0 => Ok((t.ino, t.kind, dp)),
+            Some(t) => {
+                if !exchange {
+                    let sdir = src.1 == libc::S_IFDIR;
+                    let tdir = t.kind == libc::S_IFDIR;
+                    if sdir && !tdir {
+                        return errno(libc::ENOTDIR);
+                    }
+                    if !sdir && tdir {
+                        return errno(libc::EISDIR);
+                    }
+                }
+                Ok((t.ino, t.kind, dp))
+            }
+        }
+    }
+
+    /// Merges a bitmap of directory `dir` learnt from a redirect.
+    fn learn_bitmap(&self, dir: u64, parts: Vec<u32>) {
+        let mut bm = self.bitmaps.lock();
+        if bm.len() > 100_000 && !bm.contains_key(&dir) {
+            bm.clear();
+        }
+        bm.entry(dir).or_default().merge(parts);
+    }
+
+    /// The server of name `d` of directory `dd` by this server's (learnt) bitmap.
+    fn route(&self, dd: u64, d: &[u8]) -> u32 {
+        let h = name_hash(d);
+        let i = self.bitmaps.lock().get(&dd).map_or(0, |b| b.route(h));
+        server_of(home_of(dd), i, self.n)
+    }
+
+    /// rename (see DESIGN.md, "Cluster"): in one local batch when everything is here,
+    /// else with an intent: the destination's server prepares its name, then the
+    /// source entry goes (or changes, for an exchange) here, and the follow-ups write
+    /// the destination, move link rows, count subdirectories, and drop what was
+    /// replaced. Directory moves across parents hold the cluster's rename lock while
+    /// the new parent's ancestors are checked.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn rename(
+        self: &NodeRef,
+        checks: bool,
+        cred: Cred,
+        sd: u64,
+        s: Vec<u8>,
+        dd: u64,
+        d: Vec<u8>,
+        flags: u32,
+    ) -> R<()> {
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
+            || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
+        {
+            return errno(libc::EINVAL);
+        }
+        rules::check_name(&s)?;
+        rules::check_name(&d)?;
+        for n in [&s, &d] {
+            if n.as_slice() == b"." || n.as_slice() == b".." {
+                return errno(libc::EBUSY);
+            }
+        }
+        let exchange = flags & RENAME_EXCHANGE != 0;
+        let mut owner: Option<(u64, u32)> = None;
+        let mut id = None;
+        for _ in 0..4 {
+            let (s2, d2) = (s.clone(), d.clone());
+            let step = self
+                .blocking(move |n| n.rename_begin(checks, &cred, sd, &s2, dd, &d2, flags, owner))
+                .await?;
+            match step {
+                RenameStep::Done => return Ok(()),
+                RenameStep::NeedOwner(ino) => {
+                    let a = self.attr_anywhere(ino).await?;
+                    owner = Some((ino, a.uid));
+                }
+                RenameStep::Intent(i) => {
+                    id = Some(i);
+                    break;
+                }
+            }
+        }
+        let Some(id) = id else {
+            return Err(Fail::Busy);
+        };
+        let _g = Driving::adopt(self, id);
+        self.point("rename:after-intent")?;
+        let k = (self.id, id);
+        let mut locked = false;
+        let res = self
+            .rename_prepare(id, checks, &cred, exchange, &mut locked)
+            .await;
+        let participants = match res {
+            Ok(Some(p)) => p,
+            Ok(None) => {
+                // The same inode under both names: nothing to do.
+                if let Err(a) = self.abort_intent(id).await {
+                    tracing::info!(server = self.id, "rename {id}: undone later: {a:?}");
+                }
+                return Ok(());
+            }
+            Err(e) => {
+                if let Err(a) = self.abort_intent(id).await {
+                    tracing::info!(server = self.id, "rename {id}: undone later: {a:?}");
+                }
+                return Err(e);
+            }
+        };
+        self.point("rename:after-prepare")?;
+        self.blocking(move |n| n.rename_commit(id, participants))
+            .await?;
+        self.point("rename:after-commit")?;
+        match self.run_followups(id).await {
+            Ok(()) => {
+                if locked {
+                    self.rename_lock(k, false).await;
+                }
+            }
+            Err(e) => tracing::info!(server = self.id, "rename {id}: follow-ups later: {e:?}"),
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rename_begin(
+        &self,
+        checks: bool,
+        cred: &Cred,
+        sd: u64,
+        s: &[u8],
+        dd: u64,
+        d: &[u8],
+        flags: u32,
+        owner: Option<(u64, u32)>,
+    ) -> R<RenameStep> {
+        let exchange = flags & RENAME_EXCHANGE != 0;
+        let mut m = self.mu.lock();
+        let i1 = self.writable_part(&m, sd, s, None)?;
+        let sp = self.dir_perms(sd)?;
+        rules::check_access(checks, cred, &sp, rules::MAY_WRITE | rules::MAY_EXEC)?;
+        let Some(v) = self.get_raw(&entry_key(sd, s))? else {
+            return errno(libc::ENOENT);
+        };
+        let src = decode_entry(&v)?;
+        let sticky = |dirp: &Attr, ino: u64| -> R<Option<RenameStep>> {
+            if !(checks && dirp.mode & libc::S_ISVTX != 0 && cred.uid != 0 && cred.uid != dirp.uid)
+            {
+                return Ok(None);
+            }
+            let uid = if home_of(ino) == self.id {
+                self.inode(ino)?.map(|i| i.uid)
+            } else {
+                match owner {
+                    Some((o, uid)) if o == ino => Some(uid),
+                    _ => return Ok(Some(RenameStep::NeedOwner(ino))),
+                }
+            };
+            if let Some(uid) = uid {
+                rules::check_sticky(checks, cred, dirp, uid)?;
+            }
+            Ok(None)
+        };
+        if let Some(step) = sticky(&sp, src.ino)? {
+            return Ok(step);
+        }
+        // The server of the destination name: here, or as this server's bitmap of
+        // the destination directory says (a redirect of our own teaches it).
+        let e2 = match self.locate(&m, dd, name_hash(d)) {
+            Ok(_) => self.id,
+            Err(Fail::Redirect(dir, parts)) => {
+                self.learn_bitmap(dir, parts);
+                self.route(dd, d)
+            }
+            Err(f) => {
+                let r = self.route(dd, d);
+                if r == self.id {
+                    return Err(f);
+                }
+                r
+            }
+        };
+        let local = e2 == self.id;
+        let mut row = proto::IntentRow {
+            kind: K_RENAME,
+            state: S_PREPARED,
+            created_ms: now_ms(),
+            dir: sd,
+            name: s.to_vec(),
+            ino: src.ino,
+            kind_bits: src.kind,
+            new_dir: dd,
+            new_name: d.to_vec(),
+            flags,
+            target: e2,
+            time: cairn_fs::now_ns(),
+            ..Default::default()
+        };
+        if local {
+            let (tino, tkind, dp) =
+                self.dest_check(&m, checks, cred, dd, d, flags, (src.ino, src.kind), None)?;
+            if tino == src.ino {
+                return Ok(RenameStep::Done);
+            }
+            if tino != 0 {
+                if let Some(step) = sticky(&dp, tino)? {
+                    return Ok(step);
+                }
+            }
+            row.target_ino = tino;
+            row.target_kind = tkind;
+            // Everything here, nothing to check elsewhere: one batch.
+            let simple = !exchange
+                && home_of(src.ino) == self.id
+                && (src.kind != libc::S_IFDIR || sd == dd)
+                && (tino == 0 || (tkind != libc::S_IFDIR && home_of(tino) == self.id));
+            if simple {
+                let i2 = self.writable_part(&m, dd, d, None)?;
+                let now = row.time;
+                let mut b = Batch::new();
+                b.delete(&entry_key(sd, s));
+                self.count_entry(&mut m, &mut b, sd, i1, false);
+                b.put(
+                    &entry_key(dd, d),
+                    &proto::EntryRow {
+                        ino: src.ino,
+                        kind: src.kind,
+                    },
+                );
+                if tino == 0 {
+                    self.count_entry(&mut m, &mut b, dd, i2, true);
+                } else {
+                    self.drop_link_in(&m, &mut b, tino, dd, d, now)?;
+                }
+                self.move_link_in(
+                    &mut b,
+                    &proto::MoveLinkReq {
+                        h: None,
+                        ino: src.ino,
+                        old_dir: sd,
+                        old_name: s.to_vec(),
+                        new_dir: dd,
+                        new_name: d.to_vec(),
+                        time: now,
+                    },
+                )?;
+                self.apply(b)?;
+                self.touch_dir(&mut m, sd, now);
+                self.touch_dir(&mut m, dd, now);
+                drop(m);
+                self.ack()?;
+                return Ok(RenameStep::Done);
+            }
+        }
+        let id = self.begin_intent(&mut m, row, None)?;
+        drop(m);
+        self.durable()?;
+        Ok(RenameStep::Intent(id))
+    }
+
+    /// Prepares rename intent `id` beyond its source: the destination name (at its
+    /// server, following redirects), the sticky rule there, the removal of a replaced
+    /// directory, and (under the rename lock) that no directory moves into itself.
+    /// `None`: both names are the same inode.
+    async fn rename_prepare(
+        self: &NodeRef,
+        id: u64,
+        checks: bool,
+        cred: &Cred,
+        exchange: bool,
+        locked: &mut bool,
+    ) -> R<Option<Vec<u32>>> {
+        let k = (self.id, id);
+        let mut row = self.intent_row(id)?;
+        let (tino, tkind, dmode, duid) = if row.target == self.id {
+            let (tino, tkind) = (row.target_ino, row.target_kind);
+            let dp = self.blocking(move |n| n.dir_perms(row.new_dir)).await?;
+            // The sticky rule for a local target was checked in the first step.
+            (tino, tkind, 0, dp.uid)
+        } else {
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                let req = proto::RenamePrepareReq {
+                    h: self.ph(k, Some((cred, checks))),
+                    new_dir: row.new_dir,
+                    new_name: row.new_name.clone(),
+                    flags: row.flags,
+                    ino: row.ino,
+                    kind: row.kind_bits,
+                };
+                match peer_call!(self, row.target, prepare_rename, p_prepare_rename, req) {
+                    Ok(rep) => break (rep.target_ino, rep.target_kind, rep.dir_mode, rep.dir_uid),
+                    Err(Fail::Redirect(dir, parts)) if tries < 32 && dir == row.new_dir => {
+                        self.learn_bitmap(dir, parts);
+                        let e2 = self.route(row.new_dir, &row.new_name);
+                        if e2 == self.id {
+                            // Its partition is here after all (a split moved it):
+                            // start over.
+                            return Err(Fail::Busy);
+                        }
+                        self.blocking(move |n| n.rewrite_intent(id, |r| r.target = e2))
+                            .await?;
+                        row.target = e2;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        if tino == row.ino {
+            return Ok(None);
+        }
+        // The sticky bit of the destination directory for a remote target.
+        if row.target != self.id
+            && tino != 0
+            && checks
+            && dmode & libc::S_ISVTX != 0
+            && cred.uid != 0
+            && cred.uid != duid
+        {
+            let a = self.attr_anywhere(tino).await?;
+            rules::check_sticky(
+                checks,
+                cred,
+                &Attr {
+                    mode: dmode,
+                    uid: duid,
+                    ..a.clone()
+                },
+                a.uid,
+            )?;
+        }
+        let mut participants = Vec::new();
+        if !exchange && tkind == libc::S_IFDIR && tino != 0 {
+            let hx = home_of(tino);
+            self.blocking(move |n| {
+                n.rewrite_intent(id, |r| {
+                    r.target_ino = tino;
+                    r.target_kind = tkind;
+                    r.prepared_on = vec![hx];
+                })
+            })
+            .await?;
+            participants = self.prepare_removal(id, tino).await?;
+        } else if tino != 0 && (row.target_ino != tino || row.target_kind != tkind) {
+            self.blocking(move |n| {
+                n.rewrite_intent(id, |r| {
+                    r.target_ino = tino;
+                    r.target_kind = tkind;
+                })
+            })
+            .await?;
+        }
+        let (sd, dd) = (row.dir, row.new_dir);
+        let moves_dir = row.kind_bits == libc::S_IFDIR && sd != dd;
+        let swaps_dir = exchange && tkind == libc::S_IFDIR && sd != dd;
+        if moves_dir || swaps_dir {
+            if !self.rename_lock(k, true).await {
+                return Err(Fail::Busy);
+            }
+            *locked = true;
+            if moves_dir && self.is_ancestor(row.ino, dd).await? {
+                return errno(libc::EINVAL);
+            }
+            if swaps_dir && self.is_ancestor(tino, sd).await? {
+                return errno(libc::EINVAL);
+            }
+        }
+        Ok(Some(participants))
+    }
+
+    /// Commits rename intent `id`: the source entry here (and the destination, if its
+    /// name is here too), and the list of follow-ups.
+    fn rename_commit(&self, id: u64, participants: Vec<u32>) -> R<()> {
+        let k = (self.id, id);
+        let mut m = self.mu.lock();
+        let mut row = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
+        let exchange = row.flags & RENAME_EXCHANGE != 0;
+        let (sd, dd) = (row.dir, row.new_dir);
+        let (src, skind) = (row.ino, row.kind_bits);
+        let (tino, tkind) = (row.target_ino, row.target_kind);
+        let now = cairn_fs::now_ns();
+        let i1 = self.writable_part(&m, sd, &row.name, Some(k))?;
+        let mut b = Batch::new();
+        if exchange {
+            b.put(
+                &entry_key(sd, &row.name),
+                &proto::EntryRow {
+                    ino: tino,
+                    kind: tkind,
+                },
+            );
+        } else {
+            b.delete(&entry_key(sd, &row.name));
+            self.count_entry(&mut m, &mut b, sd, i1, false);
+        }
+        let remote = row.target != self.id;
+        if !remote {
+            let i2 = self.writable_part(&m, dd, &row.new_name, Some(k))?;
+            b.put(
+                &entry_key(dd, &row.new_name),
+                &proto::EntryRow {
+                    ino: src,
+                    kind: skind,
+                },
+            );
+            if tino == 0 {
+                self.count_entry(&mut m, &mut b, dd, i2, true);
+            }
+        }
+        let mut f = Vec::new();
+        let call = |server: u32, call: Call| proto::FollowUp {
+            server,
+            call: Some(call),
+        };
+        if remote {
+            f.push(call(
+                row.target,
+                Call::CommitRename(proto::IntentRef { h: None }),
+            ));
+        }
+        f.push(call(
+            home_of(src),
+            Call::MoveLink(proto::MoveLinkReq {
+                h: None,
+                ino: src,
+                old_dir: sd,
+                old_name: row.name.clone(),
+                new_dir: dd,
+                new_name: row.new_name.clone(),
+                time: now,
+            }),
+        ));
+        if exchange {
+            f.push(call(
+                home_of(tino),
+                Call::MoveLink(proto::MoveLinkReq {
+                    h: None,
+                    ino: tino,
+                    old_dir: dd,
+                    old_name: row.new_name.clone(),
+                    new_dir: sd,
+                    new_name: row.name.clone(),
+                    time: now,
+                }),
+            ));
+        }
+        let subdir = |dir: u64, child: u64, add: bool| {
+            call(
+                home_of(dir),
+                Call::Subdir(proto::SubdirReq {
+                    h: None,
+                    dir,
+                    child,
+                    add,
+                    time: now,
+                }),
+            )
+        };
+        if skind == libc::S_IFDIR && sd != dd {
+            f.push(subdir(sd, src, false));
+            f.push(subdir(dd, src, true));
+        }
+        if exchange && tkind == libc::S_IFDIR && sd != dd {
+            f.push(subdir(dd, tino, false));
+            f.push(subdir(sd, tino, true));
+        }
+        if !exchange && tino != 0 {
+            if tkind == libc::S_IFDIR {
+                for &s in &participants {
+                    f.push(call(
+                        s,
+                        Call::CommitRmdir(proto::RmdirReq { h: None, dir: tino }),
+                    ));
+                }
+                f.push(subdir(dd, tino, false));
+            } else {
+                f.push(call(
+                    home_of(tino),
+                    Call::DropLink(proto::LinkRef {
+                        h: None,
+                        ino: tino,
+                        dir: dd,
+                        name: row.new_name.clone(),
+                        time: now,
+                    }),
+                ));
+            }
+        }
+        if remote {
+            f.push(call(
+                row.target,
+                Call::ReleaseRename(proto::IntentRef { h: None }),
+            ));
+        }
+        row.state = S_COMMITTED;
+        row.followups = f;
+        b.put(&intent_key(id), &row);
+        self.apply(b)?;
+        m.intents.insert(id, row);
+        self.touch_dir(&mut m, sd, now);
+        if !remote {
+            self.touch_dir(&mut m, dd, now);
+        }
+        drop(m);
+        self.durable()
+    }
+
+    // ---- the background runner ---------------------------------------------------------
+
+    /// Drives every unfinished intent not driven by a request, with a growing pause
+    /// between attempts of each, until the server stops.
+    pub(crate) async fn intent_runner(self: Arc<Self>) {
+        loop {
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+            if self.is_crashed() {
+                return;
+            }
+            let now = Instant::now();
+            let ids: Vec<u64> = {
+                let mut m = self.mu.lock();
+                let ids: Vec<u64> = m
+                    .intents
+                    .keys()
+                    .copied()
+                    .filter(|id| !m.driving.contains(id))
+                    .filter(|id| m.retry.get(id).is_none_or(|(at, _)| *at <= now))
+                    .collect();
+                for id in &ids {
+                    m.driving.insert(*id);
+                }
+                ids
+            };
+            for id in ids {
+                let node = self.clone();
+                tokio::spawn(async move {
+                    let g = Driving::adopt(&node, id);
+                    let res = node.drive(id).await;
+                    let mut m = node.mu.lock();
+                    if res.is_err() && m.intents.contains_key(&id) {
+                        let pause = m
+                            .retry
+                            .get(&id)
+                            .map_or(Duration::from_millis(100), |(_, p)| {
+                                (*p * 2).min(Duration::from_secs(5))
+                            });
+                        m.retry.insert(id, (Instant::now() + pause, pause));
+                        tracing::debug!(
+                            server = node.id,
+                            "intent {id}: retry in {pause:?}: {res:?}"
+                        );
+                    } else {
+                        m.retry.remove(&id);
+                    }
+                    drop(m);
+                    drop(g);
+                });
+            }
+        }
+    }
+}

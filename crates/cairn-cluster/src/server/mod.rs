@@ -1,0 +1,498 @@
+//! A metadata server: holds partitions of directories, the inodes whose home it is and
+//! their data, in its own cairn store; serves clients and its peers over gRPC; splits
+//! partitions that grow past the threshold; coordinates operations that touch two
+//! servers with durable intents, and finishes them after a crash.
+
+mod house;
+mod inode;
+mod intent;
+mod names;
+pub(crate) mod node;
+mod peer;
+mod split;
+mod svc;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use prost::Message;
+
+use cairn::{Options, SyncPolicy};
+
+use crate::config::ClusterConfig;
+use crate::error::ServerError;
+use crate::proto;
+use crate::rows::*;
+use node::{Batch, Mem, Node, NodeRef, Part};
+
+pub(crate) use peer::MAX_MESSAGE;
+
+/// When a change is durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncMode {
+    /// A reply is sent once the change is on stable storage (group commit: concurrent
+    /// requests share fsyncs).
+    Always,
+    /// Replies do not wait for the disk; a crash keeps a prefix of the changes (the
+    /// engine's rule). Steps of splits and of operations that touch two servers are
+    /// made durable whatever the mode.
+    Never,
+}
+
+/// Default entries of a partition above which it splits.
+pub const DEFAULT_SPLIT_THRESHOLD: u64 = 8192;
+
+/// How to run a server.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// Directory of its cairn store (created if needed).
+    pub dir: PathBuf,
+    /// Address to listen on; the server's id is that of the cluster file's server with
+    /// this address (or, for an unspecified IP such as 0.0.0.0, the one with this port).
+    pub listen: SocketAddr,
+    /// The cluster.
+    pub cluster: ClusterConfig,
+    /// When replies wait for the disk.
+    pub sync: SyncMode,
+    /// Where to serve Prometheus metrics (`/metrics`), if anywhere.
+    pub metrics: Option<SocketAddr>,
+    /// Entries of a partition above which it splits.
+    pub split_threshold: u64,
+    /// Timeout of a call to another server.
+    pub peer_timeout: Duration,
+    /// Test hook: stop as if killed when reaching this named point (see DESIGN.md,
+    /// "Cluster", crash points).
+    #[doc(hidden)]
+    pub crash_at: Option<String>,
+}
+
+impl ServerOptions {
+    /// Options with the defaults: `SyncMode::Always`, no metrics endpoint, split
+    /// threshold [`DEFAULT_SPLIT_THRESHOLD`], peer timeout 5 s.
+    pub fn new(
+        dir: impl Into<PathBuf>,
+        listen: SocketAddr,
+        cluster: ClusterConfig,
+    ) -> ServerOptions {
+        ServerOptions {
+            dir: dir.into(),
+            listen,
+            cluster,
+            sync: SyncMode::Always,
+            metrics: None,
+            split_threshold: DEFAULT_SPLIT_THRESHOLD,
+            peer_timeout: Duration::from_secs(5),
+            crash_at: None,
+        }
+    }
+}
+
+/// A running server (in this process).
+pub struct ServerHandle {
+    addr: SocketAddr,
+    node: NodeRef,
+    rt: Option<tokio::runtime::Runtime>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    serve: Option<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>>,
+}
+
+impl std::fmt::Debug for ServerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerHandle")
+            .field("id", &self.node.id)
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl ServerHandle {
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// This server's id in the cluster file.
+    pub fn id(&self) -> u32 {
+        self.node.id
+    }
+
+    /// Stops accepting requests, finishes those in flight, stops the background work
+    /// (an unfinished split or intent is finished at the next start), writes what was
+    /// deferred, and closes the store.
+    pub fn shutdown(mut self) -> Result<(), ServerError> {
+        let rt = self.rt.take().expect("runtime present until shutdown");
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let served = self.serve.take().map(|t| rt.block_on(t));
+        // Background tasks stop at their next step; everything they did is durable.
+        self.node.crashed.store(true, Ordering::SeqCst);
+        rt.shutdown_timeout(Duration::from_secs(10));
+        self.node.crashed.store(false, Ordering::SeqCst);
+        let node = &self.node;
+        let dir = node.db().path().to_path_buf();
+        let res = node
+            .write_dir_times()
+            .map_err(|f| ServerError::Serve(format!("writing directory times: {f:?}")));
+        node.crashed.store(true, Ordering::SeqCst);
+        let closed = node.db().clone().close();
+        res?;
+        closed.map_err(|source| ServerError::Store { dir, source })?;
+        match served {
+            Some(Ok(Err(e))) => Err(ServerError::Serve(e.to_string())),
+            Some(Err(e)) => Err(ServerError::Serve(e.to_string())),
+            _ => Ok(()),
+        }
+    }
+
+    /// Test hook: stops the server as if killed at this instant: nothing more is
+    /// written (whatever was written stays, as the kernel would keep it), no request is
+    /// finished, the store's lock is released.
+    #[doc(hidden)]
+    pub fn kill(mut self) {
+        self.node.crashed.store(true, Ordering::SeqCst);
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_timeout(Duration::from_secs(10));
+        }
+    }
+
+    /// Test hook: whether the server stopped at its crash point.
+    #[doc(hidden)]
+    pub fn crashed(&self) -> bool {
+        self.node.is_crashed()
+    }
+
+    /// Test hook: intents this server coordinates that are not finished (and splits
+    /// due but not started), and partitions it holds that are still incoming.
+    #[doc(hidden)]
+    pub fn pending(&self) -> (usize, usize) {
+        let m = self.node.mu.lock();
+        let due = m
+            .parts
+            .keys()
+            .filter(|(d, i)| self.node.wants_split(&m, *d, *i))
+            .count();
+        (
+            m.intents.len() + due,
+            m.parts
+                .values()
+                .filter(|p| p.state == PART_INCOMING)
+                .count(),
+        )
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            if let Some(stop) = self.stop.take() {
+                let _ = stop.send(());
+            }
+            self.node.crashed.store(true, Ordering::SeqCst);
+            rt.shutdown_timeout(Duration::from_secs(10));
+        }
+    }
+}
+
+/// The id of the server that listens on `listen`.
+fn server_id(cfg: &ClusterConfig, listen: SocketAddr) -> Result<u32, ServerError> {
+    if let Some(s) = cfg.servers().iter().find(|s| s.addr == listen) {
+        return Ok(s.id);
+    }
+    if listen.ip().is_unspecified() {
+        let same: Vec<_> = cfg
+            .servers()
+            .iter()
+            .filter(|s| s.addr.port() == listen.port())
+            .collect();
+        if same.len() == 1 {
+            return Ok(same[0].id);
+        }
+    }
+    Err(ServerError::NotInCluster(listen))
+}
+
+fn store_err(dir: &std::path::Path) -> impl Fn(cairn::Error) -> ServerError + '_ {
+    move |source| ServerError::Store {
+        dir: dir.to_path_buf(),
+        source,
+    }
+}
+
+fn fail_err(dir: &std::path::Path, what: &str, f: node::Fail) -> ServerError {
+    ServerError::Damaged {
+        dir: dir.to_path_buf(),
+        what: format!("{what}: {f:?}"),
+    }
+}
+
+/// Starts a server: opens its store, recovers its state, listens, and returns once it
+/// serves. Operations that another server must help finish (intents of a crashed run)
+/// are completed in the background as soon as the peers answer.
+pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
+    let cfg = opts.cluster.clone();
+    let id = server_id(&cfg, opts.listen)?;
+    let dir = opts.dir.clone();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(64)
+        .enable_all()
+        .thread_name(format!("cairn-server-{id}"))
+        .build()
+        .map_err(ServerError::Runtime)?;
+    let policy = match opts.sync {
+        SyncMode::Always => SyncPolicy::Always,
+        SyncMode::Never => SyncPolicy::Never,
+    };
+    let db = Options::new()
+        .sync(policy)
+        .open(&dir)
+        .map_err(store_err(&dir))?;
+    let ks = db.keyspace(crate::KEYSPACE);
+    drop(db);
+    // Whose store: refuse another cluster's or another server's.
+    let want = proto::ServerRow {
+        cluster_id: cfg.cluster_id(),
+        server_id: id,
+        servers: cfg.len(),
+    };
+    match ks.get(single(TAG_SERVER)).map_err(store_err(&dir))? {
+        Some(v) => {
+            let have = proto::ServerRow::decode(&v[..]).map_err(|e| ServerError::Damaged {
+                dir: dir.clone(),
+                what: format!("server row: {e}"),
+            })?;
+            if have.cluster_id != want.cluster_id {
+                return Err(ServerError::WrongStore {
+                    dir,
+                    what: format!(
+                        "a cluster of {} servers with another cluster file (id {:#x}, this file's is {:#x})",
+                        have.servers, have.cluster_id, want.cluster_id
+                    ),
+                });
+            }
+            if have.server_id != id {
+                return Err(ServerError::WrongStore {
+                    dir,
+                    what: format!(
+                        "server {} of this cluster (this address is server {id})",
+                        have.server_id
+                    ),
+                });
+            }
+        }
+        None => {
+            ks.put(single(TAG_SERVER), want.encode_to_vec())
+                .map_err(store_err(&dir))?;
+            ks.db().flush().map_err(store_err(&dir))?;
+        }
+    }
+    let listener =
+        std::net::TcpListener::bind(opts.listen).map_err(|source| ServerError::Listen {
+            addr: opts.listen,
+            source,
+        })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| ServerError::Listen {
+            addr: opts.listen,
+            source,
+        })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|source| ServerError::Listen {
+            addr: opts.listen,
+            source,
+        })?;
+    let peers = {
+        let _g = rt.enter();
+        cfg.servers()
+            .iter()
+            .map(|s| peer::PeerConn::new(s.addr, opts.peer_timeout.min(Duration::from_secs(2))))
+            .collect()
+    };
+    let node = Arc::new(Node {
+        id,
+        n: cfg.len(),
+        cluster_id: cfg.cluster_id(),
+        ks,
+        sync: opts.sync,
+        threshold: opts.split_threshold.max(2),
+        peer_timeout: opts.peer_timeout,
+        mu: Mutex::new(Mem::default()),
+        peers,
+        crash_at: opts.crash_at.clone(),
+        crashed: AtomicBool::new(false),
+        counters: Default::default(),
+        wake: tokio::sync::Notify::new(),
+        bitmaps: Mutex::new(HashMap::new()),
+    });
+    recover(&node).map_err(|f| fail_err(&dir, "recovery", f))?;
+    if let Some(maddr) = opts.metrics {
+        let _g = rt.enter();
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(maddr)
+            .install()
+            .map_err(|e| ServerError::Metrics {
+                addr: maddr,
+                msg: e.to_string(),
+            })?;
+    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let serve = {
+        let meta = proto::meta_server::MetaServer::new(svc::MetaSvc(node.clone()))
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
+        let peer = proto::peer_server::PeerServer::new(svc::PeerSvc(node.clone()))
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
+        let _g = rt.enter();
+        let listener =
+            tokio::net::TcpListener::from_std(listener).map_err(|source| ServerError::Listen {
+                addr: opts.listen,
+                source,
+            })?;
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        rt.spawn(
+            tonic::transport::Server::builder()
+                .tcp_nodelay(true)
+                .add_service(meta)
+                .add_service(peer)
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = stop_rx.await;
+                }),
+        )
+    };
+    rt.spawn(node.clone().intent_runner());
+    rt.spawn(node.clone().housekeeping());
+    node.wake.notify_one();
+    tracing::info!(server = id, "serving on {addr} (store {})", dir.display());
+    Ok(ServerHandle {
+        addr,
+        node,
+        rt: Some(rt),
+        stop: Some(stop_tx),
+        serve: Some(serve),
+    })
+}
+
+/// Loads what the server keeps in memory from its rows, creates the root directory on
+/// server 0 of a new cluster, and frees files unlinked while open by the last run.
+fn recover(node: &Node) -> Result<(), node::Fail> {
+    use node::Fail;
+    let damaged = |what: &str| {
+        tracing::error!("damaged {what} row");
+        Fail::Errno(libc::EIO)
+    };
+    let mut m = node.mu.lock();
+    let first_local = if node.id == 0 { 2 } else { 1 };
+    let lease = |tag: u8| -> Result<Option<u64>, Fail> {
+        Ok(node.get_raw(&single(tag))?.and_then(|v| {
+            v.get(..8)
+                .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+        }))
+    };
+    let l = lease(TAG_INO_LEASE)?.unwrap_or(first_local);
+    m.ino_next = l;
+    m.ino_end = l;
+    let l = lease(TAG_INTENT_LEASE)?.unwrap_or(1);
+    m.intent_next = l;
+    m.intent_end = l;
+    for (k, v) in node.scan(&[TAG_PARTITION], None, usize::MAX)? {
+        let (Some(dir), Some(idx)) = (be64(&k, 1), be32(&k, 9)) else {
+            return Err(damaged("partition key"));
+        };
+        let p = proto::PartitionRow::decode(&v[..]).map_err(|_| damaged("partition"))?;
+        m.parts.insert(
+            (dir, idx),
+            Part {
+                depth: p.depth,
+                state: p.state,
+                entries: p.entries,
+                splitting: false,
+                removing: p.removing.map(|r| (r.server, r.id)),
+            },
+        );
+    }
+    for (k, v) in node.scan(&[TAG_INTENT], None, usize::MAX)? {
+        let id = be64(&k, 1).ok_or_else(|| damaged("intent key"))?;
+        let row = proto::IntentRow::decode(&v[..]).map_err(|_| damaged("intent"))?;
+        let names = node.intent_names(&row);
+        node.reserve(&mut m, (node.id, id), &names)?;
+        m.intents.insert(id, row);
+    }
+    for (k, v) in node.scan(&[TAG_PREPARED], None, usize::MAX)? {
+        let (Some(s), Some(id)) = (be32(&k, 1), be64(&k, 5)) else {
+            return Err(damaged("prepared key"));
+        };
+        let p = proto::PreparedRow::decode(&v[..]).map_err(|_| damaged("prepared"))?;
+        node.reserve(&mut m, (s, id), &[(p.new_dir, p.new_name)])?;
+    }
+    if node.id == 0 && node.inode(cairn_fs::ROOT)?.is_none() {
+        let t = cairn_fs::now_ns();
+        let root = proto::InodeRow {
+            mode: libc::S_IFDIR | 0o755,
+            nlink: 2,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            parent: cairn_fs::ROOT,
+            perms_version: 1,
+            ..Default::default()
+        };
+        let part = Part {
+            depth: 0,
+            state: PART_ACTIVE,
+            entries: 0,
+            splitting: false,
+            removing: None,
+        };
+        let mut b = Batch::new();
+        b.put(&inode_key(cairn_fs::ROOT), &root);
+        b.put(&partition_key(cairn_fs::ROOT, 0), &part.row());
+        node.apply(b)?;
+        m.parts.insert((cairn_fs::ROOT, 0), part);
+    }
+    let orphans: Vec<u64> = node
+        .scan(&[TAG_ORPHAN], None, usize::MAX)?
+        .into_iter()
+        .filter_map(|(k, _)| be64(&k, 1))
+        .collect();
+    for ino in orphans {
+        let mut b = Batch::new();
+        if let Some(i) = node.inode(ino)? {
+            if i.nlink == 0 {
+                node.free_rows(&mut b, ino, &i)?;
+            }
+        }
+        b.delete(&orphan_key(ino));
+        node.apply(b)?;
+    }
+    drop(m);
+    node.durable()?;
+    Ok(())
+}
+
+/// Runs a server until SIGTERM or SIGINT, then drains it (stop accepting, finish what
+/// is in flight, close the store) and returns.
+pub fn run_until_signal(opts: ServerOptions) -> Result<(), ServerError> {
+    let h = start(opts)?;
+    let rt = h.rt.as_ref().expect("runtime present until shutdown");
+    rt.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).map_err(ServerError::Runtime)?;
+        let mut int = signal(SignalKind::interrupt()).map_err(ServerError::Runtime)?;
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        Ok::<(), ServerError>(())
+    })?;
+    tracing::info!(server = h.id(), "signal received: draining");
+    h.shutdown()
+}

@@ -1,0 +1,390 @@
+//! Operations on names at the server of their partition: lookup, create (of files,
+//! nodes and symbolic links: always local), unlink and link (local when the inode's
+//! home is here too, else through an intent), and paged listings of a partition.
+
+use cairn_fs::{rules, Attr, Cred, PATH_MAX};
+use prost::Message;
+
+use super::intent::{K_LINK, K_UNLINK, S_COMMITTED, S_PREPARED};
+use super::node::*;
+use crate::giga::{home_of, name_hash, rev_range};
+use crate::proto;
+use crate::rows::*;
+
+/// Most entries one listing call returns.
+pub(crate) const READDIR_MAX: usize = 4096;
+
+/// What a lookup found.
+pub(crate) struct Found {
+    pub ino: u64,
+    pub kind: u32,
+    /// The inode's attributes, when its home is here.
+    pub attr: Option<Attr>,
+}
+
+/// What the local part of an unlink did or needs.
+pub(crate) enum UnlinkStep {
+    /// Done; an intent to finish remotely (the inode's link at its home), if any.
+    Done(Option<u64>),
+    /// The sticky bit needs the owner of this inode, whose home is elsewhere.
+    NeedOwner(u64),
+}
+
+/// What the local part of a link did.
+pub(crate) enum LinkStep {
+    Done(Attr),
+    /// An intent was prepared: the inode's home must add the link.
+    Remote(u64),
+}
+
+pub(crate) fn decode_entry(v: &[u8]) -> R<proto::EntryRow> {
+    proto::EntryRow::decode(v).map_err(|e| {
+        tracing::error!("damaged entry row: {e}");
+        Fail::Errno(libc::EIO)
+    })
+}
+
+impl Node {
+    /// `ino`'s attributes if its home is here.
+    fn local_attr(&self, m: &Mem, ino: u64) -> R<Option<Attr>> {
+        if home_of(ino) != self.id {
+            return Ok(None);
+        }
+        Ok(self.inode(ino)?.map(|i| self.attr_of(m, ino, &i)))
+    }
+
+    /// The entry `name` of `dir` (search permission on `dir` needed). "." and ".." are
+    /// answered by the directory's home.
+    pub(crate) fn lookup(&self, checks: bool, cred: &Cred, dir: u64, name: &[u8]) -> R<Found> {
+        if name == b"." || name == b".." {
+            self.check_home(dir)?;
+            let i = self.inode_or_enoent(dir)?;
+            if i.mode & libc::S_IFMT != libc::S_IFDIR {
+                return errno(libc::ENOTDIR);
+            }
+            let m = self.mu.lock();
+            let a = self.attr_of(&m, dir, &i);
+            rules::check_access(checks, cred, &a, rules::MAY_EXEC)?;
+            if name == b"." {
+                return Ok(Found {
+                    ino: dir,
+                    kind: libc::S_IFDIR,
+                    attr: Some(a),
+                });
+            }
+            let attr = self.local_attr(&m, i.parent)?;
+            return Ok(Found {
+                ino: i.parent,
+                kind: libc::S_IFDIR,
+                attr,
+            });
+        }
+        let m = self.mu.lock();
+        self.locate(&m, dir, name_hash(name))?;
+        let p = self.dir_perms(dir)?;
+        rules::check_access(checks, cred, &p, rules::MAY_EXEC)?;
+        rules::check_name(name)?;
+        let Some(v) = self.get_raw(&entry_key(dir, name))? else {
+            return errno(libc::ENOENT);
+        };
+        let e = decode_entry(&v)?;
+        let attr = self.local_attr(&m, e.ino)?;
+        Ok(Found {
+            ino: e.ino,
+            kind: e.kind,
+            attr,
+        })
+    }
+
+    /// Creates a file, node or symbolic link `name` in `dir` (type in `mode`; a
+    /// directory goes through [`Node::mkdir`]). Returns its attributes and whether its
+    /// partition should now split.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn make_local(
+        &self,
+        checks: bool,
+        cred: &Cred,
+        dir: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        target: &[u8],
+    ) -> R<(Attr, Option<u32>)> {
+        let mode = match mode & libc::S_IFMT {
+            libc::S_IFLNK => {
+                if target.is_empty() {
+                    return errno(libc::ENOENT);
+                }
+                if target.len() > PATH_MAX {
+                    return errno(libc::ENAMETOOLONG);
+                }
+                libc::S_IFLNK | 0o777
+            }
+            libc::S_IFDIR => return errno(libc::EINVAL),
+            _ => rules::mknod_type(checks, cred, mode)? | (mode & 0o7777),
+        };
+        rules::check_new_name(name)?;
+        let mut m = self.mu.lock();
+        let idx = self.writable_part(&m, dir, name, None)?;
+        let p = self.dir_perms(dir)?;
+        rules::check_access(checks, cred, &p, rules::MAY_WRITE | rules::MAY_EXEC)?;
+        let ek = entry_key(dir, name);
+        if self.contains(&ek) {
+            return errno(libc::EEXIST);
+        }
+        let ino = self.alloc_ino(&mut m)?;
+        let now = cairn_fs::now_ns();
+        let (mode, gid) = rules::new_mode_gid(cred, &p, mode);
+        let data = if mode & libc::S_IFMT == libc::S_IFLNK {
+            target.to_vec()
+        } else {
+            Vec::new()
+        };
+        let row = proto::InodeRow {
+            mode,
+            uid: cred.uid,
+            gid,
+            size: data.len() as u64,
+            nlink: 1,
+            rdev: if mode & libc::S_IFMT == libc::S_IFCHR || mode & libc::S_IFMT == libc::S_IFBLK {
+                rdev
+            } else {
+                0
+            },
+            atime: now,
+            mtime: now,
+            ctime: now,
+            data,
+            ..Default::default()
+        };
+        let mut b = Batch::new();
+        b.put(
+            &ek,
+            &proto::EntryRow {
+                ino,
+                kind: mode & libc::S_IFMT,
+            },
+        );
+        b.put(&inode_key(ino), &row);
+        b.put_raw(&link_key(ino, dir, name), &[]);
+        self.count_entry(&mut m, &mut b, dir, idx, true);
+        self.apply(b)?;
+        self.touch_dir(&mut m, dir, now);
+        let attr = row_attr(ino, &row);
+        let split = self.wants_split(&m, dir, idx).then_some(idx);
+        drop(m);
+        self.ack()?;
+        Ok((attr, split))
+    }
+
+    /// The local part of unlink: removes the entry; the link at the inode's home goes
+    /// in the same batch if that is here, else through an intent (returned).
+    pub(crate) fn unlink_local(
+        &self,
+        checks: bool,
+        cred: &Cred,
+        dir: u64,
+        name: &[u8],
+        owner: Option<(u64, u32)>,
+    ) -> R<UnlinkStep> {
+        rules::check_name(name)?;
+        let mut m = self.mu.lock();
+        let idx = self.writable_part(&m, dir, name, None)?;
+        let p = self.dir_perms(dir)?;
+        rules::check_access(checks, cred, &p, rules::MAY_WRITE | rules::MAY_EXEC)?;
+        let ek = entry_key(dir, name);
+        let Some(v) = self.get_raw(&ek)? else {
+            return errno(libc::ENOENT);
+        };
+        let e = decode_entry(&v)?;
+        if e.kind == libc::S_IFDIR {
+            return errno(libc::EISDIR);
+        }
+        let local = home_of(e.ino) == self.id;
+        if checks && p.mode & libc::S_ISVTX != 0 && cred.uid != 0 && cred.uid != p.uid {
+            let uid = if local {
+                self.inode(e.ino)?.map(|i| i.uid)
+            } else {
+                match owner {
+                    Some((ino, uid)) if ino == e.ino => Some(uid),
+                    _ => return Ok(UnlinkStep::NeedOwner(e.ino)),
+                }
+            };
+            if let Some(uid) = uid {
+                rules::check_sticky(checks, cred, &p, uid)?;
+            }
+        }
+        let now = cairn_fs::now_ns();
+        let mut b = Batch::new();
+        b.delete(&ek);
+        self.count_entry(&mut m, &mut b, dir, idx, false);
+        let intent = if local {
+            self.drop_link_in(&m, &mut b, e.ino, dir, name, now)?;
+            None
+        } else {
+            let id = self.alloc_intent(&mut m)?;
+            let row = proto::IntentRow {
+                kind: K_UNLINK,
+                state: S_COMMITTED,
+                created_ms: now_ms(),
+                dir,
+                name: name.to_vec(),
+                ino: e.ino,
+                followups: vec![proto::FollowUp {
+                    server: home_of(e.ino),
+                    call: Some(proto::follow_up::Call::DropLink(proto::LinkRef {
+                        h: None,
+                        ino: e.ino,
+                        dir,
+                        name: name.to_vec(),
+                        time: now,
+                    })),
+                }],
+                ..Default::default()
+            };
+            b.put(&intent_key(id), &row);
+            self.reserve(&mut m, (self.id, id), &[(dir, name.to_vec())])?;
+            m.intents.insert(id, row);
+            m.driving.insert(id);
+            Some(id)
+        };
+        self.apply(b)?;
+        self.touch_dir(&mut m, dir, now);
+        drop(m);
+        if intent.is_some() {
+            self.durable()?;
+        } else {
+            self.ack()?;
+        }
+        Ok(UnlinkStep::Done(intent))
+    }
+
+    /// The local part of link: adds the entry, in one batch with the link row if the
+    /// inode's home is here; else prepares an intent for the home to add the link.
+    pub(crate) fn link_local(
+        &self,
+        checks: bool,
+        cred: &Cred,
+        ino: u64,
+        dir: u64,
+        name: &[u8],
+    ) -> R<(LinkStep, Option<u32>)> {
+        rules::check_new_name(name)?;
+        if ino == 0 || home_of(ino) >= self.n {
+            return errno(libc::ENOENT);
+        }
+        let mut m = self.mu.lock();
+        let idx = self.writable_part(&m, dir, name, None)?;
+        let p = self.dir_perms(dir)?;
+        rules::check_access(checks, cred, &p, rules::MAY_WRITE | rules::MAY_EXEC)?;
+        let ek = entry_key(dir, name);
+        if self.contains(&ek) {
+            return errno(libc::EEXIST);
+        }
+        let now = cairn_fs::now_ns();
+        if home_of(ino) == self.id {
+            let mut b = Batch::new();
+            let a = self.add_link_in(&mut b, ino, dir, name, now)?;
+            b.put(
+                &ek,
+                &proto::EntryRow {
+                    ino,
+                    kind: a.mode & libc::S_IFMT,
+                },
+            );
+            self.count_entry(&mut m, &mut b, dir, idx, true);
+            self.apply(b)?;
+            self.touch_dir(&mut m, dir, now);
+            let split = self.wants_split(&m, dir, idx).then_some(idx);
+            drop(m);
+            self.ack()?;
+            return Ok((LinkStep::Done(a), split));
+        }
+        let id = self.alloc_intent(&mut m)?;
+        let row = proto::IntentRow {
+            kind: K_LINK,
+            state: S_PREPARED,
+            created_ms: now_ms(),
+            dir,
+            name: name.to_vec(),
+            ino,
+            time: now,
+            ..Default::default()
+        };
+        self.reserve(&mut m, (self.id, id), &[(dir, name.to_vec())])?;
+        let mut b = Batch::new();
+        b.put(&intent_key(id), &row);
+        m.intents.insert(id, row);
+        m.driving.insert(id);
+        if let Err(e) = self.apply(b) {
+            self.unreserve(&mut m, (self.id, id));
+            m.intents.remove(&id);
+            m.driving.remove(&id);
+            return Err(e);
+        }
+        drop(m);
+        self.durable()?;
+        Ok((LinkStep::Remote(id), None))
+    }
+
+    /// Entries of the partition holding key position `(after_rev, after_name)` of
+    /// `dir`, after it, at most `limit`; with the partition and its depth, and whether
+    /// it has no more.
+    pub(crate) fn readdir(
+        &self,
+        dir: u64,
+        after_rev: u64,
+        after_name: &[u8],
+        limit: usize,
+        from_start: bool,
+    ) -> R<proto::ReadDirReply> {
+        if after_name.len() > cairn_fs::NAME_MAX {
+            return errno(libc::EINVAL);
+        }
+        let limit = limit.clamp(1, READDIR_MAX);
+        let m = self.mu.lock();
+        let idx = self.locate(&m, dir, after_rev.reverse_bits())?;
+        let depth = m.parts[&(dir, idx)].depth;
+        let (_, hi) = rev_range(idx, depth);
+        let start = entry_pos_key(dir, after_rev, after_name);
+        let mut end_prefix = entry_prefix(dir);
+        end_prefix.extend_from_slice(&hi.to_be_bytes());
+        let end = prefix_successor(&end_prefix);
+        let mut rows = Vec::with_capacity(limit.min(256));
+        {
+            use std::ops::Bound;
+            let hi_b = end.map_or(Bound::Unbounded, Bound::Excluded);
+            for r in self.ks.range::<Vec<u8>, _>((Bound::Excluded(start), hi_b)) {
+                let (k, v) = r?;
+                if rows.len() == limit {
+                    rows.push((k, v.into_vec()));
+                    break;
+                }
+                rows.push((k, v.into_vec()));
+            }
+        }
+        drop(m);
+        let done = rows.len() <= limit;
+        rows.truncate(limit);
+        let mut entries = Vec::with_capacity(rows.len());
+        let plen = entry_prefix(dir).len() + 8;
+        for (k, v) in rows {
+            let e = decode_entry(&v)?;
+            entries.push(proto::DirEntry {
+                name: k[plen..].to_vec(),
+                ino: e.ino,
+                kind: e.kind,
+            });
+        }
+        if from_start && home_of(dir) == self.id {
+            self.touch_atime(dir)?;
+        }
+        Ok(proto::ReadDirReply {
+            status: None,
+            entries,
+            depth,
+            done,
+            partition: idx,
+        })
+    }
+}

@@ -1,0 +1,712 @@
+//! Calls between servers: the connections, a dispatch that runs a call locally when
+//! the target is this server, and the participant side of every call (each one
+//! idempotent: coordinators retry them, and replay them after a restart).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tonic::transport::{Channel, Endpoint};
+
+use cairn_fs::{rules, Cred};
+
+use super::intent::{K_SPLIT, S_COMMITTED, S_PREPARED};
+use super::node::*;
+use crate::giga::home_of;
+use crate::proto;
+use crate::proto::meta_client::MetaClient;
+use crate::proto::peer_client::PeerClient;
+use crate::rows::*;
+
+/// Largest message a server or client sends or accepts.
+pub(crate) const MAX_MESSAGE: usize = 16 << 20;
+
+/// The connection to one server (lazy: opened on first use, reopened after failures).
+#[derive(Clone)]
+pub(crate) struct PeerConn {
+    pub meta: MetaClient<Channel>,
+    pub peer: PeerClient<Channel>,
+}
+
+impl PeerConn {
+    /// A lazy connection to `addr` (must be called inside a tokio runtime).
+    pub(crate) fn new(addr: std::net::SocketAddr, connect_timeout: Duration) -> PeerConn {
+        let ch = Endpoint::from_shared(format!("http://{addr}"))
+            .expect("a socket address is a valid URI")
+            .connect_timeout(connect_timeout)
+            .tcp_nodelay(true)
+            .connect_lazy();
+        PeerConn {
+            meta: MetaClient::new(ch.clone())
+                .max_decoding_message_size(MAX_MESSAGE)
+                .max_encoding_message_size(MAX_MESSAGE),
+            peer: PeerClient::new(ch)
+                .max_decoding_message_size(MAX_MESSAGE)
+                .max_encoding_message_size(MAX_MESSAGE),
+        }
+    }
+}
+
+/// Replies that carry a [`proto::Status`].
+pub(crate) trait Reply: Default {
+    fn status(&self) -> Option<&proto::Status>;
+    fn set_status(&mut self, s: proto::Status);
+}
+
+macro_rules! replies {
+    ($($t:ty),* $(,)?) => {$(
+        impl Reply for $t {
+            fn status(&self) -> Option<&proto::Status> { self.status.as_ref() }
+            fn set_status(&mut self, s: proto::Status) { self.status = Some(s); }
+        }
+    )*};
+}
+replies!(
+    proto::EntryReply,
+    proto::AttrReply,
+    proto::InoReply,
+    proto::Empty,
+    proto::ReadDirReply,
+    proto::DataReply,
+    proto::WriteReply,
+    proto::XattrListReply,
+    proto::StatFsReply,
+    proto::PeerReply,
+    proto::MakeDirReply,
+    proto::PrepareRmdirReply,
+    proto::RenamePrepareReply,
+    proto::IntentOutcome,
+    proto::LockReply,
+);
+
+/// Calls `$method` of server `$target` with `$req`: directly (`$local`) if that is
+/// this server, else over gRPC with the peer timeout. A reply's status becomes the
+/// error; a transport error is `Fail::Down`.
+macro_rules! peer_call {
+    ($node:expr, $target:expr, $method:ident, $local:ident, $req:expr) => {{
+        let node: &crate::server::node::NodeRef = $node;
+        let target: u32 = $target;
+        let req = $req;
+        if target == node.id {
+            node.clone().$local(req).await
+        } else {
+            match node.peers.get(target as usize) {
+                None => Err(crate::server::node::Fail::Errno(libc::EIO)),
+                Some(conn) => {
+                    let mut c = conn.peer.clone();
+                    let mut r = tonic::Request::new(req);
+                    r.set_timeout(node.peer_timeout);
+                    match c.$method(r).await {
+                        Ok(rep) => {
+                            let rep = rep.into_inner();
+                            match crate::server::node::Fail::from_status(
+                                crate::server::peer::Reply::status(&rep),
+                            ) {
+                                Some(f) => Err(f),
+                                None => Ok(rep),
+                            }
+                        }
+                        Err(s) => Err(crate::server::node::Fail::Down(format!(
+                            "server {target}: {}",
+                            s.message()
+                        ))),
+                    }
+                }
+            }
+        }
+    }};
+}
+pub(crate) use peer_call;
+
+impl Node {
+    /// Runs `f` on a thread that may block (store reads, writes and syncs).
+    pub(crate) async fn blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Node) -> R<T> + Send + 'static,
+    ) -> R<T> {
+        let n = self.clone();
+        match tokio::task::spawn_blocking(move || f(&n)).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!("blocking task failed: {e}");
+                errno(libc::EIO)
+            }
+        }
+    }
+
+    /// The header of a call for intent `k`, on behalf of `cred`.
+    pub(crate) fn ph(
+        &self,
+        k: IntentKey,
+        cred: Option<(&Cred, bool)>,
+    ) -> Option<proto::PeerHeader> {
+        Some(proto::PeerHeader {
+            cluster_id: self.cluster_id,
+            from: self.id,
+            intent: Some(proto::IntentId {
+                server: k.0,
+                id: k.1,
+            }),
+            cred: cred.map(|(c, _)| cred_msg(c)),
+            no_checks: cred.is_some_and(|(_, checks)| !checks),
+        })
+    }
+
+    // ---- participant side -----------------------------------------------------------
+
+    /// Makes the directory of a coordinator's mkdir intent (same intent, same
+    /// directory), with its partition 0 here (its home).
+    pub(crate) async fn p_make_dir(
+        self: Arc<Self>,
+        r: proto::MakeDirReq,
+    ) -> R<proto::MakeDirReply> {
+        let k = intent_of(r.h.as_ref())?;
+        self.blocking(move |n| {
+            let mk = memo_key(k.0, k.1);
+            let mut m = n.mu.lock();
+            if let Some(memo) = n.get::<proto::MemoRow>(&mk)? {
+                let i = n.inode_or_enoent(memo.ino)?;
+                return Ok(proto::MakeDirReply {
+                    status: None,
+                    attr: Some(attr_msg(&n.attr_of(&m, memo.ino, &i))),
+                });
+            }
+            let ino = n.alloc_ino(&mut m)?;
+            let row = proto::InodeRow {
+                mode: libc::S_IFDIR | (r.mode & 0o7777),
+                uid: r.uid,
+                gid: r.gid,
+                nlink: 2,
+                atime: r.time,
+                mtime: r.time,
+                ctime: r.time,
+                parent: r.parent,
+                perms_version: 1,
+                ..Default::default()
+            };
+            let part = Part {
+                depth: 0,
+                state: PART_ACTIVE,
+                entries: 0,
+                splitting: false,
+                removing: None,
+            };
+            let mut b = Batch::new();
+            b.put(&inode_key(ino), &row);
+            b.put(&partition_key(ino, 0), &part.row());
+            b.put_raw(&link_key(ino, r.parent, &r.name), &[]);
+            b.put(
+                &mk,
+                &proto::MemoRow {
+                    ino,
+                    created_ms: now_ms(),
+                },
+            );
+            n.apply(b)?;
+            m.parts.insert((ino, 0), part);
+            drop(m);
+            n.durable()?;
+            n.point("makedir:after-write")?;
+            Ok(proto::MakeDirReply {
+                status: None,
+                attr: Some(attr_msg(&row_attr(ino, &row))),
+            })
+        })
+        .await
+    }
+
+    /// Forgets the memo of a finished mkdir intent.
+    pub(crate) async fn p_forget_memo(self: Arc<Self>, r: proto::IntentRef) -> R<proto::PeerReply> {
+        let k = intent_of(r.h.as_ref())?;
+        self.blocking(move |n| {
+            let mut b = Batch::new();
+            b.delete(&memo_key(k.0, k.1));
+            n.apply(b)?;
+            Ok(proto::PeerReply::default())
+        })
+        .await
+    }
+
+    /// Adds a link row (a coordinator's link intent).
+    pub(crate) async fn p_add_link(self: Arc<Self>, r: proto::LinkRef) -> R<proto::AttrReply> {
+        self.blocking(move |n| {
+            let m = n.mu.lock();
+            let mut b = Batch::new();
+            let a = n.add_link_in(&mut b, r.ino, r.dir, &r.name, r.time)?;
+            n.apply(b)?;
+            drop(m);
+            n.durable()?;
+            n.point("addlink:after-write")?;
+            Ok(proto::AttrReply {
+                status: None,
+                attr: Some(attr_msg(&a)),
+            })
+        })
+        .await
+    }
+
+    /// Drops a link row.
+    pub(crate) async fn p_drop_link(self: Arc<Self>, r: proto::LinkRef) -> R<proto::PeerReply> {
+        self.blocking(move |n| {
+            let m = n.mu.lock();
+            let mut b = Batch::new();
+            n.drop_link_in(&m, &mut b, r.ino, r.dir, &r.name, r.time)?;
+            n.apply(b)?;
+            drop(m);
+            n.durable()?;
+            Ok(proto::PeerReply::default())
+        })
+        .await
+    }
+
+    /// Moves a link row (a rename).
+    pub(crate) async fn p_move_link(self: Arc<Self>, r: proto::MoveLinkReq) -> R<proto::PeerReply> {
+        self.blocking(move |n| {
+            let m = n.mu.lock();
+            let mut b = Batch::new();
+            n.move_link_in(&mut b, &r)?;
+            n.apply(b)?;
+            drop(m);
+            n.durable()?;
+            Ok(proto::PeerReply::default())
+        })
+        .await
+    }
+
+    /// Adds or removes a subdirectory row.
+    pub(crate) async fn p_subdir(self: Arc<Self>, r: proto::SubdirReq) -> R<proto::PeerReply> {
+        self.blocking(move |n| {
+            let mut m = n.mu.lock();
+            let mut b = Batch::new();
+            n.subdir_in(&mut m, &mut b, &r)?;
+            n.apply(b)?;
+            drop(m);
+            n.durable()?;
+            Ok(proto::PeerReply::default())
+        })
+        .await
+    }
+
+    /// Prepares the removal of directory `r.dir` here: if its partitions here hold no
+    /// entry and nothing else holds them, marks them removing (creates wait).
+    pub(crate) async fn p_prepare_rmdir(
+        self: Arc<Self>,
+        r: proto::RmdirReq,
+    ) -> R<proto::PrepareRmdirReply> {
+        let k = intent_of(r.h.as_ref())?;
+        self.blocking(move |n| {
+            let dir = r.dir;
+            let mut m = n.mu.lock();
+            let keys: Vec<(u64, u32)> = m
+                .parts
+                .range((dir, 0)..=(dir, u32::MAX))
+                .map(|(k, _)| *k)
+                .collect();
+            let mut rep = proto::PrepareRmdirReply::default();
+            if keys.is_empty() {
+                return Ok(rep);
+            }
+            for key in &keys {
+                let p = &m.parts[key];
+                if p.splitting || p.removing.is_some_and(|o| o != k) {
+                    return Err(Fail::Busy);
+                }
+            }
+            let split_pending = m
+                .intents
+                .values()
+                .any(|i| i.kind == K_SPLIT && i.dir == dir);
+            if split_pending || n.has_reserved_dir(&m, dir) {
+                return Err(Fail::Busy);
+            }
+            // Emptiness from the rows themselves, not the counts.
+            let any = n.scan(&entry_prefix(dir), None, 1)?;
+            rep.entries = if any.is_empty() {
+                0
+            } else {
+                m.parts
+                    .range((dir, 0)..=(dir, u32::MAX))
+                    .map(|(_, p)| p.entries)
+                    .sum::<u64>()
+                    .max(1)
+            };
+            if let Some(p0) = m.parts.get(&(dir, 0)) {
+                rep.holds_zero = true;
+                rep.depth_zero = p0.depth;
+            }
+            if rep.entries == 0 {
+                let mut b = Batch::new();
+                for key in &keys {
+                    let p = m.parts.get_mut(key).expect("listed above");
+                    p.removing = Some(k);
+                    b.put(&partition_key(key.0, key.1), &p.row());
+                }
+                if let Err(e) = n.apply(b) {
+                    for key in &keys {
+                        if let Some(p) = m.parts.get_mut(key) {
+                            p.removing = None;
+                        }
+                    }
+                    return Err(e);
+                }
+                drop(m);
+                n.durable()?;
+                n.point("prepare-rmdir:after-write")?;
+            }
+            Ok(rep)
+        })
+        .await
+    }
+
+    /// Removes directory `r.dir` here: its partitions, its permissions copy, and at its
+    /// home its inode and link row.
+    pub(crate) async fn p_commit_rmdir(self: Arc<Self>, r: proto::RmdirReq) -> R<proto::PeerReply> {
+        self.blocking(move |n| {
+            let dir = r.dir;
+            let mut m = n.mu.lock();
+            let mut b = Batch::new();
+            let keys: Vec<(u64, u32)> = m
+                .parts
+                .range((dir, 0)..=(dir, u32::MAX))
+                .map(|(k, _)| *k)
+                .collect();
+            for key in &keys {
+                b.delete(&partition_key(key.0, key.1));
+            }
+            for (k, _) in n.scan(&entry_prefix(dir), None, usize::MAX)? {
+                tracing::error!("rmdir of {dir:#x}: an entry was left: deleting it");
+                b.delete(&k);
+            }
+            b.delete(&perms_key(dir));
+            if home_of(dir) == n.id {
+                if let Some(i) = n.inode(dir)? {
+                    n.free_rows(&mut b, dir, &i)?;
+                }
+                for (k, _) in n.scan(&ino_prefix(TAG_LINK, dir), None, usize::MAX)? {
+                    b.delete(&k);
+                }
+                for (k, _) in n.scan(&ino_prefix(TAG_SUBDIR, dir), None, usize::MAX)? {
+                    b.delete(&k);
+                }
+                m.dir_times.remove(&dir);
+            }
+            n.apply(b)?;
+            for key in &keys {
+                m.parts.remove(key);
+            }
+            m.remote_times.remove(&dir);
+            drop(m);
+            n.durable()?;
+            Ok(proto::PeerReply::default())
+        })
+        .await
+    }
+
+    /// Undoes a prepared removal of `r.dir` (for the same intent).
+    pub(crate) async fn p_abort_rmdir(self: Arc<Self>, r: proto::RmdirReq) -> R<proto::PeerReply> {
+        let k = intent_of(r.h.as_ref())?;
+        self.blocking(move |n| {
+            let dir = r.dir;
+            let mut m = n.mu.lock();
+            let mut b = Batch::new();
+            let mut changed = Vec::new();
+            for (key, p) in m.parts.range_mut((dir, 0)..=(dir, u32::MAX)) {
+                if p.removing == Some(k) {
+                    p.removing = None;
+                    b.put(&partition_key(key.0, key.1), &p.row());
+                    changed.push(*key);
+                }
+            }
+            if changed.is_empty() {
+                return Ok(proto::PeerReply::default());
+            }
+            if let Err(e) = n.apply(b) {
+                for key in changed {
+                    if let Some(p) = m.parts.get_mut(&key) {
+                        p.removing = Some(k);
+                    }
+                }
+                return Err(e);
+            }
+            drop(m);
+            n.durable()?;
+            Ok(proto::PeerReply::default())
+        })
+        .await
+    }
+
+    /// Prepares a rename's destination name here: checks it (permissions, replace
+    /// rules), holds it, and records that durably.
+    pub(crate) async fn p_prepare_rename(
+        self: Arc<Self>,
+        r: proto::RenamePrepareReq,
+    ) -> R<proto::RenamePrepareReply> {
+        let k = intent_of(r.h.as_ref())?;
+        let (cred, checks) = cred_of(r.h.as_ref());
+        self.blocking(move |n| {
+            let mut m = n.mu.lock();
+            let pk = prepared_key(k.0, k.1);
+            if let Some(p) = n.get::<proto::PreparedRow>(&pk)? {
+                // Asked again: the same answer.
+                let d = n.dir_perms(p.new_dir)?;
+                return Ok(proto::RenamePrepareReply {
+                    status: None,
+                    target_ino: p.target_ino,
+                    target_kind: p.target_kind,
+                    dir_mode: d.mode,
+                    dir_uid: d.uid,
+                });
+            }
+            rules::check_name(&r.new_name)?;
+            let (tino, tkind, d) = n.dest_check(
+                &m,
+                checks,
+                &cred,
+                r.new_dir,
+                &r.new_name,
+                r.flags,
+                (r.ino, r.kind),
+                None,
+            )?;
+            if tino == r.ino {
+                // The same inode: nothing to do, nothing held.
+                return Ok(proto::RenamePrepareReply {
+                    status: None,
+                    target_ino: tino,
+                    target_kind: tkind,
+                    dir_mode: d.mode,
+                    dir_uid: d.uid,
+                });
+            }
+            let row = proto::PreparedRow {
+                state: S_PREPARED,
+                created_ms: now_ms(),
+                new_dir: r.new_dir,
+                new_name: r.new_name.clone(),
+                flags: r.flags,
+                ino: r.ino,
+                kind: r.kind,
+                target_ino: tino,
+                target_kind: tkind,
+            };
+            n.reserve(&mut m, k, &[(r.new_dir, r.new_name.clone())])?;
+            let mut b = Batch::new();
+            b.put(&pk, &row);
+            if let Err(e) = n.apply(b) {
+                n.unreserve(&mut m, k);
+                return Err(e);
+            }
+            drop(m);
+            n.durable()?;
+            n.point("prepare-rename:after-write")?;
+            Ok(proto::RenamePrepareReply {
+                status: None,
+                target_ino: tino,
+                target_kind: tkind,
+                dir_mode: d.mode,
+                dir_uid: d.uid,
+            })
+        })
+        .await
+    }
+
+    /// Writes a prepared rename's destination entry (the name stays held until the
+    /// coordinator releases it).
+    pub(crate) async fn p_commit_rename(
+        self: Arc<Self>,
+        r: proto::IntentRef,
+    ) -> R<proto::PeerReply> {
+        let k = intent_of(r.h.as_ref())?;
+        self.blocking(move |n| {
+            let pk = prepared_key(k.0, k.1);
+            let mut m = n.mu.lock();
+            let Some(mut p) = n.get::<proto::PreparedRow>(&pk)? else {
+                return Ok(proto::PeerReply::default());
+            };
+            if p.state == S_COMMITTED {
+                return Ok(proto::PeerReply::default());
+            }
+            let idx = n.writable_part(&m, p.new_dir, &p.new_name, Some(k))?;
+            let ek = entry_key(p.new_dir, &p.new_name);
+            let existed = n.contains(&ek);
+            let mut b = Batch::new();
+            b.put(
+                &ek,
+                &proto::EntryRow {
+                    ino: p.ino,
+                    kind: p.kind,
+                },
+            );
+            if !existed {
+                n.count_entry(&mut m, &mut b, p.new_dir, idx, true);
+            }
+            p.state = S_COMMITTED;
+            b.put(&pk, &p);
+            n.apply(b)?;
+            n.touch_dir(&mut m, p.new_dir, cairn_fs::now_ns());
+            drop(m);
+            n.durable()?;
+            Ok(proto::PeerReply::default())
+        })
+        .await
+    }
+
+    /// Releases a committed rename's destination name.
+    pub(crate) async fn p_release_rename(
+        self: Arc<Self>,
+        r: proto::IntentRef,
+    ) -> R<proto::PeerReply> {
+        let k = intent_of(r.h.as_ref())?;
+        self.blocking(move |n| {
+            let pk = prepared_key(k.0, k.1);
+            let mut m = n.mu.lock();
+            if n.contains(&pk) {
+                let mut b = Batch::new();
+                b.delete(&pk);
+                n.apply(b)?;
+            }
+            n.unreserve(&mut m, k);
+            drop(m);
+            n.durable()?;
+            Ok(proto::PeerReply::default())
+        })
+        .await
+    }
+
+    /// Drops a prepared (not committed) rename's destination.
+    pub(crate) async fn p_abort_rename(
+        self: Arc<Self>,
+        r: proto::IntentRef,
+    ) -> R<proto::PeerReply> {
+        let k = intent_of(r.h.as_ref())?;
+        self.blocking(move |n| {
+            let pk = prepared_key(k.0, k.1);
+            let mut m = n.mu.lock();
+            match n.get::<proto::PreparedRow>(&pk)? {
+                None => {}
+                Some(p) if p.state == S_COMMITTED => {
+                    tracing::error!("abort of committed rename {k:?} refused");
+                    return errno(libc::EINVAL);
+                }
+                Some(_) => {
+                    let mut b = Batch::new();
+                    b.delete(&pk);
+                    n.apply(b)?;
+                }
+            }
+            n.unreserve(&mut m, k);
+            drop(m);
+            n.durable()?;
+            Ok(proto::PeerReply::default())
+        })
+        .await
+    }
+
+    /// Whether an intent this server coordinates still exists.
+    pub(crate) async fn p_outcome(self: Arc<Self>, r: proto::IntentRef) -> R<proto::IntentOutcome> {
+        let k = intent_of(r.h.as_ref())?;
+        if k.0 != self.id {
+            return errno(libc::EINVAL);
+        }
+        let exists = self.mu.lock().intents.contains_key(&k.1);
+        Ok(proto::IntentOutcome {
+            status: None,
+            exists,
+        })
+    }
+
+    /// Replaces the permissions copy of a directory with a newer one.
+    pub(crate) async fn p_update_dir_perms(
+        self: Arc<Self>,
+        r: proto::DirPermsReq,
+    ) -> R<proto::PeerReply> {
+        self.blocking(move |n| {
+            let Some(p) = r.perms else {
+                return errno(libc::EINVAL);
+            };
+            if home_of(r.dir) == n.id {
+                return Ok(proto::PeerReply::default());
+            }
+            let _m = n.mu.lock();
+            n.store_perms(r.dir, &p)?;
+            drop(_m);
+            n.durable()?;
+            Ok(proto::PeerReply::default())
+        })
+        .await
+    }
+
+    /// Puts `p` as the permissions copy of `dir` if it is newer than the one kept.
+    pub(crate) fn store_perms(&self, dir: u64, p: &proto::DirPerms) -> R<()> {
+        let k = perms_key(dir);
+        let old = self.get::<proto::DirPerms>(&k)?;
+        if old.is_none_or(|o| o.version < p.version) {
+            let mut b = Batch::new();
+            b.put(&k, p);
+            self.apply(b)?;
+        }
+        Ok(())
+    }
+
+    /// Directory times from partitions on other servers.
+    pub(crate) async fn p_touch_dirs(self: Arc<Self>, r: proto::TouchReq) -> R<proto::PeerReply> {
+        let mut m = self.mu.lock();
+        for t in r.times {
+            if home_of(t.dir) != self.id {
+                continue;
+            }
+            let e = m.dir_times.entry(t.dir).or_insert((t.mtime, t.ctime));
+            e.0 = e.0.max(t.mtime);
+            e.1 = e.1.max(t.ctime);
+        }
+        Ok(proto::PeerReply::default())
+    }
+
+    /// The cluster's rename lock (server 0): a lease for directory renames across
+    /// parents, so that two of them never make a cycle.
+    pub(crate) async fn p_rename_lock(self: Arc<Self>, r: proto::LockReq) -> R<proto::LockReply> {
+        let k = intent_of(r.h.as_ref())?;
+        if self.id != 0 {
+            return errno(libc::EINVAL);
+        }
+        let mut m = self.mu.lock();
+        let now = Instant::now();
+        let free = match m.rename_lock {
+            None => true,
+            Some((h, exp)) => h == k || exp <= now,
+        };
+        if r.acquire {
+            if free {
+                let lease = Duration::from_millis(r.lease_ms.clamp(100, 60_000) as u64);
+                m.rename_lock = Some((k, now + lease));
+            }
+            Ok(proto::LockReply {
+                status: None,
+                granted: free,
+            })
+        } else {
+            if matches!(m.rename_lock, Some((h, _)) if h == k) {
+                m.rename_lock = None;
+            }
+            Ok(proto::LockReply {
+                status: None,
+                granted: true,
+            })
+        }
+    }
+}
+
+/// The intent a peer call belongs to (required).
+pub(crate) fn intent_of(h: Option<&proto::PeerHeader>) -> R<IntentKey> {
+    match h.and_then(|h| h.intent.as_ref()) {
+        Some(i) => Ok((i.server, i.id)),
+        None => errno(libc::EINVAL),
+    }
+}
+
+/// The credential and checks flag of a peer call.
+pub(crate) fn cred_of(h: Option<&proto::PeerHeader>) -> (Cred, bool) {
+    (
+        msg_cred(h.and_then(|h| h.cred.as_ref())),
+        !h.is_some_and(|h| h.no_checks),
+    )
+}

@@ -1,0 +1,440 @@
+//! GIGA+ splits. The source holds partition `i` at depth `r`; the upper half of its
+//! range moves to the new partition `j = i + 2^r` on the server GIGA+ places it:
+//!
+//! 1. the source holds `i` (changes of its names wait) and writes a prepared intent;
+//! 2. it reads the moving entries and streams them to the target, which writes them
+//!    with partition `j` *incoming* (invisible, unavailable) in one batch, durably,
+//!    replacing what an earlier attempt left;
+//! 3. the source, in one batch, deletes the moved entries, sets `i`'s depth to `r+1`
+//!    and commits the intent: from here on the moved names belong to `j`;
+//! 4. the target activates `j` (a follow-up of the intent, retried until done).
+//!
+//! At every instant each entry belongs to exactly one partition: before step 3 the
+//! source's `i` owns it (the target's copy is invisible), after it `j` does. A
+//! prepared split found after a crash is redone from step 2; a committed one finishes
+//! step 4. When `j`'s server is the source itself nothing moves: step 3 alone.
+
+use std::sync::Arc;
+
+use super::intent::{Driving, K_SPLIT, S_COMMITTED, S_PREPARED};
+use super::names::decode_entry;
+use super::node::*;
+use crate::giga::{self, child, covers, home_of, name_hash, rev_range, server_of, MAX_DEPTH};
+use crate::proto;
+use crate::proto::follow_up::Call;
+use crate::rows::*;
+
+/// Bytes of entries per chunk of a partition transfer (well below the message limit).
+const CHUNK_BYTES: usize = 4 << 20;
+/// Most entries a partition transfer may carry.
+const MAX_TRANSFER_ENTRIES: usize = 64 << 20;
+
+impl Node {
+    /// Starts splitting partition `(dir, idx)` in the background if it still needs to.
+    pub(crate) fn spawn_split(self: &NodeRef, dir: u64, idx: u32) {
+        let node = self.clone();
+        tokio::spawn(async move {
+            let id = match node.blocking(move |n| n.split_begin(dir, idx)).await {
+                Ok(Some(id)) => id,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::debug!(
+                        server = node.id,
+                        "split of {dir:#x}/{idx} not started: {e:?}"
+                    );
+                    return;
+                }
+            };
+            let _g = Driving::adopt(&node, id);
+            if let Err(e) = node.split_run(id).await {
+                tracing::info!(
+                    server = node.id,
+                    "split {id} of {dir:#x}/{idx}: later: {e:?}"
+                );
+            }
+        });
+    }
+
+    /// Writes the prepared intent of a split of `(dir, idx)`, if it still needs one.
+    fn split_begin(&self, dir: u64, idx: u32) -> R<Option<u64>> {
+        let mut m = self.mu.lock();
+        if !self.wants_split(&m, dir, idx) {
+            return Ok(None);
+        }
+        if m.intents
+            .values()
+            .any(|r| r.kind == K_SPLIT && r.dir == dir && r.index == idx)
+        {
+            return Ok(None);
+        }
+        let depth = m.parts[&(dir, idx)].depth;
+        if self.has_reserved_in(&m, dir, idx, depth) {
+            return Ok(None);
+        }
+        let j = child(idx, depth);
+        let row = proto::IntentRow {
+            kind: K_SPLIT,
+            state: S_PREPARED,
+            created_ms: now_ms(),
+            dir,
+            index: idx,
+            depth,
+            target: server_of(home_of(dir), j, self.n),
+            ..Default::default()
+        };
+        let id = self.begin_intent_plain(&mut m, row)?;
+        drop(m);
+        self.durable()?;
+        Ok(Some(id))
+    }
+
+    /// Records an intent that holds no names.
+    fn begin_intent_plain(&self, m: &mut Mem, row: proto::IntentRow) -> R<u64> {
+        let id = self.alloc_intent(m)?;
+        let mut b = Batch::new();
+        b.put(&intent_key(id), &row);
+        self.apply(b)?;
+        m.intents.insert(id, row);
+        m.driving.insert(id);
+        Ok(id)
+    }
+
+    /// Runs prepared split intent `id` (steps 2–4; see the module documentation).
+    pub(crate) async fn split_run(self: &NodeRef, id: u64) -> R<()> {
+        let row = self.intent_row(id)?;
+        let (dir, idx, r, t) = (row.dir, row.index, row.depth, row.target);
+        let j = child(idx, r);
+        // Step 2: hold the partition and read what moves.
+        let got = self
+            .blocking(move |n| {
+                let mut m = n.mu.lock();
+                let Some(p) = m.parts.get(&(dir, idx)) else {
+                    return Ok(None);
+                };
+                if p.depth != r {
+                    return Ok(None);
+                }
+                if p.splitting
+                    || p.removing.is_some()
+                    || p.state != PART_ACTIVE
+                    || n.has_reserved_in(&m, dir, idx, r)
+                {
+                    return Err(Fail::Busy);
+                }
+                m.parts.get_mut(&(dir, idx)).expect("checked").splitting = true;
+                let read = (|| {
+                    let (lo, hi) = rev_range(j, r + 1);
+                    let lo_key = entry_pos_key(dir, lo, b"");
+                    let mut hp = entry_prefix(dir);
+                    hp.extend_from_slice(&hi.to_be_bytes());
+                    let rows = if t == n.id {
+                        Vec::new()
+                    } else {
+                        n.scan_range(&lo_key, prefix_successor(&hp).as_deref())?
+                    };
+                    let perms = n.perms_copy(dir)?;
+                    R::Ok((rows, perms))
+                })();
+                if read.is_err() {
+                    m.parts.get_mut(&(dir, idx)).expect("checked").splitting = false;
+                }
+                read.map(Some)
+            })
+            .await?;
+        let Some((rows, perms)) = got else {
+            // The partition is gone or split already: nothing to do.
+            self.blocking(move |n| n.finish_intent(id)).await?;
+            return Ok(());
+        };
+        let res = self
+            .split_transfer(id, dir, j, r + 1, perms, &rows, t)
+            .await;
+        if let Err(e) = res {
+            let _ = self
+                .blocking(move |n| {
+                    if let Some(p) = n.mu.lock().parts.get_mut(&(dir, idx)) {
+                        p.splitting = false;
+                    }
+                    Ok(())
+                })
+                .await;
+            return Err(e);
+        }
+        self.point("split:after-accept")?;
+        // Step 3: the moved names belong to j from this batch on.
+        let keys: Vec<Vec<u8>> = rows.into_iter().map(|(k, _)| k).collect();
+        let moved = self
+            .blocking(move |n| {
+                let mut m = n.mu.lock();
+                let res = n.split_commit(&mut m, id, &keys);
+                if let Some(p) = m.parts.get_mut(&(dir, idx)) {
+                    p.splitting = false;
+                }
+                drop(m);
+                let moved = res?;
+                n.durable()?;
+                Ok(moved)
+            })
+            .await?;
+        self.counters
+            .splits_done
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        metrics::counter!("cairn_splits_total").increment(1);
+        tracing::info!(
+            server = self.id,
+            "split {dir:#x}/{idx} at depth {r}: {moved} entries to partition {j} on server {t}"
+        );
+        self.point("split:after-commit")?;
+        if t != self.id {
+            // Step 4.
+            self.run_followups(id).await?;
+        }
+        Ok(())
+    }
+
+    /// Step 3 of split `id`: one batch.
+    fn split_commit(&self, m: &mut Mem, id: u64, keys: &[Vec<u8>]) -> R<u64> {
+        let mut row = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
+        let (dir, idx, r, t) = (row.dir, row.index, row.depth, row.target);
+        let j = child(idx, r);
+        let mut p = m
+            .parts
+            .get(&(dir, idx))
+            .cloned()
+            .ok_or(Fail::Errno(libc::EIO))?;
+        let mut b = Batch::new();
+        let moved = if t == self.id {
+            // Nothing moves: count what is now j's.
+            let (lo, hi) = rev_range(j, r + 1);
+            let lo_key = entry_pos_key(dir, lo, b"");
+            let mut hp = entry_prefix(dir);
+            hp.extend_from_slice(&hi.to_be_bytes());
+            self.scan_range(&lo_key, prefix_successor(&hp).as_deref())?
+                .len() as u64
+        } else {
+            for k in keys {
+                b.delete(k);
+            }
+            keys.len() as u64
+        };
+        p.depth = r + 1;
+        p.entries = p.entries.saturating_sub(moved);
+        p.splitting = false;
+        b.put(&partition_key(dir, idx), &p.row());
+        let jp = Part {
+            depth: r + 1,
+            state: PART_ACTIVE,
+            entries: moved,
+            splitting: false,
+            removing: None,
+        };
+        if t == self.id {
+            b.put(&partition_key(dir, j), &jp.row());
+            b.delete(&intent_key(id));
+        } else {
+            row.state = S_COMMITTED;
+            row.followups = vec![proto::FollowUp {
+                server: t,
+                call: Some(Call::Activate(proto::PartitionRef {
+                    h: None,
+                    dir,
+                    index: j,
+                })),
+            }];
+            b.put(&intent_key(id), &row);
+        }
+        self.apply(b)?;
+        m.parts.insert((dir, idx), p);
+        if t == self.id {
+            m.parts.insert((dir, j), jp);
+            m.intents.remove(&id);
+        } else {
+            m.intents.insert(id, row);
+        }
+        Ok(moved)
+    }
+
+    /// Step 2's transfer: streams the moving entries to the target in chunks.
+    #[allow(clippy::too_many_arguments)]
+    async fn split_transfer(
+        self: &NodeRef,
+        id: u64,
+        dir: u64,
+        j: u32,
+        depth: u32,
+        perms: proto::DirPerms,
+        rows: &[(Vec<u8>, Vec<u8>)],
+        t: u32,
+    ) -> R<()> {
+        if t == self.id {
+            return Ok(());
+        }
+        self.point("split:before-accept")?;
+        let plen = entry_prefix(dir).len() + 8;
+        let mut chunks = Vec::new();
+        let mut cur = Vec::new();
+        let mut bytes = 0;
+        for (k, v) in rows {
+            let e = decode_entry(v)?;
+            bytes += k.len() + 16;
+            cur.push(proto::DirEntry {
+                name: k[plen..].to_vec(),
+                ino: e.ino,
+                kind: e.kind,
+            });
+            if bytes >= CHUNK_BYTES {
+                chunks.push(std::mem::take(&mut cur));
+                bytes = 0;
+            }
+        }
+        if !cur.is_empty() || chunks.is_empty() {
+            chunks.push(cur);
+        }
+        let n = chunks.len();
+        let msgs: Vec<proto::PartitionChunk> = chunks
+            .into_iter()
+            .enumerate()
+            .map(|(i, entries)| proto::PartitionChunk {
+                h: self.ph((self.id, id), None),
+                dir,
+                index: j,
+                depth,
+                perms: Some(perms),
+                entries,
+                first: i == 0,
+                last: i + 1 == n,
+            })
+            .collect();
+        let conn = self.peers.get(t as usize).ok_or(Fail::Errno(libc::EIO))?;
+        let mut c = conn.peer.clone();
+        let mut req = tonic::Request::new(tokio_stream::iter(msgs));
+        req.set_timeout(self.peer_timeout * 4);
+        match c.accept_partition(req).await {
+            Ok(rep) => match Fail::from_status(rep.into_inner().status.as_ref()) {
+                Some(f) => Err(f),
+                None => Ok(()),
+            },
+            Err(s) => Err(Fail::Down(format!("server {t}: {}", s.message()))),
+        }
+    }
+
+    /// The target side of a split: writes partition `j` incoming with the entries
+    /// (replacing an earlier attempt's), durably.
+    pub(crate) async fn p_accept_partition(
+        self: Arc<Self>,
+        chunks: Vec<proto::PartitionChunk>,
+    ) -> R<proto::PeerReply> {
+        let Some(first) = chunks.first() else {
+            return errno(libc::EINVAL);
+        };
+        let (dir, j, depth) = (first.dir, first.index, first.depth);
+        let perms = first.perms;
+        // The transfer must be whole and well-formed.
+        if !first.first
+            || !chunks.last().is_some_and(|c| c.last)
+            || chunks.iter().skip(1).any(|c| c.first)
+            || chunks.iter().rev().skip(1).any(|c| c.last)
+            || chunks
+                .iter()
+                .any(|c| c.dir != dir || c.index != j || c.depth != depth)
+            || depth == 0
+            || depth > MAX_DEPTH
+            || giga::created_depth(j) != depth
+            || server_of(home_of(dir), j, self.n) != self.id
+            || perms.is_none()
+        {
+            return errno(libc::EINVAL);
+        }
+        let mut entries = Vec::new();
+        for c in chunks {
+            for e in c.entries {
+                if cairn_fs::rules::check_name(&e.name).is_err()
+                    || !covers(j, depth, name_hash(&e.name))
+                    || e.ino == 0
+                {
+                    return errno(libc::EINVAL);
+                }
+                entries.push(e);
+                if entries.len() > MAX_TRANSFER_ENTRIES {
+                    return errno(libc::E2BIG);
+                }
+            }
+        }
+        let perms = perms.expect("checked");
+        self.blocking(move |n| {
+            let mut m = n.mu.lock();
+            if let Some(p) = m.parts.get(&(dir, j)) {
+                if p.state == PART_ACTIVE {
+                    tracing::error!("transfer of active partition {dir:#x}/{j} refused");
+                    return errno(libc::EEXIST);
+                }
+            }
+            let mut b = Batch::new();
+            let (lo, hi) = rev_range(j, depth);
+            let lo_key = entry_pos_key(dir, lo, b"");
+            let mut hp = entry_prefix(dir);
+            hp.extend_from_slice(&hi.to_be_bytes());
+            for (k, _) in n.scan_range(&lo_key, prefix_successor(&hp).as_deref())? {
+                b.delete(&k);
+            }
+            for e in &entries {
+                b.put(
+                    &entry_key(dir, &e.name),
+                    &proto::EntryRow {
+                        ino: e.ino,
+                        kind: e.kind,
+                    },
+                );
+            }
+            let part = Part {
+                depth,
+                state: PART_INCOMING,
+                entries: entries.len() as u64,
+                splitting: false,
+                removing: None,
+            };
+            b.put(&partition_key(dir, j), &part.row());
+            n.apply(b)?;
+            if home_of(dir) != n.id {
+                n.store_perms(dir, &perms)?;
+            }
+            m.parts.insert((dir, j), part);
+            drop(m);
+            n.durable()?;
+            n.point("accept:after-write")?;
+            Ok(proto::PeerReply::default())
+        })
+        .await
+    }
+
+    /// Makes incoming partition `(dir, j)` active (its split committed).
+    pub(crate) async fn p_activate_partition(
+        self: Arc<Self>,
+        r: proto::PartitionRef,
+    ) -> R<proto::PeerReply> {
+        self.blocking(move |n| {
+            n.point("activate:before")?;
+            let mut m = n.mu.lock();
+            let Some(p) = m.parts.get_mut(&(r.dir, r.index)) else {
+                return errno(libc::ENOENT);
+            };
+            if p.state == PART_ACTIVE {
+                return Ok(proto::PeerReply::default());
+            }
+            p.state = PART_ACTIVE;
+            let row = p.row();
+            let mut b = Batch::new();
+            b.put(&partition_key(r.dir, r.index), &row);
+            if let Err(e) = n.apply(b) {
+                if let Some(p) = m.parts.get_mut(&(r.dir, r.index)) {
+                    p.state = PART_INCOMING;
+                }
+                return Err(e);
+            }
+            drop(m);
+            n.durable()?;
+            Ok(proto::PeerReply::default())
+        })
+        .await
+    }
+}

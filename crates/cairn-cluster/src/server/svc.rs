@@ -1,0 +1,590 @@
+//! The gRPC services: checks of every request's header (the cluster file's identity),
+//! the run of each request in a task of its own (so that a client going away never
+//! cuts an operation in the middle), metrics, and the mapping of results to replies.
+
+use std::future::Future;
+use std::time::Instant;
+
+use tonic::{Request, Response, Status, Streaming};
+
+use cairn_fs::{Cred, SetAttr, TimeSet};
+
+use super::intent::Driving;
+use super::names::{LinkStep, UnlinkStep, READDIR_MAX};
+use super::node::*;
+use super::peer::Reply;
+use crate::proto;
+use crate::proto::meta_server::Meta;
+use crate::proto::peer_server::Peer;
+
+/// Largest read or write of one request.
+pub(crate) const MAX_IO: usize = 8 << 20;
+
+/// The client-facing service.
+pub(crate) struct MetaSvc(pub NodeRef);
+/// The server-to-server service.
+pub(crate) struct PeerSvc(pub NodeRef);
+
+fn mismatch() -> Status {
+    Status::failed_precondition(
+        "cluster file differs: this server reads another list of servers than the caller",
+    )
+}
+
+/// Runs `fut` in a task of its own and maps its outcome to a reply.
+async fn run<Rep: Reply + Send + 'static>(
+    node: &NodeRef,
+    op: &'static str,
+    fut: impl Future<Output = R<Rep>> + Send + 'static,
+) -> Result<Response<Rep>, Status> {
+    if node.is_crashed() {
+        return Err(Status::unavailable("server stopping"));
+    }
+    let start = Instant::now();
+    let res = tokio::spawn(fut).await;
+    metrics::counter!("cairn_ops_total", "op" => op).increment(1);
+    metrics::histogram!("cairn_op_seconds", "op" => op).record(start.elapsed().as_secs_f64());
+    match res {
+        Ok(Ok(rep)) => Ok(Response::new(rep)),
+        Ok(Err(Fail::Crashed)) => Err(Status::unavailable("server stopping")),
+        Ok(Err(f)) => {
+            if let Fail::Down(why) = &f {
+                tracing::info!(server = node.id, "{op}: {why}");
+            }
+            let mut r = Rep::default();
+            r.set_status(f.to_status());
+            Ok(Response::new(r))
+        }
+        Err(e) => {
+            tracing::error!(server = node.id, "{op}: task failed: {e}");
+            Err(Status::internal("request task failed"))
+        }
+    }
+}
+
+impl MetaSvc {
+    /// The caller's credential and checks flag, once its cluster id is right.
+    fn hdr(&self, h: Option<&proto::Header>) -> Result<(bool, Cred), Status> {
+        match h {
+            Some(h) if h.cluster_id == self.0.cluster_id => {
+                Ok((!h.no_checks, msg_cred(h.cred.as_ref())))
+            }
+            _ => Err(mismatch()),
+        }
+    }
+}
+
+fn timeset(t: Option<&proto::TimeSet>) -> Option<TimeSet> {
+    match t?.how? {
+        proto::time_set::How::Now(_) => Some(TimeSet::Now),
+        proto::time_set::How::At(v) => Some(TimeSet::At(v)),
+    }
+}
+
+fn attr_reply(a: cairn_fs::Attr) -> proto::AttrReply {
+    proto::AttrReply {
+        status: None,
+        attr: Some(attr_msg(&a)),
+    }
+}
+
+#[tonic::async_trait]
+impl Meta for MetaSvc {
+    async fn lookup(
+        &self,
+        req: Request<proto::LookupReq>,
+    ) -> Result<Response<proto::EntryReply>, Status> {
+        let r = req.into_inner();
+        let (checks, cred) = self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        run(&self.0, "lookup", async move {
+            let f = n
+                .blocking(move |n| n.lookup(checks, &cred, r.dir, &r.name))
+                .await?;
+            Ok(proto::EntryReply {
+                status: None,
+                ino: f.ino,
+                kind: f.kind,
+                attr: f.attr.as_ref().map(attr_msg),
+            })
+        })
+        .await
+    }
+
+    async fn get_attr(
+        &self,
+        req: Request<proto::InoReq>,
+    ) -> Result<Response<proto::AttrReply>, Status> {
+        let r = req.into_inner();
+        self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        run(&self.0, "getattr", async move {
+            n.blocking(move |n| n.getattr(r.ino)).await.map(attr_reply)
+        })
+        .await
+    }
+
+    async fn set_attr(
+        &self,
+        req: Request<proto::SetAttrReq>,
+    ) -> Result<Response<proto::AttrReply>, Status> {
+        let r = req.into_inner();
+        let (checks, cred) = self.hdr(r.h.as_ref())?;
+        let s = SetAttr {
+            mode: r.mode,
+            uid: r.uid,
+            gid: r.gid,
+            size: r.size,
+            atime: timeset(r.atime.as_ref()),
+            mtime: timeset(r.mtime.as_ref()),
+        };
+        let n = self.0.clone();
+        run(&self.0, "setattr", async move {
+            let (a, intent) = n
+                .blocking(move |n| n.setattr_full(checks, &cred, r.ino, &s))
+                .await?;
+            if let Some(id) = intent {
+                n.drive_now(id).await;
+            }
+            Ok(attr_reply(a))
+        })
+        .await
+    }
+
+    async fn make(
+        &self,
+        req: Request<proto::MakeReq>,
+    ) -> Result<Response<proto::EntryReply>, Status> {
+        let r = req.into_inner();
+        let (checks, cred) = self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        let op = if r.mode & libc::S_IFMT == libc::S_IFDIR {
+            "mkdir"
+        } else {
+            "create"
+        };
+        run(&self.0, op, async move {
+            let a = if r.mode & libc::S_IFMT == libc::S_IFDIR {
+                n.mkdir(checks, cred, r.dir, r.name, r.mode).await?
+            } else {
+                let (a, split) = n
+                    .blocking(move |n| {
+                        n.make_local(checks, &cred, r.dir, &r.name, r.mode, r.rdev, &r.target)
+                    })
+                    .await?;
+                if let Some(idx) = split {
+                    n.spawn_split(r.dir, idx);
+                }
+                a
+            };
+            Ok(proto::EntryReply {
+                status: None,
+                ino: a.ino,
+                kind: a.mode & libc::S_IFMT,
+                attr: Some(attr_msg(&a)),
+            })
+        })
+        .await
+    }
+
+    async fn link(
+        &self,
+        req: Request<proto::LinkReq>,
+    ) -> Result<Response<proto::EntryReply>, Status> {
+        let r = req.into_inner();
+        let (checks, cred) = self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        run(&self.0, "link", async move {
+            let (dir, name) = (r.dir, r.name.clone());
+            let (step, split) = n
+                .blocking(move |n| n.link_local(checks, &cred, r.ino, r.dir, &r.name))
+                .await?;
+            if let Some(idx) = split {
+                n.spawn_split(dir, idx);
+            }
+            let a = match step {
+                LinkStep::Done(a) => a,
+                LinkStep::Remote(id) => {
+                    let _g = Driving::adopt(&n, id);
+                    n.point("link:after-intent")?;
+                    n.drive_link(id).await?
+                }
+            };
+            let _ = name;
+            Ok(proto::EntryReply {
+                status: None,
+                ino: a.ino,
+                kind: a.mode & libc::S_IFMT,
+                attr: Some(attr_msg(&a)),
+            })
+        })
+        .await
+    }
+
+    async fn remove(
+        &self,
+        req: Request<proto::RemoveReq>,
+    ) -> Result<Response<proto::Empty>, Status> {
+        let r = req.into_inner();
+        let (checks, cred) = self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        let op = if r.rmdir { "rmdir" } else { "unlink" };
+        run(&self.0, op, async move {
+            if r.rmdir {
+                n.rmdir(checks, cred, r.dir, r.name).await?;
+                return Ok(proto::Empty::default());
+            }
+            let mut owner = None;
+            for _ in 0..3 {
+                let name = r.name.clone();
+                let step = n
+                    .blocking(move |n| n.unlink_local(checks, &cred, r.dir, &name, owner))
+                    .await?;
+                match step {
+                    UnlinkStep::Done(None) => return Ok(proto::Empty::default()),
+                    UnlinkStep::Done(Some(id)) => {
+                        let _g = Driving::adopt(&n, id);
+                        n.point("unlink:after-commit")?;
+                        if let Err(e) = n.run_followups(id).await {
+                            tracing::info!(server = n.id, "unlink {id}: follow-ups later: {e:?}");
+                        }
+                        return Ok(proto::Empty::default());
+                    }
+                    UnlinkStep::NeedOwner(ino) => {
+                        let a = n.attr_anywhere(ino).await?;
+                        owner = Some((ino, a.uid));
+                    }
+                }
+            }
+            Err(Fail::Busy)
+        })
+        .await
+    }
+
+    async fn rename(
+        &self,
+        req: Request<proto::RenameReq>,
+    ) -> Result<Response<proto::Empty>, Status> {
+        let r = req.into_inner();
+        let (checks, cred) = self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        run(&self.0, "rename", async move {
+            n.rename(checks, cred, r.dir, r.name, r.new_dir, r.new_name, r.flags)
+                .await?;
+            Ok(proto::Empty::default())
+        })
+        .await
+    }
+
+    async fn open_dir(
+        &self,
+        req: Request<proto::InoReq>,
+    ) -> Result<Response<proto::Empty>, Status> {
+        let r = req.into_inner();
+        let (checks, cred) = self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        run(&self.0, "opendir", async move {
+            n.blocking(move |n| n.opendir(checks, &cred, r.ino)).await?;
+            Ok(proto::Empty::default())
+        })
+        .await
+    }
+
+    async fn read_dir(
+        &self,
+        req: Request<proto::ReadDirReq>,
+    ) -> Result<Response<proto::ReadDirReply>, Status> {
+        let r = req.into_inner();
+        self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        run(&self.0, "readdir", async move {
+            let limit = (r.limit as usize).min(READDIR_MAX);
+            n.blocking(move |n| n.readdir(r.dir, r.after_rev, &r.after_name, limit, r.from_start))
+                .await
+        })
+        .await
+    }
+
+    async fn parent_of(
+        &self,
+        req: Request<proto::InoReq>,
+    ) -> Result<Response<proto::InoReply>, Status> {
+        let r = req.into_inner();
+        self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        run(&self.0, "parent", async move {
+            let ino = n.blocking(move |n| n.parent_of(r.ino)).await?;
+            Ok(proto::InoReply { status: None, ino })
+        })
+        .await
+    }
+
+    async fn readlink(
+        &self,
+        req: Request<proto::InoReq>,
+    ) -> Result<Response<proto::DataReply>, Status> {
+        let r = req.into_inner();
+        self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        run(&self.0, "readlink", async move {
+            let data = n.blocking(move |n| n.readlink(r.ino)).await?;
+            Ok(proto::DataReply { status: None, data })
+        })
+        .await
+    }
+
+    async fn open(
+        &self,
+        req: Request<proto::OpenReq>,
+    ) -> Result<Response<proto::AttrReply>, Status> {
+        let r = req.into_inner();
+        let (checks, cred) = self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        run(&self.0, "open", async move {
+            n.blocking(move |n| n.open(checks, &cred, r.ino, r.flags))
+                .await
+                .map(attr_reply)
+        })
+        .await
+    }
+
+    async fn release(&self, req: Request<proto::InoReq>) -> Result<Response<proto::Empty>, Status> {
+        let r = req.into_inner();
+        self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        run(&self.0, "release", async move {
+            n.blocking(move |n| n.release(r.ino)).await?;
+            Ok(proto::Empty::default())
+        })
+        .await
+    }
+
+    async fn read(
+        &self,
+        req: Request<proto::ReadReq>,
+    ) -> Result<Response<proto::DataReply>, Status> {
+        let r = req.into_inner();
+        self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        run(&self.0, "read", async move {
+            let size = (r.size as usize).min(MAX_IO);
+            let data = n.blocking(move |n| n.read(r.ino, r.offset, size)).await?;
+            Ok(proto::DataReply { status: None, data })
+        })
+        .await
+    }
+
+    async fn write(
+        &self,
+        req: Request<proto::WriteReq>,
+    ) -> Result<Response<proto::WriteReply>, Status> {
+        let r = req.into_inner();
+        self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        run(&self.0, "write", async move {
+            if r.data.len() > MAX_IO {
+                return errno(libc::EFBIG);
+            }
+            let written = n
+                .blocking(move |n| n.write(r.ino, r.offset, &r.data))
+                .await?;
+            Ok(proto::WriteReply {
+                status: None,
+                written,
+            })
+        })
+        .await
+    }
+
+    async fn fsync(&self, req: Request<proto::InoReq>) -> Result<Response<proto::Empty>, Status> {
+        let r = req.into_inner();
+        self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        run(&self.0, "fsync", async move {
+            n.blocking(|n| n.fsync()).await?;
+            Ok(proto::Empty::default())
+        })
+        .await
+    }
+
+    async fn get_xattr(
+        &self,
+        req: Request<proto::XattrReq>,
+    ) -> Result<Response<proto::DataReply>, Status> {
+        let r = req.into_inner();
+        self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        run(&self.0, "getxattr", async move {
+            let data = n.blocking(move |n| n.getxattr(r.ino, &r.name)).await?;
+            Ok(proto::DataReply { status: None, data })
+        })
+        .await
+    }
+
+    async fn set_xattr(
+        &self,
+        req: Request<proto::XattrReq>,
+    ) -> Result<Response<proto::Empty>, Status> {
+        let r = req.into_inner();
+        let (checks, cred) = self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        run(&self.0, "setxattr", async move {
+            let intent = n
+                .blocking(move |n| n.setxattr(checks, &cred, r.ino, &r.name, &r.value, r.flags))
+                .await?;
+            if let Some(id) = intent {
+                n.drive_now(id).await;
+            }
+            Ok(proto::Empty::default())
+        })
+        .await
+    }
+
+    async fn list_xattr(
+        &self,
+        req: Request<proto::InoReq>,
+    ) -> Result<Response<proto::XattrListReply>, Status> {
+        let r = req.into_inner();
+        self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        run(&self.0, "listxattr", async move {
+            let names = n.blocking(move |n| n.listxattr(r.ino)).await?;
+            Ok(proto::XattrListReply {
+                status: None,
+                names,
+            })
+        })
+        .await
+    }
+
+    async fn remove_xattr(
+        &self,
+        req: Request<proto::XattrReq>,
+    ) -> Result<Response<proto::Empty>, Status> {
+        let r = req.into_inner();
+        let (checks, cred) = self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        run(&self.0, "removexattr", async move {
+            n.blocking(move |n| n.removexattr(checks, &cred, r.ino, &r.name))
+                .await?;
+            Ok(proto::Empty::default())
+        })
+        .await
+    }
+
+    async fn stat_fs(
+        &self,
+        req: Request<proto::StatFsReq>,
+    ) -> Result<Response<proto::StatFsReply>, Status> {
+        let r = req.into_inner();
+        self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        run(&self.0, "statfs", async move {
+            n.blocking(|n| n.statfs()).await
+        })
+        .await
+    }
+
+    async fn server_status(
+        &self,
+        req: Request<proto::ServerStatusReq>,
+    ) -> Result<Response<proto::ServerStatusReply>, Status> {
+        let r = req.into_inner();
+        self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        let rep = tokio::spawn(async move { n.blocking(move |n| n.status(r.top)).await })
+            .await
+            .map_err(|_| Status::internal("status task failed"))?
+            .map_err(|f| Status::internal(format!("status: {f:?}")))?;
+        Ok(Response::new(rep))
+    }
+
+    async fn dump(
+        &self,
+        req: Request<proto::DumpReq>,
+    ) -> Result<Response<proto::DumpReply>, Status> {
+        let r = req.into_inner();
+        self.hdr(r.h.as_ref())?;
+        let n = self.0.clone();
+        let rep = tokio::spawn(async move {
+            n.blocking(move |n| n.dump(&r.after, r.limit as usize))
+                .await
+        })
+        .await
+        .map_err(|_| Status::internal("dump task failed"))?
+        .map_err(|f| Status::internal(format!("dump: {f:?}")))?;
+        Ok(Response::new(rep))
+    }
+}
+
+impl PeerSvc {
+    fn hdr(&self, h: Option<&proto::PeerHeader>) -> Result<(), Status> {
+        match h {
+            Some(h) if h.cluster_id == self.0.cluster_id && h.from < self.0.n => Ok(()),
+            Some(h) if h.cluster_id == self.0.cluster_id => {
+                Err(Status::invalid_argument("unknown server id"))
+            }
+            _ => Err(mismatch()),
+        }
+    }
+}
+
+macro_rules! peer_service {
+    ($($method:ident($req:ty) -> $rep:ty => $local:ident, $op:literal;)*) => {
+        #[tonic::async_trait]
+        impl Peer for PeerSvc {
+            $(
+                async fn $method(&self, req: Request<$req>) -> Result<Response<$rep>, Status> {
+                    let r = req.into_inner();
+                    self.hdr(r.h.as_ref())?;
+                    let n = self.0.clone();
+                    run(&self.0, $op, async move { n.$local(r).await }).await
+                }
+            )*
+
+            async fn accept_partition(
+                &self,
+                req: Request<Streaming<proto::PartitionChunk>>,
+            ) -> Result<Response<proto::PeerReply>, Status> {
+                let mut s = req.into_inner();
+                let mut chunks = Vec::new();
+                let mut bytes = 0usize;
+                while let Some(c) = s.message().await? {
+                    self.hdr(c.h.as_ref())?;
+                    bytes += c.entries.iter().map(|e| e.name.len() + 16).sum::<usize>();
+                    if bytes > 1 << 30 {
+                        return Err(Status::resource_exhausted("partition transfer too large"));
+                    }
+                    let last = c.last;
+                    chunks.push(c);
+                    if last {
+                        break;
+                    }
+                }
+                let n = self.0.clone();
+                run(&self.0, "peer_accept", async move { n.p_accept_partition(chunks).await }).await
+            }
+        }
+    };
+}
+
+peer_service! {
+    make_dir(proto::MakeDirReq) -> proto::MakeDirReply => p_make_dir, "peer_make_dir";
+    forget_memo(proto::IntentRef) -> proto::PeerReply => p_forget_memo, "peer_forget_memo";
+    activate_partition(proto::PartitionRef) -> proto::PeerReply => p_activate_partition, "peer_activate";
+    add_link(proto::LinkRef) -> proto::AttrReply => p_add_link, "peer_add_link";
+    drop_link(proto::LinkRef) -> proto::PeerReply => p_drop_link, "peer_drop_link";
+    move_link(proto::MoveLinkReq) -> proto::PeerReply => p_move_link, "peer_move_link";
+    subdir(proto::SubdirReq) -> proto::PeerReply => p_subdir, "peer_subdir";
+    prepare_rmdir(proto::RmdirReq) -> proto::PrepareRmdirReply => p_prepare_rmdir, "peer_prepare_rmdir";
+    commit_rmdir(proto::RmdirReq) -> proto::PeerReply => p_commit_rmdir, "peer_commit_rmdir";
+    abort_rmdir(proto::RmdirReq) -> proto::PeerReply => p_abort_rmdir, "peer_abort_rmdir";
+    prepare_rename(proto::RenamePrepareReq) -> proto::RenamePrepareReply => p_prepare_rename, "peer_prepare_rename";
+    commit_rename(proto::IntentRef) -> proto::PeerReply => p_commit_rename, "peer_commit_rename";
+    release_rename(proto::IntentRef) -> proto::PeerReply => p_release_rename, "peer_release_rename";
+    abort_rename(proto::IntentRef) -> proto::PeerReply => p_abort_rename, "peer_abort_rename";
+    outcome(proto::IntentRef) -> proto::IntentOutcome => p_outcome, "peer_outcome";
+    update_dir_perms(proto::DirPermsReq) -> proto::PeerReply => p_update_dir_perms, "peer_dir_perms";
+    touch_dirs(proto::TouchReq) -> proto::PeerReply => p_touch_dirs, "peer_touch_dirs";
+    rename_lock(proto::LockReq) -> proto::LockReply => p_rename_lock, "peer_rename_lock";
+}

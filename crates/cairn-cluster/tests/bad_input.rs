@@ -1,0 +1,440 @@
+//! Bad input: malformed and oversized messages, unknown partitions and inodes, names
+//! over 255 bytes, a cluster file that disagrees between server and client, a store of
+//! another cluster. Each gets a clear error; the server keeps serving and nothing it
+//! stores changes.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut};
+use prost::Message;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codegen::http::uri::PathAndQuery;
+use tonic::transport::Endpoint;
+
+use cairn_cluster::proto;
+use cairn_cluster::server::{self, ServerOptions};
+use cairn_cluster::{Client, ClientError, ClientOptions, ClusterConfig, ServerError};
+use cairn_fs::{Cred, FileSystem, ROOT};
+use common::{config_text, free_addrs, Cluster};
+
+const R: Cred = Cred::ROOT;
+
+/// Sends and receives message bytes as they are.
+#[derive(Clone, Default)]
+struct Raw;
+struct RawEnc;
+struct RawDec;
+
+impl Encoder for RawEnc {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawDec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
+        let mut v = vec![0; src.remaining()];
+        src.copy_to_slice(&mut v);
+        Ok(Some(v))
+    }
+}
+
+impl Codec for Raw {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawEnc;
+    type Decoder = RawDec;
+    fn encoder(&mut self) -> RawEnc {
+        RawEnc
+    }
+    fn decoder(&mut self) -> RawDec {
+        RawDec
+    }
+}
+
+/// One unary call of `method` with `body` as the message bytes.
+fn raw_call(
+    addr: SocketAddr,
+    method: &'static str,
+    body: Vec<u8>,
+) -> Result<Vec<u8>, tonic::Status> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let ch = Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .unwrap();
+        let mut g = tonic::client::Grpc::new(ch).max_encoding_message_size(64 << 20);
+        g.ready().await.unwrap();
+        g.unary(
+            tonic::Request::new(body),
+            PathAndQuery::from_static(method),
+            Raw,
+        )
+        .await
+        .map(|r| r.into_inner())
+    })
+}
+
+fn header(c: &Cluster) -> Option<proto::Header> {
+    Some(proto::Header {
+        cluster_id: c.cfg.cluster_id(),
+        cred: Some(proto::Cred {
+            uid: 0,
+            gid: 0,
+            groups: vec![],
+        }),
+        no_checks: false,
+    })
+}
+
+fn status_errno(b: &[u8]) -> u32 {
+    // Every reply's field 1 is its Status.
+    let e = proto::Empty::decode(b).unwrap();
+    e.status.map_or(0, |s| s.errno)
+}
+
+fn names(fs: &dyn FileSystem, d: u64) -> Vec<Vec<u8>> {
+    let mut v: Vec<_> = fs
+        .readdir(d, None, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn malformed_oversized_and_unknown() {
+    let c = Cluster::start(2, 8192);
+    let fs = c.client();
+    let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap().ino;
+    let f = fs.create(&R, d, b"f", 0o644).unwrap().ino;
+    fs.write(f, 0, b"kept").unwrap();
+    let before = names(&fs, d);
+    let s0 = c.cfg.servers()[0].addr;
+    let home = c.cfg.servers()[cairn_cluster::giga::home_of(d) as usize].addr;
+
+    // Bytes that are no protobuf message.
+    for (m, body) in [
+        ("/cairn.cluster.v1.Meta/Lookup", vec![0xff; 17]),
+        (
+            "/cairn.cluster.v1.Meta/Make",
+            vec![0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f],
+        ),
+        ("/cairn.cluster.v1.Peer/MakeDir", vec![0x12, 0x80]),
+        ("/cairn.cluster.v1.Meta/NoSuchMethod", vec![]),
+    ] {
+        let e = raw_call(s0, m, body).unwrap_err();
+        assert_ne!(e.code(), tonic::Code::Ok, "{m}");
+    }
+    // Well-formed but without a header, or with another cluster's id.
+    let req = proto::LookupReq {
+        h: None,
+        dir: ROOT,
+        name: b"d".to_vec(),
+    };
+    let e = raw_call(s0, "/cairn.cluster.v1.Meta/Lookup", req.encode_to_vec()).unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+    let mut h = header(&c);
+    h.as_mut().unwrap().cluster_id ^= 1;
+    let req = proto::MakeReq {
+        h,
+        dir: ROOT,
+        name: b"intruder".to_vec(),
+        mode: libc::S_IFREG | 0o644,
+        ..Default::default()
+    };
+    let e = raw_call(s0, "/cairn.cluster.v1.Meta/Make", req.encode_to_vec()).unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+    assert!(e.message().contains("cluster file differs"), "{e:?}");
+    // A peer call from an unknown server, and one from another cluster.
+    let req = proto::DirPermsReq {
+        h: Some(proto::PeerHeader {
+            cluster_id: c.cfg.cluster_id(),
+            from: 7,
+            ..Default::default()
+        }),
+        dir: d,
+        perms: None,
+    };
+    let e = raw_call(
+        s0,
+        "/cairn.cluster.v1.Peer/UpdateDirPerms",
+        req.encode_to_vec(),
+    )
+    .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    // Oversized: past the 16 MiB message limit.
+    let req = proto::WriteReq {
+        h: header(&c),
+        ino: f,
+        offset: 0,
+        data: vec![1; 17 << 20],
+    };
+    let e = raw_call(home, "/cairn.cluster.v1.Meta/Write", req.encode_to_vec()).unwrap_err();
+    assert!(
+        matches!(
+            e.code(),
+            tonic::Code::ResourceExhausted | tonic::Code::OutOfRange | tonic::Code::Internal
+        ),
+        "{e:?}"
+    );
+    // Names over 255 bytes, empty names, names with '/'.
+    let long = vec![b'x'; 300];
+    for (name, want) in [
+        (long.clone(), libc::ENAMETOOLONG),
+        (vec![], libc::ENOENT),
+        (b"a/b".to_vec(), libc::EINVAL),
+    ] {
+        let req = proto::MakeReq {
+            h: header(&c),
+            dir: d,
+            name: name.clone(),
+            mode: libc::S_IFREG | 0o644,
+            ..Default::default()
+        };
+        let rep = raw_call(home, "/cairn.cluster.v1.Meta/Make", req.encode_to_vec()).unwrap();
+        assert_eq!(status_errno(&rep), want as u32, "{name:?}");
+    }
+    assert_eq!(
+        fs.create(&R, d, &long, 0o644).unwrap_err().0,
+        libc::ENAMETOOLONG
+    );
+    assert_eq!(fs.lookup(&R, d, &long).unwrap_err().0, libc::ENAMETOOLONG);
+    assert_eq!(
+        fs.rename(&R, d, b"f", d, &long, 0).unwrap_err().0,
+        libc::ENAMETOOLONG
+    );
+    assert_eq!(fs.link(&R, f, d, &long).unwrap_err().0, libc::ENAMETOOLONG);
+    assert_eq!(
+        fs.mkdir(&R, d, &long, 0o755).unwrap_err().0,
+        libc::ENAMETOOLONG
+    );
+    // Unknown partitions, directories and inodes.
+    let req = proto::ReadDirReq {
+        h: header(&c),
+        dir: d,
+        partition: 12_345_678,
+        after_rev: u64::MAX - 5,
+        after_name: vec![b'q'; 1000],
+        limit: 10,
+        from_start: false,
+    };
+    let rep = raw_call(home, "/cairn.cluster.v1.Meta/ReadDir", req.encode_to_vec()).unwrap();
+    assert_eq!(status_errno(&rep), libc::EINVAL as u32);
+    let req = proto::ReadDirReq {
+        h: header(&c),
+        dir: 0xdead_beef,
+        partition: 3,
+        limit: 10,
+        ..Default::default()
+    };
+    let rep = raw_call(s0, "/cairn.cluster.v1.Meta/ReadDir", req.encode_to_vec()).unwrap();
+    assert_eq!(status_errno(&rep), libc::ENOENT as u32);
+    let unknown_home = (999u64 << 48) | 1;
+    assert_eq!(fs.getattr(unknown_home).unwrap_err().0, libc::ENOENT);
+    assert_eq!(
+        fs.lookup(&R, unknown_home, b"x").unwrap_err().0,
+        libc::ENOENT
+    );
+    assert_eq!(
+        fs.readdir(unknown_home, None, 10).unwrap_err().0,
+        libc::ENOENT
+    );
+    assert_eq!(fs.getattr(0).unwrap_err().0, libc::ENOENT);
+    // A split transfer that is not one: unknown partition index, names that do not
+    // belong, a partition of another server.
+    for (index, depth, name) in [
+        (5u32, 1u32, b"a".to_vec()),
+        (1, 1, vec![b'z'; 300]),
+        (0, 0, b"a".to_vec()),
+    ] {
+        let chunk = proto::PartitionChunk {
+            h: Some(proto::PeerHeader {
+                cluster_id: c.cfg.cluster_id(),
+                from: 0,
+                intent: Some(proto::IntentId { server: 0, id: 99 }),
+                ..Default::default()
+            }),
+            dir: d,
+            index,
+            depth,
+            perms: Some(proto::DirPerms::default()),
+            entries: vec![proto::DirEntry {
+                name,
+                ino: 5,
+                kind: libc::S_IFREG,
+            }],
+            first: true,
+            last: true,
+        };
+        let mut body = Vec::new();
+        // A client-streaming call with one message: the same framing as unary.
+        body.extend_from_slice(&chunk.encode_to_vec());
+        let rep = raw_call(s0, "/cairn.cluster.v1.Peer/AcceptPartition", body);
+        match rep {
+            Ok(b) => assert_eq!(status_errno(&b), libc::EINVAL as u32, "index {index}"),
+            Err(e) => assert_ne!(e.code(), tonic::Code::Ok),
+        }
+    }
+    let req = proto::PartitionRef {
+        h: Some(proto::PeerHeader {
+            cluster_id: c.cfg.cluster_id(),
+            from: 1,
+            intent: Some(proto::IntentId { server: 1, id: 1 }),
+            ..Default::default()
+        }),
+        dir: d,
+        index: 77,
+    };
+    let rep = raw_call(
+        s0,
+        "/cairn.cluster.v1.Peer/ActivatePartition",
+        req.encode_to_vec(),
+    )
+    .unwrap();
+    assert_eq!(status_errno(&rep), libc::ENOENT as u32);
+
+    // The servers keep serving; nothing they store changed.
+    assert_eq!(names(&fs, d), before);
+    assert_eq!(fs.read(f, 0, 10).unwrap(), b"kept");
+    assert_eq!(
+        fs.lookup(&R, ROOT, b"intruder").unwrap_err().0,
+        libc::ENOENT
+    );
+    fs.create(&R, d, b"after", 0o644).unwrap();
+    c.check();
+    c.shutdown();
+}
+
+#[test]
+fn a_cluster_file_that_disagrees() {
+    let c = Cluster::start(2, 8192);
+    let fs = c.client();
+    fs.mkdir(&R, ROOT, b"d", 0o755).unwrap();
+    // A client whose file lists a third server: the servers refuse it at connect.
+    let mut addrs: Vec<SocketAddr> = c.cfg.servers().iter().map(|s| s.addr).collect();
+    addrs.extend(free_addrs(1));
+    let other = ClusterConfig::parse(&config_text(&addrs)).unwrap();
+    match Client::with_config(other.clone(), ClientOptions::default()) {
+        Err(ClientError::ClusterMismatch { id, .. }) => assert!(id < 2),
+        r => panic!("expected ClusterMismatch, got {r:?}"),
+    }
+    // The operator tools say so too.
+    match cairn_cluster::admin::check(&other, Duration::from_secs(2)) {
+        Err(ClientError::ClusterMismatch { .. }) => {}
+        r => panic!("expected ClusterMismatch, got {r:?}"),
+    }
+    let st = cairn_cluster::admin::status(&other, Duration::from_secs(2));
+    assert!(
+        st.servers[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("different cluster file"),
+        "{st:?}"
+    );
+    // A server whose address is not in the file.
+    let lone = free_addrs(1)[0];
+    let dir = tempfile::tempdir().unwrap();
+    match server::start(ServerOptions::new(dir.path(), lone, c.cfg.clone())) {
+        Err(ServerError::NotInCluster(a)) => assert_eq!(a, lone),
+        r => panic!("expected NotInCluster, got {r:?}"),
+    }
+    // A store of this cluster opened with another cluster file, or as another server.
+    let store = c.dirs[1].path().to_path_buf();
+    let mut c = c;
+    c.shutdown_one(1);
+    let mut o = ServerOptions::new(&store, other.servers()[1].addr, other.clone());
+    o.peer_timeout = Duration::from_secs(1);
+    match server::start(o) {
+        Err(e @ ServerError::WrongStore { .. }) => {
+            assert!(e.to_string().contains("another cluster file"), "{e}")
+        }
+        r => panic!("expected WrongStore, got {r:?}"),
+    }
+    let swapped = ServerOptions::new(&store, c.cfg.servers()[0].addr, c.cfg.clone());
+    c.shutdown_one(0);
+    match server::start(swapped) {
+        Err(e @ ServerError::WrongStore { .. }) => {
+            assert!(e.to_string().contains("server 1"), "{e}")
+        }
+        r => panic!("expected WrongStore, got {r:?}"),
+    }
+    // Nothing changed: both restart and serve.
+    c.restart(0, None);
+    c.restart(1, None);
+    let fs = c.client();
+    assert!(fs.lookup(&R, ROOT, b"d").unwrap().is_dir());
+    c.check();
+    c.shutdown();
+}
+
+/// A server that is down: operations that need it fail with EIO within the timeout;
+/// the others go on; nothing hangs; back up, everything works.
+#[test]
+fn a_server_down() {
+    let mut c = Cluster::start(3, 8192);
+    let fs = c.client();
+    // One directory per home server.
+    let dirs: Vec<u64> = (0..3)
+        .map(|s| {
+            let name = (0..1000)
+                .map(|i| format!("d{i}").into_bytes())
+                .find(|n| cairn_cluster::giga::dir_home(ROOT, n, 3) == s)
+                .unwrap();
+            fs.mkdir(&R, ROOT, &name, 0o755).unwrap().ino
+        })
+        .collect();
+    for &d in &dirs {
+        fs.create(&R, d, b"f", 0o644).unwrap();
+    }
+    c.kill(2);
+    let t = Duration::from_millis(800);
+    let short = c.client_timeout(t);
+    for (i, &d) in dirs.iter().enumerate() {
+        let start = std::time::Instant::now();
+        let r = short.create(&R, d, b"g", 0o644);
+        let took = start.elapsed();
+        assert!(took < t + Duration::from_secs(2), "took {took:?}");
+        if i == 2 {
+            assert_eq!(r.unwrap_err().0, libc::EIO);
+            assert_eq!(short.getattr(d).unwrap_err().0, libc::EIO);
+            assert_eq!(short.readdir(d, None, 10).unwrap_err().0, libc::EIO);
+        } else {
+            r.unwrap();
+        }
+    }
+    // An rmdir needs the directory's home; a mkdir whose new home is down fails with
+    // EIO and is finished later (as NFS, a failed mkdir may appear afterwards).
+    let name = (0..1000)
+        .map(|i| format!("late{i}").into_bytes())
+        .find(|n| cairn_cluster::giga::dir_home(ROOT, n, 3) == 2)
+        .unwrap();
+    assert_eq!(
+        short.mkdir(&R, ROOT, &name, 0o755).unwrap_err().0,
+        libc::EIO
+    );
+    c.restart(2, None);
+    c.settle(Duration::from_secs(30));
+    let fs = c.client();
+    assert!(fs.lookup(&R, ROOT, &name).unwrap().is_dir());
+    fs.create(&R, dirs[2], b"g", 0o644).unwrap();
+    c.check();
+    c.shutdown();
+}

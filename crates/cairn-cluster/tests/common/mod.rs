@@ -1,0 +1,166 @@
+//! A cluster of in-process servers on loopback ports, for the tests.
+
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener};
+use std::time::{Duration, Instant};
+
+use cairn_cluster::admin;
+use cairn_cluster::server::{self, ServerHandle, ServerOptions, SyncMode};
+use cairn_cluster::{Client, ClientOptions, ClusterConfig};
+
+pub struct Cluster {
+    pub dirs: Vec<tempfile::TempDir>,
+    pub cfg: ClusterConfig,
+    pub servers: Vec<Option<ServerHandle>>,
+    pub threshold: u64,
+    pub sync: SyncMode,
+}
+
+/// `n` free loopback addresses.
+pub fn free_addrs(n: usize) -> Vec<SocketAddr> {
+    let ls: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    ls.iter().map(|l| l.local_addr().unwrap()).collect()
+}
+
+pub fn config_text(addrs: &[SocketAddr]) -> String {
+    addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("[[server]]\nid = {i}\naddr = \"{a}\"\n"))
+        .collect()
+}
+
+impl Cluster {
+    pub fn start(n: usize, threshold: u64) -> Cluster {
+        Cluster::start_with(n, threshold, SyncMode::Always)
+    }
+
+    pub fn start_with(n: usize, threshold: u64, sync: SyncMode) -> Cluster {
+        let addrs = free_addrs(n);
+        let cfg = ClusterConfig::parse(&config_text(&addrs)).unwrap();
+        let dirs: Vec<_> = (0..n).map(|_| tempfile::tempdir().unwrap()).collect();
+        let mut c = Cluster {
+            dirs,
+            cfg,
+            servers: Vec::new(),
+            threshold,
+            sync,
+        };
+        for i in 0..n {
+            let h = server::start(c.opts(i, None)).unwrap();
+            c.servers.push(Some(h));
+        }
+        c
+    }
+
+    pub fn opts(&self, i: usize, crash_at: Option<&str>) -> ServerOptions {
+        let mut o = ServerOptions::new(
+            self.dirs[i].path(),
+            self.cfg.servers()[i].addr,
+            self.cfg.clone(),
+        );
+        o.split_threshold = self.threshold;
+        o.sync = self.sync;
+        o.peer_timeout = Duration::from_secs(2);
+        o.crash_at = crash_at.map(str::to_owned);
+        o
+    }
+
+    pub fn client(&self) -> Client {
+        self.client_timeout(Duration::from_secs(10))
+    }
+
+    pub fn client_timeout(&self, t: Duration) -> Client {
+        Client::with_config(
+            self.cfg.clone(),
+            ClientOptions {
+                timeout: t,
+                connect_timeout: Duration::from_secs(1),
+            },
+        )
+        .unwrap()
+    }
+
+    /// Stops server `i` as if killed.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(h) = self.servers[i].take() {
+            h.kill();
+        }
+    }
+
+    /// Restarts server `i` (optionally with a crash point).
+    pub fn restart(&mut self, i: usize, crash_at: Option<&str>) {
+        assert!(self.servers[i].is_none());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match server::start(self.opts(i, crash_at)) {
+                Ok(h) => {
+                    self.servers[i] = Some(h);
+                    return;
+                }
+                Err(e) if Instant::now() < deadline => {
+                    eprintln!("restart of server {i}: {e}; again");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("restart of server {i}: {e}"),
+            }
+        }
+    }
+
+    /// Server `i` with a crash point (restarted).
+    pub fn arm(&mut self, i: usize, point: &str) {
+        self.shutdown_one(i);
+        self.restart(i, Some(point));
+    }
+
+    pub fn shutdown_one(&mut self, i: usize) {
+        if let Some(h) = self.servers[i].take() {
+            h.shutdown().unwrap();
+        }
+    }
+
+    /// Waits until server `i` reached its crash point.
+    pub fn wait_crashed(&self, i: usize, t: Duration) -> bool {
+        let end = Instant::now() + t;
+        while Instant::now() < end {
+            if self.servers[i].as_ref().is_some_and(|h| h.crashed()) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
+    /// Waits until no server has an unfinished intent or an incoming partition.
+    pub fn settle(&self, t: Duration) {
+        let end = Instant::now() + t;
+        loop {
+            let pending: Vec<_> = self
+                .servers
+                .iter()
+                .map(|s| s.as_ref().map(|h| h.pending()).unwrap_or((0, 0)))
+                .collect();
+            if pending.iter().all(|p| *p == (0, 0)) {
+                return;
+            }
+            assert!(Instant::now() < end, "cluster did not settle: {pending:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Settles, then checks the namespace across the servers.
+    pub fn check(&self) {
+        self.settle(Duration::from_secs(30));
+        let c = admin::check(&self.cfg, Duration::from_secs(5)).unwrap();
+        assert!(c.problems.is_empty(), "inconsistent: {:#?}", c.problems);
+    }
+
+    pub fn shutdown(mut self) {
+        for i in 0..self.servers.len() {
+            self.shutdown_one(i);
+        }
+    }
+}

@@ -1,0 +1,449 @@
+//! Crash safety in process: a server stops as if killed at a named point of a split or
+//! of an operation across servers (the test hook `ServerOptions::crash_at`), restarts
+//! on the same store, and the namespace is as before or as after the operation, with
+//! no entry lost or listed twice (`admin::check`).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use cairn_cluster::giga::{dir_home, home_of, name_hash, server_of};
+use cairn_cluster::Client;
+use cairn_fs::{Cred, FileSystem, FsResult, ROOT};
+use common::Cluster;
+
+const R: Cred = Cred::ROOT;
+const N: u32 = 3;
+
+fn e<T: std::fmt::Debug>(r: FsResult<T>) -> i32 {
+    r.expect_err("expected an error").0
+}
+
+/// A name for a new directory in `parent` whose home is server `home`.
+fn dir_name_on(parent: u64, prefix: &str, home: u32) -> Vec<u8> {
+    (0..10_000)
+        .map(|i| format!("{prefix}{i}").into_bytes())
+        .find(|n| dir_home(parent, n, N) == home)
+        .unwrap()
+}
+
+fn list(fs: &dyn FileSystem, dir: u64) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut cursor: Option<Vec<u8>> = None;
+    loop {
+        let p = fs.readdir(dir, cursor.as_deref(), 50).unwrap();
+        let Some(last) = p.last() else { break };
+        cursor = Some(last.name.clone());
+        out.extend(p.into_iter().map(|e| e.name));
+    }
+    out
+}
+
+/// Runs `op` with a short-timeout client while server `victim` is armed with
+/// `point`; waits for the crash, restarts the server, settles and checks.
+fn crash_during(
+    c: &mut Cluster,
+    victim: usize,
+    point: &str,
+    op: impl FnOnce(&Client) -> FsResult<()> + Send,
+) -> FsResult<()> {
+    c.arm(victim, point);
+    let fs = c.client_timeout(Duration::from_secs(3));
+    let res = std::thread::scope(|s| {
+        let h = s.spawn(|| op(&fs));
+        assert!(
+            c.wait_crashed(victim, Duration::from_secs(20)),
+            "server {victim} never reached {point}"
+        );
+        h.join().unwrap()
+    });
+    c.kill(victim);
+    c.restart(victim, None);
+    c.check();
+    res
+}
+
+#[test]
+fn mkdir_across_servers() {
+    let mut c = Cluster::start(N as usize, 1000);
+    let fs = c.client();
+    // The root's entries are on server 0; the new directory's home is elsewhere.
+    for (k, (victim, point)) in [
+        (0, "mkdir:after-intent"),
+        (1, "makedir:after-write"),
+        (0, "mkdir:after-makedir"),
+        (0, "mkdir:after-commit"),
+        (0, "followups:done"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let name = dir_name_on(ROOT, &format!("m{k}-"), 1);
+        let n2 = name.clone();
+        let r = crash_during(&mut c, victim, point, move |fs| {
+            fs.mkdir(&R, ROOT, &n2, 0o755).map(drop)
+        });
+        // The intent was durable before anything else: the mkdir rolls forward.
+        let d = fs
+            .lookup(&R, ROOT, &name)
+            .unwrap_or_else(|e| panic!("{point}: {e} ({r:?})"));
+        assert!(d.is_dir());
+        assert_eq!(home_of(d.ino), 1);
+        assert_eq!(fs.getattr(d.ino).unwrap().nlink, 2);
+        fs.create(&R, d.ino, b"inside", 0o644).unwrap();
+        assert_eq!(list(&fs, d.ino), vec![b"inside".to_vec()]);
+    }
+    assert_eq!(fs.getattr(ROOT).unwrap().nlink, 2 + 5);
+    c.check();
+    c.shutdown();
+}
+
+#[test]
+fn link_and_unlink_across_servers() {
+    let mut c = Cluster::start(N as usize, 1000);
+    let fs = c.client();
+    let a = fs
+        .mkdir(&R, ROOT, &dir_name_on(ROOT, "a", 1), 0o755)
+        .unwrap()
+        .ino;
+    let b = fs
+        .mkdir(&R, ROOT, &dir_name_on(ROOT, "b", 2), 0o755)
+        .unwrap()
+        .ino;
+    let f = fs.create(&R, a, b"f", 0o644).unwrap().ino;
+    assert_eq!(home_of(f), 1);
+    fs.write(f, 0, b"data").unwrap();
+    // link b/lK -> f: coordinated by server 2 (b's entries), the inode's home is 1.
+    for (k, (victim, point)) in [
+        (2, "link:after-intent"),
+        (1, "addlink:after-write"),
+        (2, "link:after-addlink"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let name = format!("l{k}");
+        let n2 = name.clone();
+        let r = crash_during(&mut c, victim, point, move |fs| {
+            fs.link(&R, f, b, n2.as_bytes()).map(drop)
+        });
+        // A prepared link rolls forward once the inode's home added its link.
+        let l = fs
+            .lookup(&R, b, name.as_bytes())
+            .unwrap_or_else(|e| panic!("{point}: {e} ({r:?})"));
+        assert_eq!(l.ino, f);
+        assert_eq!(fs.getattr(f).unwrap().nlink, 2 + k as u32);
+    }
+    // unlink b/lK: the entry goes first, the link row at the inode's home after.
+    for (k, (victim, point)) in [(2, "unlink:after-commit"), (2, "followups:done")]
+        .into_iter()
+        .enumerate()
+    {
+        let name = format!("l{k}");
+        let n2 = name.clone();
+        crash_during(&mut c, victim, point, move |fs| {
+            fs.unlink(&R, b, n2.as_bytes())
+        })
+        .ok();
+        assert_eq!(e(fs.lookup(&R, b, name.as_bytes())), libc::ENOENT);
+        assert_eq!(fs.getattr(f).unwrap().nlink, 3 - k as u32);
+    }
+    assert_eq!(fs.read(f, 0, 10).unwrap(), b"data");
+    c.check();
+    c.shutdown();
+}
+
+#[test]
+fn rmdir_across_servers() {
+    let mut c = Cluster::start(N as usize, 1000);
+    let fs = c.client();
+    let cases = [
+        (0, "rmdir:after-intent", false),
+        (1, "prepare-rmdir:after-write", false),
+        (0, "rmdir:after-prepare", false),
+        (0, "rmdir:after-commit", true),
+        (0, "followups:done", true),
+    ];
+    for (k, (victim, point, gone)) in cases.into_iter().enumerate() {
+        let name = dir_name_on(ROOT, &format!("r{k}-"), 1);
+        let d = fs.mkdir(&R, ROOT, &name, 0o755).unwrap().ino;
+        let n2 = name.clone();
+        let r = crash_during(&mut c, victim, point, move |fs| fs.rmdir(&R, ROOT, &n2));
+        if gone {
+            assert_eq!(e(fs.lookup(&R, ROOT, &name)), libc::ENOENT, "{point}");
+            assert_eq!(e(fs.getattr(d)), libc::ENOENT, "{point}");
+        } else {
+            // Undone: the directory is whole and usable (not left marked for removal).
+            assert!(r.is_err(), "{point}");
+            assert_eq!(fs.lookup(&R, ROOT, &name).unwrap().ino, d, "{point}");
+            fs.create(&R, d, b"x", 0o644).unwrap();
+            fs.unlink(&R, d, b"x").unwrap();
+            fs.rmdir(&R, ROOT, &name).unwrap();
+        }
+    }
+    assert_eq!(fs.getattr(ROOT).unwrap().nlink, 2);
+    c.check();
+    c.shutdown();
+}
+
+/// The server of the partition holding `name` in an unsplit directory `dir`.
+fn entry_server(dir: u64) -> u32 {
+    home_of(dir)
+}
+
+#[test]
+fn rename_across_servers() {
+    let mut c = Cluster::start(N as usize, 1000);
+    let fs = c.client();
+    let a = fs
+        .mkdir(&R, ROOT, &dir_name_on(ROOT, "a", 1), 0o755)
+        .unwrap()
+        .ino;
+    let b = fs
+        .mkdir(&R, ROOT, &dir_name_on(ROOT, "b", 2), 0o755)
+        .unwrap()
+        .ino;
+    assert_eq!((entry_server(a), entry_server(b)), (1, 2));
+    let cases = [
+        (1, "rename:after-intent", false),
+        (2, "prepare-rename:after-write", false),
+        (1, "rename:after-prepare", false),
+        (1, "rename:after-commit", true),
+        (1, "followups:done", true),
+    ];
+    for (k, (victim, point, moved)) in cases.into_iter().enumerate() {
+        let src = format!("s{k}");
+        let dst = format!("d{k}");
+        let f = fs.create(&R, a, src.as_bytes(), 0o644).unwrap().ino;
+        // A file to replace at the destination (its inode's home is server 2).
+        let old = fs.create(&R, b, dst.as_bytes(), 0o644).unwrap().ino;
+        let (s2, d2) = (src.clone(), dst.clone());
+        let r = crash_during(&mut c, victim, point, move |fs| {
+            fs.rename(&R, a, s2.as_bytes(), b, d2.as_bytes(), 0)
+        });
+        if moved {
+            assert_eq!(e(fs.lookup(&R, a, src.as_bytes())), libc::ENOENT, "{point}");
+            assert_eq!(fs.lookup(&R, b, dst.as_bytes()).unwrap().ino, f, "{point}");
+            assert_eq!(
+                e(fs.getattr(old)),
+                libc::ENOENT,
+                "{point}: replaced inode gone"
+            );
+        } else {
+            assert!(r.is_err(), "{point}");
+            assert_eq!(fs.lookup(&R, a, src.as_bytes()).unwrap().ino, f, "{point}");
+            assert_eq!(
+                fs.lookup(&R, b, dst.as_bytes()).unwrap().ino,
+                old,
+                "{point}"
+            );
+            // Nothing is left held: the rename now succeeds.
+            fs.rename(&R, a, src.as_bytes(), b, dst.as_bytes(), 0)
+                .unwrap();
+        }
+        assert_eq!(fs.getattr(f).unwrap().nlink, 1);
+    }
+    c.check();
+    c.shutdown();
+}
+
+#[test]
+fn directory_rename_across_servers() {
+    let mut c = Cluster::start(N as usize, 1000);
+    let fs = c.client();
+    let a = fs
+        .mkdir(&R, ROOT, &dir_name_on(ROOT, "a", 1), 0o755)
+        .unwrap()
+        .ino;
+    let b = fs
+        .mkdir(&R, ROOT, &dir_name_on(ROOT, "b", 2), 0o755)
+        .unwrap()
+        .ino;
+    for (k, (victim, point, moved)) in [
+        (1, "rename:after-prepare", false),
+        (1, "rename:after-commit", true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let sname = dir_name_on(a, &format!("sub{k}-"), 0);
+        let sub = fs.mkdir(&R, a, &sname, 0o755).unwrap().ino;
+        fs.create(&R, sub, b"inner", 0o644).unwrap();
+        // An empty directory to replace.
+        let tname = format!("t{k}");
+        let t = fs.mkdir(&R, b, tname.as_bytes(), 0o755).unwrap().ino;
+        let (s2, t2) = (sname.clone(), tname.clone());
+        let _ = crash_during(&mut c, victim, point, move |fs| {
+            fs.rename(&R, a, &s2, b, t2.as_bytes(), 0)
+        });
+        if moved {
+            assert_eq!(fs.lookup(&R, b, tname.as_bytes()).unwrap().ino, sub);
+            assert_eq!(fs.parent_of(sub).unwrap(), b);
+            assert_eq!(e(fs.getattr(t)), libc::ENOENT);
+        } else {
+            assert_eq!(fs.lookup(&R, a, &sname).unwrap().ino, sub);
+            assert_eq!(fs.lookup(&R, b, tname.as_bytes()).unwrap().ino, t);
+            fs.rename(&R, a, &sname, b, tname.as_bytes(), 0).unwrap();
+        }
+        assert_eq!(fs.lookup(&R, sub, b"..").unwrap().ino, b);
+        assert_eq!(list(&fs, sub), vec![b"inner".to_vec()]);
+    }
+    assert_eq!(fs.getattr(a).unwrap().nlink, 2);
+    assert_eq!(fs.getattr(b).unwrap().nlink, 4);
+    c.check();
+    c.shutdown();
+}
+
+/// Splits of a directory whose home is server 0 (its partition 0 there, partition 1 on
+/// server 1): the source or the target stops at every point of the protocol.
+#[test]
+fn split_crash_points() {
+    let cases = [
+        (0, "split:before-accept"),
+        (1, "accept:after-write"),
+        (0, "split:after-accept"),
+        (0, "split:after-commit"),
+        (1, "activate:before"),
+        (0, "followups:done"),
+    ];
+    for (victim, point) in cases {
+        let mut c = Cluster::start(N as usize, 50);
+        let fs = c.client();
+        let dname = dir_name_on(ROOT, "big", 0);
+        let d = fs.mkdir(&R, ROOT, &dname, 0o755).unwrap().ino;
+        assert_eq!(server_of(home_of(d), 1, N), 1);
+        // Below the threshold, then armed; the next creates trigger the split.
+        let mut made: BTreeSet<Vec<u8>> = BTreeSet::new();
+        for i in 0..50 {
+            let n = format!("f{i}").into_bytes();
+            fs.create(&R, d, &n, 0o644).unwrap();
+            made.insert(n);
+        }
+        c.arm(victim, point);
+        let w = c.client_timeout(Duration::from_secs(2));
+        let mut maybe = BTreeSet::new();
+        for i in 50..120 {
+            let n = format!("f{i}").into_bytes();
+            match w.create(&R, d, &n, 0o644) {
+                Ok(_) => {
+                    made.insert(n);
+                }
+                Err(_) => {
+                    maybe.insert(n);
+                }
+            }
+            if c.servers[victim].as_ref().unwrap().crashed() {
+                break;
+            }
+        }
+        assert!(
+            c.wait_crashed(victim, Duration::from_secs(20)),
+            "server {victim} never reached {point}"
+        );
+        c.kill(victim);
+        c.restart(victim, None);
+        c.check();
+        let fs = c.client();
+        let got = list(&fs, d);
+        let set: BTreeSet<Vec<u8>> = got.iter().cloned().collect();
+        assert_eq!(set.len(), got.len(), "{point}: a name listed twice");
+        for n in &made {
+            assert!(
+                set.contains(n),
+                "{point}: {:?} lost",
+                String::from_utf8_lossy(n)
+            );
+            fs.lookup(&R, d, n).unwrap();
+        }
+        for n in &set {
+            assert!(
+                made.contains(n) || maybe.contains(n),
+                "{point}: unknown {n:?}"
+            );
+        }
+        // The split finished (or is redone) and the directory keeps working.
+        for i in 200..300 {
+            fs.create(&R, d, format!("f{i}").as_bytes(), 0o644).unwrap();
+        }
+        c.check();
+        let st = cairn_cluster::admin::status(&c.cfg, Duration::from_secs(5));
+        assert!(
+            st.servers[1].partitions >= 1,
+            "{point}: the split moved a partition to server 1: {st:#?}"
+        );
+        c.shutdown();
+    }
+}
+
+/// Servers killed at random moments (not at a named point) during a mixed workload
+/// from several clients; after each restart the namespace is consistent and every
+/// acknowledged create is there.
+#[test]
+fn random_kills_during_a_storm() {
+    let mut c = Cluster::start(N as usize, 40);
+    let fs = c.client();
+    let dirs: Vec<u64> = (0..3)
+        .map(|i| {
+            fs.mkdir(&R, ROOT, format!("d{i}").as_bytes(), 0o777)
+                .unwrap()
+                .ino
+        })
+        .collect();
+    let mut made: BTreeSet<(u64, Vec<u8>)> = BTreeSet::new();
+    for cycle in 0..4u64 {
+        let victim = (cycle % N as u64) as usize;
+        let clients: Vec<Client> = (0..3)
+            .map(|_| c.client_timeout(Duration::from_secs(3)))
+            .collect();
+        let acked = std::thread::scope(|s| {
+            let hs: Vec<_> = clients
+                .iter()
+                .enumerate()
+                .map(|(t, cl)| {
+                    let dirs = &dirs;
+                    s.spawn(move || {
+                        let mut acked = Vec::new();
+                        for i in 0..150u64 {
+                            let d = dirs[(i as usize + t) % dirs.len()];
+                            let n = format!("c{cycle}-t{t}-{i}").into_bytes();
+                            if cl.create(&R, d, &n, 0o644).is_ok() {
+                                acked.push((d, n.clone()));
+                            }
+                            if i % 10 == 5 {
+                                let m = format!("c{cycle}-t{t}-m{i}").into_bytes();
+                                let _ = cl.mkdir(&R, d, &m, 0o755);
+                                let d2 = dirs[(i as usize + t + 1) % dirs.len()];
+                                let _ = cl.rename(&R, d, &m, d2, &m, 0);
+                                let _ = cl.rmdir(&R, d2, &m);
+                            }
+                        }
+                        acked
+                    })
+                })
+                .collect();
+            std::thread::sleep(Duration::from_millis(300 + 150 * cycle));
+            c.kill(victim);
+            // Down for a moment while the clients go on, then back.
+            std::thread::sleep(Duration::from_millis(400));
+            c.restart(victim, None);
+            let acked: Vec<_> = hs.into_iter().flat_map(|h| h.join().unwrap()).collect();
+            acked
+        });
+        c.check();
+        made.extend(acked);
+        let fs = c.client();
+        for (d, n) in &made {
+            fs.lookup(&R, *d, n).unwrap_or_else(|e| {
+                panic!("cycle {cycle}: {:?} lost: {e}", String::from_utf8_lossy(n))
+            });
+        }
+        for d in &dirs {
+            let got = list(&fs, *d);
+            let set: BTreeSet<_> = got.iter().collect();
+            assert_eq!(set.len(), got.len(), "cycle {cycle}: a name listed twice");
+        }
+    }
+    let _ = name_hash(b"");
+    c.shutdown();
+}

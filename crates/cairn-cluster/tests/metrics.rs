@@ -1,0 +1,51 @@
+//! The metrics endpoint (one per process: the Prometheus recorder is global).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use cairn_cluster::server;
+use cairn_fs::{Cred, FileSystem, ROOT};
+use common::{free_addrs, Cluster};
+
+#[test]
+fn prometheus_text_on_the_metrics_port() {
+    let mut c = Cluster::start(1, 10);
+    c.shutdown_one(0);
+    let maddr = free_addrs(1)[0];
+    let mut o = c.opts(0, None);
+    o.metrics = Some(maddr);
+    c.servers[0] = Some(server::start(o).unwrap());
+    let fs = c.client();
+    let d = fs.mkdir(&Cred::ROOT, ROOT, b"d", 0o755).unwrap().ino;
+    for i in 0..50 {
+        fs.create(&Cred::ROOT, d, format!("f{i}").as_bytes(), 0o644)
+            .unwrap();
+    }
+    fs.lookup(&Cred::ROOT, d, b"f1").unwrap();
+    c.settle(Duration::from_secs(30));
+    // Gauges are set by the housekeeping loop (every half second).
+    std::thread::sleep(Duration::from_millis(1200));
+    let mut s = std::net::TcpStream::connect(maddr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    for want in [
+        "cairn_ops_total{op=\"create\"} 50",
+        "cairn_ops_total{op=\"lookup\"}",
+        "cairn_op_seconds",
+        "cairn_partitions",
+        "cairn_entries",
+        "cairn_splits_total",
+        "cairn_splits_in_flight",
+    ] {
+        assert!(body.contains(want), "{want} missing from:\n{body}");
+    }
+    c.shutdown();
+}
