@@ -776,7 +776,12 @@ impl FileSystem for Client {
                     pos = (rev(name_hash(&l)), l);
                     continue;
                 }
-                let (_, hi) = rev_range(rep.partition, rep.depth);
+                let (lo, hi) = rev_range(rep.partition, rep.depth);
+                if rep.depth > crate::giga::MAX_DEPTH || lo > prev || hi < prev {
+                    // The partition served must own the position asked for.
+                    tracing::error!("{ino:#x}: a listing reply for a partition off the position");
+                    return Err(Errno(libc::EIO));
+                }
                 if hi == u64::MAX {
                     return Ok(out);
                 }

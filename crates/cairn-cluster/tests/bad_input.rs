@@ -438,3 +438,25 @@ fn a_server_down() {
     c.check();
     c.shutdown();
 }
+
+/// A client keeps working across restarts of a server, clean or killed (its
+/// connections are reopened).
+#[test]
+fn clients_survive_restarts() {
+    let mut c = Cluster::start(2, 8192);
+    let fs = c.client();
+    fs.create(&R, ROOT, b"a", 0o644).unwrap();
+    for k in 0..3 {
+        c.shutdown_one(0);
+        c.restart(0, None);
+        fs.create(&R, ROOT, format!("b{k}").as_bytes(), 0o644)
+            .unwrap();
+        c.kill(0);
+        c.restart(0, None);
+        fs.create(&R, ROOT, format!("c{k}").as_bytes(), 0o644)
+            .unwrap();
+    }
+    assert_eq!(names(&fs, ROOT).len(), 7);
+    c.check();
+    c.shutdown();
+}

@@ -129,10 +129,17 @@ impl ServerHandle {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        let served = self.serve.take().map(|t| rt.block_on(t));
+        let served = self.serve.take().map(|t| {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                std::thread::scope(|s| s.spawn(|| rt.block_on(t)).join())
+                    .unwrap_or_else(|e| std::panic::resume_unwind(e))
+            } else {
+                rt.block_on(t)
+            }
+        });
         // Background tasks stop at their next step; everything they did is durable.
         self.node.crashed.store(true, Ordering::SeqCst);
-        rt.shutdown_timeout(Duration::from_secs(10));
+        stop_runtime(rt);
         self.node.crashed.store(false, Ordering::SeqCst);
         let node = &self.node;
         let dir = node.db().path().to_path_buf();
@@ -157,7 +164,7 @@ impl ServerHandle {
     pub fn kill(mut self) {
         self.node.crashed.store(true, Ordering::SeqCst);
         if let Some(rt) = self.rt.take() {
-            rt.shutdown_timeout(Duration::from_secs(10));
+            stop_runtime(rt);
         }
     }
 
@@ -194,8 +201,20 @@ impl Drop for ServerHandle {
                 let _ = stop.send(());
             }
             self.node.crashed.store(true, Ordering::SeqCst);
-            rt.shutdown_timeout(Duration::from_secs(10));
+            stop_runtime(rt);
         }
+    }
+}
+
+/// Stops a server's runtime, waiting (up to 10 s) for its tasks; from inside another
+/// runtime (where blocking is not allowed), on a thread of its own.
+fn stop_runtime(rt: tokio::runtime::Runtime) {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        std::thread::scope(|s| {
+            s.spawn(move || rt.shutdown_timeout(Duration::from_secs(10)));
+        });
+    } else {
+        rt.shutdown_timeout(Duration::from_secs(10));
     }
 }
 

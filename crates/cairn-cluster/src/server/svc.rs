@@ -552,7 +552,7 @@ macro_rules! peer_service {
                 while let Some(c) = s.message().await? {
                     self.hdr(c.h.as_ref())?;
                     bytes += c.entries.iter().map(|e| e.name.len() + 16).sum::<usize>();
-                    if bytes > 1 << 30 {
+                    if bytes > 256 << 20 {
                         return Err(Status::resource_exhausted("partition transfer too large"));
                     }
                     let last = c.last;
