@@ -86,6 +86,10 @@ impl Netns {
         if unsafe { libc::geteuid() } != 0 {
             return Err("not root".into());
         }
+        // One setup at a time in this process, so that two tests don't pick the same
+        // free /24.
+        static SETUP: Mutex<()> = Mutex::new(());
+        let _one = SETUP.lock().unwrap_or_else(|p| p.into_inner());
         let k = NEXT.fetch_add(1, Ordering::Relaxed);
         let tag = format!("{}{k}", std::process::id() % 100_000);
         // A /24 that no interface or route of this machine uses yet.
