@@ -9,8 +9,6 @@ use std::time::Duration;
 use cairn_fs::*;
 
 mod fsmodel;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
 const R: Cred = Cred::ROOT;
 
