@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use serde::Serialize;
-use tonic::transport::Endpoint;
 
 use crate::config::ClusterConfig;
 use crate::error::ClientError;
@@ -80,13 +79,17 @@ fn runtime() -> Result<tokio::runtime::Runtime, ClientError> {
         .map_err(ClientError::Runtime)
 }
 
-fn conn(addr: std::net::SocketAddr, timeout: Duration) -> MetaClient<tonic::transport::Channel> {
-    let ch = Endpoint::from_shared(format!("http://{addr}"))
-        .expect("a socket address is a valid URI")
+fn conn(
+    dialer: &crate::tls::Dialer,
+    s: &crate::config::ServerInfo,
+    timeout: Duration,
+) -> Result<MetaClient<tonic::transport::Channel>, crate::tls::TlsError> {
+    let ch = dialer
+        .endpoint(s)?
         .connect_timeout(timeout)
         .timeout(timeout)
         .connect_lazy();
-    MetaClient::new(ch).max_decoding_message_size(crate::server::MAX_MESSAGE)
+    Ok(MetaClient::new(ch).max_decoding_message_size(crate::server::MAX_MESSAGE))
 }
 
 fn header(cfg: &ClusterConfig) -> Option<proto::Header> {
@@ -99,17 +102,26 @@ fn header(cfg: &ClusterConfig) -> Option<proto::Header> {
 
 fn why(s: &tonic::Status) -> String {
     if s.code() == tonic::Code::FailedPrecondition {
-        "reads a different cluster file".into()
-    } else {
-        s.message().to_string()
+        return "reads a different cluster file".into();
     }
+    // Transport errors (a refused handshake, say) say why in their sources.
+    let mut m = s.message().to_string();
+    let mut e = std::error::Error::source(s);
+    while let Some(x) = e {
+        let t = x.to_string();
+        if !m.contains(&t) {
+            m = format!("{m}: {t}");
+        }
+        e = x.source();
+    }
+    m
 }
 
 /// Asks every server what it holds; a server that does not answer within `timeout` is
 /// reported down.
 pub fn status(cfg: &ClusterConfig, timeout: Duration) -> ClusterStatus {
     let mut out = ClusterStatus::default();
-    let rt = match runtime() {
+    let rt = match runtime().and_then(|rt| Ok((rt, crate::tls::Dialer::client(cfg)?))) {
         Ok(rt) => rt,
         Err(e) => {
             for s in cfg.servers() {
@@ -123,10 +135,17 @@ pub fn status(cfg: &ClusterConfig, timeout: Duration) -> ClusterStatus {
             return out;
         }
     };
+    let (rt, dialer) = rt;
     let replies: Vec<Result<proto::ServerStatusReply, String>> = rt.block_on(async {
         let mut tasks = Vec::new();
         for s in cfg.servers() {
-            let mut c = conn(s.addr, timeout);
+            let mut c = match conn(&dialer, s, timeout) {
+                Ok(c) => c,
+                Err(e) => {
+                    tasks.push(tokio::spawn(async move { Err(e.to_string()) }));
+                    continue;
+                }
+            };
             let h = header(cfg);
             tasks.push(tokio::spawn(async move {
                 let mut r = tonic::Request::new(proto::ServerStatusReq {
@@ -219,9 +238,14 @@ struct Rows {
     strays: Vec<String>,
 }
 
-async fn dump_one(cfg: &ClusterConfig, id: u32, timeout: Duration) -> Result<Rows, tonic::Status> {
-    let addr = cfg.servers()[id as usize].addr;
-    let mut c = conn(addr, timeout);
+async fn dump_one(
+    cfg: &ClusterConfig,
+    dialer: &crate::tls::Dialer,
+    id: u32,
+    timeout: Duration,
+) -> Result<Rows, tonic::Status> {
+    let mut c = conn(dialer, &cfg.servers()[id as usize], timeout)
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
     let mut rows = Rows::default();
     let mut after = Vec::new();
     loop {
@@ -261,11 +285,12 @@ fn name(n: &[u8]) -> String {
 /// cluster file or the runtime cannot start.
 pub fn check(cfg: &ClusterConfig, timeout: Duration) -> Result<ClusterCheck, ClientError> {
     let rt = runtime()?;
+    let dialer = crate::tls::Dialer::client(cfg)?;
     let n = cfg.len();
     let dumps: Vec<Result<Rows, tonic::Status>> = rt.block_on(async {
         let mut v = Vec::new();
         for id in 0..n {
-            v.push(dump_one(cfg, id, timeout).await);
+            v.push(dump_one(cfg, &dialer, id, timeout).await);
         }
         v
     });
@@ -280,10 +305,16 @@ pub fn check(cfg: &ClusterConfig, timeout: Duration) -> Result<ClusterCheck, Cli
                     addr: cfg.servers()[id].addr,
                 });
             }
+            Err(s) if s.code() == tonic::Code::PermissionDenied => {
+                return Err(ClientError::Protocol {
+                    id: id as u32,
+                    msg: format!("refused: {}", s.message()),
+                });
+            }
             Err(s) => {
                 out.down.push(id as u32);
                 out.problems
-                    .push(format!("server {id} did not answer: {}", s.message()));
+                    .push(format!("server {id} did not answer: {}", why(&s)));
                 up.push(None);
             }
         }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use cairn_fs::{
     rules, Attr, Cred, DirEntry, Errno, FileSystem, FsResult, SetAttr, StatFs, TimeSet,
@@ -163,21 +163,22 @@ impl Client {
             .build()
             .map_err(ClientError::Runtime)?;
         let handle = rt.handle().clone();
+        let dialer = crate::tls::Dialer::client(&cfg)?;
         let conns = {
             let _g = rt.enter();
             cfg.servers()
                 .iter()
                 .map(|s| {
-                    let ch = Endpoint::from_shared(format!("http://{}", s.addr))
-                        .expect("a socket address is a valid URI")
+                    let ch = dialer
+                        .endpoint(s)?
                         .connect_timeout(opts.connect_timeout)
                         .tcp_nodelay(true)
                         .connect_lazy();
-                    MetaClient::new(ch)
+                    Ok(MetaClient::new(ch)
                         .max_decoding_message_size(crate::server::MAX_MESSAGE)
-                        .max_encoding_message_size(crate::server::MAX_MESSAGE)
+                        .max_encoding_message_size(crate::server::MAX_MESSAGE))
                 })
-                .collect()
+                .collect::<Result<Vec<_>, crate::tls::TlsError>>()?
         };
         let c = Client {
             inner: Arc::new(Inner {

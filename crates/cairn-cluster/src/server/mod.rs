@@ -15,7 +15,7 @@ mod svc;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,6 +65,13 @@ pub struct ServerOptions {
     pub split_threshold: u64,
     /// Timeout of a call to another server.
     pub peer_timeout: Duration,
+    /// Longest a request may run before it is answered DEADLINE_EXCEEDED ("timeout
+    /// expired"); the operation itself still finishes or rolls back as usual.
+    pub request_timeout: Duration,
+    /// Longest a new connection may take to complete its TLS handshake.
+    pub handshake_timeout: Duration,
+    /// Requests of one connection served at once (more wait their turn).
+    pub max_requests_per_connection: usize,
     /// Test hook: stop as if killed when reaching this named point (see DESIGN.md,
     /// "Cluster", crash points).
     #[doc(hidden)]
@@ -73,7 +80,9 @@ pub struct ServerOptions {
 
 impl ServerOptions {
     /// Options with the defaults: `SyncMode::Always`, no metrics endpoint, split
-    /// threshold [`DEFAULT_SPLIT_THRESHOLD`], peer timeout 5 s.
+    /// threshold [`DEFAULT_SPLIT_THRESHOLD`], peer timeout 5 s, request timeout 30 s,
+    /// handshake timeout 5 s, 128 requests at once per connection; mutual TLS unless the
+    /// cluster config is insecure ([`ClusterConfig::set_insecure`]).
     pub fn new(
         dir: impl Into<PathBuf>,
         listen: SocketAddr,
@@ -87,6 +96,9 @@ impl ServerOptions {
             metrics: None,
             split_threshold: DEFAULT_SPLIT_THRESHOLD,
             peer_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(5),
+            max_requests_per_connection: 128,
             crash_at: None,
         }
     }
@@ -99,6 +111,7 @@ pub struct ServerHandle {
     rt: Option<tokio::runtime::Runtime>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     serve: Option<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>>,
+    refused: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for ServerHandle {
@@ -119,6 +132,13 @@ impl ServerHandle {
     /// This server's id in the cluster file.
     pub fn id(&self) -> u32 {
         self.node.id
+    }
+
+    /// Connections refused since it started (no certificate, one not signed by the
+    /// cluster's CA, expired, of the wrong purpose, or no handshake in time); also the
+    /// metric `cairn_tls_refused_total{reason}`.
+    pub fn refused_connections(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// Stops accepting requests, finishes those in flight, stops the background work
@@ -328,12 +348,33 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
             addr: opts.listen,
             source,
         })?;
+    let refused = Arc::new(AtomicU64::new(0));
+    let acceptor = if cfg.insecure() {
+        tracing::warn!(
+            server = id,
+            "--insecure: plain TCP, no authentication: anyone who reaches {addr} can read and change the namespace"
+        );
+        None
+    } else {
+        Some(crate::tls::Acceptor::new(
+            &cfg,
+            id,
+            opts.handshake_timeout,
+            refused.clone(),
+        )?)
+    };
+    let dialer = crate::tls::Dialer::server(&cfg, id)?;
     let peers = {
         let _g = rt.enter();
         cfg.servers()
             .iter()
-            .map(|s| peer::PeerConn::new(s.addr, opts.peer_timeout.min(Duration::from_secs(2))))
-            .collect()
+            .map(|s| {
+                Ok(peer::PeerConn::new(
+                    dialer.endpoint(s)?,
+                    opts.peer_timeout.min(Duration::from_secs(2)),
+                ))
+            })
+            .collect::<Result<Vec<_>, crate::tls::TlsError>>()?
     };
     let node = Arc::new(Node {
         id,
@@ -364,28 +405,54 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
     }
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let serve = {
-        let meta = proto::meta_server::MetaServer::new(svc::MetaSvc(node.clone()))
-            .max_decoding_message_size(MAX_MESSAGE)
-            .max_encoding_message_size(MAX_MESSAGE);
-        let peer = proto::peer_server::PeerServer::new(svc::PeerSvc(node.clone()))
-            .max_decoding_message_size(MAX_MESSAGE)
-            .max_encoding_message_size(MAX_MESSAGE);
+        use tonic::service::interceptor::InterceptedService;
+        let secure = acceptor.is_some();
+        let meta = InterceptedService::new(
+            proto::meta_server::MetaServer::new(svc::MetaSvc(node.clone()))
+                .max_decoding_message_size(MAX_MESSAGE)
+                .max_encoding_message_size(MAX_MESSAGE),
+            move |mut req: tonic::Request<()>| {
+                let who = svc::caller(secure, &req)?;
+                req.extensions_mut().insert(who);
+                Ok(req)
+            },
+        );
+        let peer = InterceptedService::new(
+            proto::peer_server::PeerServer::new(svc::PeerSvc(node.clone()))
+                .max_decoding_message_size(MAX_MESSAGE)
+                .max_encoding_message_size(MAX_MESSAGE),
+            move |req: tonic::Request<()>| match svc::caller(secure, &req)? {
+                crate::tls::Caller::Client(_) => Err(tonic::Status::permission_denied(
+                    "the server-to-server service is for servers' certificates only",
+                )),
+                _ => Ok(req),
+            },
+        );
         let _g = rt.enter();
         let listener =
             tokio::net::TcpListener::from_std(listener).map_err(|source| ServerError::Listen {
                 addr: opts.listen,
                 source,
             })?;
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-        rt.spawn(
-            tonic::transport::Server::builder()
-                .tcp_nodelay(true)
-                .add_service(meta)
-                .add_service(peer)
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stop_rx.await;
-                }),
-        )
+        let router = tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .timeout(opts.request_timeout)
+            .concurrency_limit_per_connection(opts.max_requests_per_connection.max(1))
+            .max_concurrent_streams(Some(2 * opts.max_requests_per_connection.max(1) as u32))
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            .add_service(meta)
+            .add_service(peer);
+        let stop = async {
+            let _ = stop_rx.await;
+        };
+        match acceptor {
+            Some(a) => rt.spawn(router.serve_with_incoming_shutdown(a.incoming(listener), stop)),
+            None => rt.spawn(router.serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                stop,
+            )),
+        }
     };
     rt.spawn(node.clone().intent_runner());
     rt.spawn(node.clone().housekeeping());
@@ -397,6 +464,7 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
         rt: Some(rt),
         stop: Some(stop_tx),
         serve: Some(serve),
+        refused,
     })
 }
 

@@ -28,10 +28,9 @@ pub(crate) struct PeerConn {
 }
 
 impl PeerConn {
-    /// A lazy connection to `addr` (must be called inside a tokio runtime).
-    pub(crate) fn new(addr: std::net::SocketAddr, connect_timeout: Duration) -> PeerConn {
-        let ch = Endpoint::from_shared(format!("http://{addr}"))
-            .expect("a socket address is a valid URI")
+    /// A lazy connection through `ep` (must be called inside a tokio runtime).
+    pub(crate) fn new(ep: Endpoint, connect_timeout: Duration) -> PeerConn {
+        let ch = ep
             .connect_timeout(connect_timeout)
             .tcp_nodelay(true)
             .connect_lazy();
