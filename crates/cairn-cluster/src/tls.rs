@@ -639,6 +639,48 @@ pub fn init_certs(
     Ok(file)
 }
 
+/// Test support: in `dir`, a CA (`ca.pem`) and certificates for servers `0..servers`
+/// (on 127.0.0.1) and for the clients `admin` (every uid), `user` (every uid but 0)
+/// and `u1000` (uids 1000-1999). Returns the CA, to sign more.
+#[doc(hidden)]
+pub fn test_certs(dir: &Path, servers: u32) -> Result<CertAuthority, TlsError> {
+    std::fs::create_dir_all(dir).map_err(|source| TlsError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let ca = CertAuthority::new("cairn test CA")?;
+    write(&dir.join("ca.pem"), ca.cert_pem(), false)?;
+    let ip = IpAddr::from([127, 0, 0, 1]);
+    let mut specs: Vec<(String, CertSpec)> = (0..servers)
+        .map(|i| (format!("server-{i}"), CertSpec::server(i, ip)))
+        .collect();
+    for (name, uids) in [("admin", Some("*")), ("user", None), ("u1000", Some("1000-1999"))] {
+        specs.push((format!("client-{name}"), CertSpec::client(name, uids)));
+    }
+    for (file, spec) in specs {
+        let (c, k) = ca.issue(&spec)?;
+        write(&dir.join(format!("{file}.pem")), &c, false)?;
+        write(&dir.join(format!("{file}.key")), &k, true)?;
+    }
+    Ok(ca)
+}
+
+/// Test support: a cluster file's text for servers at `addrs` with the certificates
+/// [`test_certs`] made in `dir` (absolute), as client `client`.
+#[doc(hidden)]
+pub fn test_cluster_text(dir: &Path, addrs: &[std::net::SocketAddr], client: &str) -> String {
+    let d = dir.display();
+    let mut t = format!(
+        "[tls]\nca = \"{d}/ca.pem\"\nclient_cert = \"{d}/client-{client}.pem\"\nclient_key = \"{d}/client-{client}.key\"\n"
+    );
+    for (i, a) in addrs.iter().enumerate() {
+        t.push_str(&format!(
+            "\n[[server]]\nid = {i}\naddr = \"{a}\"\ncert = \"{d}/server-{i}.pem\"\nkey = \"{d}/server-{i}.key\"\n"
+        ));
+    }
+    t
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

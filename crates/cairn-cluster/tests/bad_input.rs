@@ -12,7 +12,6 @@ use bytes::{Buf, BufMut};
 use prost::Message;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http::uri::PathAndQuery;
-use tonic::transport::Endpoint;
 
 use cairn_cluster::proto;
 use cairn_cluster::server::{self, ServerOptions};
@@ -62,6 +61,7 @@ impl Codec for Raw {
 
 /// One unary call of `method` with `body` as the message bytes.
 fn raw_call(
+    cfg: &ClusterConfig,
     addr: SocketAddr,
     method: &'static str,
     body: Vec<u8>,
@@ -71,8 +71,13 @@ fn raw_call(
         .build()
         .unwrap();
     rt.block_on(async move {
-        let ch = Endpoint::from_shared(format!("http://{addr}"))
-            .unwrap()
+        // Server-to-server calls as a server (a client's certificate may not make them).
+        let who = if method.starts_with("/cairn.cluster.v1.Peer/") {
+            "server-1"
+        } else {
+            "client-admin"
+        };
+        let ch = common::endpoint(cfg, addr, Some(who))
             .timeout(Duration::from_secs(5))
             .connect()
             .await
@@ -138,8 +143,19 @@ fn malformed_oversized_and_unknown() {
         ),
         ("/cairn.cluster.v1.Peer/MakeDir", vec![0x12, 0x80]),
         ("/cairn.cluster.v1.Meta/NoSuchMethod", vec![]),
+        // Truncated: a well-formed message cut before its last byte.
+        ("/cairn.cluster.v1.Meta/Lookup", {
+            let mut v = proto::LookupReq {
+                h: header(&c),
+                dir: ROOT,
+                name: b"d".to_vec(),
+            }
+            .encode_to_vec();
+            v.pop();
+            v
+        }),
     ] {
-        let e = raw_call(s0, m, body).unwrap_err();
+        let e = raw_call(&c.cfg, s0, m, body).unwrap_err();
         assert_ne!(e.code(), tonic::Code::Ok, "{m}");
     }
     // Well-formed but without a header, or with another cluster's id.
@@ -148,7 +164,7 @@ fn malformed_oversized_and_unknown() {
         dir: ROOT,
         name: b"d".to_vec(),
     };
-    let e = raw_call(s0, "/cairn.cluster.v1.Meta/Lookup", req.encode_to_vec()).unwrap_err();
+    let e = raw_call(&c.cfg, s0, "/cairn.cluster.v1.Meta/Lookup", req.encode_to_vec()).unwrap_err();
     assert_eq!(e.code(), tonic::Code::FailedPrecondition);
     let mut h = header(&c);
     h.as_mut().unwrap().cluster_id ^= 1;
@@ -159,7 +175,7 @@ fn malformed_oversized_and_unknown() {
         mode: libc::S_IFREG | 0o644,
         ..Default::default()
     };
-    let e = raw_call(s0, "/cairn.cluster.v1.Meta/Make", req.encode_to_vec()).unwrap_err();
+    let e = raw_call(&c.cfg, s0, "/cairn.cluster.v1.Meta/Make", req.encode_to_vec()).unwrap_err();
     assert_eq!(e.code(), tonic::Code::FailedPrecondition);
     assert!(e.message().contains("cluster file differs"), "{e:?}");
     // A peer call from an unknown server, and one from another cluster.
@@ -172,7 +188,7 @@ fn malformed_oversized_and_unknown() {
         dir: d,
         perms: None,
     };
-    let e = raw_call(
+    let e = raw_call(&c.cfg, 
         s0,
         "/cairn.cluster.v1.Peer/UpdateDirPerms",
         req.encode_to_vec(),
@@ -186,7 +202,7 @@ fn malformed_oversized_and_unknown() {
         offset: 0,
         data: vec![1; 17 << 20],
     };
-    let e = raw_call(home, "/cairn.cluster.v1.Meta/Write", req.encode_to_vec()).unwrap_err();
+    let e = raw_call(&c.cfg, home, "/cairn.cluster.v1.Meta/Write", req.encode_to_vec()).unwrap_err();
     assert!(
         matches!(
             e.code(),
@@ -208,7 +224,7 @@ fn malformed_oversized_and_unknown() {
             mode: libc::S_IFREG | 0o644,
             ..Default::default()
         };
-        let rep = raw_call(home, "/cairn.cluster.v1.Meta/Make", req.encode_to_vec()).unwrap();
+        let rep = raw_call(&c.cfg, home, "/cairn.cluster.v1.Meta/Make", req.encode_to_vec()).unwrap();
         assert_eq!(status_errno(&rep), want as u32, "{name:?}");
     }
     assert_eq!(
@@ -235,7 +251,7 @@ fn malformed_oversized_and_unknown() {
         limit: 10,
         from_start: false,
     };
-    let rep = raw_call(home, "/cairn.cluster.v1.Meta/ReadDir", req.encode_to_vec()).unwrap();
+    let rep = raw_call(&c.cfg, home, "/cairn.cluster.v1.Meta/ReadDir", req.encode_to_vec()).unwrap();
     assert_eq!(status_errno(&rep), libc::EINVAL as u32);
     let req = proto::ReadDirReq {
         h: header(&c),
@@ -244,7 +260,7 @@ fn malformed_oversized_and_unknown() {
         limit: 10,
         ..Default::default()
     };
-    let rep = raw_call(s0, "/cairn.cluster.v1.Meta/ReadDir", req.encode_to_vec()).unwrap();
+    let rep = raw_call(&c.cfg, s0, "/cairn.cluster.v1.Meta/ReadDir", req.encode_to_vec()).unwrap();
     assert_eq!(status_errno(&rep), libc::ENOENT as u32);
     let unknown_home = (999u64 << 48) | 1;
     assert_eq!(fs.getattr(unknown_home).unwrap_err().0, libc::ENOENT);
@@ -286,7 +302,7 @@ fn malformed_oversized_and_unknown() {
         let mut body = Vec::new();
         // A client-streaming call with one message: the same framing as unary.
         body.extend_from_slice(&chunk.encode_to_vec());
-        let rep = raw_call(s0, "/cairn.cluster.v1.Peer/AcceptPartition", body);
+        let rep = raw_call(&c.cfg, s0, "/cairn.cluster.v1.Peer/AcceptPartition", body);
         match rep {
             Ok(b) => assert_eq!(status_errno(&b), libc::EINVAL as u32, "index {index}"),
             Err(e) => assert_ne!(e.code(), tonic::Code::Ok),
@@ -302,7 +318,7 @@ fn malformed_oversized_and_unknown() {
         dir: d,
         index: 77,
     };
-    let rep = raw_call(
+    let rep = raw_call(&c.cfg, 
         s0,
         "/cairn.cluster.v1.Peer/ActivatePartition",
         req.encode_to_vec(),
