@@ -450,8 +450,7 @@ pub fn run(args: &ClusterBenchArgs) -> Result<()> {
         args.dir.display()
     );
     ensure!(
-        !args.security.is_empty()
-            && args.security.iter().all(|s| s == "tls" || s == "insecure"),
+        !args.security.is_empty() && args.security.iter().all(|s| s == "tls" || s == "insecure"),
         "--security takes tls and/or insecure"
     );
     ensure!(args.rounds > 0, "--rounds must be positive");

@@ -120,7 +120,12 @@ pub struct TlsArgs {
     #[arg(long)]
     pub insecure: bool,
     /// This client's certificate (PEM) instead of the cluster file's [tls] client_cert
-    #[arg(long, value_name = "FILE", requires = "key", conflicts_with = "insecure")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "key",
+        conflicts_with = "insecure"
+    )]
     pub cert: Option<PathBuf>,
     /// The key of --cert (PEM)
     #[arg(long, value_name = "FILE", requires = "cert")]
@@ -305,9 +310,14 @@ pub fn run(args: &ClusterArgs, out: &mut impl Write) -> Result<ExitCode> {
                     .collect::<Result<_>>()?,
                 (None, None) => bail!("give --servers N or --cluster FILE"),
             };
-            let uids = if *root_squash { None } else { Some("*".to_string()) };
-            let names: Vec<(String, Option<String>)> =
-                (0..*clients).map(|i| (i.to_string(), uids.clone())).collect();
+            let uids = if *root_squash {
+                None
+            } else {
+                Some("*".to_string())
+            };
+            let names: Vec<(String, Option<String>)> = (0..*clients)
+                .map(|i| (i.to_string(), uids.clone()))
+                .collect();
             let file = cairn_cluster::tls::init_certs(dir, &list, &names)
                 .with_context(|| format!("creating certificates in {}", dir.display()))?;
             writeln!(

@@ -290,7 +290,9 @@ fn check_args(cli: Cli) -> Result<Cli, clap::Error> {
             _ => {}
         }
         if m.cluster.is_none() && (m.tls.insecure || m.tls.cert.is_some()) {
-            return Err(usage("--insecure, --cert and --key are for --cluster mounts"));
+            return Err(usage(
+                "--insecure, --cert and --key are for --cluster mounts",
+            ));
         }
     }
     Ok(cli)

@@ -1216,7 +1216,12 @@ fn init_certs_and_an_explicit_insecure() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("warning: --insecure"));
     terminate(&mut child);
     let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     assert!(err.contains("warning: --insecure"), "{err}");
 }
 

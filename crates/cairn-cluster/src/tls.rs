@@ -197,7 +197,7 @@ impl Dialer {
 
 /// Most handshakes a server runs at once; connections beyond are closed at once (and
 /// counted as refused, reason `busy`).
-pub(crate) const MAX_HANDSHAKES: usize = 256;
+pub(crate) const MAX_HANDSHAKES: usize = 1024;
 
 /// The server side of mutual TLS.
 pub(crate) struct Acceptor {
@@ -654,7 +654,11 @@ pub fn test_certs(dir: &Path, servers: u32) -> Result<CertAuthority, TlsError> {
     let mut specs: Vec<(String, CertSpec)> = (0..servers)
         .map(|i| (format!("server-{i}"), CertSpec::server(i, ip)))
         .collect();
-    for (name, uids) in [("admin", Some("*")), ("user", None), ("u1000", Some("1000-1999"))] {
+    for (name, uids) in [
+        ("admin", Some("*")),
+        ("user", None),
+        ("u1000", Some("1000-1999")),
+    ] {
         specs.push((format!("client-{name}"), CertSpec::client(name, uids)));
     }
     for (file, spec) in specs {

@@ -164,7 +164,13 @@ fn malformed_oversized_and_unknown() {
         dir: ROOT,
         name: b"d".to_vec(),
     };
-    let e = raw_call(&c.cfg, s0, "/cairn.cluster.v1.Meta/Lookup", req.encode_to_vec()).unwrap_err();
+    let e = raw_call(
+        &c.cfg,
+        s0,
+        "/cairn.cluster.v1.Meta/Lookup",
+        req.encode_to_vec(),
+    )
+    .unwrap_err();
     assert_eq!(e.code(), tonic::Code::FailedPrecondition);
     let mut h = header(&c);
     h.as_mut().unwrap().cluster_id ^= 1;
@@ -175,7 +181,13 @@ fn malformed_oversized_and_unknown() {
         mode: libc::S_IFREG | 0o644,
         ..Default::default()
     };
-    let e = raw_call(&c.cfg, s0, "/cairn.cluster.v1.Meta/Make", req.encode_to_vec()).unwrap_err();
+    let e = raw_call(
+        &c.cfg,
+        s0,
+        "/cairn.cluster.v1.Meta/Make",
+        req.encode_to_vec(),
+    )
+    .unwrap_err();
     assert_eq!(e.code(), tonic::Code::FailedPrecondition);
     assert!(e.message().contains("cluster file differs"), "{e:?}");
     // A peer call from an unknown server, and one from another cluster.
@@ -188,7 +200,8 @@ fn malformed_oversized_and_unknown() {
         dir: d,
         perms: None,
     };
-    let e = raw_call(&c.cfg, 
+    let e = raw_call(
+        &c.cfg,
         s0,
         "/cairn.cluster.v1.Peer/UpdateDirPerms",
         req.encode_to_vec(),
@@ -202,7 +215,13 @@ fn malformed_oversized_and_unknown() {
         offset: 0,
         data: vec![1; 17 << 20],
     };
-    let e = raw_call(&c.cfg, home, "/cairn.cluster.v1.Meta/Write", req.encode_to_vec()).unwrap_err();
+    let e = raw_call(
+        &c.cfg,
+        home,
+        "/cairn.cluster.v1.Meta/Write",
+        req.encode_to_vec(),
+    )
+    .unwrap_err();
     assert!(
         matches!(
             e.code(),
@@ -224,7 +243,13 @@ fn malformed_oversized_and_unknown() {
             mode: libc::S_IFREG | 0o644,
             ..Default::default()
         };
-        let rep = raw_call(&c.cfg, home, "/cairn.cluster.v1.Meta/Make", req.encode_to_vec()).unwrap();
+        let rep = raw_call(
+            &c.cfg,
+            home,
+            "/cairn.cluster.v1.Meta/Make",
+            req.encode_to_vec(),
+        )
+        .unwrap();
         assert_eq!(status_errno(&rep), want as u32, "{name:?}");
     }
     assert_eq!(
@@ -251,7 +276,13 @@ fn malformed_oversized_and_unknown() {
         limit: 10,
         from_start: false,
     };
-    let rep = raw_call(&c.cfg, home, "/cairn.cluster.v1.Meta/ReadDir", req.encode_to_vec()).unwrap();
+    let rep = raw_call(
+        &c.cfg,
+        home,
+        "/cairn.cluster.v1.Meta/ReadDir",
+        req.encode_to_vec(),
+    )
+    .unwrap();
     assert_eq!(status_errno(&rep), libc::EINVAL as u32);
     let req = proto::ReadDirReq {
         h: header(&c),
@@ -260,7 +291,13 @@ fn malformed_oversized_and_unknown() {
         limit: 10,
         ..Default::default()
     };
-    let rep = raw_call(&c.cfg, s0, "/cairn.cluster.v1.Meta/ReadDir", req.encode_to_vec()).unwrap();
+    let rep = raw_call(
+        &c.cfg,
+        s0,
+        "/cairn.cluster.v1.Meta/ReadDir",
+        req.encode_to_vec(),
+    )
+    .unwrap();
     assert_eq!(status_errno(&rep), libc::ENOENT as u32);
     let unknown_home = (999u64 << 48) | 1;
     assert_eq!(fs.getattr(unknown_home).unwrap_err().0, libc::ENOENT);
@@ -318,7 +355,8 @@ fn malformed_oversized_and_unknown() {
         dir: d,
         index: 77,
     };
-    let rep = raw_call(&c.cfg, 
+    let rep = raw_call(
+        &c.cfg,
         s0,
         "/cairn.cluster.v1.Peer/ActivatePartition",
         req.encode_to_vec(),

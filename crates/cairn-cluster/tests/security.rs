@@ -92,8 +92,7 @@ fn only_certificates_of_the_cluster_ca_get_in() {
     ];
     for (i, (what, id)) in cases.into_iter().enumerate() {
         let name = format!("bad{i}");
-        let e = create_through(&c, endpoint_with(&c.cfg, s0, id), name.as_bytes())
-            .expect_err(what);
+        let e = create_through(&c, endpoint_with(&c.cfg, s0, id), name.as_bytes()).expect_err(what);
         eprintln!("{what}: {e}");
     }
     // Plain TCP (an --insecure client) to a TLS server.
@@ -130,7 +129,10 @@ fn a_client_certificate_cannot_call_the_server_to_server_service() {
     let c = Cluster::start(1, 8192);
     let s0 = c.cfg.servers()[0].addr;
     let r = rt().block_on(async {
-        let ch = endpoint(&c.cfg, s0, Some("client-admin")).connect().await.unwrap();
+        let ch = endpoint(&c.cfg, s0, Some("client-admin"))
+            .connect()
+            .await
+            .unwrap();
         PeerClient::new(ch)
             .touch_dirs(proto::TouchReq::default())
             .await
@@ -181,8 +183,7 @@ fn root_squash_and_uid_lists() {
     // The admin certificate allows root.
     assert_eq!(admin.create(&R, ROOT, b"root-file", 0o644).unwrap().uid, 0);
     // Reading the servers' rows needs a certificate that allows uid 0; status does not.
-    let mut ucfg = u.config().clone();
-    ucfg.set_insecure(false);
+    let ucfg = u.config().clone();
     match cairn_cluster::admin::check(&ucfg, Duration::from_secs(5)) {
         Err(ClientError::Protocol { msg, .. }) => assert!(msg.contains("refused"), "{msg}"),
         r => panic!("expected a refusal, got {r:?}"),
@@ -217,11 +218,15 @@ fn idle_connections_and_bad_messages_do_not_stop_a_server() {
         }
         idle.push(s);
     }
-    // Others are served meanwhile, within their timeouts.
+    // Others are served meanwhile, within their timeouts: a client connected before,
+    // and a new one.
     let t = Instant::now();
     for i in 0..20 {
-        fs.create(&R, ROOT, format!("f{i}").as_bytes(), 0o644).unwrap();
+        fs.create(&R, ROOT, format!("f{i}").as_bytes(), 0o644)
+            .unwrap();
     }
+    let fresh = c.client();
+    assert!(fresh.lookup(&R, ROOT, b"f1").is_ok());
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     // The idle ones are dropped after the handshake timeout and counted.
     let end = Instant::now() + Duration::from_secs(20);
@@ -238,11 +243,17 @@ fn idle_connections_and_bad_messages_do_not_stop_a_server() {
         name: vec![b'x'; 20 << 20],
     };
     rt.block_on(async {
-        let ch = endpoint(&c.cfg, s0, Some("client-admin")).connect().await.unwrap();
+        let ch = endpoint(&c.cfg, s0, Some("client-admin"))
+            .connect()
+            .await
+            .unwrap();
         let mut m = MetaClient::new(ch).max_encoding_message_size(64 << 20);
         let e = m.lookup(big).await.unwrap_err();
         assert!(
-            matches!(e.code(), tonic::Code::OutOfRange | tonic::Code::ResourceExhausted),
+            matches!(
+                e.code(),
+                tonic::Code::OutOfRange | tonic::Code::ResourceExhausted | tonic::Code::Internal
+            ),
             "{e:?}"
         );
         // A header-less message is refused as from another cluster, not a crash.
