@@ -702,13 +702,15 @@ mod tests {
     #[test]
     fn identities_from_certificates() {
         let ca = CertAuthority::new("t").unwrap();
-        let der = |pem: &str| vec![CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()];
+        let der = |pem: &str| -> Vec<CertificateDer<'static>> {
+            vec![CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()]
+        };
         let (s, _) = ca
             .issue(&CertSpec::server(3, "127.0.0.1".parse().unwrap()))
             .unwrap();
-        assert_eq!(Caller::of(Some(&der(&s))), Ok(Caller::Server(3)));
+        assert_eq!(Caller::of(Some(der(&s).as_slice())), Ok(Caller::Server(3)));
         let (c, _) = ca.issue(&CertSpec::client("a", None)).unwrap();
-        let who = Caller::of(Some(&der(&c))).unwrap();
+        let who = Caller::of(Some(der(&c).as_slice())).unwrap();
         assert_eq!(who, Caller::Client(Uids::AllButRoot));
         // Root squash; a permitted uid keeps its credential but not "no checks".
         assert_eq!(
@@ -718,13 +720,13 @@ mod tests {
         assert_eq!(who.apply(false, Cred::new(7, 7)), (true, Cred::new(7, 7)));
         assert!(!who.is_admin());
         let (c, _) = ca.issue(&CertSpec::client("b", Some("*"))).unwrap();
-        let who = Caller::of(Some(&der(&c))).unwrap();
+        let who = Caller::of(Some(der(&c).as_slice())).unwrap();
         assert_eq!(who.apply(false, Cred::ROOT), (false, Cred::ROOT));
         assert!(who.is_admin());
         let mut odd = CertSpec::client("x", None);
         odd.common_name = "someone".into();
         let (c, _) = ca.issue(&odd).unwrap();
-        assert!(Caller::of(Some(&der(&c))).is_err());
+        assert!(Caller::of(Some(der(&c).as_slice())).is_err());
         assert!(Caller::of(None).is_err());
     }
 }

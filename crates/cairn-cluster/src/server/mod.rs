@@ -277,6 +277,24 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
     let cfg = opts.cluster.clone();
     let id = server_id(&cfg, opts.listen)?;
     let dir = opts.dir.clone();
+    // TLS first: a server that cannot authenticate touches no store.
+    let refused = Arc::new(AtomicU64::new(0));
+    let acceptor = if cfg.insecure() {
+        tracing::warn!(
+            server = id,
+            "--insecure: plain TCP, no authentication: anyone who reaches {} can read and change the namespace",
+            opts.listen
+        );
+        None
+    } else {
+        Some(crate::tls::Acceptor::new(
+            &cfg,
+            id,
+            opts.handshake_timeout,
+            refused.clone(),
+        )?)
+    };
+    let dialer = crate::tls::Dialer::server(&cfg, id)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(64)
@@ -348,22 +366,6 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
             addr: opts.listen,
             source,
         })?;
-    let refused = Arc::new(AtomicU64::new(0));
-    let acceptor = if cfg.insecure() {
-        tracing::warn!(
-            server = id,
-            "--insecure: plain TCP, no authentication: anyone who reaches {addr} can read and change the namespace"
-        );
-        None
-    } else {
-        Some(crate::tls::Acceptor::new(
-            &cfg,
-            id,
-            opts.handshake_timeout,
-            refused.clone(),
-        )?)
-    };
-    let dialer = crate::tls::Dialer::server(&cfg, id)?;
     let peers = {
         let _g = rt.enter();
         cfg.servers()
