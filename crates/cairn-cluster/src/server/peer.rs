@@ -279,6 +279,14 @@ impl Node {
             let m = n.mu.lock();
             let mut b = Batch::new();
             n.move_link_in(&mut b, &r)?;
+            tracing::debug!(
+                server = n.id,
+                intent = ?intent_of(r.h.as_ref()).ok(),
+                "move link {:#x}: {:#x} -> {:#x}",
+                r.ino,
+                r.old_dir,
+                r.new_dir
+            );
             n.apply(b)?;
             drop(m);
             n.durable()?;
@@ -293,6 +301,14 @@ impl Node {
             let mut m = n.mu.lock();
             let mut b = Batch::new();
             n.subdir_in(&mut m, &mut b, &r)?;
+            tracing::debug!(
+                server = n.id,
+                intent = ?intent_of(r.h.as_ref()).ok(),
+                "subdir {:#x} -> {:#x} add={}",
+                r.dir,
+                r.child,
+                r.add
+            );
             n.apply(b)?;
             drop(m);
             n.durable()?;
@@ -392,6 +408,11 @@ impl Node {
                 b.delete(&k);
             }
             b.delete(&perms_key(dir));
+            tracing::debug!(
+                server = n.id,
+                intent = ?intent_of(r.h.as_ref()).ok(),
+                "commit rmdir {dir:#x}"
+            );
             if home_of(dir) == n.id {
                 if let Some(i) = n.inode(dir)? {
                     n.free_rows(&mut b, dir, &i)?;
@@ -582,6 +603,7 @@ impl Node {
             n.unreserve(&mut m, k);
             drop(m);
             n.durable()?;
+            n.point("release-rename:after-write")?;
             Ok(proto::PeerReply::default())
         })
         .await
