@@ -88,6 +88,7 @@ fn conn(
         .endpoint(s)?
         .connect_timeout(timeout)
         .timeout(timeout)
+        .tcp_nodelay(true)
         .connect_lazy();
     Ok(MetaClient::new(ch).max_decoding_message_size(crate::server::MAX_MESSAGE))
 }

@@ -295,6 +295,52 @@ fn directory_rename_across_servers() {
     c.shutdown();
 }
 
+/// The destination's server stops right after it released a rename's destination
+/// name, before its reply: the coordinator retries. The released name is used at once
+/// (the moved directory removed) while the coordinator still waits to retry; the retry
+/// must not replay the rename's earlier steps on it (it used to re-add the
+/// subdirectory row of a directory already removed, and re-write the entry).
+#[test]
+fn rename_retry_after_the_destination_was_released() {
+    let mut c = Cluster::start(N as usize, 1000);
+    let fs = c.client();
+    // a's names on server 1, b's on server 2, the moved directory's home server 0.
+    let a = fs
+        .mkdir(&R, ROOT, &dir_name_on(ROOT, "a", 1), 0o755)
+        .unwrap()
+        .ino;
+    let b = fs
+        .mkdir(&R, ROOT, &dir_name_on(ROOT, "b", 2), 0o755)
+        .unwrap()
+        .ino;
+    for k in 0..3 {
+        let sname = dir_name_on(a, &format!("s{k}-"), 0);
+        let sub = fs.mkdir(&R, a, &sname, 0o755).unwrap().ino;
+        c.arm(2, "release-rename:after-write");
+        let cl = c.client_timeout(Duration::from_secs(3));
+        let s2 = sname.clone();
+        std::thread::scope(|s| {
+            let h = s.spawn(|| cl.rename(&R, a, &s2, b, b"moved", 0));
+            assert!(c.wait_crashed(2, Duration::from_secs(20)));
+            // Down long enough for the coordinator's retries to back off.
+            std::thread::sleep(Duration::from_millis(1500));
+            c.kill(2);
+            c.restart(2, None);
+            // The rename is done as far as the destination knows: use the name now.
+            fs.rmdir(&R, b, b"moved").unwrap();
+            let _ = h.join().unwrap();
+        });
+        assert_eq!(e(fs.getattr(sub)), libc::ENOENT);
+        assert_eq!(e(fs.lookup(&R, b, b"moved")), libc::ENOENT);
+        assert_eq!(e(fs.lookup(&R, a, &sname)), libc::ENOENT);
+        c.check();
+        assert_eq!(e(fs.lookup(&R, b, b"moved")), libc::ENOENT);
+        assert_eq!(fs.getattr(b).unwrap().nlink, 2);
+        assert_eq!(fs.getattr(a).unwrap().nlink, 2);
+    }
+    c.shutdown();
+}
+
 /// Splits of a directory whose home is server 0 (its partition 0 there, partition 1 on
 /// server 1): the source or the target stops at every point of the protocol.
 #[test]

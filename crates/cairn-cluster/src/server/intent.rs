@@ -101,6 +101,12 @@ pub(crate) enum RmdirStep {
 const LOCK_TRIES: u32 = 100;
 const LOCK_LEASE_MS: u32 = 10_000;
 
+/// Whether follow-up `f` releases something another server holds for its intent
+/// (after it, the calls before it must not be replayed).
+fn releases(f: &proto::FollowUp) -> bool {
+    matches!(f.call, Some(Call::ReleaseRename(_)))
+}
+
 impl Node {
     /// The names intent `row` holds on this server.
     pub(crate) fn intent_names(&self, row: &proto::IntentRow) -> Vec<(u64, Vec<u8>)> {
@@ -301,7 +307,15 @@ impl Node {
     pub(crate) async fn run_followups(self: &NodeRef, id: u64) -> R<()> {
         let row = self.intent_row(id)?;
         let k = (self.id, id);
-        for f in &row.followups {
+        let start = (row.followups_done as usize).min(row.followups.len());
+        for (i, f) in row.followups.iter().enumerate().skip(start) {
+            if releases(f) && i > start {
+                // Once this call is made, the names it releases may change hands: a
+                // retry (its reply lost, this server restarted) must not replay the
+                // calls before it. Recorded durably before it is sent.
+                self.blocking(move |n| n.followups_done(id, i as u32))
+                    .await?;
+            }
             match self.followup(k, f).await {
                 Ok(()) => {}
                 Err(Fail::Errno(e)) => {
@@ -318,7 +332,27 @@ impl Node {
             }
         }
         self.point("followups:done")?;
+        tracing::debug!(
+            server = self.id,
+            "{} intent {id}: finished",
+            kind_name(row.kind)
+        );
         self.blocking(move |n| n.finish_intent(id)).await
+    }
+
+    /// Records that the first `done` follow-ups of intent `id` are made (durably).
+    fn followups_done(&self, id: u64, done: u32) -> R<()> {
+        let mut m = self.mu.lock();
+        let Some(row) = m.intents.get_mut(&id) else {
+            return errno(libc::EIO);
+        };
+        row.followups_done = done;
+        let row = row.clone();
+        let mut b = Batch::new();
+        b.put(&intent_key(id), &row);
+        self.apply(b)?;
+        drop(m);
+        self.durable()
     }
 
     /// Makes the follow-ups of committed intent `id` (created by this request) now,
@@ -334,6 +368,19 @@ impl Node {
     pub(crate) async fn drive(self: &NodeRef, id: u64) -> R<()> {
         let row = self.intent_row(id)?;
         match (row.kind, row.state) {
+            (K_RENAME, S_COMMITTED) => {
+                self.run_followups(id).await?;
+                // The cluster's rename lock, if this rename took it (a directory
+                // moved across parents), is released now rather than at the end
+                // of its lease (releasing a lock held by another is a no-op).
+                let dir_moved = (row.kind_bits == libc::S_IFDIR
+                    || row.target_kind == libc::S_IFDIR)
+                    && row.dir != row.new_dir;
+                if dir_moved {
+                    self.rename_lock((self.id, id), false).await;
+                }
+                Ok(())
+            }
             (_, S_COMMITTED) => self.run_followups(id).await,
             (K_MKDIR, _) => self.drive_mkdir(id).await.map(drop),
             (K_LINK, _) => self.drive_link(id).await.map(drop),
@@ -923,11 +970,19 @@ impl Node {
                 if let Err(a) = self.abort_intent(id).await {
                     tracing::info!(server = self.id, "rename {id}: undone later: {a:?}");
                 }
+                if locked {
+                    self.rename_lock(k, false).await;
+                }
                 return Ok(());
             }
             Err(e) => {
                 if let Err(a) = self.abort_intent(id).await {
                     tracing::info!(server = self.id, "rename {id}: undone later: {a:?}");
+                }
+                if locked {
+                    // Refused (a move into its own subtree): others need not wait
+                    // for the lease.
+                    self.rename_lock(k, false).await;
                 }
                 return Err(e);
             }

@@ -437,7 +437,6 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
                 source,
             })?;
         let router = tonic::transport::Server::builder()
-            .tcp_nodelay(true)
             .timeout(opts.request_timeout)
             .concurrency_limit_per_connection(opts.max_requests_per_connection.max(1))
             .max_concurrent_streams(Some(2 * opts.max_requests_per_connection.max(1) as u32))
@@ -450,8 +449,12 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
         };
         match acceptor {
             Some(a) => rt.spawn(router.serve_with_incoming_shutdown(a.incoming(listener), stop)),
+            // TCP_NODELAY on every accepted connection (the TLS accept loop sets it
+            // too): a reply goes out as several small HTTP/2 frames, which Nagle's
+            // algorithm would hold back for the peer's ACK. (`Server::tcp_nodelay`
+            // applies only to listeners tonic binds itself.)
             None => rt.spawn(router.serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
                 stop,
             )),
         }

@@ -117,6 +117,21 @@ macro_rules! peer_call {
 pub(crate) use peer_call;
 
 impl Node {
+    /// Runs a client's operation `f`, whose store work is short unless it waits for a
+    /// sync: under `SyncMode::Never` on the calling worker thread (a hand-off to the
+    /// blocking pool and back costs two thread wake-ups, more than the operation), else
+    /// on a thread that may block ([`Node::blocking`]), so that workers keep serving
+    /// while a group commit's fsync runs.
+    pub(crate) async fn op<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Node) -> R<T> + Send + 'static,
+    ) -> R<T> {
+        match self.sync {
+            super::SyncMode::Never => f(self),
+            super::SyncMode::Always => self.blocking(f).await,
+        }
+    }
+
     /// Runs `f` on a thread that may block (store reads, writes and syncs).
     pub(crate) async fn blocking<T: Send + 'static>(
         self: &Arc<Self>,
@@ -263,6 +278,14 @@ impl Node {
             let m = n.mu.lock();
             let mut b = Batch::new();
             n.move_link_in(&mut b, &r)?;
+            tracing::debug!(
+                server = n.id,
+                intent = ?intent_of(r.h.as_ref()).ok(),
+                "move link {:#x}: {:#x} -> {:#x}",
+                r.ino,
+                r.old_dir,
+                r.new_dir
+            );
             n.apply(b)?;
             drop(m);
             n.durable()?;
@@ -277,6 +300,14 @@ impl Node {
             let mut m = n.mu.lock();
             let mut b = Batch::new();
             n.subdir_in(&mut m, &mut b, &r)?;
+            tracing::debug!(
+                server = n.id,
+                intent = ?intent_of(r.h.as_ref()).ok(),
+                "subdir {:#x} -> {:#x} add={}",
+                r.dir,
+                r.child,
+                r.add
+            );
             n.apply(b)?;
             drop(m);
             n.durable()?;
@@ -376,6 +407,11 @@ impl Node {
                 b.delete(&k);
             }
             b.delete(&perms_key(dir));
+            tracing::debug!(
+                server = n.id,
+                intent = ?intent_of(r.h.as_ref()).ok(),
+                "commit rmdir {dir:#x}"
+            );
             if home_of(dir) == n.id {
                 if let Some(i) = n.inode(dir)? {
                     n.free_rows(&mut b, dir, &i)?;
@@ -566,6 +602,7 @@ impl Node {
             n.unreserve(&mut m, k);
             drop(m);
             n.durable()?;
+            n.point("release-rename:after-write")?;
             Ok(proto::PeerReply::default())
         })
         .await

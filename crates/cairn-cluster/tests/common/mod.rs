@@ -101,6 +101,11 @@ impl Cluster {
     }
 
     pub fn start_with(n: usize, threshold: u64, sync: SyncMode) -> Cluster {
+        // Logs, when asked for (RUST_LOG), into the test's captured output.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let addrs = free_addrs(n);
         let cfg = ClusterConfig::parse(&config_text(&addrs)).unwrap();
         let dirs: Vec<_> = (0..n).map(|_| tempfile::tempdir().unwrap()).collect();
