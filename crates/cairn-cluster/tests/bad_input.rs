@@ -441,6 +441,44 @@ fn a_cluster_file_that_disagrees() {
 
 /// A server that is down: operations that need it fail with EIO within the timeout;
 /// the others go on; nothing hangs; back up, everything works.
+/// A client that keeps a connection open and stops answering (its runtime no longer
+/// runs) does not hold a server's shutdown: requests in flight get
+/// `SHUTDOWN_GRACE`, then the store closes (it used to wait for HTTP/2 keepalive, 40 s,
+/// and forever before keepalive was on).
+#[test]
+fn shutdown_does_not_wait_for_a_silent_client() {
+    let c = Cluster::start(1, 8192);
+    let addr = c.cfg.servers()[0].addr;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ch = rt.block_on(async {
+        let ch = common::endpoint(&c.cfg, addr, Some("client-admin"))
+            .connect()
+            .await
+            .unwrap();
+        let mut m = proto::meta_client::MetaClient::new(ch.clone());
+        m.get_attr(proto::InoReq {
+            h: header(&c),
+            ino: ROOT,
+        })
+        .await
+        .unwrap();
+        ch
+    });
+    // `rt` is not driven from here on: the connection stays open, silent.
+    let t = std::time::Instant::now();
+    c.shutdown();
+    let took = t.elapsed();
+    assert!(
+        took < server::SHUTDOWN_GRACE + Duration::from_secs(5),
+        "shutdown took {took:?}"
+    );
+    drop(ch);
+    drop(rt);
+}
+
 #[test]
 fn a_server_down() {
     let mut c = Cluster::start(3, 8192);

@@ -47,6 +47,10 @@ pub enum SyncMode {
 /// Default entries of a partition above which it splits.
 pub const DEFAULT_SPLIT_THRESHOLD: u64 = 8192;
 
+/// How long [`ServerHandle::shutdown`] (and SIGTERM on `cairn serve`) waits for requests
+/// in flight and for clients to close their connections before closing the store.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
 /// How to run a server.
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
@@ -144,17 +148,23 @@ impl ServerHandle {
     /// Stops accepting requests, finishes those in flight, stops the background work
     /// (an unfinished split or intent is finished at the next start), writes what was
     /// deferred, and closes the store.
+    ///
+    /// Waits at most [`SHUTDOWN_GRACE`] for requests in flight and open connections.
     pub fn shutdown(mut self) -> Result<(), ServerError> {
         let rt = self.rt.take().expect("runtime present until shutdown");
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        let served = self.serve.take().map(|t| {
+        // Requests in flight get SHUTDOWN_GRACE to finish; connections still open then
+        // (a client that keeps an idle connection and never answers the GOAWAY) are
+        // dropped with the runtime rather than waited for.
+        let served = self.serve.take().and_then(|t| {
+            let wait = async move { tokio::time::timeout(SHUTDOWN_GRACE, t).await.ok() };
             if tokio::runtime::Handle::try_current().is_ok() {
-                std::thread::scope(|s| s.spawn(|| rt.block_on(t)).join())
+                std::thread::scope(|s| s.spawn(|| rt.block_on(wait)).join())
                     .unwrap_or_else(|e| std::panic::resume_unwind(e))
             } else {
-                rt.block_on(t)
+                rt.block_on(wait)
             }
         });
         // Background tasks stop at their next step; everything they did is durable.
