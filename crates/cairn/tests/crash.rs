@@ -754,16 +754,7 @@ fn crash_during_compaction_sync_always() {
     crash_cycles(Mode::CompactAlways, 25, Duration::from_secs(25));
 }
 
-/// KNOWN BUG (open, README "Durability"): fails in about one run of four on a 2-core
-/// machine — after a SIGKILL during background compaction under `SyncPolicy::Never`, a
-/// key deleted by a write that a later `flush` covered reads back an older value. Both
-/// parents of merge 3ea8386 (issue 17's reclamation, 8c071ea; issue 16a's whole-drop
-/// ordering, 87f1393) pass it 10 times in 10; the merge fails 2 in 10, main 3 in 12, with
-/// close-time reclamation off 3 in 10 and idle-shard reclamation off 5 in 10, so the
-/// fault is in the merged whole-drop/compaction path, not in those two. Run it by hand:
-/// `cargo test --release -p cairn --test crash -- --ignored crash_during_compaction_sync_never`.
 #[test]
-#[ignore = "known bug: a deleted key can come back after a crash during compaction (see the doc comment)"]
 fn crash_during_compaction_sync_never_with_flushes() {
     crash_cycles(Mode::CompactNever, 25, Duration::from_secs(25));
 }
