@@ -28,6 +28,17 @@ fn dir_name_on(parent: u64, prefix: &str, home: u32) -> Vec<u8> {
         .unwrap()
 }
 
+/// Directories `a` and `b` in the root whose homes (and so whose names) are on
+/// servers 1 and 2.
+fn dirs_a1_b2(fs: &Client) -> (u64, u64) {
+    let mk = |prefix: &str, home: u32| {
+        fs.mkdir(&R, ROOT, &dir_name_on(ROOT, prefix, home), 0o755)
+            .unwrap()
+            .ino
+    };
+    (mk("a", 1), mk("b", 2))
+}
+
 fn list(fs: &dyn FileSystem, dir: u64) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut cursor: Option<Vec<u8>> = None;
@@ -103,14 +114,7 @@ fn mkdir_across_servers() {
 fn link_and_unlink_across_servers() {
     let mut c = Cluster::start(N as usize, 1000);
     let fs = c.client();
-    let a = fs
-        .mkdir(&R, ROOT, &dir_name_on(ROOT, "a", 1), 0o755)
-        .unwrap()
-        .ino;
-    let b = fs
-        .mkdir(&R, ROOT, &dir_name_on(ROOT, "b", 2), 0o755)
-        .unwrap()
-        .ino;
+    let (a, b) = dirs_a1_b2(&fs);
     let f = fs.create(&R, a, b"f", 0o644).unwrap().ino;
     assert_eq!(home_of(f), 1);
     fs.write(f, 0, b"data").unwrap();
@@ -196,14 +200,7 @@ fn entry_server(dir: u64) -> u32 {
 fn rename_across_servers() {
     let mut c = Cluster::start(N as usize, 1000);
     let fs = c.client();
-    let a = fs
-        .mkdir(&R, ROOT, &dir_name_on(ROOT, "a", 1), 0o755)
-        .unwrap()
-        .ino;
-    let b = fs
-        .mkdir(&R, ROOT, &dir_name_on(ROOT, "b", 2), 0o755)
-        .unwrap()
-        .ino;
+    let (a, b) = dirs_a1_b2(&fs);
     assert_eq!((entry_server(a), entry_server(b)), (1, 2));
     let cases = [
         (1, "rename:after-intent", false),
@@ -252,14 +249,7 @@ fn rename_across_servers() {
 fn directory_rename_across_servers() {
     let mut c = Cluster::start(N as usize, 1000);
     let fs = c.client();
-    let a = fs
-        .mkdir(&R, ROOT, &dir_name_on(ROOT, "a", 1), 0o755)
-        .unwrap()
-        .ino;
-    let b = fs
-        .mkdir(&R, ROOT, &dir_name_on(ROOT, "b", 2), 0o755)
-        .unwrap()
-        .ino;
+    let (a, b) = dirs_a1_b2(&fs);
     for (k, (victim, point, moved)) in [
         (1, "rename:after-prepare", false),
         (1, "rename:after-commit", true),
@@ -305,14 +295,7 @@ fn rename_retry_after_the_destination_was_released() {
     let mut c = Cluster::start(N as usize, 1000);
     let fs = c.client();
     // a's names on server 1, b's on server 2, the moved directory's home server 0.
-    let a = fs
-        .mkdir(&R, ROOT, &dir_name_on(ROOT, "a", 1), 0o755)
-        .unwrap()
-        .ino;
-    let b = fs
-        .mkdir(&R, ROOT, &dir_name_on(ROOT, "b", 2), 0o755)
-        .unwrap()
-        .ino;
+    let (a, b) = dirs_a1_b2(&fs);
     for k in 0..3 {
         let sname = dir_name_on(a, &format!("s{k}-"), 0);
         let sub = fs.mkdir(&R, a, &sname, 0o755).unwrap().ino;

@@ -107,6 +107,18 @@ fn releases(f: &proto::FollowUp) -> bool {
     matches!(f.call, Some(Call::ReleaseRename(_)))
 }
 
+/// Whether rename intent `row` moves a directory to another parent, and whether it
+/// swaps one there (an exchange whose destination, of kind `tkind`, is a directory):
+/// either takes the cluster's rename lock.
+fn dir_moves(row: &proto::IntentRow, tkind: u32) -> (bool, bool) {
+    let across = row.dir != row.new_dir;
+    let exchange = row.flags & RENAME_EXCHANGE != 0;
+    (
+        across && row.kind_bits == libc::S_IFDIR,
+        across && exchange && tkind == libc::S_IFDIR,
+    )
+}
+
 impl Node {
     /// The names intent `row` holds on this server.
     pub(crate) fn intent_names(&self, row: &proto::IntentRow) -> Vec<(u64, Vec<u8>)> {
@@ -373,10 +385,8 @@ impl Node {
                 // The cluster's rename lock, if this rename took it (a directory
                 // moved across parents), is released now rather than at the end
                 // of its lease (releasing a lock held by another is a no-op).
-                let dir_moved = (row.kind_bits == libc::S_IFDIR
-                    || row.target_kind == libc::S_IFDIR)
-                    && row.dir != row.new_dir;
-                if dir_moved {
+                let (moves, swaps) = dir_moves(&row, row.target_kind);
+                if moves || swaps {
                     self.rename_lock((self.id, id), false).await;
                 }
                 Ok(())
@@ -1232,8 +1242,7 @@ impl Node {
             .await?;
         }
         let (sd, dd) = (row.dir, row.new_dir);
-        let moves_dir = row.kind_bits == libc::S_IFDIR && sd != dd;
-        let swaps_dir = exchange && tkind == libc::S_IFDIR && sd != dd;
+        let (moves_dir, swaps_dir) = dir_moves(&row, tkind);
         if moves_dir || swaps_dir {
             if !self.rename_lock(k, true).await {
                 return Err(Fail::Busy);
