@@ -9,6 +9,7 @@ mod intent;
 mod names;
 pub(crate) mod node;
 mod peer;
+mod rename;
 mod split;
 mod svc;
 
