@@ -48,6 +48,7 @@ impl Fs {
             }
         };
         if last {
+            self.readahead.forget(ino);
             if let Some(i) = self.load(ino)? {
                 if i.attr.nlink == 0 {
                     let mut tx = Tx::new();
@@ -84,6 +85,13 @@ impl Fs {
             let mut v = i.data[(offset as usize).min(e)..e].to_vec();
             v.resize((end - offset) as usize, 0);
             return Ok(v);
+        }
+        let chunks = i.attr.size.div_ceil(CHUNK_SIZE);
+        for idx in self
+            .readahead
+            .on_read(ino, offset / CHUNK_SIZE, (end - 1) / CHUNK_SIZE, chunks)
+        {
+            self.rows.prefetch(&chunk_key(ino, idx));
         }
         let mut out = vec![0u8; (end - offset) as usize];
         let mut pos = offset;

@@ -49,6 +49,7 @@ mod inode;
 mod layout;
 mod namespace;
 mod perm;
+mod readahead;
 pub mod rules;
 mod store;
 mod times;
@@ -141,6 +142,8 @@ pub struct Fs {
     /// `fsync`, eviction or close, like Linux's `lazytime`; everything else about the
     /// directory (entries, link count, mode) is written in the operation's batch.
     dir_cache: Mutex<HashMap<u64, CachedDir>>,
+    /// Sequential readers of files and the chunks prefetched ahead of them.
+    readahead: readahead::ReadAhead,
 }
 
 impl std::fmt::Debug for Fs {
@@ -179,6 +182,7 @@ impl Fs {
             open: Mutex::new(HashMap::new()),
             perms: AtomicBool::new(true),
             dir_cache: Mutex::new(HashMap::new()),
+            readahead: Default::default(),
         };
         if fs.load(ROOT)?.is_none() {
             let t = now_ns();

@@ -39,6 +39,12 @@ impl Rows {
         self.ks.get(key)
     }
 
+    /// Asks the kernel to start reading row `key` into the page cache, without waiting.
+    #[inline]
+    pub(super) fn prefetch(&self, key: &[u8]) {
+        self.ks.prefetch(key)
+    }
+
     /// Whether row `key` exists.
     #[inline]
     pub(super) fn contains(&self, key: &[u8]) -> bool {

@@ -36,6 +36,7 @@
 mod background;
 mod batch;
 mod bloom;
+mod cache;
 mod compaction;
 mod core;
 mod ctx;
@@ -64,6 +65,7 @@ mod value;
 mod verify;
 
 pub use batch::WriteBatch;
+pub use cache::evict_page_cache;
 pub use compaction::Reclaimed;
 pub use damage::Damage;
 pub use db::{Background, Db};

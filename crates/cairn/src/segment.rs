@@ -169,6 +169,12 @@ impl SegmentFile {
         fsutil::read_exact_at(&self.file, &self.path, off, len)
     }
 
+    /// Reads `len` bytes at `off` with `pread`, even where the map covers them (one
+    /// request to the disk for the whole range when it is not cached).
+    pub fn pread_at(&self, off: u64, len: usize) -> Result<Vec<u8>> {
+        fsutil::read_exact_at(&self.file, &self.path, off, len)
+    }
+
     /// The read-only map of the segment, once it is sealed.
     pub fn mapped(&self) -> Option<&memmap2::Mmap> {
         self.map.get()
