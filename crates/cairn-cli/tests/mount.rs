@@ -168,3 +168,55 @@ fn removing_a_large_file_gives_the_space_back_while_mounted_and_after() {
     assert_eq!(std::fs::read(mp.join("small")).unwrap(), b"stays");
     assert!(!mp.join("big").exists());
 }
+
+/// The mount raises its read-ahead to 1 MiB (one READ request per MiB of a sequential
+/// reader, not per 128 KiB) where it may (root); a large file read through it, cold
+/// and warm, comes back whole.
+#[test]
+fn the_mount_reads_ahead_a_mebibyte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, mp) = (tmp.path().join("store"), tmp.path().join("mnt"));
+    std::fs::create_dir(&mp).unwrap();
+    let Some(m) = Mount::new(&store, &mp) else {
+        return;
+    };
+    let body: Vec<u8> = (0..(24u32 << 20))
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(mp.join("big"), &body).unwrap();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let mpc = mp.canonicalize().unwrap();
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let dev = info
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                (Path::new(f[4]) == mpc).then(|| f[2].to_string())
+            })
+            .next_back()
+            .expect("the mount in mountinfo");
+        // Set by a thread of the mount a moment after INIT.
+        let knob = format!("/sys/class/bdi/{dev}/read_ahead_kb");
+        let t = Instant::now();
+        let mut ra = String::new();
+        while t.elapsed() < Duration::from_secs(5) {
+            ra = std::fs::read_to_string(&knob).unwrap();
+            if ra.trim() == "1024" {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(ra.trim(), "1024", "read-ahead of the mount");
+    } else {
+        common::skip("the_mount_reads_ahead_a_mebibyte: read-ahead is raised only as root");
+    }
+    for _ in 0..2 {
+        cairn::evict_page_cache(&store).unwrap();
+        assert!(
+            std::fs::read(mp.join("big")).unwrap() == body,
+            "the file read back"
+        );
+    }
+    drop(m);
+}

@@ -42,6 +42,8 @@ pub(crate) struct CairnFuse {
     notifier: std::sync::Arc<std::sync::Mutex<Option<fuser::Notifier>>>,
     dirs: HashMap<u64, DirHandle>,
     next_fh: u64,
+    /// Where the mount is, for raising its read-ahead after INIT.
+    mountpoint: std::path::PathBuf,
 }
 
 /// The file system a mount serves, shared by the session and the [`crate::Mount`] that
@@ -82,6 +84,7 @@ impl CairnFuse {
         ttl: Duration,
         fs_checks: bool,
         notifier: std::sync::Arc<std::sync::Mutex<Option<fuser::Notifier>>>,
+        mountpoint: std::path::PathBuf,
     ) -> CairnFuse {
         CairnFuse {
             fs,
@@ -90,6 +93,7 @@ impl CairnFuse {
             notifier,
             dirs: HashMap::new(),
             next_fh: 0,
+            mountpoint,
         }
     }
 
@@ -109,6 +113,7 @@ impl Filesystem for CairnFuse {
 
     fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), libc::c_int> {
         let _ = config.set_max_write(1 << 20);
+        crate::bdi::raise_read_ahead_soon(self.mountpoint.clone());
         Ok(())
     }
 

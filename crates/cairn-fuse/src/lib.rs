@@ -44,6 +44,7 @@
 #![deny(missing_docs)]
 
 mod attr;
+mod bdi;
 mod filesystem;
 mod stats;
 
@@ -152,7 +153,13 @@ fn mount_boxed(
     let stats = stats::start_stats()?;
     let notifier = std::sync::Arc::new(std::sync::Mutex::new(None));
     let fs: SharedFs = std::sync::Arc::new(fs);
-    let fuse = CairnFuse::new(fs.clone(), ttl, fs_checks, notifier.clone());
+    let fuse = CairnFuse::new(
+        fs.clone(),
+        ttl,
+        fs_checks,
+        notifier.clone(),
+        mountpoint.to_path_buf(),
+    );
     let mut session = fuser::Session::new(fuse, mountpoint, &options(opts.allow_other, !fs_checks))
         .with_context(|| format!("{MOUNTING_ON}{}", mountpoint.display()))?;
     *notifier.lock().unwrap_or_else(|p| p.into_inner()) = Some(session.notifier());
