@@ -51,12 +51,14 @@ pub static SUITE: SuiteDef = SuiteDef {
 
 /// Bytes of a chunk (KFS's `C` constant).
 pub const CHUNK: usize = 128 << 10;
-/// The operations of a trial, in the order they run.
-pub const OPS: [&str; 3] = ["write", "read", "unlink"];
+/// The operations of a trial, in the order they run (`cold_read` only with `--cold`).
+pub const OPS: [&str; 4] = ["write", "read", COLD_READ, "unlink"];
+/// A read after the page cache was dropped (`--cold`).
+pub const COLD_READ: &str = "cold_read";
 /// The figure of a write made durable: the write's time plus that of the sync after it.
 pub const DURABLE_WRITE: &str = "durable_write";
 /// The timed figures of every file size, in the order the report shows them.
-pub const FIGURES: [&str; 4] = ["write", DURABLE_WRITE, "read", "unlink"];
+pub const FIGURES: [&str; 5] = ["write", DURABLE_WRITE, "read", COLD_READ, "unlink"];
 /// The name of cairn with one shard.
 pub const ONE_SHARD: &str = "cairn-1shard";
 /// The test holding the store's bytes on disk after each trial.
@@ -89,7 +91,7 @@ pub fn subjects(engine: &EngineSpec) -> Vec<Option<&'static str>> {
 }
 
 fn steps(cfg: &Config) -> u64 {
-    cfg.kfs_trials * OPS.len() as u64
+    cfg.kfs_trials * (OPS.len() as u64 - u64::from(cfg.cold.is_none()))
 }
 
 /// "8MiB", as in test names.
@@ -119,6 +121,8 @@ pub fn figure_heading(figure: &str, sync: bool) -> &str {
         "write" if sync => "write (durable when it returns: --sync)",
         "write" => "write (until it returns, no sync: to the page cache)",
         DURABLE_WRITE => "durable write (the write, then the sync that makes it durable)",
+        "read" => "read (warm: the files were just written, in the page cache)",
+        COLD_READ => "read, cold (the page cache dropped before each read: --cold)",
         other => other,
     }
 }
@@ -131,6 +135,7 @@ pub fn figure_title(figure: &str, size: u64, sync: bool) -> String {
         "write" if sync => format!("write a {size} file (durable when it returns: --sync)"),
         "write" => format!("write a {size} file (until it returns, no sync: to the page cache)"),
         DURABLE_WRITE => format!("write a {size} file and make it durable"),
+        COLD_READ => format!("read a {size} file, page cache dropped before"),
         op => format!("{op} a {size} file"),
     }
 }
@@ -427,12 +432,18 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
         // Random ids, as KFS's reference ids.
         let files: Vec<(u64, u64)> = sizes.iter().map(|s| (ids.next_u64(), *s)).collect();
         for op in OPS {
+            if op == COLD_READ && cfg.cold.is_none() {
+                continue;
+            }
             for (i, &(id, size)) in files.iter().enumerate() {
+                if op == COLD_READ {
+                    measure::drop_page_cache(&dir)?;
+                }
                 let io_before = measure::proc_write_bytes();
                 let t = Instant::now();
                 match op {
                     "write" => store.write(id, size, &pool),
-                    "read" => store.read(id, size, &pool, &mut buf),
+                    "read" | COLD_READ => store.read(id, size, &pool, &mut buf),
                     _ => store.unlink(id, size),
                 }
                 .with_context(|| format!("trial {trial}: {op} {}", size_label(size)))?;
@@ -462,6 +473,9 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
     for (fi, fig) in FIGURES.iter().enumerate() {
         for (i, &size) in sizes.iter().enumerate() {
             let times = std::mem::take(&mut secs[fi][i]);
+            if times.is_empty() {
+                continue;
+            }
             let total: f64 = times.iter().sum::<f64>().max(1e-9);
             let mut hist = measure::new_hist();
             for s in &times {
@@ -471,7 +485,7 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
             latency.mean_ns = total * 1e9 / times.len() as f64;
             let test = test_name(fig, size);
             let bytes = size * trials;
-            let kind = if *fig == "read" {
+            let kind = if *fig == "read" || *fig == COLD_READ {
                 Kind::Read
             } else {
                 Kind::Write

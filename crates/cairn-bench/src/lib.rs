@@ -105,6 +105,11 @@ pub struct BenchArgs {
     /// Durable writes: every write reaches stable storage before it returns
     #[arg(long)]
     sync: bool,
+    /// Also read every file of the KFS suite cold: the page cache dropped before each
+    /// read (as root `echo 3 > /proc/sys/vm/drop_caches`, else the store's files evicted
+    /// with posix_fadvise(DONTNEED); the report says which)
+    #[arg(long)]
+    cold: bool,
     /// Engines to run, comma-separated [default: every engine of this build]
     #[arg(long, value_name = "a,b,c", value_delimiter = ',')]
     engines: Option<Vec<String>>,
@@ -172,6 +177,10 @@ pub(crate) struct Config {
     /// Trials of the KFS suite.
     #[serde(default)]
     pub kfs_trials: u64,
+    /// How the KFS suite drops the page cache before its cold reads (`None`: no cold
+    /// reads): "drop_caches" or "fadvise" (see [`measure::drop_page_cache`]).
+    #[serde(default)]
+    pub cold: Option<String>,
 }
 
 impl Config {
@@ -217,6 +226,7 @@ impl Config {
             seed: args.seed,
             kfs_sizes,
             kfs_trials,
+            cold: args.cold.then(|| measure::cold_method().to_string()),
         })
     }
 

@@ -420,6 +420,32 @@ pub fn run(groups: &[Group<'_>], interval: Duration, seed: u64) -> Result<Vec<Ph
 }
 
 /// An empty latency histogram for 1 ns .. 1 hour at 3 significant digits.
+/// How [`drop_page_cache`] drops the page cache in this process: "drop_caches" as root
+/// (everything the kernel can drop), else "fadvise" (the files under the directory given,
+/// with `posix_fadvise(DONTNEED)`; pages a process has mapped stay).
+pub fn cold_method() -> &'static str {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        "drop_caches"
+    } else {
+        "fadvise"
+    }
+}
+
+/// Drops the page cache so that the next reads of the files under `dir` reach the
+/// disk, the way [`cold_method`] says; dirty data is written back first.
+pub fn drop_page_cache(dir: &Path) -> Result<()> {
+    if cold_method() == "drop_caches" {
+        // SAFETY: sync has no preconditions.
+        unsafe { libc::sync() };
+        std::fs::write("/proc/sys/vm/drop_caches", "3")
+            .context("writing 3 to /proc/sys/vm/drop_caches")?;
+    } else {
+        cairn::evict_page_cache(dir)?;
+    }
+    Ok(())
+}
+
 pub fn new_hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
 }

@@ -282,7 +282,22 @@ fn kfs_section(md: &mut String, report: &Report, runs: &[&SuiteRun], disk_write:
         .iter()
         .find(|r| r.engine == "cairn" && r.error.is_none());
     for op in kfs::FIGURES {
+        let ran = |r: &&SuiteRun| {
+            cfg.kfs_sizes
+                .iter()
+                .any(|s| samples(r, &test_name(op, *s)).is_some_and(|v| !v.is_empty()))
+        };
+        if !runs.iter().any(|r| ran(&r)) {
+            continue;
+        }
         let _ = writeln!(md, "### {}\n", kfs::figure_heading(op, cfg.sync));
+        if op == kfs::COLD_READ {
+            let how = match cfg.cold.as_deref() {
+                Some("drop_caches") => "`echo 3 > /proc/sys/vm/drop_caches` (as root)",
+                _ => "the store's files evicted with `posix_fadvise(DONTNEED)` (not root)",
+            };
+            let _ = writeln!(md, "Page cache dropped before each read: {how}.\n");
+        }
         let with_disk = op == kfs::DURABLE_WRITE && disk_write.is_some() && cairn.is_some();
         let names: Vec<&str> = runs.iter().map(|r| r.engine.as_str()).collect();
         let _ = writeln!(
