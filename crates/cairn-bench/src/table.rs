@@ -287,7 +287,7 @@ fn kfs_section(md: &mut String, report: &Report, runs: &[&SuiteRun], disk_write:
                 .iter()
                 .any(|s| samples(r, &test_name(op, *s)).is_some_and(|v| !v.is_empty()))
         };
-        if !runs.iter().any(|r| ran(r)) {
+        if !runs.iter().any(ran) {
             continue;
         }
         let _ = writeln!(md, "### {}\n", kfs::figure_heading(op, cfg.sync));
