@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use cairn_fs::{Cred, Fs, ROOT};
 
-use crate::fsplot;
+use crate::{fsdata, fsplot};
 
 /// Long description of `cairn fs-bench` (its `--help`).
 pub const ABOUT: &str = "\
@@ -76,6 +76,17 @@ pub struct FsBenchArgs {
     /// Don't pin the calling thread and the FUSE server's thread to one CPU
     #[arg(long)]
     no_pin: bool,
+    /// Also large files through each target (after the metadata phases; --files 0 for
+    /// these only): write one file of each --data-sizes and fsync it, read it back
+    #[arg(long)]
+    data: bool,
+    /// Sizes of the --data files, MiB
+    #[arg(long, value_delimiter = ',', default_value = "8,64,1024")]
+    data_sizes: Vec<u64>,
+    /// With the --data files (implied): read each again after dropping the page cache
+    /// (as root drop_caches, else posix_fadvise(DONTNEED); the report says which)
+    #[arg(long)]
+    cold: bool,
 }
 
 /// The create rate at the end of one interval of the create phase.
@@ -527,7 +538,9 @@ fn run_one(
     n: u64,
     intervals: u64,
     pin: Option<usize>,
-) -> Result<Option<TargetRun>> {
+    data: &Data,
+) -> Result<(Option<TargetRun>, Vec<fsdata::DataRun>)> {
+    let mut data_runs = Vec::new();
     let _ = std::fs::remove_dir_all(work);
     std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
     // Start from a clean page cache: none of an earlier target's writeback.
@@ -538,7 +551,12 @@ fn run_one(
             let fs = Fs::open(work.join("store")).map_err(std::io::Error::from)?;
             let dir = fs.mkdir(&ME, ROOT, b"d", 0o755)?.ino;
             let mut t = Lib { fs, dir };
-            Some(run_target("lib", &mut t, n, intervals, None, pin)?)
+            let r = (n > 0)
+                .then(|| run_target("lib", &mut t, n, intervals, None, pin))
+                .transpose()?;
+            let store = work.join("store");
+            data_runs = data.run("lib", &fsdata::DataTarget::Lib { fs: &t.fs, store })?;
+            r
         }
         "fuse" => {
             let mp = work.join("mnt");
@@ -546,7 +564,7 @@ fn run_one(
             let stats = work.join("fuse-requests");
             if let Some(why) = cairn_fuse::unavailable() {
                 println!("fuse: skipped, FUSE is unavailable here: {why}");
-                return Ok(None);
+                return Ok((None, data_runs));
             }
             match ChildMount::start(&work.join("store"), &mp, &stats) {
                 // Only a refusal for lack of privilege means FUSE can't be used here;
@@ -565,9 +583,20 @@ fn run_one(
                         pid: m.child.id() as i32,
                         path: stats,
                     };
-                    let r = run_target("fuse", &mut Posix { dir: d }, n, intervals, Some(&s), pin);
+                    let r = (n > 0)
+                        .then(|| {
+                            run_target("fuse", &mut Posix { dir: d }, n, intervals, Some(&s), pin)
+                        })
+                        .transpose();
+                    let t = fsdata::DataTarget::Posix {
+                        dir: mp.clone(),
+                        store: Some(work.join("store")),
+                    };
+                    let d = r.and_then(|r| Ok((r, data.run("fuse", &t)?)));
                     drop(m);
-                    Some(r?)
+                    let (r, d) = d?;
+                    data_runs = d;
+                    r
                 }
             }
         }
@@ -575,11 +604,34 @@ fn run_one(
             let d = work.join("d");
             std::fs::create_dir(&d)?;
             let mut t = Posix { dir: d };
-            Some(run_target("plain", &mut t, n, intervals, None, pin)?)
+            let r = (n > 0)
+                .then(|| run_target("plain", &mut t, n, intervals, None, pin))
+                .transpose()?;
+            let t = fsdata::DataTarget::Posix {
+                dir: work.to_path_buf(),
+                store: None,
+            };
+            data_runs = data.run("plain", &t)?;
+            r
         }
         other => bail!("unknown target {other:?} (lib, fuse, plain)"),
     };
-    Ok(r)
+    Ok((r, data_runs))
+}
+
+/// The large-file phase asked for: sizes in bytes (none: no phase), and cold reads.
+struct Data {
+    sizes: Vec<u64>,
+    cold: bool,
+}
+
+impl Data {
+    fn run(&self, label: &str, t: &fsdata::DataTarget<'_>) -> Result<Vec<fsdata::DataRun>> {
+        if self.sizes.is_empty() {
+            return Ok(Vec::new());
+        }
+        fsdata::run(label, t, &self.sizes, self.cold)
+    }
 }
 
 /// The results as a Markdown table, what the figures measure, the FUSE requests per
@@ -732,8 +784,19 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
     let n = args
         .files
         .unwrap_or(if args.large { 10_000_000 } else { 1_000_000 });
-    if n == 0 {
-        bail!("--files must be at least 1");
+    let data = Data {
+        sizes: if args.data || args.cold {
+            args.data_sizes.iter().map(|m| m << 20).collect()
+        } else {
+            Vec::new()
+        },
+        cold: args.cold,
+    };
+    if data.sizes.iter().any(|s| *s == 0) {
+        bail!("--data-sizes must be at least 1 MiB each");
+    }
+    if n == 0 && data.sizes.is_empty() {
+        bail!("--files must be at least 1 (0 only with --data or --cold)");
     }
     if args.intervals == 0 {
         bail!("--intervals must be at least 1");
@@ -757,14 +820,31 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
         None => eprintln!("threads not pinned"),
     }
     let mut runs = Vec::new();
+    let mut data_runs = Vec::new();
     for target in &args.targets {
         let work = args.dir.join(format!("{target}-{}", std::process::id()));
-        let r = run_one(target, &work, n, args.intervals, pin);
+        let r = run_one(target, &work, n, args.intervals, pin, &data);
         let _ = std::fs::remove_dir_all(&work);
-        runs.extend(r?);
+        let (r, d) = r?;
+        runs.extend(r);
+        data_runs.extend(d);
     }
-    let md = markdown(n, &runs, &file_system_of(&args.dir), allocator);
-    let json = serde_json::to_vec_pretty(&runs)?;
+    let mut md = if n > 0 {
+        markdown(n, &runs, &file_system_of(&args.dir), allocator)
+    } else {
+        String::new()
+    };
+    if !data_runs.is_empty() {
+        md.push_str(&fsdata::markdown(&data_runs, data.cold));
+        md.push_str(&format!(
+            "large files on {} (plain); not pinned\n",
+            file_system_of(&args.dir)
+        ));
+    }
+    let json = serde_json::to_vec_pretty(&serde_json::json!({
+        "metadata": runs,
+        "data": data_runs,
+    }))?;
     let mut written = Vec::new();
     for (name, bytes) in [("results.md", md.as_bytes()), ("results.json", &json)] {
         let p = args.out.join(name);
@@ -796,10 +876,15 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
         "{} zero-length files in one directory: create rate",
         crate::chart::short(n as f64)
     );
-    for (name, x) in [
-        ("create-rate.png", fsplot::XAxis::Seconds),
-        ("create-rate-by-files.png", fsplot::XAxis::Files),
-    ] {
+    let plots: &[(&str, fsplot::XAxis)] = if runs.is_empty() {
+        &[]
+    } else {
+        &[
+            ("create-rate.png", fsplot::XAxis::Seconds),
+            ("create-rate-by-files.png", fsplot::XAxis::Files),
+        ]
+    };
+    for &(name, x) in plots {
         let p = args.out.join(name);
         fsplot::create_rate(&p, &heading, x, &series)?;
         written.push(p);

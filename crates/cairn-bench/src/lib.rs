@@ -33,6 +33,7 @@ mod disk;
 mod engine;
 mod engines;
 pub mod fsbench;
+mod fsdata;
 mod fsplot;
 mod halodb;
 mod kfs;

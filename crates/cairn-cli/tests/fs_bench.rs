@@ -12,7 +12,8 @@ fn fs_bench_smoke() {
     let json = tmp.path().join("fs.json");
     let out_dir = tmp.path().join("out");
     let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["fs-bench", "--files", "2000", "--intervals", "4", "--dir"])
+        .args(["fs-bench", "--files", "2000", "--intervals", "4", "--cold"])
+        .args(["--data-sizes", "1,3", "--dir"])
         .arg(tmp.path().join("work"))
         .arg("--json")
         .arg(&json)
@@ -27,8 +28,19 @@ fn fs_bench_smoke() {
         String::from_utf8_lossy(&out.stderr)
     );
     println!("{stdout}");
-    let runs: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let runs = runs.as_array().unwrap();
+    let all: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let runs = all["metadata"].as_array().unwrap();
+    // Large files (--cold): written, read warm and cold, on every target that ran.
+    let data = all["data"].as_array().unwrap();
+    for r in runs {
+        let mine: Vec<_> = data.iter().filter(|d| d["target"] == r["target"]).collect();
+        assert_eq!(mine.len(), 2, "{}: {data:?}", r["target"]);
+        for d in mine {
+            for f in ["durable_write_mbps", "warm_read_mbps", "cold_read_mbps"] {
+                assert!(d[f].as_f64().unwrap() > 0.0, "{f} of {d}");
+            }
+        }
+    }
     let targets: Vec<&str> = runs.iter().map(|r| r["target"].as_str().unwrap()).collect();
     assert!(
         targets.contains(&"lib") && targets.contains(&"plain"),
@@ -101,7 +113,7 @@ fn fs_bench_smoke() {
     // The same JSON in --out, with the table and the plots.
     let again: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out_dir.join("results.json")).unwrap()).unwrap();
-    assert_eq!(again.as_array().unwrap().len(), runs.len());
+    assert_eq!(again, all);
     assert!(std::fs::read_to_string(out_dir.join("results.md"))
         .unwrap()
         .contains("| lib |"));
