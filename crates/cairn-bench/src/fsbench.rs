@@ -792,7 +792,7 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
         },
         cold: args.cold,
     };
-    if data.sizes.iter().any(|s| *s == 0) {
+    if data.sizes.contains(&0) {
         bail!("--data-sizes must be at least 1 MiB each");
     }
     if n == 0 && data.sizes.is_empty() {
