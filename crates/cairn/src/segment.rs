@@ -3,6 +3,7 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
 use crate::fsutil::{self, Fs};
@@ -43,7 +44,22 @@ pub struct SegmentFile {
     pub created_seq: u64,
     /// A read-only map of the file once it is sealed (immutable).
     map: OnceLock<memmap2::Mmap>,
+    /// Moving share of recent multi-page reads that went to the disk, in 1/65536ths.
+    cold_reads: AtomicU32,
 }
+
+/// Records spanning more pages than this are always read with `pread`.
+pub const MAP_MAX_PAGES: u64 = 4;
+
+/// A multi-page read slower than this went to the disk (a warm one takes a few
+/// microseconds, a disk read 20 or more even when the device has it cached).
+pub const COLD_READ: std::time::Duration = std::time::Duration::from_micros(20);
+
+/// Above this share of cold reads (1/64, in 1/65536ths) a segment's records spanning
+/// 2–[`MAP_MAX_PAGES`] pages are read with `pread`: a cold page costs ~100 µs, the copy
+/// and system call of a warm `pread` ~1.5 µs more than the map, so `pread` wins once
+/// more than about one multi-page read in 70 is cold.
+const COLD_SHARE_PREAD: u32 = 1 << 10;
 
 /// Path of segment `id` in `dir`.
 pub fn seg_path(dir: &Path, id: u32) -> PathBuf {
@@ -91,6 +107,7 @@ impl SegmentFile {
             kind,
             created_seq,
             map: OnceLock::new(),
+            cold_reads: AtomicU32::new(0),
         })
     }
 
@@ -150,6 +167,7 @@ impl SegmentFile {
                 kind,
                 created_seq,
                 map: OnceLock::new(),
+                cold_reads: AtomicU32::new(0),
             },
             len,
             damage,
@@ -173,6 +191,45 @@ impl SegmentFile {
     /// request to the disk for the whole range when it is not cached).
     pub fn pread_at(&self, off: u64, len: usize) -> Result<Vec<u8>> {
         fsutil::read_exact_at(&self.file, &self.path, off, len)
+    }
+
+    /// Whether the record of `len` bytes at `off` of this sealed segment is better read
+    /// with one `pread` than through the map.
+    ///
+    /// The map is advised `MADV_RANDOM` (a point lookup faults in only the page it
+    /// needs), so a record spanning P pages costs P disk round trips through it when it
+    /// is cold, and one through `pread`; when it is warm the map serves it without a copy
+    /// or a system call. So: a record within one page always uses the map; one spanning
+    /// more than [`MAP_MAX_PAGES`] pages always uses `pread` (warm, the copy costs about
+    /// what the map's checksum pass does); in between, the map unless recent reads of
+    /// this segment were cold (see [`SegmentFile::note_read`]). Measured in DESIGN.md,
+    /// "Reads that reach the disk".
+    pub fn prefer_pread(&self, off: u64, len: u64) -> bool {
+        let page = page_size();
+        let pages = (off + len.max(1) - 1) / page - off / page + 1;
+        match pages {
+            1 => false,
+            p if p > MAP_MAX_PAGES => true,
+            _ => self.cold_reads.load(Ordering::Relaxed) > COLD_SHARE_PREAD,
+        }
+    }
+
+    /// Records how long a read of a record spanning several pages took: longer than
+    /// [`COLD_READ`] means it went to the disk. Keeps a moving share of cold reads
+    /// (about the last 32) that [`SegmentFile::prefer_pread`] consults.
+    pub fn note_read(&self, off: u64, len: u64, took: std::time::Duration) {
+        let page = page_size();
+        if (off + len.max(1) - 1) / page == off / page {
+            return;
+        }
+        let sample = if took > COLD_READ { 1u32 << 16 } else { 0 };
+        let old = self.cold_reads.load(Ordering::Relaxed);
+        // Lossy under races, which only blurs the average.
+        let new = old - old / 32 + sample / 32;
+        if new != old {
+            // (A warm store's share stays 0 and its readers never write the line.)
+            self.cold_reads.store(new, Ordering::Relaxed);
+        }
     }
 
     /// The read-only map of the segment, once it is sealed.
@@ -213,7 +270,37 @@ impl SegmentFile {
             let _ = m.advise(memmap2::Advice::Random);
             let _ = self.map.set(m);
         }
+        // Reads of a sealed segment are point reads (`pread` of whole records included):
+        // the kernel's readahead of the descriptor would guess a stream from two reads
+        // that happen to be adjacent and read up to `read_ahead_kb` (8 MiB on some
+        // disks) for one record. Streaming readers ask for what they want next
+        // themselves (`Db::prefetch`); scans set the advice back (`scan`, `scan_listed`).
+        self.advise(libc::POSIX_FADV_RANDOM);
     }
+
+    /// Sets the descriptor's access pattern (`posix_fadvise` of the whole file), which
+    /// governs the kernel's readahead of `pread`s. Advisory: failure is ignored.
+    fn advise(&self, advice: libc::c_int) {
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: an advisory system call on a descriptor `self` keeps open.
+        unsafe {
+            libc::posix_fadvise(self.file.as_raw_fd(), 0, 0, advice);
+        }
+    }
+}
+
+/// The size of a memory page (4 KiB where `sysconf` can't say).
+fn page_size() -> u64 {
+    static PAGE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf has no preconditions.
+        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if p > 0 {
+            p as u64
+        } else {
+            4096
+        }
+    })
 }
 
 /// A record found by a scan or listed in a hint file: everything but the value.
@@ -324,6 +411,8 @@ pub fn scan(
     mut f: impl FnMut(u64, &record::Record<'_>, bool) -> Result<()>,
 ) -> Result<ScanOutcome> {
     let io = |e| Error::io(&seg.path, e);
+    // A scan reads the file front to back: let the kernel read ahead of it.
+    seg.advise(libc::POSIX_FADV_SEQUENTIAL);
     let mut r = WindowReader::new(&seg.file, file_len);
     let mut out = ScanOutcome {
         valid_end: SEG_HEADER_LEN,
@@ -424,6 +513,9 @@ pub fn scan_listed(
     mut wanted: impl FnMut(&Entry) -> bool,
     mut f: impl FnMut(u64, &record::Record<'_>, bool) -> Result<()>,
 ) -> Result<ScanOutcome> {
+    // Reads in file order with gaps: the kernel's usual readahead (the segment is
+    // compaction's victim, so its point readers are about to move on).
+    seg.advise(libc::POSIX_FADV_NORMAL);
     let mut out = ScanOutcome {
         valid_end: file_len,
         ..Default::default()

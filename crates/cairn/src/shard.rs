@@ -997,29 +997,32 @@ impl Shard {
     }
 }
 
-/// Records at least this long are read with one `pread` instead of through the
-/// segment's map. The map is advised `MADV_RANDOM` (a point lookup faults in the one
-/// page it needs, with no readahead wasted on its neighbours), so a large record read
-/// through it cold costs a disk round trip per 4 KiB page: 16 for a 64 KiB chunk of the
-/// file system. One `pread` asks for the whole record in one request, and the kernel's
-/// readahead of the descriptor follows a sequential reader. Below the threshold (a
-/// record within a page or two) the map's single fault is as cheap and saves a copy.
-/// Measured in DESIGN.md, "Reads that reach the disk".
-pub const LARGE_RECORD: u32 = 16 << 10;
-
 /// Reads and checks the record at `loc` from `src`, expecting a put of `key`.
 pub(crate) fn read_value(src: Source, loc: Loc, key: &[u8]) -> Result<Value> {
-    // A sealed segment's map serves a small value without a copy.
+    // A sealed segment serves the value through its map (no copy) or with one `pread`
+    // (one disk request for the whole record): `SegmentFile::prefer_pread` decides.
     if let Source::File(f) = &src {
-        if loc.len >= LARGE_RECORD && f.mapped().is_some() {
-            let buf = f.pread_at(loc.off as u64, loc.len as usize)?;
-            let start = check_record(&buf, loc, key, || f.path.clone())?;
-            return Ok(Value::new(buf, start));
-        }
-        let (off, end) = (loc.off as usize, loc.off as usize + loc.len as usize);
-        if let Some(bytes) = f.mapped().and_then(|m| m.get(off..end)) {
-            let start = check_record(bytes, loc, key, || f.path.clone())?;
-            return Ok(Value::mapped(f.clone(), off + start, end));
+        if let Some(m) = f.mapped() {
+            let (off, len) = (loc.off as u64, loc.len as u64);
+            let t = std::time::Instant::now();
+            let value = if f.prefer_pread(off, len) {
+                let buf = f.pread_at(off, len as usize)?;
+                let start = check_record(&buf, loc, key, || f.path.clone())?;
+                Some(Value::new(buf, start))
+            } else if let Some(bytes) = m.get(off as usize..(off + len) as usize) {
+                let start = check_record(bytes, loc, key, || f.path.clone())?;
+                Some(Value::mapped(
+                    f.clone(),
+                    off as usize + start,
+                    (off + len) as usize,
+                ))
+            } else {
+                None
+            };
+            if let Some(v) = value {
+                f.note_read(off, len, t.elapsed());
+                return Ok(v);
+            }
         }
     }
     let (buf, path) = match src {
