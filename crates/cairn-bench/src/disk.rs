@@ -1,6 +1,8 @@
 //! The disk's own limits, measured in the same run: sequential write and read bandwidth
-//! (1 MiB blocks, direct I/O) and the latency of an append followed by fdatasync. With
-//! `fio` on the PATH it does the measuring; otherwise a built-in equivalent.
+//! (1 MiB blocks, direct I/O), random 4 KiB direct reads from 1, T and 32 threads (each
+//! with one read in flight, as the HaloDB suite's readers: what one disk read per lookup
+//! can reach), and the latency of an append followed by fdatasync. With `fio` on the
+//! PATH it does the measuring; otherwise a built-in equivalent.
 
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -26,9 +28,30 @@ pub static SUITE: SuiteDef = SuiteDef {
 const BLOCK: usize = 1 << 20;
 /// Size of one append of the fsync test.
 const SYNC_WRITE: usize = 4096;
+/// Size of one random read.
+const RAND_READ: usize = 4096;
 
-fn steps(_: &Config) -> u64 {
-    3
+fn steps(config: &Config) -> u64 {
+    3 + rand_read_threads(config).len() as u64
+}
+
+/// The concurrencies of the random-read test: 1, the HaloDB suite's T and 32.
+fn rand_read_threads(config: &Config) -> Vec<usize> {
+    let mut t = vec![1, config.threads, config.many_threads];
+    t.sort_unstable();
+    t.dedup();
+    t
+}
+
+/// The phase name and title of random reads from `threads` threads.
+fn rand_read_names(threads: usize, how: &str) -> (String, String) {
+    (
+        format!("rand_read_{threads}"),
+        format!(
+            "random read, 4 KiB blocks, direct, {threads} thread{}{how}",
+            if threads == 1 { "" } else { "s" }
+        ),
+    )
 }
 
 /// Whether `fio` can be run.
@@ -119,6 +142,32 @@ fn built_in(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
         &read,
     )?);
     ctx.progress("sequential read");
+
+    // Random 4 KiB reads, direct, each thread with one in flight.
+    let pages = (blocks * BLOCK as u64 / RAND_READ as u64).max(1);
+    let rand_read = |w: &mut Worker| -> Result<u64> {
+        if w.buf.len() < 2 * RAND_READ {
+            w.buf.resize(2 * RAND_READ, 0);
+        }
+        let start = w.buf.as_ptr().align_offset(4096);
+        let offset = w.rng.below(pages) * RAND_READ as u64;
+        file.read_exact_at(&mut w.buf[start..start + RAND_READ], offset)?;
+        Ok(RAND_READ as u64)
+    };
+    for threads in rand_read_threads(ctx.config) {
+        let (test, title) = rand_read_names(threads, "");
+        let mut p = super::halodb::one(ctx.run(&[Group {
+            test,
+            title: title.clone(),
+            kind: Kind::Read,
+            threads,
+            ops: Some(ctx.config.disk_rand_reads.max(threads as u64)),
+            op: &rand_read,
+        }])?);
+        p.write_bytes = None;
+        out.push(p);
+        ctx.progress(&title);
+    }
     drop(file);
     fs::remove_file(&path)?;
 
@@ -236,6 +285,43 @@ fn with_fio(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
             ..Phase::default()
         });
         ctx.progress(title);
+    }
+    for threads in rand_read_threads(ctx.config) {
+        let (test, title) = rand_read_names(threads, " (fio)");
+        let per_job = (ctx.config.disk_rand_reads / threads as u64).max(1);
+        let jobs = format!("--numjobs={threads}");
+        let ios = format!("--number_ios={per_job}");
+        let json = fio(
+            &common,
+            &[
+                "--name=rand_read",
+                "--rw=randread",
+                "--bs=4k",
+                "--direct=1",
+                "--thread",
+                "--group_reporting",
+                "--norandommap",
+                &jobs,
+                &ios,
+            ],
+            &format!("--size={size}"),
+        )?;
+        let stats = &json["jobs"][0]["read"];
+        let secs = stats["runtime"].as_f64().unwrap_or(0.0) / 1000.0;
+        out.push(Phase {
+            test,
+            title: title.clone(),
+            kind: Some(Kind::Read),
+            threads,
+            ops: stats["total_ios"].as_u64().unwrap_or(0),
+            bytes: stats["io_bytes"].as_u64().unwrap_or(0),
+            secs,
+            ops_per_sec: stats["iops"].as_f64().unwrap_or(0.0),
+            mb_per_sec: stats["bw_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+            latency: fio_latency(&stats["clat_ns"]),
+            ..Phase::default()
+        });
+        ctx.progress(&title);
     }
     let sync_size = format!("--size={}", ctx.config.fsyncs * SYNC_WRITE as u64);
     let json = fio(

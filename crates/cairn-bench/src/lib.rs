@@ -38,6 +38,7 @@ mod fsplot;
 mod halodb;
 mod kfs;
 mod measure;
+mod memlimit;
 mod mmcmap;
 mod plot;
 mod table;
@@ -130,6 +131,11 @@ pub struct BenchArgs {
     /// [default: 1000; --quick 100; --smoke 50]
     #[arg(long, value_name = "MS")]
     interval_ms: Option<u64>,
+    /// Run every engine's process in a memory cgroup limited to SIZE (e.g. 2G), which
+    /// counts the page cache it fills: with --records larger than SIZE the store is
+    /// larger than the memory the engine may use, so reads reach the disk (root only)
+    #[arg(long, value_name = "SIZE", value_parser = memlimit::parse_size)]
+    memory_max: Option<u64>,
     /// Measure the disk with the built-in test even when fio is installed
     #[arg(long)]
     no_fio: bool,
@@ -182,6 +188,12 @@ pub(crate) struct Config {
     /// reads): "drop_caches" or "fadvise" (see [`measure::drop_page_cache`]).
     #[serde(default)]
     pub cold: Option<String>,
+    /// The memory cgroup limit every engine's process ran under (`--memory-max`), bytes.
+    #[serde(default)]
+    pub memory_max: Option<u64>,
+    /// Random 4 KiB direct reads of the disk suite, at each concurrency.
+    #[serde(default)]
+    pub disk_rand_reads: u64,
 }
 
 impl Config {
@@ -228,6 +240,12 @@ impl Config {
             kfs_sizes,
             kfs_trials,
             cold: args.cold.then(|| measure::cold_method().to_string()),
+            memory_max: args.memory_max,
+            disk_rand_reads: match mode {
+                "smoke" => 400,
+                "quick" => 20_000,
+                _ => 200_000,
+            },
         })
     }
 
@@ -448,6 +466,18 @@ fn run_bench(args: &BenchArgs, allocator: &str) -> Result<()> {
     fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
     fs::create_dir_all(&data).with_context(|| format!("creating {}", data.display()))?;
 
+    let cgroup = match config.memory_max {
+        Some(limit) => {
+            let cg = memlimit::MemoryCgroup::create(limit)?;
+            eprintln!(
+                "bench: every engine runs in the memory cgroup {} ({} MiB, page cache included)",
+                cg.dir().display(),
+                limit >> 20
+            );
+            Some(cg)
+        }
+        None => None,
+    };
     let settings = engine_settings(&config);
     let mut report = Report {
         command: std::env::args().collect::<Vec<_>>().join(" "),
@@ -498,7 +528,15 @@ fn run_bench(args: &BenchArgs, allocator: &str) -> Result<()> {
 
     let results = out.join("results.json");
     for (suite, engine, variant) in jobs {
-        let run = run_child(suite, engine, variant, &config, &data, &scratch, &bar)?;
+        let run = run_child(
+            suite,
+            engine,
+            variant,
+            &config,
+            (&data, &scratch),
+            cgroup.as_ref(),
+            &bar,
+        )?;
         report.runs.push(run);
         write_json(&results, &report)?;
     }
@@ -613,8 +651,8 @@ fn run_child(
     engine: Option<&EngineSpec>,
     variant: Option<&str>,
     config: &Config,
-    data: &Path,
-    scratch: &Path,
+    (data, scratch): (&Path, &Path),
+    cgroup: Option<&memlimit::MemoryCgroup>,
     bar: &ProgressBar,
 ) -> Result<SuiteRun> {
     let engine_name = variant.unwrap_or(engine.map_or("disk", |e| e.name));
@@ -637,13 +675,16 @@ fn run_child(
     let steps = (suite.steps)(config);
     bar.set_message(format!("{} on {engine_name}", suite.title));
     let started = Instant::now();
-    let spawned = Command::new(self_exe()?)
-        .arg(CHILD_COMMAND)
+    let mut cmd = Command::new(self_exe()?);
+    cmd.arg(CHILD_COMMAND)
         .arg(&spec_path)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn();
+        .stderr(Stdio::piped());
+    if let Some(cg) = cgroup {
+        cg.confine(&mut cmd);
+    }
+    let spawned = cmd.spawn();
     let mut child = match spawned {
         Ok(child) => child,
         Err(err) => {

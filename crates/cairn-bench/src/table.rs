@@ -25,6 +25,16 @@ pub fn markdown(report: &Report) -> String {
         report.machine.kernel.as_deref().unwrap_or("?"),
         durability(report)
     );
+    if let Some(limit) = cfg.memory_max {
+        let _ = writeln!(
+            md,
+            "Memory: every engine's process ran in a memory cgroup limited to {} (page \
+             cache included, `--memory-max`); the HaloDB suite's store holds {} of keys and \
+             values.  ",
+            bytes(limit),
+            bytes(cfg.records * (super::halodb::KEY_SIZE + cfg.value_size as u64))
+        );
+    }
     let _ = writeln!(
         md,
         "Allocator: {}. (RocksDB's documentation recommends jemalloc; no engine has it \
@@ -141,6 +151,11 @@ pub fn markdown(report: &Report) -> String {
             let _ = writeln!(md, "{row}");
         }
         md.push('\n');
+        if suite == "halodb" {
+            if let Some(disk) = disk {
+                reads_against_disk(&mut md, &runs, disk);
+            }
+        }
         runs_table(&mut md, &runs);
 
         let _ = writeln!(md, "### Details\n");
@@ -799,6 +814,58 @@ pub fn bytes(n: u64) -> String {
     } else {
         format!("{x:.1} {}", units[u])
     }
+}
+
+/// The HaloDB suite's random reads next to the disk's own random 4 KiB reads from as
+/// many threads: with one disk read per lookup, a store larger than memory can reach
+/// the disk's figure and no more.
+fn reads_against_disk(md: &mut String, runs: &[&SuiteRun], disk: &SuiteRun) {
+    let disk_iops = |threads: usize| {
+        disk.phases
+            .iter()
+            .find(|p| p.test == format!("rand_read_{threads}"))
+            .map(|p| p.ops_per_sec)
+    };
+    let mut rows = Vec::new();
+    for (test, title) in tests_of(runs) {
+        if !(test.starts_with("random_read_") || test == "read_while_writing.reads") {
+            continue;
+        }
+        let Some(threads) = runs.iter().find_map(|r| find(r, &test)).map(|p| p.threads) else {
+            continue;
+        };
+        let Some(iops) = disk_iops(threads) else {
+            continue;
+        };
+        let mut row = format!("| {title} | {} |", count(iops));
+        for run in runs {
+            let cell = match find(run, &test) {
+                Some(p) if run.error.is_none() && iops > 0.0 => {
+                    format!("{:.0}%", 100.0 * p.ops_per_sec / iops)
+                }
+                _ => "–".into(),
+            };
+            let _ = write!(row, " {cell} |");
+        }
+        rows.push(row);
+    }
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "Reads against the disk's own random 4 KiB direct reads from as many threads (the \
+         disk suite): each engine's reads/s as a share of the disk's. In a store larger \
+         than the memory it may use, a lookup that costs one disk read reaches 100%; a \
+         share above 100% means part of the store was cached.\n"
+    );
+    let engines: Vec<&str> = runs.iter().map(|r| r.engine.as_str()).collect();
+    let _ = writeln!(md, "| test | disk reads/s | {} |", engines.join(" | "));
+    let _ = writeln!(md, "|---|---:|{}", "---:|".repeat(engines.len()));
+    for row in rows {
+        let _ = writeln!(md, "{row}");
+    }
+    md.push('\n');
 }
 
 #[cfg(test)]
