@@ -15,8 +15,13 @@ use crate::{from_io, layout, to_io, FileStat, FileStore, SMALL_FILE_BYTES};
 
 /// The first bound recorded in an intent row; each later one doubles it.
 const FIRST_BOUND: u64 = 64;
-/// Unless the policy is `Never`, a streaming writer starts the disk writes of what it
-/// stored every this many bytes, so that its commit's sync has only the tail to wait for.
+/// A streaming writer starts the disk writes of what it stored every this many bytes
+/// (`sync_file_range(WRITE)`, which does not wait), so that the sync of its commit, or of
+/// the caller's flush or close, has only the tail to wait for. Under every sync policy:
+/// with `Never` the chunks still reach the disk by the next flush or close (`cairn file
+/// put` closes durably) or within the kernel's dirty-page expiry, and waiting until then
+/// writes the whole file after the stream instead of during it (a 512 MiB put took
+/// the stream's time plus the disk's; see DESIGN.md, "File store").
 const WRITEBACK_EVERY: u64 = 16 << 20;
 /// Most threads that store a large file's chunks (see [`Pipeline`]).
 const MAX_STORERS: usize = 2;
@@ -497,7 +502,7 @@ impl Sink {
         ks.put_with(&k, data, WriteOptions::new().defer_sync())?;
         self.touched[ks.shard_of(&k)] = true;
         self.unflushed += data.len() as u64;
-        if self.unflushed >= WRITEBACK_EVERY && self.store.sync_chunks() {
+        if self.unflushed >= WRITEBACK_EVERY {
             self.unflushed = 0;
             for s in (0..self.touched.len()).filter(|&s| self.touched[s]) {
                 ks.db().start_writeback(s);
