@@ -220,3 +220,114 @@ fn the_mount_reads_ahead_a_mebibyte() {
     }
     drop(m);
 }
+
+/// `fallocate` (mode 0, `FALLOC_FL_KEEP_SIZE`, `FALLOC_FL_PUNCH_HOLE`) and
+/// `copy_file_range` on the mount, as programs call them; the copy is done by the server
+/// (the mount counts COPY_FILE_RANGE requests and no READ of the source is needed).
+#[test]
+fn fallocate_and_copy_file_range_work_on_the_mount() {
+    use std::os::unix::io::AsRawFd;
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, mp) = (tmp.path().join("store"), tmp.path().join("mnt"));
+    std::fs::create_dir(&mp).unwrap();
+    let counts = tmp.path().join("counts");
+    let Some(mut m) = Mount::with_env(&store, &mp, &[("CAIRN_FUSE_STATS", &counts)]) else {
+        return;
+    };
+    let open_rw = |name: &str| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(mp.join(name))
+            .unwrap()
+    };
+    let falloc = |f: &std::fs::File, mode: i32, off: i64, len: i64| {
+        // SAFETY: fallocate on an open descriptor.
+        let rc = unsafe { libc::fallocate(f.as_raw_fd(), mode, off, len) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
+
+    // Mode 0 extends the file with zeros; KEEP_SIZE changes nothing visible.
+    let f = open_rw("alloc");
+    falloc(&f, 0, 0, 300_000).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 300_000);
+    falloc(&f, libc::FALLOC_FL_KEEP_SIZE, 0, 1 << 20).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 300_000);
+    assert_eq!(std::fs::read(mp.join("alloc")).unwrap(), vec![0u8; 300_000]);
+    // Modes cairn does not do are refused, not faked.
+    let e = falloc(&f, libc::FALLOC_FL_COLLAPSE_RANGE, 0, 65536).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}");
+
+    // A hole punched across chunk boundaries reads as zeros; the rest is untouched.
+    let body: Vec<u8> = (0..400_000u32).map(|i| (i % 251) as u8 + 1).collect();
+    let h = open_rw("holey");
+    std::io::Write::write_all(&mut &h, &body).unwrap();
+    let (off, len) = (1_000usize, 200_000usize);
+    falloc(
+        &h,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        off as i64,
+        len as i64,
+    )
+    .unwrap();
+    let mut want = body.clone();
+    want[off..off + len].fill(0);
+    assert_eq!(h.metadata().unwrap().len(), body.len() as u64);
+    drop(h);
+    assert!(
+        std::fs::read(mp.join("holey")).unwrap() == want,
+        "after the punch"
+    );
+
+    // copy_file_range between two files of the mount, and within one.
+    let src = open_rw("holey");
+    let dst = open_rw("copy");
+    let (mut off_in, mut off_out) = (5_000i64, 10i64);
+    let mut left = 300_000usize;
+    while left > 0 {
+        // SAFETY: copy_file_range on open descriptors with valid offset pointers.
+        let n = unsafe {
+            libc::copy_file_range(
+                src.as_raw_fd(),
+                &mut off_in,
+                dst.as_raw_fd(),
+                &mut off_out,
+                left,
+                0,
+            )
+        };
+        assert!(
+            n > 0,
+            "copy_file_range: {}",
+            std::io::Error::last_os_error()
+        );
+        left -= n as usize;
+    }
+    drop((src, dst));
+    let got = std::fs::read(mp.join("copy")).unwrap();
+    assert_eq!(got.len(), 300_010);
+    assert!(got[..10] == [0u8; 10] && got[10..] == want[5_000..305_000]);
+
+    // Unmounting writes the request counts: the copy was served by the server.
+    drop(f);
+    assert!(cairn().arg("umount").arg(&mp).status().unwrap().success());
+    assert!(m.wait().success());
+    let text = std::fs::read_to_string(&counts).unwrap();
+    let n = |kind: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(kind)?.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    assert!(
+        n("COPY_FILE_RANGE ") >= 1,
+        "no COPY_FILE_RANGE request:\n{text}"
+    );
+    // (The kernel refuses COLLAPSE_RANGE itself; the other three reach the server.)
+    assert!(n("FALLOCATE ") >= 3, "FALLOCATE requests:\n{text}");
+}

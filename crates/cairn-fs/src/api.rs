@@ -99,6 +99,26 @@ pub trait FileSystem: Send + Sync {
     /// Space and inode figures.
     fn statfs(&self) -> FsResult<StatFs>;
 
+    /// `fallocate(2)` on file `ino` (see [`Fs::fallocate`] for the modes). By default
+    /// through the other operations: a punched range is written as zeros.
+    fn fallocate(&self, cred: &Cred, ino: u64, offset: i64, len: i64, mode: i32) -> FsResult<()> {
+        crate::space::fallocate_generic(self, cred, ino, offset, len, mode)
+    }
+
+    /// `copy_file_range(2)` inside the file system: up to `len` bytes of `ino_in` from
+    /// `off_in` to `ino_out` at `off_out`; returns the bytes copied (see
+    /// [`Fs::copy_range`]). By default through reads and writes of 1 MiB.
+    fn copy_range(
+        &self,
+        ino_in: u64,
+        off_in: u64,
+        ino_out: u64,
+        off_out: u64,
+        len: u64,
+    ) -> FsResult<u64> {
+        crate::space::copy_range_generic(self, ino_in, off_in, ino_out, off_out, len)
+    }
+
     /// Whether the file system checks permissions itself (else the kernel does).
     fn set_permission_checks(&self, on: bool);
 
@@ -194,6 +214,10 @@ impl FileSystem for Fs {
 
     fn fsync(&self, ino: u64) -> FsResult<()> {
         Fs::fsync(self, ino)
+    }
+
+    fn fallocate(&self, cred: &Cred, ino: u64, offset: i64, len: i64, mode: i32) -> FsResult<()> {
+        Fs::fallocate(self, cred, ino, offset, len, mode)
     }
 
     fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {

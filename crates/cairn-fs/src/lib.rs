@@ -34,7 +34,7 @@
 
 // The code is split by concern: `namespace` (entries: lookup, create, link, remove,
 // rename, listing), `inode` (inode rows and the changes of an operation), `data` (file
-// contents, inline or in chunks), `xattr`, `perm` (credentials and permission rules),
+// contents, inline or in chunks), `space` (fallocate and copy_file_range), `xattr`, `perm` (credentials and permission rules),
 // `times` (clock, access times, deferred directory times), `check` (the consistency
 // check), `layout` (row keys and encodings) and `store` (the only contact with the
 // engine).
@@ -51,6 +51,7 @@ mod namespace;
 mod perm;
 mod readahead;
 pub mod rules;
+mod space;
 mod store;
 mod times;
 mod xattr;
@@ -74,6 +75,7 @@ pub use errno::{Errno, FsResult};
 pub use inode::Attr;
 pub use namespace::DirEntry;
 pub use perm::{Cred, Groups, SetAttr, TimeSet};
+pub use space::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE};
 pub use times::now_ns;
 
 /// The keyspace of a store that holds the file system's rows (see FORMAT.md).

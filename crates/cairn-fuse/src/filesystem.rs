@@ -341,6 +341,53 @@ impl Filesystem for CairnFuse {
         }
     }
 
+    fn fallocate(
+        &mut self,
+        req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        offset: i64,
+        length: i64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        count(Op::Fallocate);
+        reply_empty(
+            reply,
+            self.fs
+                .fallocate(&self.cred(req), ino, offset, length, mode),
+        )
+    }
+
+    fn copy_file_range(
+        &mut self,
+        _req: &Request<'_>,
+        ino_in: u64,
+        _fh_in: u64,
+        offset_in: i64,
+        ino_out: u64,
+        _fh_out: u64,
+        offset_out: i64,
+        len: u64,
+        flags: u32,
+        reply: ReplyWrite,
+    ) {
+        count(Op::CopyFileRange);
+        if flags != 0 || offset_in < 0 || offset_out < 0 {
+            return reply.error(libc::EINVAL);
+        }
+        // A reply carries a 32-bit count: copy at most 1 GiB per request (the caller's
+        // copy_file_range loop, or the kernel's, asks again for the rest).
+        let len = len.min(1 << 30);
+        match self
+            .fs
+            .copy_range(ino_in, offset_in as u64, ino_out, offset_out as u64, len)
+        {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(e.0),
+        }
+    }
+
     fn flush(&mut self, _req: &Request<'_>, _ino: u64, _fh: u64, _lo: u64, reply: ReplyEmpty) {
         // Writes are stored when they are made: nothing to flush. ENOSYS makes the
         // kernel stop sending FLUSH at every close (close still succeeds).

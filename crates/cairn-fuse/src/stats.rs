@@ -46,10 +46,12 @@ pub(crate) enum Op {
     Removexattr,
     Access,
     Create,
+    Fallocate,
+    CopyFileRange,
 }
 
 /// Names of the [`Op`]s, in order (the kernel's, without `FUSE_`).
-const OP_NAMES: [&str; 30] = [
+const OP_NAMES: [&str; 32] = [
     "LOOKUP",
     "FORGET",
     "BATCH_FORGET",
@@ -80,6 +82,8 @@ const OP_NAMES: [&str; 30] = [
     "REMOVEXATTR",
     "ACCESS",
     "CREATE",
+    "FALLOCATE",
+    "COPY_FILE_RANGE",
 ];
 
 /// Requests served, by [`Op`].

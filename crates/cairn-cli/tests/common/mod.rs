@@ -76,6 +76,11 @@ impl Mount {
         Mount::spawn(&all, mp)
     }
 
+    /// [`Mount::new`] with variables added to the mount process's environment.
+    pub fn with_env(store: &Path, mp: &Path, env: &[(&str, &Path)]) -> Option<Mount> {
+        Mount::spawn_env(&[store.into(), mp.into()], mp, env)
+    }
+
     /// Mounts the cluster of `cluster_file` on `mp` (`cairn mount --cluster FILE MP`).
     pub fn cluster(cluster_file: &Path, mp: &Path, args: &[&str]) -> Option<Mount> {
         let mut all: Vec<OsString> = vec!["--cluster".into(), cluster_file.into(), mp.into()];
@@ -97,12 +102,17 @@ impl Mount {
 
     /// Runs `cairn mount ARGS` and waits until `mp` is mounted.
     fn spawn(args: &[OsString], mp: &Path) -> Option<Mount> {
+        Mount::spawn_env(args, mp, &[])
+    }
+
+    fn spawn_env(args: &[OsString], mp: &Path, env: &[(&str, &Path)]) -> Option<Mount> {
         if !Mount::fuse_usable() {
             return None;
         }
         let child = cairn()
             .arg("mount")
             .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
