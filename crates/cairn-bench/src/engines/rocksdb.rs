@@ -1,4 +1,7 @@
-//! RocksDB through the `rocksdb` crate 0.20, linked to Debian's librocksdb (7.8).
+//! RocksDB through the `rocksdb` crate 0.20: linked to Debian's librocksdb (7.8, built
+//! with assertions on) by default, or compiled from the crate's bundled sources (7.9.2,
+//! `NDEBUG`, release) when the build ran with `ROCKSDB_COMPILE=1`
+//! (`scripts/build-peers.sh --release-rocksdb`); the report names which.
 
 use std::path::Path;
 
@@ -9,7 +12,10 @@ use crate::engine::{pairs, BatchOp, Engine, EngineSpec, Settings};
 
 pub static SPEC: EngineSpec = EngineSpec {
     name: "rocksdb",
-    library: "RocksDB 7.8 (Debian librocksdb-dev) via the rocksdb crate 0.20",
+    library: match option_env!("ROCKSDB_COMPILE") {
+        Some(_) => "RocksDB 7.9.2 compiled from source (librocksdb-sys bundled, NDEBUG, release) via the rocksdb crate 0.20",
+        None => "RocksDB 7.8 (Debian librocksdb-dev, assertions on) via the rocksdb crate 0.20",
+    },
     open,
     non_default_settings,
 };
