@@ -66,17 +66,21 @@ child process of its own, and write results.json, results.md and plots/*.png to 
 
 Suites (--suites): halodb (seed 004: 8-byte keys, 1 KiB values, --records N: fill
 sequential, fill random, random read with --threads T and with 32 threads, random
-update, read while writing; `--records 30000000`, about 31 GB, exceeds this machine's
-24 GiB of memory so that reads hit the disk), mmcmap (seed 003: 32-byte a-z keys equal to values, written,
+update, read while writing; for a store larger than memory, so that reads hit the disk,
+give it more records than the machine has memory, or confine each engine with
+--memory-max: `--records 4000000 --memory-max 1G` is a 4 GB store in 1 GiB), mmcmap
+(seed 003: 32-byte a-z keys equal to values, written,
 read and deleted concurrently at 100k, 1M, 2M and 4M pairs; then 80% reads / 20% writes
 over 1M pairs), kfs (seeds 000 and 001: files of 8 to 512 MiB in 128 KiB chunks, each
 trial writes every size, reads them back and unlinks them, --trials T times; on cairn's
 file store with its default shards and with one shard, and on RocksDB and LevelDB holding
 the chunks as rows; mean, standard deviation and Welch's t-test per operation and size),
-disk (the disk's sequential bandwidth and fsync latency, with fio when installed).
+disk (the disk's sequential bandwidth, random 4 KiB reads from 1, T and 32 threads, and
+fsync latency, with fio when installed).
 
 Peers (RocksDB, LevelDB, LMDB, sled, fjall, redb) exist only in a build with
-`--features peers` (scripts/install-bench-deps.sh installs the libraries they need):
+`--features peers` (scripts/install-bench-deps.sh installs the libraries they need;
+scripts/build-peers.sh --release-rocksdb compiles RocksDB from source without assertions):
   cargo run --release -p cairn-cli --features peers -- bench --quick
 
 Every engine gets the same durability (no fsync on the write path; --sync: every write
