@@ -13,6 +13,7 @@ use crate::giga::{covers, created_depth, home_of, name_hash, rev_range, server_o
 use crate::proto;
 use crate::proto::meta_client::MetaClient;
 use crate::rows::{PART_ACTIVE, PART_INCOMING};
+use crate::transport::Dialer;
 
 /// One server as seen by [`status`].
 #[derive(Clone, Debug, Default, Serialize)]
@@ -87,6 +88,19 @@ fn conn(addr: std::net::SocketAddr, timeout: Duration) -> MetaClient<tonic::tran
         .timeout(timeout)
         .connect_lazy();
     MetaClient::new(ch).max_decoding_message_size(crate::server::MAX_MESSAGE)
+}
+
+/// The channel of [`conn`] through `dialer`, if given (requests carry their timeout).
+fn conn_via(
+    dialer: Option<&Dialer>,
+    addr: std::net::SocketAddr,
+    timeout: Duration,
+) -> MetaClient<tonic::transport::Channel> {
+    match dialer {
+        None => conn(addr, timeout),
+        Some(d) => MetaClient::new(crate::transport::channel(Some(d), addr, timeout))
+            .max_decoding_message_size(crate::server::MAX_MESSAGE),
+    }
 }
 
 fn header(cfg: &ClusterConfig) -> Option<proto::Header> {
@@ -219,9 +233,14 @@ struct Rows {
     strays: Vec<String>,
 }
 
-async fn dump_one(cfg: &ClusterConfig, id: u32, timeout: Duration) -> Result<Rows, tonic::Status> {
+async fn dump_one(
+    cfg: &ClusterConfig,
+    id: u32,
+    timeout: Duration,
+    dialer: Option<&Dialer>,
+) -> Result<Rows, tonic::Status> {
     let addr = cfg.servers()[id as usize].addr;
-    let mut c = conn(addr, timeout);
+    let mut c = conn_via(dialer, addr, timeout);
     let mut rows = Rows::default();
     let mut after = Vec::new();
     loop {
@@ -261,14 +280,40 @@ fn name(n: &[u8]) -> String {
 /// cluster file or the runtime cannot start.
 pub fn check(cfg: &ClusterConfig, timeout: Duration) -> Result<ClusterCheck, ClientError> {
     let rt = runtime()?;
+    let dumps = rt.block_on(dump_all(cfg, timeout, None));
+    verdict(cfg, dumps)
+}
+
+/// [`check`] from inside a tokio runtime, reaching the servers through `dialer` (the
+/// simulation's network).
+pub async fn check_with(
+    cfg: &ClusterConfig,
+    timeout: Duration,
+    dialer: &Dialer,
+) -> Result<ClusterCheck, ClientError> {
+    let dumps = dump_all(cfg, timeout, Some(dialer)).await;
+    verdict(cfg, dumps)
+}
+
+/// Every server's rows, one server after the other.
+async fn dump_all(
+    cfg: &ClusterConfig,
+    timeout: Duration,
+    dialer: Option<&Dialer>,
+) -> Vec<Result<Rows, tonic::Status>> {
+    let mut v = Vec::new();
+    for id in 0..cfg.len() {
+        v.push(dump_one(cfg, id, timeout, dialer).await);
+    }
+    v
+}
+
+/// The checks of [`check`] on the servers' rows.
+fn verdict(
+    cfg: &ClusterConfig,
+    dumps: Vec<Result<Rows, tonic::Status>>,
+) -> Result<ClusterCheck, ClientError> {
     let n = cfg.len();
-    let dumps: Vec<Result<Rows, tonic::Status>> = rt.block_on(async {
-        let mut v = Vec::new();
-        for id in 0..n {
-            v.push(dump_one(cfg, id, timeout).await);
-        }
-        v
-    });
     let mut out = ClusterCheck::default();
     let mut up: Vec<Option<Rows>> = Vec::new();
     for (id, d) in dumps.into_iter().enumerate() {

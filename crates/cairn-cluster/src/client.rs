@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use cairn_fs::{
     rules, Attr, Cred, DirEntry, Errno, FileSystem, FsResult, SetAttr, StatFs, TimeSet,
@@ -28,6 +28,7 @@ use crate::giga::{home_of, name_hash, rev, rev_range, server_of, Bitmap};
 use crate::proto;
 use crate::proto::meta_client::MetaClient;
 use crate::server::node::{cred_msg, msg_attr};
+use crate::transport::Dialer;
 
 /// How a client behaves.
 #[derive(Clone, Debug)]
@@ -165,19 +166,7 @@ impl Client {
         let handle = rt.handle().clone();
         let conns = {
             let _g = rt.enter();
-            cfg.servers()
-                .iter()
-                .map(|s| {
-                    let ch = Endpoint::from_shared(format!("http://{}", s.addr))
-                        .expect("a socket address is a valid URI")
-                        .connect_timeout(opts.connect_timeout)
-                        .tcp_nodelay(true)
-                        .connect_lazy();
-                    MetaClient::new(ch)
-                        .max_decoding_message_size(crate::server::MAX_MESSAGE)
-                        .max_encoding_message_size(crate::server::MAX_MESSAGE)
-                })
-                .collect()
+            Client::channels(&cfg, &opts, None)
         };
         let c = Client {
             inner: Arc::new(Inner {
@@ -193,6 +182,47 @@ impl Client {
         };
         c.probe()?;
         Ok(c)
+    }
+
+    /// The channel to each server.
+    fn channels(
+        cfg: &ClusterConfig,
+        opts: &ClientOptions,
+        dialer: Option<&Dialer>,
+    ) -> Vec<MetaClient<Channel>> {
+        cfg.servers()
+            .iter()
+            .map(|s| {
+                MetaClient::new(crate::transport::channel(
+                    dialer,
+                    s.addr,
+                    opts.connect_timeout,
+                ))
+                .max_decoding_message_size(crate::server::MAX_MESSAGE)
+                .max_encoding_message_size(crate::server::MAX_MESSAGE)
+            })
+            .collect()
+    }
+
+    /// A client of cluster `cfg` inside the current tokio runtime (it must be called
+    /// in one), reaching the servers through `dialer`. Its blocking
+    /// [`FileSystem`] calls must not be used from that runtime's thread; its async
+    /// ones ([`Client::create_async`], [`Client::mkdir_async`]) may. Servers are not
+    /// probed for their cluster file here (they refuse another's on each request).
+    pub fn in_runtime(cfg: ClusterConfig, opts: ClientOptions, dialer: Dialer) -> Client {
+        let conns = Client::channels(&cfg, &opts, Some(&dialer));
+        Client {
+            inner: Arc::new(Inner {
+                rt: None,
+                handle: tokio::runtime::Handle::current(),
+                conns,
+                cfg,
+                opts,
+                bitmaps: Mutex::new(HashMap::new()),
+                redirects: AtomicU64::new(0),
+                checks: AtomicBool::new(true),
+            }),
+        }
     }
 
     /// Asks every server that answers whether it reads the same cluster file.
@@ -435,27 +465,63 @@ impl Client {
         rdev: u32,
         target: &[u8],
     ) -> FsResult<Attr> {
+        self.block_raw(self.make_async(cred, parent, name, mode, rdev, target))
+    }
+
+    async fn make_async(
+        &self,
+        cred: &Cred,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        target: &[u8],
+    ) -> FsResult<Attr> {
         let d = self.deadline();
         let h = self.header(cred);
         let (name, target) = (name.to_vec(), target.to_vec());
         let hash = name_hash(&name);
-        self.block_raw(async {
-            let rep = self
-                .named(parent, hash, false, d, |mut c, t, _| {
-                    let mut r = tonic::Request::new(proto::MakeReq {
-                        h: h.clone(),
-                        dir: parent,
-                        name: name.clone(),
-                        mode,
-                        rdev,
-                        target: target.clone(),
-                    });
-                    r.set_timeout(t);
-                    async move { c.make(r).await }
-                })
-                .await?;
-            self.entry_attr(rep, d).await
-        })
+        let rep = self
+            .named(parent, hash, false, d, |mut c, t, _| {
+                let mut r = tonic::Request::new(proto::MakeReq {
+                    h: h.clone(),
+                    dir: parent,
+                    name: name.clone(),
+                    mode,
+                    rdev,
+                    target: target.clone(),
+                });
+                r.set_timeout(t);
+                async move { c.make(r).await }
+            })
+            .await?;
+        self.entry_attr(rep, d).await
+    }
+
+    /// [`FileSystem::create`] from inside a tokio runtime (a client made by
+    /// [`Client::in_runtime`]).
+    pub async fn create_async(
+        &self,
+        cred: &Cred,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+    ) -> FsResult<Attr> {
+        self.make_async(cred, parent, name, libc::S_IFREG | (mode & 0o7777), 0, &[])
+            .await
+    }
+
+    /// [`FileSystem::mkdir`] from inside a tokio runtime (a client made by
+    /// [`Client::in_runtime`]).
+    pub async fn mkdir_async(
+        &self,
+        cred: &Cred,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+    ) -> FsResult<Attr> {
+        self.make_async(cred, parent, name, libc::S_IFDIR | (mode & 0o7777), 0, &[])
+            .await
     }
 
     fn remove(&self, cred: &Cred, parent: u64, name: &[u8], rmdir: bool) -> FsResult<()> {

@@ -24,6 +24,7 @@ mod error;
 pub mod giga;
 mod rows;
 pub mod server;
+pub mod transport;
 
 /// The generated gRPC code of `proto/cluster.proto`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

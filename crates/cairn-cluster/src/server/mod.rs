@@ -3,6 +3,7 @@
 //! partitions that grow past the threshold; coordinates operations that touch two
 //! servers with durable intents, and finishes them after a crash.
 
+mod embed;
 mod house;
 mod inode;
 mod intent;
@@ -30,6 +31,7 @@ use crate::proto;
 use crate::rows::*;
 use node::{Batch, Mem, Node, NodeRef, Part};
 
+pub use embed::{start_embedded, Embedded, PartitionInfo, Probe};
 pub(crate) use peer::MAX_MESSAGE;
 
 /// When a change is durable.
@@ -264,14 +266,92 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
         .thread_name(format!("cairn-server-{id}"))
         .build()
         .map_err(ServerError::Runtime)?;
-    let policy = match opts.sync {
+    let engine = Options::new().sync(match opts.sync {
         SyncMode::Always => SyncPolicy::Always,
         SyncMode::Never => SyncPolicy::Never,
+    });
+    let peers = {
+        let _g = rt.enter();
+        cfg.servers()
+            .iter()
+            .map(|s| {
+                peer::PeerConn::new(s.addr, opts.peer_timeout.min(Duration::from_secs(2)), None)
+            })
+            .collect()
     };
-    let db = Options::new()
-        .sync(policy)
-        .open(&dir)
-        .map_err(store_err(&dir))?;
+    let node = open_node(&opts, id, engine, peers, false)?;
+    let listener =
+        std::net::TcpListener::bind(opts.listen).map_err(|source| ServerError::Listen {
+            addr: opts.listen,
+            source,
+        })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| ServerError::Listen {
+            addr: opts.listen,
+            source,
+        })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|source| ServerError::Listen {
+            addr: opts.listen,
+            source,
+        })?;
+    if let Some(maddr) = opts.metrics {
+        let _g = rt.enter();
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(maddr)
+            .install()
+            .map_err(|e| ServerError::Metrics {
+                addr: maddr,
+                msg: e.to_string(),
+            })?;
+    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let serve = {
+        let (meta, peer) = services(&node);
+        let _g = rt.enter();
+        let listener =
+            tokio::net::TcpListener::from_std(listener).map_err(|source| ServerError::Listen {
+                addr: opts.listen,
+                source,
+            })?;
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        rt.spawn(
+            tonic::transport::Server::builder()
+                .tcp_nodelay(true)
+                .add_service(meta)
+                .add_service(peer)
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = stop_rx.await;
+                }),
+        )
+    };
+    rt.spawn(node.clone().intent_runner());
+    rt.spawn(node.clone().housekeeping());
+    node.wake.notify_one();
+    tracing::info!(server = id, "serving on {addr} (store {})", dir.display());
+    Ok(ServerHandle {
+        addr,
+        node,
+        rt: Some(rt),
+        stop: Some(stop_tx),
+        serve: Some(serve),
+    })
+}
+
+/// Opens a server's store (with `engine`'s options), refuses another cluster's or
+/// another server's, and recovers its state into a new node.
+fn open_node(
+    opts: &ServerOptions,
+    id: u32,
+    engine: Options,
+    peers: Vec<peer::PeerConn>,
+    inline_store: bool,
+) -> Result<NodeRef, ServerError> {
+    let cfg = &opts.cluster;
+    let dir = opts.dir.clone();
+    let db = engine.open(&dir).map_err(store_err(&dir))?;
     let ks = db.keyspace(crate::KEYSPACE);
     drop(db);
     // Whose store: refuse another cluster's or another server's.
@@ -311,30 +391,6 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
             ks.db().flush().map_err(store_err(&dir))?;
         }
     }
-    let listener =
-        std::net::TcpListener::bind(opts.listen).map_err(|source| ServerError::Listen {
-            addr: opts.listen,
-            source,
-        })?;
-    let addr = listener
-        .local_addr()
-        .map_err(|source| ServerError::Listen {
-            addr: opts.listen,
-            source,
-        })?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|source| ServerError::Listen {
-            addr: opts.listen,
-            source,
-        })?;
-    let peers = {
-        let _g = rt.enter();
-        cfg.servers()
-            .iter()
-            .map(|s| peer::PeerConn::new(s.addr, opts.peer_timeout.min(Duration::from_secs(2))))
-            .collect()
-    };
     let node = Arc::new(Node {
         id,
         n: cfg.len(),
@@ -350,54 +406,26 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
         counters: Default::default(),
         wake: tokio::sync::Notify::new(),
         bitmaps: Mutex::new(HashMap::new()),
+        inline_store,
     });
     recover(&node).map_err(|f| fail_err(&dir, "recovery", f))?;
-    if let Some(maddr) = opts.metrics {
-        let _g = rt.enter();
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .with_http_listener(maddr)
-            .install()
-            .map_err(|e| ServerError::Metrics {
-                addr: maddr,
-                msg: e.to_string(),
-            })?;
-    }
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let serve = {
-        let meta = proto::meta_server::MetaServer::new(svc::MetaSvc(node.clone()))
-            .max_decoding_message_size(MAX_MESSAGE)
-            .max_encoding_message_size(MAX_MESSAGE);
-        let peer = proto::peer_server::PeerServer::new(svc::PeerSvc(node.clone()))
-            .max_decoding_message_size(MAX_MESSAGE)
-            .max_encoding_message_size(MAX_MESSAGE);
-        let _g = rt.enter();
-        let listener =
-            tokio::net::TcpListener::from_std(listener).map_err(|source| ServerError::Listen {
-                addr: opts.listen,
-                source,
-            })?;
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-        rt.spawn(
-            tonic::transport::Server::builder()
-                .tcp_nodelay(true)
-                .add_service(meta)
-                .add_service(peer)
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stop_rx.await;
-                }),
-        )
-    };
-    rt.spawn(node.clone().intent_runner());
-    rt.spawn(node.clone().housekeeping());
-    node.wake.notify_one();
-    tracing::info!(server = id, "serving on {addr} (store {})", dir.display());
-    Ok(ServerHandle {
-        addr,
-        node,
-        rt: Some(rt),
-        stop: Some(stop_tx),
-        serve: Some(serve),
-    })
+    Ok(node)
+}
+
+/// The gRPC services of a node.
+fn services(
+    node: &NodeRef,
+) -> (
+    proto::meta_server::MetaServer<svc::MetaSvc>,
+    proto::peer_server::PeerServer<svc::PeerSvc>,
+) {
+    let meta = proto::meta_server::MetaServer::new(svc::MetaSvc(node.clone()))
+        .max_decoding_message_size(MAX_MESSAGE)
+        .max_encoding_message_size(MAX_MESSAGE);
+    let peer = proto::peer_server::PeerServer::new(svc::PeerSvc(node.clone()))
+        .max_decoding_message_size(MAX_MESSAGE)
+        .max_encoding_message_size(MAX_MESSAGE);
+    (meta, peer)
 }
 
 /// Loads what the server keeps in memory from its rows, creates the root directory on

@@ -191,6 +191,9 @@ pub(crate) struct Node {
     pub wake: tokio::sync::Notify,
     /// Directory bitmaps learnt from peers' redirects (for a rename's destination).
     pub bitmaps: Mutex<HashMap<u64, giga::Bitmap>>,
+    /// Store calls run in the calling task instead of the blocking pool (the
+    /// simulation, whose single thread must see them in a fixed order).
+    pub inline_store: bool,
 }
 
 /// Changes of rows, applied atomically by [`Node::apply`].

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use cairn_fs::{rules, Cred};
 
@@ -28,13 +28,14 @@ pub(crate) struct PeerConn {
 }
 
 impl PeerConn {
-    /// A lazy connection to `addr` (must be called inside a tokio runtime).
-    pub(crate) fn new(addr: std::net::SocketAddr, connect_timeout: Duration) -> PeerConn {
-        let ch = Endpoint::from_shared(format!("http://{addr}"))
-            .expect("a socket address is a valid URI")
-            .connect_timeout(connect_timeout)
-            .tcp_nodelay(true)
-            .connect_lazy();
+    /// A lazy connection to `addr` (must be called inside a tokio runtime), through
+    /// `dialer` if given.
+    pub(crate) fn new(
+        addr: std::net::SocketAddr,
+        connect_timeout: Duration,
+        dialer: Option<&crate::transport::Dialer>,
+    ) -> PeerConn {
+        let ch = crate::transport::channel(dialer, addr, connect_timeout);
         PeerConn {
             meta: MetaClient::new(ch.clone())
                 .max_decoding_message_size(MAX_MESSAGE)
@@ -124,6 +125,10 @@ impl Node {
         f: impl FnOnce(&Node) -> R<T> + Send + 'static,
     ) -> R<T> {
         let n = self.clone();
+        if self.inline_store {
+            // The simulation: store calls run in the task (deterministic order).
+            return f(&n);
+        }
         match tokio::task::spawn_blocking(move || f(&n)).await {
             Ok(r) => r,
             Err(e) => {
