@@ -43,9 +43,14 @@ pub struct ClusterBenchArgs {
     /// Client processes, all creating in the one directory
     #[arg(long, default_value_t = 2)]
     pub clients: u32,
-    /// Files each client creates
+    /// Files each client process creates
     #[arg(long, default_value_t = 50_000)]
     pub files: u64,
+    /// Threads in each client process, each creating its share of the files one
+    /// after another (one request in flight per thread), over the process's one
+    /// connection to each server
+    #[arg(long, default_value_t = 1)]
+    pub threads: u32,
     /// Durability of the servers: never (the engine's prefix rule) or always (a reply
     /// only once the create is durable, group commit)
     #[arg(long, default_value = "never")]
@@ -80,6 +85,9 @@ pub struct ClientArgs {
     /// Name prefix of this client's files
     #[arg(long)]
     pub prefix: String,
+    /// Threads creating at once
+    #[arg(long, default_value_t = 1)]
+    pub threads: u32,
 }
 
 /// One client process's outcome.
@@ -98,6 +106,7 @@ struct ClientResult {
 struct Run {
     servers: u32,
     clients: u32,
+    threads: u32,
     files: u64,
     sync: String,
     creates_per_sec: f64,
@@ -258,6 +267,8 @@ fn run_one(exe: &Path, args: &ClusterBenchArgs, n: u32) -> Result<Run> {
             .arg(args.files.to_string())
             .arg("--prefix")
             .arg(format!("c{k}-"))
+            .arg("--threads")
+            .arg(args.threads.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -324,6 +335,7 @@ fn run_one(exe: &Path, args: &ClusterBenchArgs, n: u32) -> Result<Run> {
     Ok(Run {
         servers: n,
         clients: args.clients,
+        threads: args.threads,
         files: args.files,
         sync: args.sync.clone(),
         creates_per_sec: creates as f64 / wall,
@@ -393,8 +405,8 @@ fn lib_rate(args: &ClusterBenchArgs) -> Result<f64> {
 /// Runs `cairn cluster-bench`.
 pub fn run(args: &ClusterBenchArgs) -> Result<()> {
     ensure!(
-        args.clients > 0 && args.files > 0,
-        "--clients and --files must be positive"
+        args.clients > 0 && args.files > 0 && args.threads > 0,
+        "--clients, --files and --threads must be positive"
     );
     ensure!(
         !args.servers.is_empty() && args.servers.iter().all(|&s| (1..=64).contains(&s)),
@@ -420,8 +432,8 @@ pub fn run(args: &ClusterBenchArgs) -> Result<()> {
     let mut runs = Vec::new();
     for &s in &args.servers {
         eprintln!(
-            "cluster-bench: {s} server(s), {} client(s) x {} files, sync {}",
-            args.clients, args.files, args.sync
+            "cluster-bench: {s} server(s), {} client(s) x {} thread(s), {} files each, sync {}",
+            args.clients, args.threads, args.files, args.sync
         );
         let r = run_one(&exe, args, s)?;
         eprintln!(
@@ -473,15 +485,16 @@ pub fn run(args: &ClusterBenchArgs) -> Result<()> {
 fn markdown(r: &Report) -> String {
     let mut s = String::new();
     s.push_str(&format!("`{}`\n\n{}\n\n", r.command, r.machine));
-    s.push_str("| servers | clients × files | sync | creates/s | creates per server-CPU-s | redirects per create (last half) | partitions | entries per server (max / mean) |\n|---:|---:|---|---:|---:|---:|---:|---:|\n");
+    s.push_str("| servers | clients × threads, files each | sync | creates/s | creates per server-CPU-s | redirects per create (last half) | partitions | entries per server (max / mean) |\n|---:|---:|---|---:|---:|---:|---:|---:|\n");
     for x in &r.runs {
         let max = x.per_server_entries.iter().copied().max().unwrap_or(0) as f64;
         let mean = x.per_server_entries.iter().sum::<u64>() as f64
             / x.per_server_entries.len().max(1) as f64;
         s.push_str(&format!(
-            "| {} | {} × {} | {} | {:.0} | {:.0} | {:.4} | {} | {:.2} |\n",
+            "| {} | {} × {}, {} | {} | {:.0} | {:.0} | {:.4} | {} | {:.2} |\n",
             x.servers,
             x.clients,
+            x.threads,
             x.files,
             x.sync,
             x.creates_per_sec,
@@ -502,34 +515,71 @@ fn markdown(r: &Report) -> String {
 /// Runs one client process: creates `files` files in the directory, reporting progress
 /// every half second on stdout.
 pub fn client(args: &ClientArgs) -> Result<()> {
+    ensure!(args.threads > 0, "--threads must be positive");
     let c = Client::connect(&args.cluster)?;
-    let mut out = std::io::stdout().lock();
-    let t = Instant::now();
-    let mut last = Instant::now();
+    let done = std::sync::atomic::AtomicU64::new(0);
+    let redirects_at_half = std::sync::atomic::AtomicU64::new(u64::MAX);
     let half = args.files / 2;
-    let mut redirects_at_half = 0;
-    for i in 0..args.files {
-        if i == half {
-            redirects_at_half = c.redirects();
+    let t = Instant::now();
+    let threads = args.threads as u64;
+    let failed: Option<anyhow::Error> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|w| {
+                let (c, done, at_half) = (&c, &done, &redirects_at_half);
+                s.spawn(move || -> Result<()> {
+                    // Thread w creates files w, w + T, w + 2T, ...
+                    let mut i = w;
+                    while i < args.files {
+                        let name = format!("{}{i}", args.prefix);
+                        c.create(&Cred::ROOT, args.dir_ino, name.as_bytes(), 0o644)
+                            .map_err(|e| anyhow::anyhow!("create {name}: {e}"))?;
+                        if done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 == half {
+                            at_half.store(c.redirects(), std::sync::atomic::Ordering::Relaxed);
+                        }
+                        i += threads;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        // Progress every half second until the workers are done.
+        let mut out = std::io::stdout().lock();
+        let mut last = Instant::now();
+        while !workers.iter().all(|w| w.is_finished()) {
+            std::thread::sleep(Duration::from_millis(20));
+            if last.elapsed() >= Duration::from_millis(500) {
+                last = Instant::now();
+                let n = done.load(std::sync::atomic::Ordering::Relaxed);
+                let _ = writeln!(out, "@@P {:.3} {n}", t.elapsed().as_secs_f64());
+                let _ = out.flush();
+            }
         }
-        let name = format!("{}{i}", args.prefix);
-        c.create(&Cred::ROOT, args.dir_ino, name.as_bytes(), 0o644)
-            .map_err(|e| anyhow::anyhow!("create {name}: {e}"))?;
-        if last.elapsed() >= Duration::from_millis(500) {
-            writeln!(out, "@@P {:.3} {}", t.elapsed().as_secs_f64(), i + 1)?;
-            out.flush()?;
-            last = Instant::now();
-        }
+        workers
+            .into_iter()
+            .filter_map(|w| match w.join() {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e),
+                Err(_) => Some(anyhow::anyhow!("a client thread panicked")),
+            })
+            .next()
+    });
+    if let Some(e) = failed {
+        return Err(e);
     }
     let secs = t.elapsed().as_secs_f64();
+    let mut out = std::io::stdout().lock();
     writeln!(out, "@@P {:.3} {}", secs, args.files)?;
     let redirects = c.redirects();
+    let at_half = match redirects_at_half.load(std::sync::atomic::Ordering::Relaxed) {
+        u64::MAX => 0,
+        r => r,
+    };
     let r = serde_json::json!({
         "creates": args.files,
         "secs": secs,
         "redirects": redirects,
         "late_creates": args.files - half,
-        "late_redirects": redirects - redirects_at_half,
+        "late_redirects": redirects - at_half,
     });
     writeln!(out, "@@R {r}")?;
     out.flush()?;

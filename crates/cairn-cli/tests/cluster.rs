@@ -776,7 +776,9 @@ fn sh_within(bound: Duration, script: &str) -> (std::process::ExitStatus, String
 
 #[test]
 fn a_server_that_is_down_gives_eio_within_the_timeout() {
-    let mut cluster = Cluster::start(3, 8192, "never");
+    // `always`: the server is SIGKILLed, and the file must be there after its restart
+    // (under `never` a create still in the engine's write buffer dies with the process).
+    let mut cluster = Cluster::start(3, 8192, "always");
     let client = cluster.client(Duration::from_secs(20));
     let (d, dname) = dir_on(&client, ROOT, 2);
     let f = client.create(&R, d, b"f", 0o644).unwrap();

@@ -86,6 +86,7 @@ fn conn(addr: std::net::SocketAddr, timeout: Duration) -> MetaClient<tonic::tran
         .expect("a socket address is a valid URI")
         .connect_timeout(timeout)
         .timeout(timeout)
+        .tcp_nodelay(true)
         .connect_lazy();
     MetaClient::new(ch).max_decoding_message_size(crate::server::MAX_MESSAGE)
 }

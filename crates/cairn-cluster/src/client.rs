@@ -403,7 +403,11 @@ impl Client {
             match self.call(s, idem, deadline, |c, t| f(c, t, i)).await {
                 Ok(r) => return Ok(r),
                 Err(CallErr::Redirect(d, parts)) => {
-                    if d != dir || !self.learn(dir, parts) {
+                    // Another request of this client may have learnt the same split
+                    // meanwhile: the redirect then teaches nothing new, but the route
+                    // has moved on, and the next round uses it.
+                    let learnt = d == dir && self.learn(dir, parts);
+                    if !learnt && (d != dir || self.route(dir, h) == i) {
                         tracing::error!("server {s}: a redirect for {dir:#x} that teaches nothing");
                         return Err(Errno(libc::EIO));
                     }

@@ -127,6 +127,39 @@ fn concurrent_creates_while_splitting() {
     c.shutdown();
 }
 
+/// Threads sharing one client (as the mount's request threads do) create in one
+/// directory while it splits: when two of them are redirected by the same split, the
+/// second redirect teaches the client nothing new, and must be retried on the route
+/// the first one learnt, not reported as an error.
+#[test]
+fn threads_of_one_client_create_while_splitting() {
+    let c = Cluster::start(4, 40);
+    let fs = c.client();
+    let d = fs.mkdir(&R, ROOT, b"shared", 0o777).unwrap().ino;
+    let shared = c.client();
+    let (threads, per) = (8, 300);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let cl = &shared;
+            s.spawn(move || {
+                for i in 0..per {
+                    let name = format!("t{t}-{i}");
+                    cl.create(&R, d, name.as_bytes(), 0o644)
+                        .unwrap_or_else(|e| panic!("create {name}: {e}"));
+                }
+            });
+        }
+    });
+    let want: BTreeSet<Vec<u8>> = (0..threads)
+        .flat_map(|t| (0..per).map(move |i| format!("t{t}-{i}").into_bytes()))
+        .collect();
+    let got = list(&fs, d, 97);
+    assert_eq!(got.len(), want.len(), "every name once");
+    assert_eq!(got.into_iter().collect::<BTreeSet<_>>(), want);
+    c.check();
+    c.shutdown();
+}
+
 /// A listing in pages while the directory splits under it: every name present for the
 /// whole listing is returned exactly once.
 #[test]

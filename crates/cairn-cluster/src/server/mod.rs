@@ -316,10 +316,13 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
                 addr: opts.listen,
                 source,
             })?;
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        // TCP_NODELAY on every accepted connection: a reply goes out as several small
+        // HTTP/2 frames, which Nagle's algorithm would hold back for the peer's ACK.
+        // (`Server::tcp_nodelay` applies only to listeners tonic binds itself.)
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         rt.spawn(
             tonic::transport::Server::builder()
-                .tcp_nodelay(true)
                 .add_service(meta)
                 .add_service(peer)
                 .serve_with_incoming_shutdown(incoming, async {

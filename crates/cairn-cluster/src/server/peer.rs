@@ -119,6 +119,21 @@ macro_rules! peer_call {
 pub(crate) use peer_call;
 
 impl Node {
+    /// Runs a client's operation `f`, whose store work is short unless it waits for a
+    /// sync: under `SyncMode::Never` on the calling worker thread (a hand-off to the
+    /// blocking pool and back costs two thread wake-ups, more than the operation), else
+    /// on a thread that may block ([`Node::blocking`]), so that workers keep serving
+    /// while a group commit's fsync runs.
+    pub(crate) async fn op<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Node) -> R<T> + Send + 'static,
+    ) -> R<T> {
+        match self.sync {
+            super::SyncMode::Never => f(self),
+            super::SyncMode::Always => self.blocking(f).await,
+        }
+    }
+
     /// Runs `f` on a thread that may block (store reads, writes and syncs).
     pub(crate) async fn blocking<T: Send + 'static>(
         self: &Arc<Self>,

@@ -99,7 +99,7 @@ impl Meta for MetaSvc {
         let n = self.0.clone();
         run(&self.0, "lookup", async move {
             let f = n
-                .blocking(move |n| n.lookup(checks, &cred, r.dir, &r.name))
+                .op(move |n| n.lookup(checks, &cred, r.dir, &r.name))
                 .await?;
             Ok(proto::EntryReply {
                 status: None,
@@ -119,7 +119,7 @@ impl Meta for MetaSvc {
         self.hdr(r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "getattr", async move {
-            n.blocking(move |n| n.getattr(r.ino)).await.map(attr_reply)
+            n.op(move |n| n.getattr(r.ino)).await.map(attr_reply)
         })
         .await
     }
@@ -141,7 +141,7 @@ impl Meta for MetaSvc {
         let n = self.0.clone();
         run(&self.0, "setattr", async move {
             let (a, intent) = n
-                .blocking(move |n| n.setattr_full(checks, &cred, r.ino, &s))
+                .op(move |n| n.setattr_full(checks, &cred, r.ino, &s))
                 .await?;
             if let Some(id) = intent {
                 n.drive_now(id).await;
@@ -168,7 +168,7 @@ impl Meta for MetaSvc {
                 n.mkdir(checks, cred, r.dir, r.name, r.mode).await?
             } else {
                 let (a, split) = n
-                    .blocking(move |n| {
+                    .op(move |n| {
                         n.make_local(checks, &cred, r.dir, &r.name, r.mode, r.rdev, &r.target)
                     })
                     .await?;
@@ -197,7 +197,7 @@ impl Meta for MetaSvc {
         run(&self.0, "link", async move {
             let (dir, name) = (r.dir, r.name.clone());
             let (step, split) = n
-                .blocking(move |n| n.link_local(checks, &cred, r.ino, r.dir, &r.name))
+                .op(move |n| n.link_local(checks, &cred, r.ino, r.dir, &r.name))
                 .await?;
             if let Some(idx) = split {
                 n.spawn_split(dir, idx);
@@ -238,7 +238,7 @@ impl Meta for MetaSvc {
             for _ in 0..3 {
                 let name = r.name.clone();
                 let step = n
-                    .blocking(move |n| n.unlink_local(checks, &cred, r.dir, &name, owner))
+                    .op(move |n| n.unlink_local(checks, &cred, r.dir, &name, owner))
                     .await?;
                 match step {
                     UnlinkStep::Done(None) => return Ok(proto::Empty::default()),
@@ -284,7 +284,7 @@ impl Meta for MetaSvc {
         let (checks, cred) = self.hdr(r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "opendir", async move {
-            n.blocking(move |n| n.opendir(checks, &cred, r.ino)).await?;
+            n.op(move |n| n.opendir(checks, &cred, r.ino)).await?;
             Ok(proto::Empty::default())
         })
         .await
@@ -299,7 +299,7 @@ impl Meta for MetaSvc {
         let n = self.0.clone();
         run(&self.0, "readdir", async move {
             let limit = (r.limit as usize).min(READDIR_MAX);
-            n.blocking(move |n| n.readdir(r.dir, r.after_rev, &r.after_name, limit, r.from_start))
+            n.op(move |n| n.readdir(r.dir, r.after_rev, &r.after_name, limit, r.from_start))
                 .await
         })
         .await
@@ -313,7 +313,7 @@ impl Meta for MetaSvc {
         self.hdr(r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "parent", async move {
-            let ino = n.blocking(move |n| n.parent_of(r.ino)).await?;
+            let ino = n.op(move |n| n.parent_of(r.ino)).await?;
             Ok(proto::InoReply { status: None, ino })
         })
         .await
@@ -327,7 +327,7 @@ impl Meta for MetaSvc {
         self.hdr(r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "readlink", async move {
-            let data = n.blocking(move |n| n.readlink(r.ino)).await?;
+            let data = n.op(move |n| n.readlink(r.ino)).await?;
             Ok(proto::DataReply { status: None, data })
         })
         .await
@@ -341,7 +341,7 @@ impl Meta for MetaSvc {
         let (checks, cred) = self.hdr(r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "open", async move {
-            n.blocking(move |n| n.open(checks, &cred, r.ino, r.flags))
+            n.op(move |n| n.open(checks, &cred, r.ino, r.flags))
                 .await
                 .map(attr_reply)
         })
@@ -353,7 +353,7 @@ impl Meta for MetaSvc {
         self.hdr(r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "release", async move {
-            n.blocking(move |n| n.release(r.ino)).await?;
+            n.op(move |n| n.release(r.ino)).await?;
             Ok(proto::Empty::default())
         })
         .await
@@ -368,7 +368,7 @@ impl Meta for MetaSvc {
         let n = self.0.clone();
         run(&self.0, "read", async move {
             let size = (r.size as usize).min(MAX_IO);
-            let data = n.blocking(move |n| n.read(r.ino, r.offset, size)).await?;
+            let data = n.op(move |n| n.read(r.ino, r.offset, size)).await?;
             Ok(proto::DataReply { status: None, data })
         })
         .await
@@ -385,9 +385,7 @@ impl Meta for MetaSvc {
             if r.data.len() > MAX_IO {
                 return errno(libc::EFBIG);
             }
-            let written = n
-                .blocking(move |n| n.write(r.ino, r.offset, &r.data))
-                .await?;
+            let written = n.op(move |n| n.write(r.ino, r.offset, &r.data)).await?;
             Ok(proto::WriteReply {
                 status: None,
                 written,
@@ -415,7 +413,7 @@ impl Meta for MetaSvc {
         self.hdr(r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "getxattr", async move {
-            let data = n.blocking(move |n| n.getxattr(r.ino, &r.name)).await?;
+            let data = n.op(move |n| n.getxattr(r.ino, &r.name)).await?;
             Ok(proto::DataReply { status: None, data })
         })
         .await
@@ -430,7 +428,7 @@ impl Meta for MetaSvc {
         let n = self.0.clone();
         run(&self.0, "setxattr", async move {
             let intent = n
-                .blocking(move |n| n.setxattr(checks, &cred, r.ino, &r.name, &r.value, r.flags))
+                .op(move |n| n.setxattr(checks, &cred, r.ino, &r.name, &r.value, r.flags))
                 .await?;
             if let Some(id) = intent {
                 n.drive_now(id).await;
@@ -448,7 +446,7 @@ impl Meta for MetaSvc {
         self.hdr(r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "listxattr", async move {
-            let names = n.blocking(move |n| n.listxattr(r.ino)).await?;
+            let names = n.op(move |n| n.listxattr(r.ino)).await?;
             Ok(proto::XattrListReply {
                 status: None,
                 names,
@@ -465,7 +463,7 @@ impl Meta for MetaSvc {
         let (checks, cred) = self.hdr(r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "removexattr", async move {
-            n.blocking(move |n| n.removexattr(checks, &cred, r.ino, &r.name))
+            n.op(move |n| n.removexattr(checks, &cred, r.ino, &r.name))
                 .await?;
             Ok(proto::Empty::default())
         })
