@@ -18,7 +18,6 @@ fn opts(work: &std::path::Path, crashes: u32, seed: u64) -> SimOptions {
 }
 
 #[test]
-#[ignore = "no crash happens: the whole run is 97 steps, a split never spans a step boundary (splitting() is never seen) and the any-server fallback waits 2,000 steps"]
 fn sixteen_servers_with_crashes_check_clean() {
     let work = tempfile::tempdir().unwrap();
     let r = simulate(&opts(work.path(), 2, 7)).unwrap();

@@ -401,7 +401,7 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
             }
         });
         // A kill, once its point of the workload is reached: a server splitting now,
-        // else (after 2,000 steps without a split anywhere) any server.
+        // else (after 20 steps without a split anywhere) any server.
         if crash_next < crash_at.len() && acked >= crash_at[crash_next] && !done {
             let since = *armed_since.get_or_insert(step);
             let up: Vec<u32> = (0..n).filter(|s| !down.iter().any(|d| d.1 == *s)).collect();
@@ -414,7 +414,7 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
             };
             let pick = if !splitting.is_empty() {
                 Some((splitting[rng.random_range(0..splitting.len())], true))
-            } else if step - since > 2000 && !up.is_empty() {
+            } else if step - since > 20 && !up.is_empty() {
                 Some((up[rng.random_range(0..up.len())], false))
             } else {
                 None
