@@ -31,7 +31,9 @@ at once. Reports creates/s (aggregate), creates per server-CPU-second (user + sy
 of the server processes, read from /proc: the figure that shows scaling when S servers
 share this machine's cores), redirects per create over the last half of the run (after
 the directory has spread), and the same creates through cairn_fs::Fs in this process
-(the network hop's cost). Nothing is pinned to a CPU. Writes results.json and results.md
+(the network hop's cost). Connections are mutual TLS (certificates made for the run) or,
+with --security insecure, plain TCP; --security tls,insecure --rounds 3 interleaves
+both and reports the TLS cost per server count. Nothing is pinned to a CPU. Writes results.json and results.md
 to --out.";
 
 /// Arguments of `cairn cluster-bench`.
@@ -68,6 +70,12 @@ pub struct ClusterBenchArgs {
     /// Skip the in-process cairn_fs::Fs comparison
     #[arg(long)]
     pub no_lib: bool,
+    /// Connections: tls, insecure (plain TCP), or both (tls,insecure: interleaved)
+    #[arg(long, value_delimiter = ',', default_value = "tls")]
+    pub security: Vec<String>,
+    /// Runs of each server count and security mode (interleaved)
+    #[arg(long, default_value_t = 1)]
+    pub rounds: u32,
 }
 
 /// Arguments of one client process (hidden subcommand).
@@ -85,6 +93,9 @@ pub struct ClientArgs {
     /// Name prefix of this client's files
     #[arg(long)]
     pub prefix: String,
+    /// Plain TCP (the servers run with --insecure)
+    #[arg(long)]
+    pub insecure: bool,
     /// Threads creating at once
     #[arg(long, default_value_t = 1)]
     pub threads: u32,
@@ -109,6 +120,7 @@ struct Run {
     threads: u32,
     files: u64,
     sync: String,
+    security: String,
     creates_per_sec: f64,
     wall_secs: f64,
     server_cpu_secs: f64,
@@ -178,6 +190,7 @@ fn start_servers(
     args: &ClusterBenchArgs,
     n: u32,
     work: &Path,
+    insecure: bool,
 ) -> Result<(Servers, PathBuf, ClusterConfig)> {
     let mut toml = String::new();
     let mut addrs = Vec::new();
@@ -186,9 +199,22 @@ fn start_servers(
         toml.push_str(&format!("[[server]]\nid = {id}\naddr = \"{a}\"\n"));
         addrs.push(a);
     }
-    let file = work.join("cluster.toml");
-    std::fs::write(&file, &toml).with_context(|| format!("writing {}", file.display()))?;
-    let cfg = ClusterConfig::parse(&toml)?;
+    let (file, cfg) = if insecure {
+        let file = work.join("cluster.toml");
+        std::fs::write(&file, &toml).with_context(|| format!("writing {}", file.display()))?;
+        let mut cfg = ClusterConfig::parse(&toml)?;
+        cfg.set_insecure(true);
+        (file, cfg)
+    } else {
+        let servers = ClusterConfig::parse(&toml)?.servers().to_vec();
+        let file = cairn_cluster::tls::init_certs(
+            &work.join("certs"),
+            &servers,
+            &[("bench".to_string(), Some("*".to_string()))],
+        )?;
+        let cfg = ClusterConfig::load(&file)?;
+        (file, cfg)
+    };
     let mut servers = Servers {
         children: Vec::new(),
     };
@@ -212,6 +238,9 @@ fn start_servers(
             ));
         if let Some(t) = args.split_threshold {
             cmd.arg("--split-threshold").arg(t.to_string());
+        }
+        if insecure {
+            cmd.arg("--insecure");
         }
         servers
             .children
@@ -241,10 +270,11 @@ fn start_servers(
     Ok((servers, file, cfg))
 }
 
-fn run_one(exe: &Path, args: &ClusterBenchArgs, n: u32) -> Result<Run> {
-    let work = args.dir.join(format!("s{n}"));
+fn run_one(exe: &Path, args: &ClusterBenchArgs, n: u32, security: &str, round: u32) -> Result<Run> {
+    let insecure = security == "insecure";
+    let work = args.dir.join(format!("s{n}-{security}-{round}"));
     std::fs::create_dir(&work).with_context(|| format!("creating {}", work.display()))?;
-    let (servers, file, cfg) = start_servers(exe, args, n, &work)?;
+    let (servers, file, cfg) = start_servers(exe, args, n, &work, insecure)?;
     let client = Client::with_config(cfg.clone(), ClientOptions::default())?;
     let dir = client
         .mkdir(&Cred::ROOT, ROOT, b"bench", 0o755)
@@ -259,6 +289,7 @@ fn run_one(exe: &Path, args: &ClusterBenchArgs, n: u32) -> Result<Run> {
     for k in 0..args.clients {
         let child = Command::new(exe)
             .arg(CLIENT_COMMAND)
+            .args(insecure.then_some("--insecure"))
             .arg("--cluster")
             .arg(&file)
             .arg("--dir-ino")
@@ -338,6 +369,7 @@ fn run_one(exe: &Path, args: &ClusterBenchArgs, n: u32) -> Result<Run> {
         threads: args.threads,
         files: args.files,
         sync: args.sync.clone(),
+        security: security.to_string(),
         creates_per_sec: creates as f64 / wall,
         wall_secs: wall,
         server_cpu_secs: cpu1 - cpu0,
@@ -429,18 +461,27 @@ pub fn run(args: &ClusterBenchArgs) -> Result<()> {
         "--dir {} is not empty; give a new or empty directory",
         args.dir.display()
     );
+    ensure!(
+        !args.security.is_empty() && args.security.iter().all(|s| s == "tls" || s == "insecure"),
+        "--security takes tls and/or insecure"
+    );
+    ensure!(args.rounds > 0, "--rounds must be positive");
     let mut runs = Vec::new();
     for &s in &args.servers {
-        eprintln!(
-            "cluster-bench: {s} server(s), {} client(s) x {} thread(s), {} files each, sync {}",
-            args.clients, args.threads, args.files, args.sync
-        );
-        let r = run_one(&exe, args, s)?;
-        eprintln!(
-            "  {:.0} creates/s, {:.0} creates per server-CPU-second, {:.4} redirects per create (late), {} partitions",
-            r.creates_per_sec, r.creates_per_server_cpu_sec, r.redirects_per_create_late, r.partitions
-        );
-        runs.push(r);
+        for round in 0..args.rounds {
+            for security in &args.security {
+                eprintln!(
+                    "cluster-bench: {s} server(s), {} client(s) x {} thread(s), {} files each, sync {}, {security}, round {}",
+                    args.clients, args.threads, args.files, args.sync, round + 1
+                );
+                let r = run_one(&exe, args, s, security, round)?;
+                eprintln!(
+                    "  {:.0} creates/s, {:.0} creates per server-CPU-second, {:.4} redirects per create (late), {} partitions",
+                    r.creates_per_sec, r.creates_per_server_cpu_sec, r.redirects_per_create_late, r.partitions
+                );
+                runs.push(r);
+            }
+        }
     }
     let lib = if args.no_lib {
         None
@@ -485,24 +526,46 @@ pub fn run(args: &ClusterBenchArgs) -> Result<()> {
 fn markdown(r: &Report) -> String {
     let mut s = String::new();
     s.push_str(&format!("`{}`\n\n{}\n\n", r.command, r.machine));
-    s.push_str("| servers | clients × threads, files each | sync | creates/s | creates per server-CPU-s | redirects per create (last half) | partitions | entries per server (max / mean) |\n|---:|---:|---|---:|---:|---:|---:|---:|\n");
+    s.push_str("| servers | clients × threads, files each | sync | security | creates/s | creates per server-CPU-s | redirects per create (last half) | partitions | entries per server (max / mean) |\n|---:|---:|---|---|---:|---:|---:|---:|---:|\n");
     for x in &r.runs {
         let max = x.per_server_entries.iter().copied().max().unwrap_or(0) as f64;
         let mean = x.per_server_entries.iter().sum::<u64>() as f64
             / x.per_server_entries.len().max(1) as f64;
         s.push_str(&format!(
-            "| {} | {} × {}, {} | {} | {:.0} | {:.0} | {:.4} | {} | {:.2} |\n",
+            "| {} | {} × {}, {} | {} | {} | {:.0} | {:.0} | {:.4} | {} | {:.2} |\n",
             x.servers,
             x.clients,
             x.threads,
             x.files,
             x.sync,
+            x.security,
             x.creates_per_sec,
             x.creates_per_server_cpu_sec,
             x.redirects_per_create_late,
             x.partitions,
             if mean > 0.0 { max / mean } else { 0.0 }
         ));
+    }
+    // The TLS cost: median creates/s of each mode, per server count.
+    let mut counts: Vec<u32> = r.runs.iter().map(|x| x.servers).collect();
+    counts.dedup();
+    for n in counts {
+        let median = |mode: &str| {
+            let mut v: Vec<f64> = r
+                .runs
+                .iter()
+                .filter(|x| x.servers == n && x.security == mode)
+                .map(|x| x.creates_per_sec)
+                .collect();
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied()
+        };
+        if let (Some(t), Some(p)) = (median("tls"), median("insecure")) {
+            s.push_str(&format!(
+                "\n{n} server(s): TLS {t:.0} creates/s, insecure {p:.0} (medians): TLS is {:.1}% slower\n",
+                (1.0 - t / p) * 100.0
+            ));
+        }
     }
     if let Some(l) = r.lib_creates_per_sec {
         s.push_str(&format!(
@@ -516,7 +579,9 @@ fn markdown(r: &Report) -> String {
 /// every half second on stdout.
 pub fn client(args: &ClientArgs) -> Result<()> {
     ensure!(args.threads > 0, "--threads must be positive");
-    let c = Client::connect(&args.cluster)?;
+    let mut cfg = ClusterConfig::load(&args.cluster)?;
+    cfg.set_insecure(args.insecure);
+    let c = Client::with_config(cfg, ClientOptions::default())?;
     let done = std::sync::atomic::AtomicU64::new(0);
     let redirects_at_half = std::sync::atomic::AtomicU64::new(u64::MAX);
     let half = args.files / 2;

@@ -1,5 +1,6 @@
 //! The cluster's commands: `cairn serve` (one metadata server), `cairn cluster status`,
-//! `cairn cluster check`, and the client side of `cairn mount --cluster`. The work is
+//! `cairn cluster check`, `cairn cluster init-certs`, and the client side of
+//! `cairn mount --cluster`. The work is
 //! done by `cairn_cluster`; this module parses, prints and picks exit statuses.
 
 use std::io::Write;
@@ -22,12 +23,25 @@ stop it cleanly (no new requests, those in flight finished, the store closed).
 
 The cluster file (TOML) lists every server, the same file on every server and client:
 
+  [tls]
+  ca = \"certs/ca.pem\"                 # the cluster's CA
+  client_cert = \"certs/client-0.pem\"  # this machine's client certificate (mount,
+  client_key = \"certs/client-0.key\"   # cluster status/check), if it is a client
   [[server]]
   id = 0
   addr = \"10.0.0.1:7100\"
+  cert = \"certs/server-0.pem\"         # server 0's certificate and key
+  key = \"certs/server-0.key\"
   [[server]]
   id = 1
   addr = \"10.0.0.2:7100\"
+  cert = \"certs/server-1.pem\"
+  key = \"certs/server-1.key\"
+
+Every connection is mutual TLS: a party without a certificate signed by the CA is
+refused before any request is read (`cairn cluster init-certs` makes a CA and
+certificates). Plain TCP needs --insecure on every server and client; it lets anyone
+who reaches the port read and change everything.
 
 The server is the one whose addr is --listen (with --listen 0.0.0.0:PORT, the one with
 that port). Its store (--dir) is bound to this server of this cluster on first start; a
@@ -43,7 +57,9 @@ Look at a running cluster from any machine that can reach its servers.
 
 `status` shows each server up or down, the partitions, entries and inodes it holds,
 splits done and in flight, and the largest directories with their partition counts.
-`check` reads every server's rows and checks that the partitions of each directory
+`init-certs` makes a CA and certificates for a test cluster, and a cluster file that
+names them. `check` reads every server's rows (it needs a client certificate that
+allows uid 0) and checks that the partitions of each directory
 tile its hash space on the servers they belong to, that every entry is in the right
 partition and its inode exists at its home with a matching link, and that nothing is
 left half done; it exits 0 when the cluster is consistent, 2 with a report when not
@@ -74,12 +90,66 @@ pub struct ServeArgs {
     /// (never)
     #[arg(long, value_enum, value_name = "WHEN", default_value = "always")]
     pub sync: SyncArg,
-    /// Serve Prometheus metrics over HTTP on this address (IP:PORT, path /metrics)
-    #[arg(long, value_name = "ADDR")]
+    /// Serve Prometheus metrics over HTTP (path /metrics) on this port of 127.0.0.1, or
+    /// on IP:PORT (such as 0.0.0.0:9100 to let other machines read them)
+    #[arg(long, value_name = "[IP:]PORT", value_parser = metrics_addr)]
     pub metrics: Option<SocketAddr>,
+    /// Plain TCP, no TLS and no authentication: anyone who reaches --listen can read
+    /// and change the namespace (tests, trusted networks)
+    #[arg(long)]
+    pub insecure: bool,
     /// Entries of a directory partition above which it is split in two (default 8192)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub split_threshold: Option<u64>,
+}
+
+/// `--metrics`: a port (on 127.0.0.1) or IP:PORT.
+fn metrics_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse()
+        .map_err(|_| format!("{s:?} is neither a port nor IP:PORT"))
+}
+
+/// How a client connects: TLS (the cluster file's client certificate, or these), or
+/// plain TCP.
+#[derive(Debug, Args, Clone, Default)]
+pub struct TlsArgs {
+    /// Plain TCP, no TLS (the servers must run with --insecure too)
+    #[arg(long)]
+    pub insecure: bool,
+    /// This client's certificate (PEM) instead of the cluster file's [tls] client_cert
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "key",
+        conflicts_with = "insecure"
+    )]
+    pub cert: Option<PathBuf>,
+    /// The key of --cert (PEM)
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub key: Option<PathBuf>,
+}
+
+/// Reads the cluster file at `path` and applies `tls`.
+fn load_client(path: &Path, tls: &TlsArgs) -> Result<ClusterConfig> {
+    let mut cfg = load(path)?;
+    if tls.insecure {
+        eprintln!("cairn: warning: --insecure: plain TCP, the servers cannot tell who this is");
+        cfg.set_insecure(true);
+    }
+    if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
+        let mut t = cfg.tls().cloned().with_context(|| {
+            format!(
+                "cluster file {} has no [tls] table naming the CA",
+                path.display()
+            )
+        })?;
+        t.client = Some((cert.clone(), key.clone()));
+        cfg.set_tls(Some(t));
+    }
+    Ok(cfg)
 }
 
 /// Arguments of `cluster`.
@@ -104,6 +174,9 @@ pub enum ClusterCommand {
         /// Seconds to wait for each server's answer
         #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
         timeout: f64,
+        /// How to connect
+        #[command(flatten)]
+        tls: TlsArgs,
     },
     /// Check the namespace's consistency across servers; exit status 2 if it is not
     Check {
@@ -113,6 +186,32 @@ pub enum ClusterCommand {
         /// Seconds to wait for each server's answer
         #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
         timeout: f64,
+        /// How to connect
+        #[command(flatten)]
+        tls: TlsArgs,
+    },
+    /// Make a CA, certificates for N servers and M clients, and a cluster file naming
+    /// them, in DIR (for a test cluster; keep DIR/ca.key secret)
+    InitCerts {
+        /// Where to write them (created if needed)
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+        /// Servers 0..N-1, at consecutive ports from --base
+        #[arg(long, value_name = "N", conflicts_with = "cluster", value_parser = clap::value_parser!(u32).range(1..=65536))]
+        servers: Option<u32>,
+        /// Address of server 0 with --servers
+        #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:7100")]
+        base: SocketAddr,
+        /// Take the servers from this cluster file instead
+        #[arg(long, value_name = "FILE")]
+        cluster: Option<PathBuf>,
+        /// Client certificates client-0..client-(M-1); the cluster file names client-0's
+        #[arg(long, value_name = "M", default_value_t = 1)]
+        clients: u32,
+        /// Client certificates that do not allow uid 0 (it runs as nobody); by default
+        /// they allow every uid
+        #[arg(long)]
+        root_squash: bool,
     },
 }
 
@@ -132,7 +231,14 @@ fn seconds(s: f64, what: &str) -> Result<Duration> {
 /// `serve`: runs the server until SIGINT or SIGTERM.
 pub fn serve(args: &ServeArgs) -> Result<()> {
     init_tracing();
-    let cluster = load(&args.cluster)?;
+    let mut cluster = load(&args.cluster)?;
+    if args.insecure {
+        eprintln!(
+            "cairn: warning: --insecure: plain TCP with no authentication; anyone who reaches {} can read and change the namespace",
+            args.listen
+        );
+        cluster.set_insecure(true);
+    }
     let mut opts = ServerOptions::new(&args.dir, args.listen, cluster);
     opts.sync = match args.sync {
         SyncArg::Always => SyncMode::Always,
@@ -167,8 +273,9 @@ pub fn run(args: &ClusterArgs, out: &mut impl Write) -> Result<ExitCode> {
             cluster,
             json,
             timeout,
+            tls,
         } => {
-            let cfg = load(cluster)?;
+            let cfg = load_client(cluster, tls)?;
             let st = cairn_cluster::admin::status(&cfg, seconds(*timeout, "--timeout")?);
             if *json {
                 serde_json::to_writer_pretty(&mut *out, &st).map_err(std::io::Error::from)?;
@@ -179,8 +286,56 @@ pub fn run(args: &ClusterArgs, out: &mut impl Write) -> Result<ExitCode> {
             out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
-        ClusterCommand::Check { cluster, timeout } => {
-            let cfg = load(cluster)?;
+        ClusterCommand::InitCerts {
+            dir,
+            servers,
+            base,
+            cluster,
+            clients,
+            root_squash,
+        } => {
+            let list: Vec<cairn_cluster::ServerInfo> = match (servers, cluster) {
+                (_, Some(f)) => load(f)?.servers().to_vec(),
+                (Some(n), None) => (0..*n)
+                    .map(|id| {
+                        let port = u32::from(base.port()) + id;
+                        let port = u16::try_from(port)
+                            .ok()
+                            .with_context(|| format!("server {id}: port {port} out of range"))?;
+                        Ok(cairn_cluster::ServerInfo {
+                            id,
+                            addr: SocketAddr::new(base.ip(), port),
+                        })
+                    })
+                    .collect::<Result<_>>()?,
+                (None, None) => bail!("give --servers N or --cluster FILE"),
+            };
+            let uids = if *root_squash {
+                None
+            } else {
+                Some("*".to_string())
+            };
+            let names: Vec<(String, Option<String>)> = (0..*clients)
+                .map(|i| (i.to_string(), uids.clone()))
+                .collect();
+            let file = cairn_cluster::tls::init_certs(dir, &list, &names)
+                .with_context(|| format!("creating certificates in {}", dir.display()))?;
+            writeln!(
+                out,
+                "wrote a CA, {} server and {} client certificate(s) and {} (keep {} secret)",
+                list.len(),
+                names.len(),
+                file.display(),
+                dir.join("ca.key").display()
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        ClusterCommand::Check {
+            cluster,
+            timeout,
+            tls,
+        } => {
+            let cfg = load_client(cluster, tls)?;
             let report = cairn_cluster::admin::check(&cfg, seconds(*timeout, "--timeout")?)
                 .context("checking the cluster")?;
             write_check(out, &report)?;
@@ -297,11 +452,12 @@ fn write_check(out: &mut impl Write, c: &ClusterCheck) -> std::io::Result<()> {
 /// with EIO until they are back.
 pub fn mount(
     cluster_file: &Path,
+    tls: &TlsArgs,
     mountpoint: &Path,
     timeout: Option<f64>,
     opts: &cairn_fuse::MountOptions,
 ) -> Result<()> {
-    let cfg = load(cluster_file)?;
+    let cfg = load_client(cluster_file, tls)?;
     let mut copts = ClientOptions::default();
     if let Some(t) = timeout {
         copts.timeout = seconds(t, "--timeout")?;

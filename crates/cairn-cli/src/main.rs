@@ -203,6 +203,10 @@ struct MountArgs {
     /// with EIO, such as one on a server that is down (default 10)
     #[arg(long, value_name = "SECONDS", requires = "cluster")]
     timeout: Option<f64>,
+    /// With --cluster: how to connect (TLS with the cluster file's client certificate,
+    /// or --cert/--key; plain TCP only with --insecure)
+    #[command(flatten)]
+    tls: cluster::TlsArgs,
     /// Let other users than the one mounting use the mount (needs root, or
     /// user_allow_other in /etc/fuse.conf)
     #[arg(long)]
@@ -289,6 +293,11 @@ fn check_args(cli: Cli) -> Result<Cli, clap::Error> {
             )),
             _ => {}
         }
+        if m.cluster.is_none() && (m.tls.insecure || m.tls.cert.is_some()) {
+            return Err(usage(
+                "--insecure, --cert and --key are for --cluster mounts",
+            ));
+        }
     }
     Ok(cli)
 }
@@ -332,7 +341,7 @@ fn mount(args: &MountArgs) -> Result<()> {
     let Some(mountpoint) = &args.mountpoint else {
         // With --cluster the only path given is the mount point (see check_args).
         let file = args.cluster.as_deref().context("no mount point")?;
-        return cluster::mount(file, &args.dir, args.timeout, &opts);
+        return cluster::mount(file, &args.tls, &args.dir, args.timeout, &opts);
     };
     let mount = cairn_fuse::mount(&args.dir, mountpoint, &opts)?;
     eprintln!(

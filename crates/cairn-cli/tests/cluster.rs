@@ -245,9 +245,16 @@ impl Cluster {
         let text: String = (0..n)
             .map(|i| format!("[[server]]\nid = {i}\naddr = \"{}\"\n\n", net.addr(i)))
             .collect();
-        let file = tmp.path().join("cluster.toml");
-        std::fs::write(&file, &text).unwrap();
-        let cfg = ClusterConfig::parse(&text).unwrap();
+        // Mutual TLS (the default): a CA, certificates and the cluster file naming them
+        // (`cairn cluster init-certs`' work), in the test's directory.
+        let servers = ClusterConfig::parse(&text).unwrap().servers().to_vec();
+        let file = cairn_cluster::tls::init_certs(
+            tmp.path(),
+            &servers,
+            &[("0".to_string(), Some("*".to_string()))],
+        )
+        .unwrap();
+        let cfg = ClusterConfig::load(&file).unwrap();
         let mut c = Cluster {
             servers: (0..n).map(|_| None).collect(),
             net,
@@ -1107,4 +1114,131 @@ fn everyday_tools_on_a_cluster_mount() {
         return;
     };
     assert_eq!(tree(&mp), plain);
+}
+
+/// The README's two commands: `cluster init-certs` makes what a TLS cluster needs; a
+/// cluster file without `[tls]` is refused unless `--insecure` is given, which warns;
+/// `status` over plain TCP cannot reach a TLS server.
+#[test]
+fn init_certs_and_an_explicit_insecure() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_ports(1)[0];
+    let plain = tmp.path().join("plain.toml");
+    std::fs::write(
+        &plain,
+        format!("[[server]]\nid = 0\naddr = \"127.0.0.1:{port}\"\n"),
+    )
+    .unwrap();
+    let certs = tmp.path().join("certs");
+    let out = cairn()
+        .args(["cluster", "init-certs"])
+        .arg(&certs)
+        .arg("--cluster")
+        .arg(&plain)
+        .args(["--clients", "2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    for f in [
+        "ca.pem",
+        "ca.key",
+        "server-0.pem",
+        "server-0.key",
+        "client-0.pem",
+        "client-1.key",
+        "cluster.toml",
+    ] {
+        assert!(certs.join(f).is_file(), "{f} missing");
+    }
+    let secure = certs.join("cluster.toml");
+    // Without [tls] and without --insecure: a clear error, nothing served.
+    let out = cairn()
+        .arg("serve")
+        .arg("--dir")
+        .arg(tmp.path().join("s"))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .arg("--cluster")
+        .arg(&plain)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("[tls]") && err.contains("--insecure"), "{err}");
+    // With the certificates: served, and `status` answers with the client certificate.
+    let serve = |file: &Path, extra: &[&str]| {
+        cairn()
+            .arg("serve")
+            .arg("--dir")
+            .arg(tmp.path().join("s"))
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .arg("--cluster")
+            .arg(file)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let status = |file: &Path, extra: &[&str]| {
+        let out = cairn()
+            .args(["cluster", "status", "--timeout", "2", "--cluster"])
+            .arg(file)
+            .args(extra)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let wait_up = |file: &Path, extra: &[&str]| {
+        let end = Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = status(file, extra);
+            if s.contains("1 of 1 servers up") {
+                return;
+            }
+            assert!(Instant::now() < end, "server did not come up: {s}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let mut child = serve(&secure, &[]);
+    wait_up(&secure, &[]);
+    // Plain TCP to the TLS server: down, and the server goes on.
+    let s = status(&plain, &["--insecure"]);
+    assert!(s.contains("0 of 1 servers up"), "{s}");
+    wait_up(&secure, &[]);
+    terminate(&mut child);
+    // --insecure on both sides: served, with a warning at start on each side.
+    let mut child = serve(&plain, &["--insecure"]);
+    wait_up(&plain, &["--insecure"]);
+    let out = cairn()
+        .args(["cluster", "status", "--insecure", "--cluster"])
+        .arg(&plain)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("warning: --insecure"));
+    terminate(&mut child);
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(err.contains("warning: --insecure"), "{err}");
+}
+
+/// SIGTERM to a `cairn serve` child and a bounded wait for it.
+fn terminate(child: &mut Child) {
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let end = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > end {
+            let _ = child.kill();
+            panic!("server did not stop within 30 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -40,15 +40,6 @@ fn free_ports(n: usize) -> Vec<u16> {
         .collect()
 }
 
-/// The cluster file of servers on 127.0.0.1 at `ports`.
-fn cluster_file(ports: &[u16]) -> String {
-    ports
-        .iter()
-        .enumerate()
-        .map(|(i, p)| format!("[[server]]\nid = {i}\naddr = \"127.0.0.1:{p}\"\n\n"))
-        .collect()
-}
-
 /// A cluster of in-process servers with a client, on fresh stores.
 struct InProcess {
     servers: Vec<ServerHandle>,
@@ -62,7 +53,17 @@ impl InProcess {
         let dir = tempfile::tempdir().unwrap();
         for attempt in 0.. {
             let ports = free_ports(n);
-            let cfg = ClusterConfig::parse(&cluster_file(&ports)).unwrap();
+            // Mutual TLS, as a client whose certificate allows every uid.
+            let certs = dir.path().join(format!("certs{attempt}"));
+            cairn_cluster::tls::test_certs(&certs, n as u32).unwrap();
+            let addrs: Vec<SocketAddr> = ports
+                .iter()
+                .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
+                .collect();
+            let cfg = ClusterConfig::parse(&cairn_cluster::tls::test_cluster_text(
+                &certs, &addrs, "admin",
+            ))
+            .unwrap();
             let mut servers = Vec::new();
             let mut failed = None;
             for (i, p) in ports.iter().enumerate() {

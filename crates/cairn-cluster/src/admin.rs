@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use serde::Serialize;
-use tonic::transport::Endpoint;
 
 use crate::config::ClusterConfig;
 use crate::error::ClientError;
@@ -13,7 +12,7 @@ use crate::giga::{covers, created_depth, home_of, name_hash, rev_range, server_o
 use crate::proto;
 use crate::proto::meta_client::MetaClient;
 use crate::rows::{PART_ACTIVE, PART_INCOMING};
-use crate::transport::Dialer;
+use crate::transport::{Dialer, Reach};
 
 /// One server as seen by [`status`].
 #[derive(Clone, Debug, Default, Serialize)]
@@ -81,27 +80,13 @@ fn runtime() -> Result<tokio::runtime::Runtime, ClientError> {
         .map_err(ClientError::Runtime)
 }
 
-fn conn(addr: std::net::SocketAddr, timeout: Duration) -> MetaClient<tonic::transport::Channel> {
-    let ch = Endpoint::from_shared(format!("http://{addr}"))
-        .expect("a socket address is a valid URI")
-        .connect_timeout(timeout)
-        .timeout(timeout)
-        .tcp_nodelay(true)
-        .connect_lazy();
-    MetaClient::new(ch).max_decoding_message_size(crate::server::MAX_MESSAGE)
-}
-
-/// The channel of [`conn`] through `dialer`, if given (requests carry their timeout).
-fn conn_via(
-    dialer: Option<&Dialer>,
-    addr: std::net::SocketAddr,
+fn conn(
+    reach: &Reach,
+    s: &crate::config::ServerInfo,
     timeout: Duration,
-) -> MetaClient<tonic::transport::Channel> {
-    match dialer {
-        None => conn(addr, timeout),
-        Some(d) => MetaClient::new(crate::transport::channel(Some(d), addr, timeout))
-            .max_decoding_message_size(crate::server::MAX_MESSAGE),
-    }
+) -> Result<MetaClient<tonic::transport::Channel>, crate::tls::TlsError> {
+    let ch = reach.channel(s, timeout, Some(timeout))?;
+    Ok(MetaClient::new(ch).max_decoding_message_size(crate::server::MAX_MESSAGE))
 }
 
 fn header(cfg: &ClusterConfig) -> Option<proto::Header> {
@@ -114,17 +99,26 @@ fn header(cfg: &ClusterConfig) -> Option<proto::Header> {
 
 fn why(s: &tonic::Status) -> String {
     if s.code() == tonic::Code::FailedPrecondition {
-        "reads a different cluster file".into()
-    } else {
-        s.message().to_string()
+        return "reads a different cluster file".into();
     }
+    // Transport errors (a refused handshake, say) say why in their sources.
+    let mut m = s.message().to_string();
+    let mut e = std::error::Error::source(s);
+    while let Some(x) = e {
+        let t = x.to_string();
+        if !m.contains(&t) {
+            m = format!("{m}: {t}");
+        }
+        e = x.source();
+    }
+    m
 }
 
 /// Asks every server what it holds; a server that does not answer within `timeout` is
 /// reported down.
 pub fn status(cfg: &ClusterConfig, timeout: Duration) -> ClusterStatus {
     let mut out = ClusterStatus::default();
-    let rt = match runtime() {
+    let rt = match runtime().and_then(|rt| Ok((rt, Reach::client(cfg, None)?))) {
         Ok(rt) => rt,
         Err(e) => {
             for s in cfg.servers() {
@@ -138,10 +132,17 @@ pub fn status(cfg: &ClusterConfig, timeout: Duration) -> ClusterStatus {
             return out;
         }
     };
+    let (rt, reach) = rt;
     let replies: Vec<Result<proto::ServerStatusReply, String>> = rt.block_on(async {
         let mut tasks = Vec::new();
         for s in cfg.servers() {
-            let mut c = conn(s.addr, timeout);
+            let mut c = match conn(&reach, s, timeout) {
+                Ok(c) => c,
+                Err(e) => {
+                    tasks.push(tokio::spawn(async move { Err(e.to_string()) }));
+                    continue;
+                }
+            };
             let h = header(cfg);
             tasks.push(tokio::spawn(async move {
                 let mut r = tonic::Request::new(proto::ServerStatusReq {
@@ -236,12 +237,12 @@ struct Rows {
 
 async fn dump_one(
     cfg: &ClusterConfig,
+    reach: &Reach,
     id: u32,
     timeout: Duration,
-    dialer: Option<&Dialer>,
 ) -> Result<Rows, tonic::Status> {
-    let addr = cfg.servers()[id as usize].addr;
-    let mut c = conn_via(dialer, addr, timeout);
+    let mut c = conn(reach, &cfg.servers()[id as usize], timeout)
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
     let mut rows = Rows::default();
     let mut after = Vec::new();
     loop {
@@ -281,30 +282,33 @@ fn name(n: &[u8]) -> String {
 /// cluster file or the runtime cannot start.
 pub fn check(cfg: &ClusterConfig, timeout: Duration) -> Result<ClusterCheck, ClientError> {
     let rt = runtime()?;
-    let dumps = rt.block_on(dump_all(cfg, timeout, None));
+    let reach = Reach::client(cfg, None)?;
+    let dumps = rt.block_on(dump_all(cfg, &reach, timeout));
     verdict(cfg, dumps)
 }
 
 /// [`check`] from inside a tokio runtime, reaching the servers through `dialer` (the
-/// simulation's network).
+/// simulation's network; the cluster config must be insecure, see
+/// [`crate::transport`]).
 pub async fn check_with(
     cfg: &ClusterConfig,
     timeout: Duration,
-    dialer: &Dialer,
+    dialer: Dialer,
 ) -> Result<ClusterCheck, ClientError> {
-    let dumps = dump_all(cfg, timeout, Some(dialer)).await;
+    let reach = Reach::client(cfg, Some(dialer))?;
+    let dumps = dump_all(cfg, &reach, timeout).await;
     verdict(cfg, dumps)
 }
 
 /// Every server's rows, one server after the other.
 async fn dump_all(
     cfg: &ClusterConfig,
+    reach: &Reach,
     timeout: Duration,
-    dialer: Option<&Dialer>,
 ) -> Vec<Result<Rows, tonic::Status>> {
     let mut v = Vec::new();
     for id in 0..cfg.len() {
-        v.push(dump_one(cfg, id, timeout, dialer).await);
+        v.push(dump_one(cfg, reach, id, timeout).await);
     }
     v
 }
@@ -326,10 +330,16 @@ fn verdict(
                     addr: cfg.servers()[id].addr,
                 });
             }
+            Err(s) if s.code() == tonic::Code::PermissionDenied => {
+                return Err(ClientError::Protocol {
+                    id: id as u32,
+                    msg: format!("refused: {}", s.message()),
+                });
+            }
             Err(s) => {
                 out.down.push(id as u32);
                 out.problems
-                    .push(format!("server {id} did not answer: {}", s.message()));
+                    .push(format!("server {id} did not answer: {}", why(&s)));
                 up.push(None);
             }
         }

@@ -28,7 +28,7 @@ use crate::giga::{home_of, name_hash, rev, rev_range, server_of, Bitmap};
 use crate::proto;
 use crate::proto::meta_client::MetaClient;
 use crate::server::node::{cred_msg, msg_attr};
-use crate::transport::Dialer;
+use crate::transport::{Dialer, Reach};
 
 /// How a client behaves.
 #[derive(Clone, Debug)]
@@ -164,9 +164,10 @@ impl Client {
             .build()
             .map_err(ClientError::Runtime)?;
         let handle = rt.handle().clone();
+        let reach = Reach::client(&cfg, None)?;
         let conns = {
             let _g = rt.enter();
-            Client::channels(&cfg, &opts, None)
+            Client::channels(&cfg, &opts, &reach)?
         };
         let c = Client {
             inner: Arc::new(Inner {
@@ -184,22 +185,20 @@ impl Client {
         Ok(c)
     }
 
-    /// The channel to each server.
+    /// The channel to each server (inside a tokio runtime).
     fn channels(
         cfg: &ClusterConfig,
         opts: &ClientOptions,
-        dialer: Option<&Dialer>,
-    ) -> Vec<MetaClient<Channel>> {
+        reach: &Reach,
+    ) -> Result<Vec<MetaClient<Channel>>, crate::tls::TlsError> {
         cfg.servers()
             .iter()
             .map(|s| {
-                MetaClient::new(crate::transport::channel(
-                    dialer,
-                    s.addr,
-                    opts.connect_timeout,
-                ))
-                .max_decoding_message_size(crate::server::MAX_MESSAGE)
-                .max_encoding_message_size(crate::server::MAX_MESSAGE)
+                Ok(
+                    MetaClient::new(reach.channel(s, opts.connect_timeout, None)?)
+                        .max_decoding_message_size(crate::server::MAX_MESSAGE)
+                        .max_encoding_message_size(crate::server::MAX_MESSAGE),
+                )
             })
             .collect()
     }
@@ -209,9 +208,19 @@ impl Client {
     /// [`FileSystem`] calls must not be used from that runtime's thread; its async
     /// ones ([`Client::create_async`], [`Client::mkdir_async`]) may. Servers are not
     /// probed for their cluster file here (they refuse another's on each request).
-    pub fn in_runtime(cfg: ClusterConfig, opts: ClientOptions, dialer: Dialer) -> Client {
-        let conns = Client::channels(&cfg, &opts, Some(&dialer));
-        Client {
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError::Tls`] unless `cfg` is insecure: a dialer's connections carry no
+    /// TLS (see [`crate::transport`]).
+    pub fn in_runtime(
+        cfg: ClusterConfig,
+        opts: ClientOptions,
+        dialer: Dialer,
+    ) -> Result<Client, ClientError> {
+        let reach = Reach::client(&cfg, Some(dialer))?;
+        let conns = Client::channels(&cfg, &opts, &reach)?;
+        Ok(Client {
             inner: Arc::new(Inner {
                 rt: None,
                 handle: tokio::runtime::Handle::current(),
@@ -222,7 +231,7 @@ impl Client {
                 redirects: AtomicU64::new(0),
                 checks: AtomicBool::new(true),
             }),
-        }
+        })
     }
 
     /// Asks every server that answers whether it reads the same cluster file.

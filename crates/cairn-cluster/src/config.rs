@@ -15,7 +15,7 @@
 //! ```
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use xxhash_rust::xxh3::xxh3_64;
@@ -48,6 +48,7 @@ pub enum ConfigError {
 struct RawFile {
     #[serde(default)]
     server: Vec<RawServer>,
+    tls: Option<RawTls>,
 }
 
 #[derive(Deserialize)]
@@ -55,6 +56,28 @@ struct RawFile {
 struct RawServer {
     id: u32,
     addr: String,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    ca: PathBuf,
+    client_cert: Option<PathBuf>,
+    client_key: Option<PathBuf>,
+}
+
+/// The TLS files a cluster file names (see FORMAT.md, "Cluster file"): paths relative
+/// to the cluster file's directory are resolved by [`ClusterConfig::load`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsPaths {
+    /// The cluster's CA certificate (PEM): every party's certificate must be signed by it.
+    pub ca: PathBuf,
+    /// This party's certificate and key as a client (PEM), if it is one.
+    pub client: Option<(PathBuf, PathBuf)>,
+    /// Each server's certificate and key (PEM), by id, where the file names them.
+    pub servers: Vec<Option<(PathBuf, PathBuf)>>,
 }
 
 /// One metadata server of the cluster.
@@ -71,6 +94,23 @@ pub struct ServerInfo {
 pub struct ClusterConfig {
     servers: Vec<ServerInfo>,
     id: u64,
+    tls: Option<TlsPaths>,
+    insecure: bool,
+}
+
+/// Both paths of a pair, or neither.
+fn pair(
+    what: &str,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+) -> Result<Option<(PathBuf, PathBuf)>, ConfigError> {
+    match (cert, key) {
+        (Some(c), Some(k)) => Ok(Some((c, k))),
+        (None, None) => Ok(None),
+        _ => Err(ConfigError::Invalid(format!(
+            "{what}: a certificate needs its key and a key its certificate"
+        ))),
+    }
 }
 
 impl ClusterConfig {
@@ -81,11 +121,25 @@ impl ClusterConfig {
             path: path.display().to_string(),
             source,
         })?;
-        ClusterConfig::parse(&text)
+        let mut c = ClusterConfig::parse(&text)?;
+        if let (Some(t), Some(base)) = (c.tls.as_mut(), path.parent()) {
+            let abs = |p: &mut PathBuf| {
+                if p.is_relative() {
+                    *p = base.join(&*p);
+                }
+            };
+            abs(&mut t.ca);
+            for (c, k) in t.client.iter_mut().chain(t.servers.iter_mut().flatten()) {
+                abs(c);
+                abs(k);
+            }
+        }
+        Ok(c)
     }
 
     /// Parses and checks a cluster file's text: ids 0..N-1 each once, addresses
-    /// unique and of the form `host:port` with a numeric IP.
+    /// unique and of the form `host:port` with a numeric IP. Relative TLS paths stay
+    /// relative (to the working directory).
     pub fn parse(text: &str) -> Result<ClusterConfig, ConfigError> {
         let raw: RawFile = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
         if raw.server.is_empty() {
@@ -99,7 +153,9 @@ impl ClusterConfig {
         }
         let n = raw.server.len();
         let mut servers: Vec<Option<ServerInfo>> = vec![None; n];
+        let mut server_tls = vec![None; n];
         for s in raw.server {
+            let files = pair(&format!("server {}", s.id), s.cert, s.key)?;
             let addr: SocketAddr = s.addr.parse().map_err(|_| {
                 ConfigError::Invalid(format!(
                     "server {}: address {:?} is not IP:PORT",
@@ -120,7 +176,21 @@ impl ClusterConfig {
                 )));
             }
             *slot = Some(ServerInfo { id: s.id, addr });
+            server_tls[s.id as usize] = files;
         }
+        let tls = match raw.tls {
+            Some(t) => Some(TlsPaths {
+                ca: t.ca,
+                client: pair("[tls] client", t.client_cert, t.client_key)?,
+                servers: server_tls,
+            }),
+            None if server_tls.iter().any(Option::is_some) => {
+                return Err(ConfigError::Invalid(
+                    "servers name certificates but there is no [tls] table with the CA".into(),
+                ))
+            }
+            None => None,
+        };
         let servers: Vec<ServerInfo> = servers
             .into_iter()
             .map(|s| s.expect("every id seen"))
@@ -138,7 +208,34 @@ impl ClusterConfig {
             .map(|s| format!("{}={};", s.id, s.addr))
             .collect();
         let id = xxh3_64(canonical.as_bytes());
-        Ok(ClusterConfig { servers, id })
+        Ok(ClusterConfig {
+            servers,
+            id,
+            tls,
+            insecure: false,
+        })
+    }
+
+    /// The TLS files the cluster file names (its `[tls]` table), if any.
+    pub fn tls(&self) -> Option<&TlsPaths> {
+        self.tls.as_ref()
+    }
+
+    /// Uses these TLS files instead of the file's (as `cairn ... --cert/--key` do for
+    /// the client side).
+    pub fn set_tls(&mut self, tls: Option<TlsPaths>) {
+        self.tls = tls;
+    }
+
+    /// Uses plain TCP, with no authentication, instead of mutual TLS (`--insecure`):
+    /// for tests and trusted networks only; every party of a cluster must agree.
+    pub fn set_insecure(&mut self, insecure: bool) {
+        self.insecure = insecure;
+    }
+
+    /// Whether connections are plain TCP (see [`ClusterConfig::set_insecure`]).
+    pub fn insecure(&self) -> bool {
+        self.insecure
     }
 
     /// The servers, by id.

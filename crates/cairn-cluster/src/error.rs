@@ -59,6 +59,9 @@ pub enum ServerError {
     /// The async runtime or a signal handler could not be set up.
     #[error("runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    /// TLS could not be set up (certificates, keys, or no `[tls]` without insecure).
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     /// The server stopped with an error.
     #[error("server failed: {0}")]
     Serve(String),
@@ -91,6 +94,9 @@ pub enum ClientError {
     /// The client's async runtime could not be started.
     #[error("runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    /// TLS could not be set up (certificates, keys, or no `[tls]` without insecure).
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     /// A server answered something unexpected.
     #[error("server {id}: {msg}")]
     Protocol {

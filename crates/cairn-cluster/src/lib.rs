@@ -10,6 +10,8 @@
 //! - [`client`]: [`client::Client`], the operations of [`cairn_fs::FileSystem`] on a
 //!   cluster.
 //! - [`admin`]: [`admin::status`] and [`admin::check`] for operators.
+//! - [`tls`]: mutual TLS, identities from certificates, test certificates.
+//! - [`transport`]: how parties reach a server; the seam for a simulated network.
 //!
 //! This crate uses the engine (`cairn`) and the file system's types and rules
 //! (`cairn-fs`) through their public APIs. It must never depend on the FUSE adapter,
@@ -24,6 +26,7 @@ mod error;
 pub mod giga;
 mod rows;
 pub mod server;
+pub mod tls;
 pub mod transport;
 
 /// The generated gRPC code of `proto/cluster.proto`.
@@ -33,8 +36,9 @@ pub mod proto {
 }
 
 pub use client::{Client, ClientOptions};
-pub use config::{ClusterConfig, ConfigError, ServerInfo};
+pub use config::{ClusterConfig, ConfigError, ServerInfo, TlsPaths};
 pub use error::{ClientError, ServerError};
+pub use tls::TlsError;
 
 /// The keyspace of a server's store that holds its cluster rows (see FORMAT.md).
 pub const KEYSPACE: u8 = 3;

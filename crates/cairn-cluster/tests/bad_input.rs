@@ -12,7 +12,6 @@ use bytes::{Buf, BufMut};
 use prost::Message;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http::uri::PathAndQuery;
-use tonic::transport::Endpoint;
 
 use cairn_cluster::proto;
 use cairn_cluster::server::{self, ServerOptions};
@@ -62,6 +61,7 @@ impl Codec for Raw {
 
 /// One unary call of `method` with `body` as the message bytes.
 fn raw_call(
+    cfg: &ClusterConfig,
     addr: SocketAddr,
     method: &'static str,
     body: Vec<u8>,
@@ -71,8 +71,13 @@ fn raw_call(
         .build()
         .unwrap();
     rt.block_on(async move {
-        let ch = Endpoint::from_shared(format!("http://{addr}"))
-            .unwrap()
+        // Server-to-server calls as a server (a client's certificate may not make them).
+        let who = if method.starts_with("/cairn.cluster.v1.Peer/") {
+            "server-1"
+        } else {
+            "client-admin"
+        };
+        let ch = common::endpoint(cfg, addr, Some(who))
             .timeout(Duration::from_secs(5))
             .connect()
             .await
@@ -138,8 +143,19 @@ fn malformed_oversized_and_unknown() {
         ),
         ("/cairn.cluster.v1.Peer/MakeDir", vec![0x12, 0x80]),
         ("/cairn.cluster.v1.Meta/NoSuchMethod", vec![]),
+        // Truncated: a well-formed message cut before its last byte.
+        ("/cairn.cluster.v1.Meta/Lookup", {
+            let mut v = proto::LookupReq {
+                h: header(&c),
+                dir: ROOT,
+                name: b"d".to_vec(),
+            }
+            .encode_to_vec();
+            v.pop();
+            v
+        }),
     ] {
-        let e = raw_call(s0, m, body).unwrap_err();
+        let e = raw_call(&c.cfg, s0, m, body).unwrap_err();
         assert_ne!(e.code(), tonic::Code::Ok, "{m}");
     }
     // Well-formed but without a header, or with another cluster's id.
@@ -148,7 +164,13 @@ fn malformed_oversized_and_unknown() {
         dir: ROOT,
         name: b"d".to_vec(),
     };
-    let e = raw_call(s0, "/cairn.cluster.v1.Meta/Lookup", req.encode_to_vec()).unwrap_err();
+    let e = raw_call(
+        &c.cfg,
+        s0,
+        "/cairn.cluster.v1.Meta/Lookup",
+        req.encode_to_vec(),
+    )
+    .unwrap_err();
     assert_eq!(e.code(), tonic::Code::FailedPrecondition);
     let mut h = header(&c);
     h.as_mut().unwrap().cluster_id ^= 1;
@@ -159,7 +181,13 @@ fn malformed_oversized_and_unknown() {
         mode: libc::S_IFREG | 0o644,
         ..Default::default()
     };
-    let e = raw_call(s0, "/cairn.cluster.v1.Meta/Make", req.encode_to_vec()).unwrap_err();
+    let e = raw_call(
+        &c.cfg,
+        s0,
+        "/cairn.cluster.v1.Meta/Make",
+        req.encode_to_vec(),
+    )
+    .unwrap_err();
     assert_eq!(e.code(), tonic::Code::FailedPrecondition);
     assert!(e.message().contains("cluster file differs"), "{e:?}");
     // A peer call from an unknown server, and one from another cluster.
@@ -173,6 +201,7 @@ fn malformed_oversized_and_unknown() {
         perms: None,
     };
     let e = raw_call(
+        &c.cfg,
         s0,
         "/cairn.cluster.v1.Peer/UpdateDirPerms",
         req.encode_to_vec(),
@@ -186,7 +215,13 @@ fn malformed_oversized_and_unknown() {
         offset: 0,
         data: vec![1; 17 << 20],
     };
-    let e = raw_call(home, "/cairn.cluster.v1.Meta/Write", req.encode_to_vec()).unwrap_err();
+    let e = raw_call(
+        &c.cfg,
+        home,
+        "/cairn.cluster.v1.Meta/Write",
+        req.encode_to_vec(),
+    )
+    .unwrap_err();
     assert!(
         matches!(
             e.code(),
@@ -208,7 +243,13 @@ fn malformed_oversized_and_unknown() {
             mode: libc::S_IFREG | 0o644,
             ..Default::default()
         };
-        let rep = raw_call(home, "/cairn.cluster.v1.Meta/Make", req.encode_to_vec()).unwrap();
+        let rep = raw_call(
+            &c.cfg,
+            home,
+            "/cairn.cluster.v1.Meta/Make",
+            req.encode_to_vec(),
+        )
+        .unwrap();
         assert_eq!(status_errno(&rep), want as u32, "{name:?}");
     }
     assert_eq!(
@@ -235,7 +276,13 @@ fn malformed_oversized_and_unknown() {
         limit: 10,
         from_start: false,
     };
-    let rep = raw_call(home, "/cairn.cluster.v1.Meta/ReadDir", req.encode_to_vec()).unwrap();
+    let rep = raw_call(
+        &c.cfg,
+        home,
+        "/cairn.cluster.v1.Meta/ReadDir",
+        req.encode_to_vec(),
+    )
+    .unwrap();
     assert_eq!(status_errno(&rep), libc::EINVAL as u32);
     let req = proto::ReadDirReq {
         h: header(&c),
@@ -244,7 +291,13 @@ fn malformed_oversized_and_unknown() {
         limit: 10,
         ..Default::default()
     };
-    let rep = raw_call(s0, "/cairn.cluster.v1.Meta/ReadDir", req.encode_to_vec()).unwrap();
+    let rep = raw_call(
+        &c.cfg,
+        s0,
+        "/cairn.cluster.v1.Meta/ReadDir",
+        req.encode_to_vec(),
+    )
+    .unwrap();
     assert_eq!(status_errno(&rep), libc::ENOENT as u32);
     let unknown_home = (999u64 << 48) | 1;
     assert_eq!(fs.getattr(unknown_home).unwrap_err().0, libc::ENOENT);
@@ -286,7 +339,7 @@ fn malformed_oversized_and_unknown() {
         let mut body = Vec::new();
         // A client-streaming call with one message: the same framing as unary.
         body.extend_from_slice(&chunk.encode_to_vec());
-        let rep = raw_call(s0, "/cairn.cluster.v1.Peer/AcceptPartition", body);
+        let rep = raw_call(&c.cfg, s0, "/cairn.cluster.v1.Peer/AcceptPartition", body);
         match rep {
             Ok(b) => assert_eq!(status_errno(&b), libc::EINVAL as u32, "index {index}"),
             Err(e) => assert_ne!(e.code(), tonic::Code::Ok),
@@ -303,6 +356,7 @@ fn malformed_oversized_and_unknown() {
         index: 77,
     };
     let rep = raw_call(
+        &c.cfg,
         s0,
         "/cairn.cluster.v1.Peer/ActivatePartition",
         req.encode_to_vec(),
@@ -387,6 +441,44 @@ fn a_cluster_file_that_disagrees() {
 
 /// A server that is down: operations that need it fail with EIO within the timeout;
 /// the others go on; nothing hangs; back up, everything works.
+/// A client that keeps a connection open and stops answering (its runtime no longer
+/// runs) does not hold a server's shutdown: requests in flight get
+/// `SHUTDOWN_GRACE`, then the store closes (it used to wait for HTTP/2 keepalive, 40 s,
+/// and forever before keepalive was on).
+#[test]
+fn shutdown_does_not_wait_for_a_silent_client() {
+    let c = Cluster::start(1, 8192);
+    let addr = c.cfg.servers()[0].addr;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ch = rt.block_on(async {
+        let ch = common::endpoint(&c.cfg, addr, Some("client-admin"))
+            .connect()
+            .await
+            .unwrap();
+        let mut m = proto::meta_client::MetaClient::new(ch.clone());
+        m.get_attr(proto::InoReq {
+            h: header(&c),
+            ino: ROOT,
+        })
+        .await
+        .unwrap();
+        ch
+    });
+    // `rt` is not driven from here on: the connection stays open, silent.
+    let t = std::time::Instant::now();
+    c.shutdown();
+    let took = t.elapsed();
+    assert!(
+        took < server::SHUTDOWN_GRACE + Duration::from_secs(5),
+        "shutdown took {took:?}"
+    );
+    drop(ch);
+    drop(rt);
+}
+
 #[test]
 fn a_server_down() {
     let mut c = Cluster::start(3, 8192);

@@ -28,6 +28,17 @@ fn dir_name_on(parent: u64, prefix: &str, home: u32) -> Vec<u8> {
         .unwrap()
 }
 
+/// Directories `a` and `b` in the root whose homes (and so whose names) are on
+/// servers 1 and 2.
+fn dirs_a1_b2(fs: &Client) -> (u64, u64) {
+    let mk = |prefix: &str, home: u32| {
+        fs.mkdir(&R, ROOT, &dir_name_on(ROOT, prefix, home), 0o755)
+            .unwrap()
+            .ino
+    };
+    (mk("a", 1), mk("b", 2))
+}
+
 fn list(fs: &dyn FileSystem, dir: u64) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut cursor: Option<Vec<u8>> = None;
@@ -103,14 +114,7 @@ fn mkdir_across_servers() {
 fn link_and_unlink_across_servers() {
     let mut c = Cluster::start(N as usize, 1000);
     let fs = c.client();
-    let a = fs
-        .mkdir(&R, ROOT, &dir_name_on(ROOT, "a", 1), 0o755)
-        .unwrap()
-        .ino;
-    let b = fs
-        .mkdir(&R, ROOT, &dir_name_on(ROOT, "b", 2), 0o755)
-        .unwrap()
-        .ino;
+    let (a, b) = dirs_a1_b2(&fs);
     let f = fs.create(&R, a, b"f", 0o644).unwrap().ino;
     assert_eq!(home_of(f), 1);
     fs.write(f, 0, b"data").unwrap();
@@ -196,14 +200,7 @@ fn entry_server(dir: u64) -> u32 {
 fn rename_across_servers() {
     let mut c = Cluster::start(N as usize, 1000);
     let fs = c.client();
-    let a = fs
-        .mkdir(&R, ROOT, &dir_name_on(ROOT, "a", 1), 0o755)
-        .unwrap()
-        .ino;
-    let b = fs
-        .mkdir(&R, ROOT, &dir_name_on(ROOT, "b", 2), 0o755)
-        .unwrap()
-        .ino;
+    let (a, b) = dirs_a1_b2(&fs);
     assert_eq!((entry_server(a), entry_server(b)), (1, 2));
     let cases = [
         (1, "rename:after-intent", false),
@@ -252,14 +249,7 @@ fn rename_across_servers() {
 fn directory_rename_across_servers() {
     let mut c = Cluster::start(N as usize, 1000);
     let fs = c.client();
-    let a = fs
-        .mkdir(&R, ROOT, &dir_name_on(ROOT, "a", 1), 0o755)
-        .unwrap()
-        .ino;
-    let b = fs
-        .mkdir(&R, ROOT, &dir_name_on(ROOT, "b", 2), 0o755)
-        .unwrap()
-        .ino;
+    let (a, b) = dirs_a1_b2(&fs);
     for (k, (victim, point, moved)) in [
         (1, "rename:after-prepare", false),
         (1, "rename:after-commit", true),
@@ -292,6 +282,45 @@ fn directory_rename_across_servers() {
     assert_eq!(fs.getattr(a).unwrap().nlink, 2);
     assert_eq!(fs.getattr(b).unwrap().nlink, 4);
     c.check();
+    c.shutdown();
+}
+
+/// The destination's server stops right after it released a rename's destination
+/// name, before its reply: the coordinator retries. The released name is used at once
+/// (the moved directory removed) while the coordinator still waits to retry; the retry
+/// must not replay the rename's earlier steps on it (it used to re-add the
+/// subdirectory row of a directory already removed, and re-write the entry).
+#[test]
+fn rename_retry_after_the_destination_was_released() {
+    let mut c = Cluster::start(N as usize, 1000);
+    let fs = c.client();
+    // a's names on server 1, b's on server 2, the moved directory's home server 0.
+    let (a, b) = dirs_a1_b2(&fs);
+    for k in 0..3 {
+        let sname = dir_name_on(a, &format!("s{k}-"), 0);
+        let sub = fs.mkdir(&R, a, &sname, 0o755).unwrap().ino;
+        c.arm(2, "release-rename:after-write");
+        let cl = c.client_timeout(Duration::from_secs(3));
+        let s2 = sname.clone();
+        std::thread::scope(|s| {
+            let h = s.spawn(|| cl.rename(&R, a, &s2, b, b"moved", 0));
+            assert!(c.wait_crashed(2, Duration::from_secs(20)));
+            // Down long enough for the coordinator's retries to back off.
+            std::thread::sleep(Duration::from_millis(1500));
+            c.kill(2);
+            c.restart(2, None);
+            // The rename is done as far as the destination knows: use the name now.
+            fs.rmdir(&R, b, b"moved").unwrap();
+            let _ = h.join().unwrap();
+        });
+        assert_eq!(e(fs.getattr(sub)), libc::ENOENT);
+        assert_eq!(e(fs.lookup(&R, b, b"moved")), libc::ENOENT);
+        assert_eq!(e(fs.lookup(&R, a, &sname)), libc::ENOENT);
+        c.check();
+        assert_eq!(e(fs.lookup(&R, b, b"moved")), libc::ENOENT);
+        assert_eq!(fs.getattr(b).unwrap().nlink, 2);
+        assert_eq!(fs.getattr(a).unwrap().nlink, 2);
+    }
     c.shutdown();
 }
 

@@ -543,8 +543,15 @@ fn rename_cases() {
     let sub = fs.mkdir(&R, a.ino, b"sub", 0o755).unwrap();
     assert_eq!(e(fs.rename(&R, ROOT, b"a", sub.ino, b"a", 0)), libc::EINVAL);
     assert_eq!(e(fs.rename(&R, ROOT, b"a", a.ino, b"x", 0)), libc::EINVAL);
-    // Move a directory: link counts and ".." follow.
+    // Move a directory: link counts and ".." follow. The refused moves above took
+    // the cluster's rename lock and gave it back: this one does not wait for a lease.
+    let t = std::time::Instant::now();
     fs.rename(&R, a.ino, b"sub", b.ino, b"sub", 0).unwrap();
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(3),
+        "a directory move waited {:?} for the rename lock",
+        t.elapsed()
+    );
     assert_eq!(fs.getattr(a.ino).unwrap().nlink, 2);
     assert_eq!(fs.getattr(b.ino).unwrap().nlink, 3);
     assert_eq!(fs.lookup(&R, sub.ino, b"..").unwrap().ino, b.ino);

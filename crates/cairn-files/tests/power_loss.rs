@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::sync::Arc;
 
-use cairn::fault::{Loss, PowerLoss};
+use cairn::fault::{seeds, Loss, PowerLoss};
 use cairn::{Db, Options, SyncPolicy};
 use cairn_files::{FileOptions, FileStat, FileStore};
 use rand::rngs::StdRng;
@@ -64,20 +64,6 @@ fn content_id(data: &[u8]) -> Option<u64> {
 enum State {
     Absent,
     Version(u64),
-}
-
-fn seeds(base: u64, default: u64) -> Vec<u64> {
-    if let Some(s) = std::env::var("CAIRN_POWER_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        return vec![s];
-    }
-    let n = std::env::var("CAIRN_POWER_CUTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default);
-    (base..base + n).collect()
 }
 
 fn options(always: bool, power: &Arc<PowerLoss>) -> Options {

@@ -15,24 +15,10 @@ mod fsmodel;
 
 use std::sync::Arc;
 
-use cairn::fault::{Loss, PowerLoss};
+use cairn::fault::{seeds, Loss, PowerLoss};
 use cairn::{Options, SyncPolicy};
 use cairn_fs::Fs;
 use fsmodel::{check_prefix, snapshot_fs, Canon, Gen, Model, Op};
-
-fn seeds(base: u64, default: u64) -> Vec<u64> {
-    if let Some(s) = std::env::var("CAIRN_POWER_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        return vec![s];
-    }
-    let n = std::env::var("CAIRN_POWER_CUTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default);
-    (base..base + n).collect()
-}
 
 fn open(always: bool, power: &Arc<PowerLoss>, dir: &std::path::Path) -> Result<Fs, String> {
     let db = Options::new()

@@ -460,17 +460,21 @@ fn drop_dead_segments(
     }
     // Every record the claimed segments hold, and every record that superseded one of
     // them, is numbered below `upto` (they exist now). Every other file is synced up to
-    // it, then it is recorded as the watermark, in the same `SEQSTATE` as the claimed
-    // segments not sealed (they may be partly on disk: a flush may have synced some of
-    // their pages). From then on the claimed segments may be lost, so they leave the
+    // it, then it is recorded as the watermark, in the same `SEQSTATE` as the list of
+    // the claimed segments (those not sealed may be partly on disk: a flush may have
+    // synced some of their pages; all of them must go together). From then on the claimed segments may be lost, so they leave the
     // unsynced lists (in `retire`) and go.
     let res = if claims.is_empty() {
         Ok(Reclaimed::default())
     } else {
         let upto = core.current_seq().saturating_sub(1);
-        let unsealed: Vec<(u32, u32, u64)> = claims
+        // Every claimed segment, sealed or not: they were judged together (a tombstone
+        // may go because an older segment claimed before it goes too), so an open after
+        // a crash in the middle of the unlinks must finish all of them, not only some
+        // (it once removed only those not sealed: a tombstone in one went while the
+        // older sealed segment with the put it deleted stayed — a deleted key came back).
+        let listed: Vec<(u32, u32, u64)> = claims
             .iter()
-            .filter(|c| c.unsealed)
             .map(|c| (c.shard as u32, c.seg, c.file.created_seq))
             .collect();
         core.shards
@@ -484,7 +488,7 @@ fn drop_dead_segments(
                     .collect();
                 s.sync_all_but(core, &skip)
             })
-            .and_then(|()| core.raise_watermark(upto, &unsealed))
+            .and_then(|()| core.raise_watermark(upto, &listed))
             .and_then(|()| {
                 let mut r = Reclaimed::default();
                 while let Some(c) = claims.first() {

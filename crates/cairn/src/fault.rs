@@ -5,7 +5,7 @@
 
 use std::io;
 
-pub use crate::powerloss::{Loss, PowerLoss, Restart, PAGE};
+pub use crate::powerloss::{seeds, Loss, PowerLoss, Restart, PAGE};
 use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
 
 /// Which kind of file operation a fault applies to.

@@ -78,12 +78,13 @@ pub struct SeqState {
     /// the first one lost, so the store keeps a prefix of the writes), or found missing
     /// after damage; records in them are ignored forever. Ascending, disjoint.
     pub void: Vec<(u64, u64)>,
-    /// Segments being dropped whole that were not sealed: `(shard, segment,
-    /// created_seq)`. Open deletes any of them still there (its header naming that
-    /// creation number) before loading anything: a crash after the watermark covering
-    /// their records was recorded but before their unlink reached the disk would
-    /// otherwise bring back a partly written segment, whose dead puts could then be
-    /// found without the records that superseded them.
+    /// Segments being dropped whole, together: `(shard, segment, created_seq)`. Open
+    /// deletes any of them still there (its header naming that creation number) before
+    /// loading anything: a crash after the watermark covering their records was recorded
+    /// but before every unlink reached the disk would otherwise bring back some of them
+    /// (a partly written one not sealed, or a sealed one whose dead puts a tombstone in
+    /// another of them deleted), whose dead puts could then be found without the records
+    /// that superseded them.
     pub dropped: Vec<(u32, u32, u64)>,
 }
 

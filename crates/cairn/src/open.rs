@@ -186,7 +186,7 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
 }
 
 /// Removes the segments a crash left that were being dropped whole when it happened
-/// (`SeqState::dropped`: not sealed, their records all dead and below the
+/// (`SeqState::dropped`: judged together, their records all dead and below the
 /// watermark), so that none of their dead records is loaded without the records that
 /// superseded it; then records that none is left. A segment is removed only if its
 /// header names the creation number recorded: a later segment that reused the id was

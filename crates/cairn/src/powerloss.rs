@@ -100,6 +100,23 @@ impl std::fmt::Display for Restart {
     }
 }
 
+/// The seeds a power-loss test runs: the one `CAIRN_POWER_SEED` names (to replay a
+/// failure), else `CAIRN_POWER_CUTS` of them (`default` when unset) counted from `base`.
+/// Shared by the power-loss tests of every layer.
+pub fn seeds(base: u64, default: u64) -> Vec<u64> {
+    if let Some(s) = std::env::var("CAIRN_POWER_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return vec![s];
+    }
+    let n = std::env::var("CAIRN_POWER_CUTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default);
+    (base..base + n).collect()
+}
+
 /// One unsynced change of a file.
 enum Change {
     Write { off: u64, data: Vec<u8> },

@@ -29,28 +29,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn::fault::{Loss, PowerLoss};
+use cairn::fault::{seeds, Loss, PowerLoss};
 use cairn::{Db, Error, Options, SyncPolicy, WriteBatch};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
-
-/// The seeds to run: `default` of them from `base`, `CAIRN_POWER_CUTS` of them, or the
-/// one `CAIRN_POWER_SEED` names.
-fn seeds(base: u64, default: u64) -> Vec<u64> {
-    if let Some(s) = std::env::var("CAIRN_POWER_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        return vec![s];
-    }
-    let n = std::env::var("CAIRN_POWER_CUTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default);
-    (base..base + n).collect()
-}
 
 /// Runs `f(seed)` for each seed, naming the seed of a failure.
 fn each_seed(base: u64, default: u64, f: impl Fn(u64)) {

@@ -101,7 +101,16 @@ fn free_addr() -> Result<SocketAddr> {
 /// lookups, splits done).
 fn one_run(dir: &Path, threshold: u64, ops: u64) -> Result<(f64, f64, u64)> {
     let addr = free_addr()?;
-    let cfg = ClusterConfig::parse(&format!("[[server]]\nid = 0\naddr = \"{addr}\"\n"))?;
+    // Certificates for this run: the server and client talk mutual TLS, the default.
+    let servers = ClusterConfig::parse(&format!("[[server]]\nid = 0\naddr = \"{addr}\"\n"))?
+        .servers()
+        .to_vec();
+    let file = cairn_cluster::tls::init_certs(
+        &dir.with_extension("certs"),
+        &servers,
+        &[("costs".to_string(), Some("*".to_string()))],
+    )?;
+    let cfg = ClusterConfig::load(&file)?;
     let mut opts = ServerOptions::new(dir, addr, cfg.clone());
     opts.sync = SyncMode::Never;
     opts.split_threshold = threshold;

@@ -202,7 +202,11 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
         .rng_seed(o.seed)
         .build();
     let ips: Vec<IpAddr> = (0..n).map(|i| sim.lookup(format!("s{i}"))).collect();
-    let cfg = ClusterConfig::parse(&cluster_text(&ips)).context("the simulated cluster file")?;
+    // The simulated network carries plain HTTP/2 (no TLS): an insecure cluster file, the
+    // only kind a custom dialer accepts (cairn_cluster::transport).
+    let mut cfg =
+        ClusterConfig::parse(&cluster_text(&ips)).context("the simulated cluster file")?;
+    cfg.set_insecure(true);
     let crashing = o.crashes > 0;
     let sync = if crashing {
         SyncMode::Always
@@ -265,7 +269,7 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
                 timeout: Duration::from_secs(600),
                 connect_timeout: Duration::from_secs(2),
             };
-            let client = Client::in_runtime(cfg, opts, dialer());
+            let client = Client::in_runtime(cfg, opts, dialer())?;
             shared.clients.borrow_mut().push(client.clone());
             if c == 0 {
                 let a = client
@@ -464,7 +468,9 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
             let d = dialer();
             let mut last = None;
             for _ in 0..120 {
-                match cairn_cluster::admin::check_with(&cfg, Duration::from_secs(30), &d).await {
+                match cairn_cluster::admin::check_with(&cfg, Duration::from_secs(30), d.clone())
+                    .await
+                {
                     Ok(c) if c.problems.is_empty() && c.in_flight == 0 => {
                         last = Some(Ok(c));
                         break;

@@ -7,15 +7,14 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_stream::Stream;
 use tonic::transport::server::Connected;
 
 use super::node::Node;
-use super::{open_node, peer, server_id, services, ServerError, ServerOptions};
-use crate::transport::Dialer;
+use super::{open_node, peers, router, server_id, ServerError, ServerOptions};
+use crate::transport::{Dialer, Reach};
 
 /// A server started by [`start_embedded`]. Dropping it marks the server crashed (its
 /// tasks write nothing more); the caller drops its runtime's tasks to stop them, as a
@@ -53,28 +52,17 @@ where
         super::SyncMode::Always => cairn::SyncPolicy::Always,
         super::SyncMode::Never => cairn::SyncPolicy::Never,
     });
-    let peers = opts
-        .cluster
-        .servers()
-        .iter()
-        .map(|s| {
-            peer::PeerConn::new(
-                s.addr,
-                opts.peer_timeout.min(Duration::from_secs(2)),
-                Some(&dialer),
-            )
-        })
-        .collect();
+    // The caller's connections carry no TLS: only an insecure cluster config is
+    // accepted (Reach refuses a dialer otherwise), and callers are trusted as under
+    // `--insecure`.
+    let reach = Reach::server(&opts.cluster, id, Some(dialer))?;
+    let peers = peers(&opts, &reach)?;
     let node = open_node(&opts, id, engine, peers, true)?;
-    let (meta, peer) = services(&node);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(meta)
-            .add_service(peer)
-            .serve_with_incoming_shutdown(incoming, async {
-                let _ = stop_rx.await;
-            }),
+        router(&opts, &node, false).serve_with_incoming_shutdown(incoming, async {
+            let _ = stop_rx.await;
+        }),
     );
     tokio::spawn(node.clone().intent_runner());
     tokio::spawn(node.clone().housekeeping());

@@ -16,12 +16,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn_fs::{rules, Attr, Cred, RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT};
+use cairn_fs::{rules, Attr, Cred, ROOT};
 
 use super::names::decode_entry;
 use super::node::*;
 use super::peer::peer_call;
-use crate::giga::{dir_home, home_of, name_hash, server_of};
+use super::rename::dir_moves;
+use crate::giga::{dir_home, home_of};
 use crate::proto;
 use crate::proto::follow_up::Call;
 use crate::rows::*;
@@ -81,25 +82,17 @@ impl Drop for Driving {
     }
 }
 
-/// What the local first step of a rename found.
-pub(crate) enum RenameStep {
-    /// Done in one local batch (or nothing to do).
-    Done,
-    /// The owner of this inode (elsewhere) is needed for the sticky-bit rule.
-    NeedOwner(u64),
-    /// An intent was prepared.
-    Intent(u64),
-}
-
 /// What the local first step of an rmdir found.
 pub(crate) enum RmdirStep {
     NeedOwner(u64),
     Intent(u64, u64),
 }
 
-/// How often (and how long) a coordinator asks for the rename lock.
-const LOCK_TRIES: u32 = 100;
-const LOCK_LEASE_MS: u32 = 10_000;
+/// Whether follow-up `f` releases something another server holds for its intent
+/// (after it, the calls before it must not be replayed).
+fn releases(f: &proto::FollowUp) -> bool {
+    matches!(f.call, Some(Call::ReleaseRename(_)))
+}
 
 impl Node {
     /// The names intent `row` holds on this server.
@@ -127,7 +120,7 @@ impl Node {
     }
 
     /// Writes intent `id` anew (a later step's state), durably.
-    fn rewrite_intent(&self, id: u64, f: impl FnOnce(&mut proto::IntentRow)) -> R<()> {
+    pub(crate) fn rewrite_intent(&self, id: u64, f: impl FnOnce(&mut proto::IntentRow)) -> R<()> {
         let mut m = self.mu.lock();
         let mut row = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
         f(&mut row);
@@ -140,7 +133,12 @@ impl Node {
     }
 
     /// Records a new intent (its names held) and makes it durable.
-    fn begin_intent(&self, m: &mut Mem, row: proto::IntentRow, extra: Option<Batch>) -> R<u64> {
+    pub(crate) fn begin_intent(
+        &self,
+        m: &mut Mem,
+        row: proto::IntentRow,
+        extra: Option<Batch>,
+    ) -> R<u64> {
         let id = self.alloc_intent(m)?;
         let names = self.intent_names(&row);
         self.reserve(m, (self.id, id), &names)?;
@@ -237,7 +235,7 @@ impl Node {
 
     /// Whether directory `a` is `d` or one of its ancestors (walking parents from `d`
     /// to the root, each at its home).
-    async fn is_ancestor(self: &NodeRef, a: u64, d: u64) -> R<bool> {
+    pub(crate) async fn is_ancestor(self: &NodeRef, a: u64, d: u64) -> R<bool> {
         let mut cur = d;
         for _ in 0..4096 {
             if cur == a {
@@ -301,7 +299,15 @@ impl Node {
     pub(crate) async fn run_followups(self: &NodeRef, id: u64) -> R<()> {
         let row = self.intent_row(id)?;
         let k = (self.id, id);
-        for f in &row.followups {
+        let start = (row.followups_done as usize).min(row.followups.len());
+        for (i, f) in row.followups.iter().enumerate().skip(start) {
+            if releases(f) && i > start {
+                // Once this call is made, the names it releases may change hands: a
+                // retry (its reply lost, this server restarted) must not replay the
+                // calls before it. Recorded durably before it is sent.
+                self.blocking(move |n| n.followups_done(id, i as u32))
+                    .await?;
+            }
             match self.followup(k, f).await {
                 Ok(()) => {}
                 Err(Fail::Errno(e)) => {
@@ -318,7 +324,27 @@ impl Node {
             }
         }
         self.point("followups:done")?;
+        tracing::debug!(
+            server = self.id,
+            "{} intent {id}: finished",
+            kind_name(row.kind)
+        );
         self.blocking(move |n| n.finish_intent(id)).await
+    }
+
+    /// Records that the first `done` follow-ups of intent `id` are made (durably).
+    fn followups_done(&self, id: u64, done: u32) -> R<()> {
+        let mut m = self.mu.lock();
+        let Some(row) = m.intents.get_mut(&id) else {
+            return errno(libc::EIO);
+        };
+        row.followups_done = done;
+        let row = row.clone();
+        let mut b = Batch::new();
+        b.put(&intent_key(id), &row);
+        self.apply(b)?;
+        drop(m);
+        self.durable()
     }
 
     /// Makes the follow-ups of committed intent `id` (created by this request) now,
@@ -334,6 +360,17 @@ impl Node {
     pub(crate) async fn drive(self: &NodeRef, id: u64) -> R<()> {
         let row = self.intent_row(id)?;
         match (row.kind, row.state) {
+            (K_RENAME, S_COMMITTED) => {
+                self.run_followups(id).await?;
+                // The cluster's rename lock, if this rename took it (a directory
+                // moved across parents), is released now rather than at the end
+                // of its lease (releasing a lock held by another is a no-op).
+                let (moves, swaps) = dir_moves(&row, row.target_kind);
+                if moves || swaps {
+                    self.rename_lock((self.id, id), false).await;
+                }
+                Ok(())
+            }
             (_, S_COMMITTED) => self.run_followups(id).await,
             (K_MKDIR, _) => self.drive_mkdir(id).await.map(drop),
             (K_LINK, _) => self.drive_link(id).await.map(drop),
@@ -720,7 +757,7 @@ impl Node {
     /// Prepares the removal of directory `child` for intent `id`: at its home first;
     /// if its partition 0 was ever split, on every server. Returns the servers that
     /// prepared it. `ENOTEMPTY` if any partition holds an entry.
-    async fn prepare_removal(self: &NodeRef, id: u64, child: u64) -> R<Vec<u32>> {
+    pub(crate) async fn prepare_removal(self: &NodeRef, id: u64, child: u64) -> R<Vec<u32>> {
         let k = (self.id, id);
         let hc = home_of(child);
         let req = proto::RmdirReq {
@@ -769,566 +806,6 @@ impl Node {
             return Err(e);
         }
         Ok(all)
-    }
-
-    // ---- rename ----------------------------------------------------------------------
-
-    /// Asks (or returns) the cluster's rename lock for intent `k`.
-    async fn rename_lock(self: &NodeRef, k: IntentKey, acquire: bool) -> bool {
-        let tries = if acquire { LOCK_TRIES } else { 1 };
-        for _ in 0..tries {
-            let req = proto::LockReq {
-                h: self.ph(k, None),
-                acquire,
-                lease_ms: LOCK_LEASE_MS,
-            };
-            match peer_call!(self, 0, rename_lock, p_rename_lock, req) {
-                Ok(r) if r.granted => return true,
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::info!("rename lock: {e:?}");
-                    if !acquire {
-                        return false;
-                    }
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        false
-    }
-
-    /// The checks of a rename's destination `(dd, d)` held here: writable, permitted,
-    /// and the replace rules. Returns the entry there (0 if none) and the directory's
-    /// permissions.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn dest_check(
-        &self,
-        m: &Mem,
-        checks: bool,
-        cred: &Cred,
-        dd: u64,
-        d: &[u8],
-        flags: u32,
-        src: (u64, u32),
-        mine: Option<IntentKey>,
-    ) -> R<(u64, u32, Attr)> {
-        self.writable_part(m, dd, d, mine)?;
-        let dp = self.dir_perms(dd)?;
-        rules::check_access(checks, cred, &dp, rules::MAY_WRITE | rules::MAY_EXEC)?;
-        let target = match self.get_raw(&entry_key(dd, d))? {
-            Some(v) => Some(decode_entry(&v)?),
-            None => None,
-        };
-        let exchange = flags & RENAME_EXCHANGE != 0;
-        match target {
-            None if exchange => errno(libc::ENOENT),
-            None => Ok((0, 0, dp)),
-            Some(_) if !exchange && flags & RENAME_NOREPLACE != 0 => errno(libc::EEXIST),
-            Some(t) if t.ino == src.0 => Ok((t.ino, t.kind, dp)),
-            Some(t) => {
-                if !exchange {
-                    let sdir = src.1 == libc::S_IFDIR;
-                    let tdir = t.kind == libc::S_IFDIR;
-                    if sdir && !tdir {
-                        return errno(libc::ENOTDIR);
-                    }
-                    if !sdir && tdir {
-                        return errno(libc::EISDIR);
-                    }
-                }
-                Ok((t.ino, t.kind, dp))
-            }
-        }
-    }
-
-    /// Merges a bitmap of directory `dir` learnt from a redirect.
-    fn learn_bitmap(&self, dir: u64, parts: Vec<u32>) {
-        let mut bm = self.bitmaps.lock();
-        if bm.len() > 100_000 && !bm.contains_key(&dir) {
-            bm.clear();
-        }
-        bm.entry(dir).or_default().merge(parts);
-    }
-
-    /// The server of name `d` of directory `dd` by this server's (learnt) bitmap.
-    fn route(&self, dd: u64, d: &[u8]) -> u32 {
-        let h = name_hash(d);
-        let i = self.bitmaps.lock().get(&dd).map_or(0, |b| b.route(h));
-        server_of(home_of(dd), i, self.n)
-    }
-
-    /// rename (see DESIGN.md, "Cluster"): in one local batch when everything is here,
-    /// else with an intent: the destination's server prepares its name, then the
-    /// source entry goes (or changes, for an exchange) here, and the follow-ups write
-    /// the destination, move link rows, count subdirectories, and drop what was
-    /// replaced. Directory moves across parents hold the cluster's rename lock while
-    /// the new parent's ancestors are checked.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn rename(
-        self: &NodeRef,
-        checks: bool,
-        cred: Cred,
-        sd: u64,
-        s: Vec<u8>,
-        dd: u64,
-        d: Vec<u8>,
-        flags: u32,
-    ) -> R<()> {
-        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
-            || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
-        {
-            return errno(libc::EINVAL);
-        }
-        rules::check_name(&s)?;
-        rules::check_name(&d)?;
-        for n in [&s, &d] {
-            if n.as_slice() == b"." || n.as_slice() == b".." {
-                return errno(libc::EBUSY);
-            }
-        }
-        let exchange = flags & RENAME_EXCHANGE != 0;
-        let mut owner: Option<(u64, u32)> = None;
-        let mut id = None;
-        for _ in 0..4 {
-            let (s2, d2) = (s.clone(), d.clone());
-            let step = self
-                .blocking(move |n| n.rename_begin(checks, &cred, sd, &s2, dd, &d2, flags, owner))
-                .await?;
-            match step {
-                RenameStep::Done => return Ok(()),
-                RenameStep::NeedOwner(ino) => {
-                    let a = self.attr_anywhere(ino).await?;
-                    owner = Some((ino, a.uid));
-                }
-                RenameStep::Intent(i) => {
-                    id = Some(i);
-                    break;
-                }
-            }
-        }
-        let Some(id) = id else {
-            return Err(Fail::Busy);
-        };
-        let _g = Driving::adopt(self, id);
-        self.point("rename:after-intent")?;
-        let k = (self.id, id);
-        let mut locked = false;
-        let res = self
-            .rename_prepare(id, checks, &cred, exchange, &mut locked)
-            .await;
-        let participants = match res {
-            Ok(Some(p)) => p,
-            Ok(None) => {
-                // The same inode under both names: nothing to do.
-                if let Err(a) = self.abort_intent(id).await {
-                    tracing::info!(server = self.id, "rename {id}: undone later: {a:?}");
-                }
-                return Ok(());
-            }
-            Err(e) => {
-                if let Err(a) = self.abort_intent(id).await {
-                    tracing::info!(server = self.id, "rename {id}: undone later: {a:?}");
-                }
-                return Err(e);
-            }
-        };
-        self.point("rename:after-prepare")?;
-        self.blocking(move |n| n.rename_commit(id, participants))
-            .await?;
-        self.point("rename:after-commit")?;
-        match self.run_followups(id).await {
-            Ok(()) => {
-                if locked {
-                    self.rename_lock(k, false).await;
-                }
-            }
-            Err(e) => tracing::info!(server = self.id, "rename {id}: follow-ups later: {e:?}"),
-        }
-        Ok(())
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn rename_begin(
-        &self,
-        checks: bool,
-        cred: &Cred,
-        sd: u64,
-        s: &[u8],
-        dd: u64,
-        d: &[u8],
-        flags: u32,
-        owner: Option<(u64, u32)>,
-    ) -> R<RenameStep> {
-        let exchange = flags & RENAME_EXCHANGE != 0;
-        let mut m = self.mu.lock();
-        let i1 = self.writable_part(&m, sd, s, None)?;
-        let sp = self.dir_perms(sd)?;
-        rules::check_access(checks, cred, &sp, rules::MAY_WRITE | rules::MAY_EXEC)?;
-        let Some(v) = self.get_raw(&entry_key(sd, s))? else {
-            return errno(libc::ENOENT);
-        };
-        let src = decode_entry(&v)?;
-        let sticky = |dirp: &Attr, ino: u64| -> R<Option<RenameStep>> {
-            if !(checks && dirp.mode & libc::S_ISVTX != 0 && cred.uid != 0 && cred.uid != dirp.uid)
-            {
-                return Ok(None);
-            }
-            let uid = if home_of(ino) == self.id {
-                self.inode(ino)?.map(|i| i.uid)
-            } else {
-                match owner {
-                    Some((o, uid)) if o == ino => Some(uid),
-                    _ => return Ok(Some(RenameStep::NeedOwner(ino))),
-                }
-            };
-            if let Some(uid) = uid {
-                rules::check_sticky(checks, cred, dirp, uid)?;
-            }
-            Ok(None)
-        };
-        if let Some(step) = sticky(&sp, src.ino)? {
-            return Ok(step);
-        }
-        // The server of the destination name: here, or as this server's bitmap of
-        // the destination directory says (a redirect of our own teaches it).
-        let e2 = match self.locate(&m, dd, name_hash(d)) {
-            Ok(_) => self.id,
-            Err(Fail::Redirect(dir, parts)) => {
-                self.learn_bitmap(dir, parts);
-                self.route(dd, d)
-            }
-            Err(f) => {
-                let r = self.route(dd, d);
-                if r == self.id {
-                    return Err(f);
-                }
-                r
-            }
-        };
-        let local = e2 == self.id;
-        let mut row = proto::IntentRow {
-            kind: K_RENAME,
-            state: S_PREPARED,
-            created_ms: now_ms(),
-            dir: sd,
-            name: s.to_vec(),
-            ino: src.ino,
-            kind_bits: src.kind,
-            new_dir: dd,
-            new_name: d.to_vec(),
-            flags,
-            target: e2,
-            time: cairn_fs::now_ns(),
-            ..Default::default()
-        };
-        if local {
-            let (tino, tkind, dp) =
-                self.dest_check(&m, checks, cred, dd, d, flags, (src.ino, src.kind), None)?;
-            if tino == src.ino {
-                return Ok(RenameStep::Done);
-            }
-            if tino != 0 {
-                if let Some(step) = sticky(&dp, tino)? {
-                    return Ok(step);
-                }
-            }
-            row.target_ino = tino;
-            row.target_kind = tkind;
-            // Everything here, nothing to check elsewhere: one batch.
-            let simple = !exchange
-                && home_of(src.ino) == self.id
-                && (src.kind != libc::S_IFDIR || sd == dd)
-                && (tino == 0 || (tkind != libc::S_IFDIR && home_of(tino) == self.id));
-            if simple {
-                let i2 = self.writable_part(&m, dd, d, None)?;
-                let now = row.time;
-                let mut b = Batch::new();
-                b.delete(&entry_key(sd, s));
-                self.count_entry(&mut m, &mut b, sd, i1, false);
-                b.put(
-                    &entry_key(dd, d),
-                    &proto::EntryRow {
-                        ino: src.ino,
-                        kind: src.kind,
-                    },
-                );
-                if tino == 0 {
-                    self.count_entry(&mut m, &mut b, dd, i2, true);
-                } else {
-                    self.drop_link_in(&m, &mut b, tino, dd, d, now)?;
-                }
-                self.move_link_in(
-                    &mut b,
-                    &proto::MoveLinkReq {
-                        h: None,
-                        ino: src.ino,
-                        old_dir: sd,
-                        old_name: s.to_vec(),
-                        new_dir: dd,
-                        new_name: d.to_vec(),
-                        time: now,
-                    },
-                )?;
-                self.apply(b)?;
-                self.touch_dir(&mut m, sd, now);
-                self.touch_dir(&mut m, dd, now);
-                drop(m);
-                self.ack()?;
-                return Ok(RenameStep::Done);
-            }
-        }
-        let id = self.begin_intent(&mut m, row, None)?;
-        drop(m);
-        self.durable()?;
-        Ok(RenameStep::Intent(id))
-    }
-
-    /// Prepares rename intent `id` beyond its source: the destination name (at its
-    /// server, following redirects), the sticky rule there, the removal of a replaced
-    /// directory, and (under the rename lock) that no directory moves into itself.
-    /// `None`: both names are the same inode.
-    async fn rename_prepare(
-        self: &NodeRef,
-        id: u64,
-        checks: bool,
-        cred: &Cred,
-        exchange: bool,
-        locked: &mut bool,
-    ) -> R<Option<Vec<u32>>> {
-        let k = (self.id, id);
-        let mut row = self.intent_row(id)?;
-        let (tino, tkind, dmode, duid) = if row.target == self.id {
-            let (tino, tkind) = (row.target_ino, row.target_kind);
-            let dp = self.blocking(move |n| n.dir_perms(row.new_dir)).await?;
-            // The sticky rule for a local target was checked in the first step.
-            (tino, tkind, 0, dp.uid)
-        } else {
-            let mut tries = 0;
-            loop {
-                tries += 1;
-                let req = proto::RenamePrepareReq {
-                    h: self.ph(k, Some((cred, checks))),
-                    new_dir: row.new_dir,
-                    new_name: row.new_name.clone(),
-                    flags: row.flags,
-                    ino: row.ino,
-                    kind: row.kind_bits,
-                };
-                match peer_call!(self, row.target, prepare_rename, p_prepare_rename, req) {
-                    Ok(rep) => break (rep.target_ino, rep.target_kind, rep.dir_mode, rep.dir_uid),
-                    Err(Fail::Redirect(dir, parts)) if tries < 32 && dir == row.new_dir => {
-                        self.learn_bitmap(dir, parts);
-                        let e2 = self.route(row.new_dir, &row.new_name);
-                        if e2 == self.id {
-                            // Its partition is here after all (a split moved it):
-                            // start over.
-                            return Err(Fail::Busy);
-                        }
-                        self.blocking(move |n| n.rewrite_intent(id, |r| r.target = e2))
-                            .await?;
-                        row.target = e2;
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-        };
-        if tino == row.ino {
-            return Ok(None);
-        }
-        // The sticky bit of the destination directory for a remote target.
-        if row.target != self.id
-            && tino != 0
-            && checks
-            && dmode & libc::S_ISVTX != 0
-            && cred.uid != 0
-            && cred.uid != duid
-        {
-            let a = self.attr_anywhere(tino).await?;
-            rules::check_sticky(
-                checks,
-                cred,
-                &Attr {
-                    mode: dmode,
-                    uid: duid,
-                    ..a.clone()
-                },
-                a.uid,
-            )?;
-        }
-        let mut participants = Vec::new();
-        if !exchange && tkind == libc::S_IFDIR && tino != 0 {
-            let hx = home_of(tino);
-            self.blocking(move |n| {
-                n.rewrite_intent(id, |r| {
-                    r.target_ino = tino;
-                    r.target_kind = tkind;
-                    r.prepared_on = vec![hx];
-                })
-            })
-            .await?;
-            participants = self.prepare_removal(id, tino).await?;
-        } else if tino != 0 && (row.target_ino != tino || row.target_kind != tkind) {
-            self.blocking(move |n| {
-                n.rewrite_intent(id, |r| {
-                    r.target_ino = tino;
-                    r.target_kind = tkind;
-                })
-            })
-            .await?;
-        }
-        let (sd, dd) = (row.dir, row.new_dir);
-        let moves_dir = row.kind_bits == libc::S_IFDIR && sd != dd;
-        let swaps_dir = exchange && tkind == libc::S_IFDIR && sd != dd;
-        if moves_dir || swaps_dir {
-            if !self.rename_lock(k, true).await {
-                return Err(Fail::Busy);
-            }
-            *locked = true;
-            if moves_dir && self.is_ancestor(row.ino, dd).await? {
-                return errno(libc::EINVAL);
-            }
-            if swaps_dir && self.is_ancestor(tino, sd).await? {
-                return errno(libc::EINVAL);
-            }
-        }
-        Ok(Some(participants))
-    }
-
-    /// Commits rename intent `id`: the source entry here (and the destination, if its
-    /// name is here too), and the list of follow-ups.
-    fn rename_commit(&self, id: u64, participants: Vec<u32>) -> R<()> {
-        let k = (self.id, id);
-        let mut m = self.mu.lock();
-        let mut row = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
-        let exchange = row.flags & RENAME_EXCHANGE != 0;
-        let (sd, dd) = (row.dir, row.new_dir);
-        let (src, skind) = (row.ino, row.kind_bits);
-        let (tino, tkind) = (row.target_ino, row.target_kind);
-        let now = cairn_fs::now_ns();
-        let i1 = self.writable_part(&m, sd, &row.name, Some(k))?;
-        let mut b = Batch::new();
-        if exchange {
-            b.put(
-                &entry_key(sd, &row.name),
-                &proto::EntryRow {
-                    ino: tino,
-                    kind: tkind,
-                },
-            );
-        } else {
-            b.delete(&entry_key(sd, &row.name));
-            self.count_entry(&mut m, &mut b, sd, i1, false);
-        }
-        let remote = row.target != self.id;
-        if !remote {
-            let i2 = self.writable_part(&m, dd, &row.new_name, Some(k))?;
-            b.put(
-                &entry_key(dd, &row.new_name),
-                &proto::EntryRow {
-                    ino: src,
-                    kind: skind,
-                },
-            );
-            if tino == 0 {
-                self.count_entry(&mut m, &mut b, dd, i2, true);
-            }
-        }
-        let mut f = Vec::new();
-        let call = |server: u32, call: Call| proto::FollowUp {
-            server,
-            call: Some(call),
-        };
-        if remote {
-            f.push(call(
-                row.target,
-                Call::CommitRename(proto::IntentRef { h: None }),
-            ));
-        }
-        f.push(call(
-            home_of(src),
-            Call::MoveLink(proto::MoveLinkReq {
-                h: None,
-                ino: src,
-                old_dir: sd,
-                old_name: row.name.clone(),
-                new_dir: dd,
-                new_name: row.new_name.clone(),
-                time: now,
-            }),
-        ));
-        if exchange {
-            f.push(call(
-                home_of(tino),
-                Call::MoveLink(proto::MoveLinkReq {
-                    h: None,
-                    ino: tino,
-                    old_dir: dd,
-                    old_name: row.new_name.clone(),
-                    new_dir: sd,
-                    new_name: row.name.clone(),
-                    time: now,
-                }),
-            ));
-        }
-        let subdir = |dir: u64, child: u64, add: bool| {
-            call(
-                home_of(dir),
-                Call::Subdir(proto::SubdirReq {
-                    h: None,
-                    dir,
-                    child,
-                    add,
-                    time: now,
-                }),
-            )
-        };
-        if skind == libc::S_IFDIR && sd != dd {
-            f.push(subdir(sd, src, false));
-            f.push(subdir(dd, src, true));
-        }
-        if exchange && tkind == libc::S_IFDIR && sd != dd {
-            f.push(subdir(dd, tino, false));
-            f.push(subdir(sd, tino, true));
-        }
-        if !exchange && tino != 0 {
-            if tkind == libc::S_IFDIR {
-                for &s in &participants {
-                    f.push(call(
-                        s,
-                        Call::CommitRmdir(proto::RmdirReq { h: None, dir: tino }),
-                    ));
-                }
-                f.push(subdir(dd, tino, false));
-            } else {
-                f.push(call(
-                    home_of(tino),
-                    Call::DropLink(proto::LinkRef {
-                        h: None,
-                        ino: tino,
-                        dir: dd,
-                        name: row.new_name.clone(),
-                        time: now,
-                    }),
-                ));
-            }
-        }
-        if remote {
-            f.push(call(
-                row.target,
-                Call::ReleaseRename(proto::IntentRef { h: None }),
-            ));
-        }
-        row.state = S_COMMITTED;
-        row.followups = f;
-        b.put(&intent_key(id), &row);
-        self.apply(b)?;
-        m.intents.insert(id, row);
-        self.touch_dir(&mut m, sd, now);
-        if !remote {
-            self.touch_dir(&mut m, dd, now);
-        }
-        drop(m);
-        self.durable()
     }
 
     // ---- the background runner ---------------------------------------------------------

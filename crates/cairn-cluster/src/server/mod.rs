@@ -10,13 +10,14 @@ mod intent;
 mod names;
 pub(crate) mod node;
 mod peer;
+mod rename;
 mod split;
 mod svc;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,6 +50,10 @@ pub enum SyncMode {
 /// Default entries of a partition above which it splits.
 pub const DEFAULT_SPLIT_THRESHOLD: u64 = 8192;
 
+/// How long [`ServerHandle::shutdown`] (and SIGTERM on `cairn serve`) waits for requests
+/// in flight and for clients to close their connections before closing the store.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
 /// How to run a server.
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
@@ -67,6 +72,13 @@ pub struct ServerOptions {
     pub split_threshold: u64,
     /// Timeout of a call to another server.
     pub peer_timeout: Duration,
+    /// Longest a request may run before it is answered DEADLINE_EXCEEDED ("timeout
+    /// expired"); the operation itself still finishes or rolls back as usual.
+    pub request_timeout: Duration,
+    /// Longest a new connection may take to complete its TLS handshake.
+    pub handshake_timeout: Duration,
+    /// Requests of one connection served at once (more wait their turn).
+    pub max_requests_per_connection: usize,
     /// Test hook: stop as if killed when reaching this named point (see DESIGN.md,
     /// "Cluster", crash points).
     #[doc(hidden)]
@@ -75,7 +87,9 @@ pub struct ServerOptions {
 
 impl ServerOptions {
     /// Options with the defaults: `SyncMode::Always`, no metrics endpoint, split
-    /// threshold [`DEFAULT_SPLIT_THRESHOLD`], peer timeout 5 s.
+    /// threshold [`DEFAULT_SPLIT_THRESHOLD`], peer timeout 5 s, request timeout 30 s,
+    /// handshake timeout 5 s, 128 requests at once per connection; mutual TLS unless the
+    /// cluster config is insecure ([`ClusterConfig::set_insecure`]).
     pub fn new(
         dir: impl Into<PathBuf>,
         listen: SocketAddr,
@@ -89,6 +103,9 @@ impl ServerOptions {
             metrics: None,
             split_threshold: DEFAULT_SPLIT_THRESHOLD,
             peer_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(5),
+            max_requests_per_connection: 128,
             crash_at: None,
         }
     }
@@ -101,6 +118,7 @@ pub struct ServerHandle {
     rt: Option<tokio::runtime::Runtime>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     serve: Option<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>>,
+    refused: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for ServerHandle {
@@ -123,20 +141,33 @@ impl ServerHandle {
         self.node.id
     }
 
+    /// Connections refused since it started (no certificate, one not signed by the
+    /// cluster's CA, expired, of the wrong purpose, or no handshake in time); also the
+    /// metric `cairn_tls_refused_total{reason}`.
+    pub fn refused_connections(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
     /// Stops accepting requests, finishes those in flight, stops the background work
     /// (an unfinished split or intent is finished at the next start), writes what was
     /// deferred, and closes the store.
+    ///
+    /// Waits at most [`SHUTDOWN_GRACE`] for requests in flight and open connections.
     pub fn shutdown(mut self) -> Result<(), ServerError> {
         let rt = self.rt.take().expect("runtime present until shutdown");
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        let served = self.serve.take().map(|t| {
+        // Requests in flight get SHUTDOWN_GRACE to finish; connections still open then
+        // (a client that keeps an idle connection and never answers the GOAWAY) are
+        // dropped with the runtime rather than waited for.
+        let served = self.serve.take().and_then(|t| {
+            let wait = async move { tokio::time::timeout(SHUTDOWN_GRACE, t).await.ok() };
             if tokio::runtime::Handle::try_current().is_ok() {
-                std::thread::scope(|s| s.spawn(|| rt.block_on(t)).join())
+                std::thread::scope(|s| s.spawn(|| rt.block_on(wait)).join())
                     .unwrap_or_else(|e| std::panic::resume_unwind(e))
             } else {
-                rt.block_on(t)
+                rt.block_on(wait)
             }
         });
         // Background tasks stop at their next step; everything they did is durable.
@@ -259,6 +290,24 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
     let cfg = opts.cluster.clone();
     let id = server_id(&cfg, opts.listen)?;
     let dir = opts.dir.clone();
+    // TLS first: a server that cannot authenticate touches no store.
+    let refused = Arc::new(AtomicU64::new(0));
+    let acceptor = if cfg.insecure() {
+        tracing::warn!(
+            server = id,
+            "--insecure: plain TCP, no authentication: anyone who reaches {} can read and change the namespace",
+            opts.listen
+        );
+        None
+    } else {
+        Some(crate::tls::Acceptor::new(
+            &cfg,
+            id,
+            opts.handshake_timeout,
+            refused.clone(),
+        )?)
+    };
+    let reach = crate::transport::Reach::server(&cfg, id, None)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(64)
@@ -272,12 +321,7 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
     });
     let peers = {
         let _g = rt.enter();
-        cfg.servers()
-            .iter()
-            .map(|s| {
-                peer::PeerConn::new(s.addr, opts.peer_timeout.min(Duration::from_secs(2)), None)
-            })
-            .collect()
+        peers(&opts, &reach)?
     };
     let node = open_node(&opts, id, engine, peers, false)?;
     let listener =
@@ -309,26 +353,27 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
     }
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let serve = {
-        let (meta, peer) = services(&node);
+        let router = router(&opts, &node, acceptor.is_some());
         let _g = rt.enter();
         let listener =
             tokio::net::TcpListener::from_std(listener).map_err(|source| ServerError::Listen {
                 addr: opts.listen,
                 source,
             })?;
-        // TCP_NODELAY on every accepted connection: a reply goes out as several small
-        // HTTP/2 frames, which Nagle's algorithm would hold back for the peer's ACK.
-        // (`Server::tcp_nodelay` applies only to listeners tonic binds itself.)
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        rt.spawn(
-            tonic::transport::Server::builder()
-                .add_service(meta)
-                .add_service(peer)
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stop_rx.await;
-                }),
-        )
+        let stop = async {
+            let _ = stop_rx.await;
+        };
+        match acceptor {
+            Some(a) => rt.spawn(router.serve_with_incoming_shutdown(a.incoming(listener), stop)),
+            // TCP_NODELAY on every accepted connection (the TLS accept loop sets it
+            // too): a reply goes out as several small HTTP/2 frames, which Nagle's
+            // algorithm would hold back for the peer's ACK. (`Server::tcp_nodelay`
+            // applies only to listeners tonic binds itself.)
+            None => rt.spawn(router.serve_with_incoming_shutdown(
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                stop,
+            )),
+        }
     };
     rt.spawn(node.clone().intent_runner());
     rt.spawn(node.clone().housekeeping());
@@ -340,7 +385,23 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
         rt: Some(rt),
         stop: Some(stop_tx),
         serve: Some(serve),
+        refused,
     })
+}
+
+/// The connection to each server of the cluster, through `reach` (inside a tokio
+/// runtime).
+fn peers(
+    opts: &ServerOptions,
+    reach: &crate::transport::Reach,
+) -> Result<Vec<peer::PeerConn>, ServerError> {
+    let t = opts.peer_timeout.min(Duration::from_secs(2));
+    Ok(opts
+        .cluster
+        .servers()
+        .iter()
+        .map(|s| peer::PeerConn::new(reach, s, t))
+        .collect::<Result<Vec<_>, crate::tls::TlsError>>()?)
 }
 
 /// Opens a server's store (with `engine`'s options), refuses another cluster's or
@@ -415,20 +476,40 @@ fn open_node(
     Ok(node)
 }
 
-/// The gRPC services of a node.
-fn services(
-    node: &NodeRef,
-) -> (
-    proto::meta_server::MetaServer<svc::MetaSvc>,
-    proto::peer_server::PeerServer<svc::PeerSvc>,
-) {
-    let meta = proto::meta_server::MetaServer::new(svc::MetaSvc(node.clone()))
-        .max_decoding_message_size(MAX_MESSAGE)
-        .max_encoding_message_size(MAX_MESSAGE);
-    let peer = proto::peer_server::PeerServer::new(svc::PeerSvc(node.clone()))
-        .max_decoding_message_size(MAX_MESSAGE)
-        .max_encoding_message_size(MAX_MESSAGE);
-    (meta, peer)
+/// The gRPC server of a node: its two services behind the interceptors that learn who
+/// calls (`secure`: from the TLS connection's certificates; else everyone is trusted),
+/// with the request timeout and per-connection limits of `opts`.
+fn router(opts: &ServerOptions, node: &NodeRef, secure: bool) -> tonic::transport::server::Router {
+    use tonic::service::interceptor::InterceptedService;
+    let meta = InterceptedService::new(
+        proto::meta_server::MetaServer::new(svc::MetaSvc(node.clone()))
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE),
+        move |mut req: tonic::Request<()>| {
+            let who = svc::caller(secure, &req)?;
+            req.extensions_mut().insert(who);
+            Ok(req)
+        },
+    );
+    let peer = InterceptedService::new(
+        proto::peer_server::PeerServer::new(svc::PeerSvc(node.clone()))
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE),
+        move |req: tonic::Request<()>| match svc::caller(secure, &req)? {
+            crate::tls::Caller::Client(_) => Err(tonic::Status::permission_denied(
+                "the server-to-server service is for servers' certificates only",
+            )),
+            _ => Ok(req),
+        },
+    );
+    tonic::transport::Server::builder()
+        .timeout(opts.request_timeout)
+        .concurrency_limit_per_connection(opts.max_requests_per_connection.max(1))
+        .max_concurrent_streams(Some(2 * opts.max_requests_per_connection.max(1) as u32))
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .add_service(meta)
+        .add_service(peer)
 }
 
 /// Loads what the server keeps in memory from its rows, creates the root directory on

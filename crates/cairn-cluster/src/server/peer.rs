@@ -28,22 +28,21 @@ pub(crate) struct PeerConn {
 }
 
 impl PeerConn {
-    /// A lazy connection to `addr` (must be called inside a tokio runtime), through
-    /// `dialer` if given.
+    /// A lazy connection to `s` through `reach` (must be called inside a tokio runtime).
     pub(crate) fn new(
-        addr: std::net::SocketAddr,
+        reach: &crate::transport::Reach,
+        s: &crate::config::ServerInfo,
         connect_timeout: Duration,
-        dialer: Option<&crate::transport::Dialer>,
-    ) -> PeerConn {
-        let ch = crate::transport::channel(dialer, addr, connect_timeout);
-        PeerConn {
+    ) -> Result<PeerConn, crate::tls::TlsError> {
+        let ch = reach.channel(s, connect_timeout, None)?;
+        Ok(PeerConn {
             meta: MetaClient::new(ch.clone())
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE),
             peer: PeerClient::new(ch)
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE),
-        }
+        })
     }
 }
 
@@ -284,6 +283,14 @@ impl Node {
             let m = n.mu.lock();
             let mut b = Batch::new();
             n.move_link_in(&mut b, &r)?;
+            tracing::debug!(
+                server = n.id,
+                intent = ?intent_of(r.h.as_ref()).ok(),
+                "move link {:#x}: {:#x} -> {:#x}",
+                r.ino,
+                r.old_dir,
+                r.new_dir
+            );
             n.apply(b)?;
             drop(m);
             n.durable()?;
@@ -298,6 +305,14 @@ impl Node {
             let mut m = n.mu.lock();
             let mut b = Batch::new();
             n.subdir_in(&mut m, &mut b, &r)?;
+            tracing::debug!(
+                server = n.id,
+                intent = ?intent_of(r.h.as_ref()).ok(),
+                "subdir {:#x} -> {:#x} add={}",
+                r.dir,
+                r.child,
+                r.add
+            );
             n.apply(b)?;
             drop(m);
             n.durable()?;
@@ -397,6 +412,11 @@ impl Node {
                 b.delete(&k);
             }
             b.delete(&perms_key(dir));
+            tracing::debug!(
+                server = n.id,
+                intent = ?intent_of(r.h.as_ref()).ok(),
+                "commit rmdir {dir:#x}"
+            );
             if home_of(dir) == n.id {
                 if let Some(i) = n.inode(dir)? {
                     n.free_rows(&mut b, dir, &i)?;
@@ -587,6 +607,7 @@ impl Node {
             n.unreserve(&mut m, k);
             drop(m);
             n.durable()?;
+            n.point("release-rename:after-write")?;
             Ok(proto::PeerReply::default())
         })
         .await

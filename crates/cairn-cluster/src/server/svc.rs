@@ -16,6 +16,7 @@ use super::peer::Reply;
 use crate::proto;
 use crate::proto::meta_server::Meta;
 use crate::proto::peer_server::Peer;
+use crate::tls::{Caller, Uids};
 
 /// Largest read or write of one request.
 pub(crate) const MAX_IO: usize = 8 << 20;
@@ -62,14 +63,47 @@ async fn run<Rep: Reply + Send + 'static>(
     }
 }
 
+/// Who sent a request, from its TLS certificate (any party, under `--insecure`); a
+/// request whose certificate gives no identity is refused (UNAUTHENTICATED).
+pub(crate) fn caller<T>(secure: bool, req: &Request<T>) -> Result<Caller, Status> {
+    if !secure {
+        return Ok(Caller::Trusted);
+    }
+    let certs = req.peer_certs();
+    Caller::of(certs.as_deref().map(Vec::as_slice)).map_err(Status::unauthenticated)
+}
+
+/// The caller the interceptor recorded (none: a caller allowed no uid, whose requests
+/// run as nobody), and the message.
+fn who<T>(req: Request<T>) -> (Caller, T) {
+    let who = req
+        .extensions()
+        .get::<Caller>()
+        .cloned()
+        .unwrap_or(Caller::Client(Uids::Ranges(Vec::new())));
+    (who, req.into_inner())
+}
+
 impl MetaSvc {
-    /// The caller's credential and checks flag, once its cluster id is right.
-    fn hdr(&self, h: Option<&proto::Header>) -> Result<(bool, Cred), Status> {
+    /// The credential and checks flag a request runs with, once its cluster id is
+    /// right: the header's, limited by the caller's certificate (see [`Caller::apply`]).
+    fn hdr(&self, who: &Caller, h: Option<&proto::Header>) -> Result<(bool, Cred), Status> {
         match h {
             Some(h) if h.cluster_id == self.0.cluster_id => {
-                Ok((!h.no_checks, msg_cred(h.cred.as_ref())))
+                Ok(who.apply(!h.no_checks, msg_cred(h.cred.as_ref())))
             }
             _ => Err(mismatch()),
+        }
+    }
+
+    /// Refuses a caller that may not read the server's rows or status.
+    fn admin(&self, who: &Caller) -> Result<(), Status> {
+        if who.is_admin() {
+            Ok(())
+        } else {
+            Err(Status::permission_denied(
+                "reading a server's rows needs a certificate that allows uid 0",
+            ))
         }
     }
 }
@@ -94,8 +128,8 @@ impl Meta for MetaSvc {
         &self,
         req: Request<proto::LookupReq>,
     ) -> Result<Response<proto::EntryReply>, Status> {
-        let r = req.into_inner();
-        let (checks, cred) = self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "lookup", async move {
             let f = n
@@ -115,8 +149,8 @@ impl Meta for MetaSvc {
         &self,
         req: Request<proto::InoReq>,
     ) -> Result<Response<proto::AttrReply>, Status> {
-        let r = req.into_inner();
-        self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "getattr", async move {
             n.op(move |n| n.getattr(r.ino)).await.map(attr_reply)
@@ -128,8 +162,8 @@ impl Meta for MetaSvc {
         &self,
         req: Request<proto::SetAttrReq>,
     ) -> Result<Response<proto::AttrReply>, Status> {
-        let r = req.into_inner();
-        let (checks, cred) = self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let s = SetAttr {
             mode: r.mode,
             uid: r.uid,
@@ -155,8 +189,8 @@ impl Meta for MetaSvc {
         &self,
         req: Request<proto::MakeReq>,
     ) -> Result<Response<proto::EntryReply>, Status> {
-        let r = req.into_inner();
-        let (checks, cred) = self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         let op = if r.mode & libc::S_IFMT == libc::S_IFDIR {
             "mkdir"
@@ -191,8 +225,8 @@ impl Meta for MetaSvc {
         &self,
         req: Request<proto::LinkReq>,
     ) -> Result<Response<proto::EntryReply>, Status> {
-        let r = req.into_inner();
-        let (checks, cred) = self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "link", async move {
             let (dir, name) = (r.dir, r.name.clone());
@@ -225,8 +259,8 @@ impl Meta for MetaSvc {
         &self,
         req: Request<proto::RemoveReq>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let r = req.into_inner();
-        let (checks, cred) = self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         let op = if r.rmdir { "rmdir" } else { "unlink" };
         run(&self.0, op, async move {
@@ -265,8 +299,8 @@ impl Meta for MetaSvc {
         &self,
         req: Request<proto::RenameReq>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let r = req.into_inner();
-        let (checks, cred) = self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "rename", async move {
             n.rename(checks, cred, r.dir, r.name, r.new_dir, r.new_name, r.flags)
@@ -280,8 +314,8 @@ impl Meta for MetaSvc {
         &self,
         req: Request<proto::InoReq>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let r = req.into_inner();
-        let (checks, cred) = self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "opendir", async move {
             n.op(move |n| n.opendir(checks, &cred, r.ino)).await?;
@@ -294,8 +328,8 @@ impl Meta for MetaSvc {
         &self,
         req: Request<proto::ReadDirReq>,
     ) -> Result<Response<proto::ReadDirReply>, Status> {
-        let r = req.into_inner();
-        self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "readdir", async move {
             let limit = (r.limit as usize).min(READDIR_MAX);
@@ -309,8 +343,8 @@ impl Meta for MetaSvc {
         &self,
         req: Request<proto::InoReq>,
     ) -> Result<Response<proto::InoReply>, Status> {
-        let r = req.into_inner();
-        self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "parent", async move {
             let ino = n.op(move |n| n.parent_of(r.ino)).await?;
@@ -323,8 +357,8 @@ impl Meta for MetaSvc {
         &self,
         req: Request<proto::InoReq>,
     ) -> Result<Response<proto::DataReply>, Status> {
-        let r = req.into_inner();
-        self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "readlink", async move {
             let data = n.op(move |n| n.readlink(r.ino)).await?;
@@ -337,8 +371,8 @@ impl Meta for MetaSvc {
         &self,
         req: Request<proto::OpenReq>,
     ) -> Result<Response<proto::AttrReply>, Status> {
-        let r = req.into_inner();
-        let (checks, cred) = self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "open", async move {
             n.op(move |n| n.open(checks, &cred, r.ino, r.flags))
@@ -349,8 +383,8 @@ impl Meta for MetaSvc {
     }
 
     async fn release(&self, req: Request<proto::InoReq>) -> Result<Response<proto::Empty>, Status> {
-        let r = req.into_inner();
-        self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "release", async move {
             n.op(move |n| n.release(r.ino)).await?;
@@ -363,8 +397,8 @@ impl Meta for MetaSvc {
         &self,
         req: Request<proto::ReadReq>,
     ) -> Result<Response<proto::DataReply>, Status> {
-        let r = req.into_inner();
-        self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "read", async move {
             let size = (r.size as usize).min(MAX_IO);
@@ -378,8 +412,8 @@ impl Meta for MetaSvc {
         &self,
         req: Request<proto::WriteReq>,
     ) -> Result<Response<proto::WriteReply>, Status> {
-        let r = req.into_inner();
-        self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "write", async move {
             if r.data.len() > MAX_IO {
@@ -395,8 +429,8 @@ impl Meta for MetaSvc {
     }
 
     async fn fsync(&self, req: Request<proto::InoReq>) -> Result<Response<proto::Empty>, Status> {
-        let r = req.into_inner();
-        self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "fsync", async move {
             n.blocking(|n| n.fsync()).await?;
@@ -409,8 +443,8 @@ impl Meta for MetaSvc {
         &self,
         req: Request<proto::XattrReq>,
     ) -> Result<Response<proto::DataReply>, Status> {
-        let r = req.into_inner();
-        self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "getxattr", async move {
             let data = n.op(move |n| n.getxattr(r.ino, &r.name)).await?;
@@ -423,8 +457,8 @@ impl Meta for MetaSvc {
         &self,
         req: Request<proto::XattrReq>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let r = req.into_inner();
-        let (checks, cred) = self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "setxattr", async move {
             let intent = n
@@ -442,8 +476,8 @@ impl Meta for MetaSvc {
         &self,
         req: Request<proto::InoReq>,
     ) -> Result<Response<proto::XattrListReply>, Status> {
-        let r = req.into_inner();
-        self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "listxattr", async move {
             let names = n.op(move |n| n.listxattr(r.ino)).await?;
@@ -459,8 +493,8 @@ impl Meta for MetaSvc {
         &self,
         req: Request<proto::XattrReq>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let r = req.into_inner();
-        let (checks, cred) = self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "removexattr", async move {
             n.op(move |n| n.removexattr(checks, &cred, r.ino, &r.name))
@@ -474,8 +508,8 @@ impl Meta for MetaSvc {
         &self,
         req: Request<proto::StatFsReq>,
     ) -> Result<Response<proto::StatFsReply>, Status> {
-        let r = req.into_inner();
-        self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "statfs", async move {
             n.blocking(|n| n.statfs()).await
@@ -487,8 +521,8 @@ impl Meta for MetaSvc {
         &self,
         req: Request<proto::ServerStatusReq>,
     ) -> Result<Response<proto::ServerStatusReply>, Status> {
-        let r = req.into_inner();
-        self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         let rep = tokio::spawn(async move { n.blocking(move |n| n.status(r.top)).await })
             .await
@@ -501,8 +535,9 @@ impl Meta for MetaSvc {
         &self,
         req: Request<proto::DumpReq>,
     ) -> Result<Response<proto::DumpReply>, Status> {
-        let r = req.into_inner();
-        self.hdr(r.h.as_ref())?;
+        let (who, r) = who(req);
+        self.hdr(&who, r.h.as_ref())?;
+        self.admin(&who)?;
         let n = self.0.clone();
         let rep = tokio::spawn(async move {
             n.blocking(move |n| n.dump(&r.after, r.limit as usize))

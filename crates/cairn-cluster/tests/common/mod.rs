@@ -25,7 +25,69 @@ pub fn free_addrs(n: usize) -> Vec<SocketAddr> {
     ls.iter().map(|l| l.local_addr().unwrap()).collect()
 }
 
+/// The test certificates of this process (servers 0..16; clients admin, user, u1000),
+/// and their CA.
+pub fn certs() -> &'static (tempfile::TempDir, cairn_cluster::tls::CertAuthority) {
+    static CERTS: std::sync::OnceLock<(tempfile::TempDir, cairn_cluster::tls::CertAuthority)> =
+        std::sync::OnceLock::new();
+    CERTS.get_or_init(|| {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let ca = cairn_cluster::tls::test_certs(dir.path(), 16).unwrap();
+        (dir, ca)
+    })
+}
+
+/// An endpoint (not connected) to the server at `addr` of `cfg` over TLS, presenting
+/// certificate `who` of [`certs`] (`client-admin`, `server-1`...), or none.
+pub fn endpoint(
+    cfg: &ClusterConfig,
+    addr: SocketAddr,
+    who: Option<&str>,
+) -> tonic::transport::Endpoint {
+    let identity = who.map(|c| {
+        let d = certs().0.path();
+        (
+            std::fs::read_to_string(d.join(format!("{c}.pem"))).unwrap(),
+            std::fs::read_to_string(d.join(format!("{c}.key"))).unwrap(),
+        )
+    });
+    endpoint_with(cfg, addr, identity)
+}
+
+/// An endpoint to the server at `addr` of `cfg` over TLS presenting this certificate
+/// and key (PEM), if any.
+pub fn endpoint_with(
+    cfg: &ClusterConfig,
+    addr: SocketAddr,
+    identity: Option<(String, String)>,
+) -> tonic::transport::Endpoint {
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+    let id = cfg.servers().iter().find(|s| s.addr == addr).unwrap().id;
+    let ca = std::fs::read(certs().0.path().join("ca.pem")).unwrap();
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca))
+        .domain_name(format!("server-{id}"));
+    if let Some((c, k)) = identity {
+        tls = tls.identity(Identity::from_pem(c, k));
+    }
+    tonic::transport::Endpoint::from_shared(format!("https://{addr}"))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+}
+
+/// The cluster file of servers at `addrs`, with TLS (the client: `admin`).
 pub fn config_text(addrs: &[SocketAddr]) -> String {
+    config_as(addrs, "admin")
+}
+
+/// The cluster file of servers at `addrs`, with TLS, as client `client`.
+pub fn config_as(addrs: &[SocketAddr], client: &str) -> String {
+    cairn_cluster::tls::test_cluster_text(certs().0.path(), addrs, client)
+}
+
+/// The cluster file of servers at `addrs` without TLS (for `--insecure`).
+pub fn plain_text(addrs: &[SocketAddr]) -> String {
     addrs
         .iter()
         .enumerate()
@@ -39,6 +101,11 @@ impl Cluster {
     }
 
     pub fn start_with(n: usize, threshold: u64, sync: SyncMode) -> Cluster {
+        // Logs, when asked for (RUST_LOG), into the test's captured output.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let addrs = free_addrs(n);
         let cfg = ClusterConfig::parse(&config_text(&addrs)).unwrap();
         let dirs: Vec<_> = (0..n).map(|_| tempfile::tempdir().unwrap()).collect();

@@ -1,0 +1,732 @@
+//! Who may talk to a server: mutual TLS on every connection (client to server and
+//! server to server), the identity a certificate gives its holder, and the test
+//! certificates of `cairn cluster init-certs`.
+//!
+//! Every party presents a certificate signed by the cluster's CA (the cluster file's
+//! `[tls] ca`). A server's certificate has the subject `CN=server-<id>`, a DNS name
+//! `server-<id>` (what clients and peers verify) and its IP, and both extended key
+//! usages (serverAuth, and clientAuth for its calls to peers). A client's has
+//! `CN=client-<name>` and clientAuth only, so a certificate made for a web server
+//! (serverAuth only) is refused as a client. A client certificate may carry
+//! `OU=uids:LIST` (`*`, or numbers and ranges such as `0,1000-1999`): the uids its holder
+//! may act as; a request for another uid runs as nobody (65534), and without the field
+//! every uid but 0 is allowed (root squash, as NFS does by default). Only a certificate
+//! that allows uid 0 may skip the server's permission checks (a mount that leaves them to
+//! the kernel) or read a server's rows (`cluster check`).
+//!
+//! The server side of the handshake is done here rather than in tonic, so that a refused
+//! connection is counted (`cairn_tls_refused_total{reason}`) and handshakes are bounded
+//! in time and number; the streams are then served by tonic as usual.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::rustls;
+use tokio_rustls::server::TlsStream;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use cairn_fs::Cred;
+
+use crate::config::{ClusterConfig, ServerInfo};
+
+/// Why TLS could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// The cluster file has no `[tls]` table and `--insecure` was not given.
+    #[error(
+        "the cluster file has no [tls] table (create certificates with `cairn cluster \
+         init-certs`), and plain TCP needs an explicit --insecure"
+    )]
+    NoTls,
+    /// A certificate or key this party needs is not named.
+    #[error("the cluster file names no {0}")]
+    Missing(String),
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file is not a PEM certificate or key.
+    #[error("{path}: {msg}")]
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        msg: String,
+    },
+    /// The TLS configuration was refused.
+    #[error("TLS setup: {0}")]
+    Setup(String),
+    /// Certificates could not be generated.
+    #[error("generating certificates: {0}")]
+    Generate(String),
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn certs_of(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let pem = read(path)?;
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| TlsError::Pem {
+            path: path.to_path_buf(),
+            msg: format!("not a PEM certificate: {e}"),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::Pem {
+            path: path.to_path_buf(),
+            msg: "no certificate in it".into(),
+        });
+    }
+    Ok(certs)
+}
+
+fn key_of(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let pem = read(path)?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| TlsError::Pem {
+        path: path.to_path_buf(),
+        msg: format!("not a PEM private key: {e}"),
+    })
+}
+
+/// The CA file, this party's certificate and its key, read and checked.
+struct Material {
+    ca: (PathBuf, Vec<u8>),
+    cert: (PathBuf, Vec<u8>),
+    key: (PathBuf, Vec<u8>),
+}
+
+impl Material {
+    fn load(ca: &Path, cert: &Path, key: &Path) -> Result<Material, TlsError> {
+        certs_of(ca)?;
+        certs_of(cert)?;
+        key_of(key)?;
+        Ok(Material {
+            ca: (ca.to_path_buf(), read(ca)?),
+            cert: (cert.to_path_buf(), read(cert)?),
+            key: (key.to_path_buf(), read(key)?),
+        })
+    }
+}
+
+/// How a party opens connections to servers: TLS with its own certificate, or plain
+/// TCP under `--insecure`.
+#[derive(Clone)]
+pub(crate) struct Dialer {
+    tls: Option<(Certificate, Identity)>,
+}
+
+impl Dialer {
+    fn new(
+        cfg: &ClusterConfig,
+        own: Option<&(PathBuf, PathBuf)>,
+        what: &str,
+    ) -> Result<Dialer, TlsError> {
+        if cfg.insecure() {
+            return Ok(Dialer { tls: None });
+        }
+        let t = cfg.tls().ok_or(TlsError::NoTls)?;
+        let (cert, key) = own.ok_or_else(|| TlsError::Missing(what.to_string()))?;
+        let m = Material::load(&t.ca, cert, key)?;
+        Ok(Dialer {
+            tls: Some((
+                Certificate::from_pem(m.ca.1),
+                Identity::from_pem(m.cert.1, m.key.1),
+            )),
+        })
+    }
+
+    /// A client's (its `[tls] client_cert` and `client_key`).
+    pub(crate) fn client(cfg: &ClusterConfig) -> Result<Dialer, TlsError> {
+        let own = cfg.tls().and_then(|t| t.client.as_ref());
+        Dialer::new(
+            cfg,
+            own,
+            "client certificate ([tls] client_cert and client_key)",
+        )
+    }
+
+    /// Server `id`'s, for its calls to peers (its own certificate).
+    pub(crate) fn server(cfg: &ClusterConfig, id: u32) -> Result<Dialer, TlsError> {
+        let own = cfg
+            .tls()
+            .and_then(|t| t.servers.get(id as usize))
+            .and_then(Option::as_ref);
+        Dialer::new(
+            cfg,
+            own,
+            &format!("certificate for server {id} (cert and key)"),
+        )
+    }
+
+    /// An endpoint for server `s` (not connected): TLS verifies that the server's
+    /// certificate is the CA's and names `server-<id>`.
+    pub(crate) fn endpoint(&self, s: &ServerInfo) -> Result<Endpoint, TlsError> {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let ep = Endpoint::from_shared(format!("{scheme}://{}", s.addr))
+            .map_err(|e| TlsError::Setup(e.to_string()))?;
+        match &self.tls {
+            None => Ok(ep),
+            Some((ca, id)) => ep
+                .tls_config(
+                    ClientTlsConfig::new()
+                        .ca_certificate(ca.clone())
+                        .identity(id.clone())
+                        .domain_name(format!("server-{}", s.id)),
+                )
+                .map_err(|e| TlsError::Setup(format!("{e}: {:?}", std::error::Error::source(&e)))),
+        }
+    }
+}
+
+/// Most handshakes a server runs at once; connections beyond are closed at once (and
+/// counted as refused, reason `busy`).
+pub(crate) const MAX_HANDSHAKES: usize = 1024;
+
+/// The server side of mutual TLS.
+pub(crate) struct Acceptor {
+    tls: tokio_rustls::TlsAcceptor,
+    timeout: Duration,
+    refused: Arc<AtomicU64>,
+}
+
+impl Acceptor {
+    /// Server `id`'s: its certificate, and clients' verified against the CA.
+    pub(crate) fn new(
+        cfg: &ClusterConfig,
+        id: u32,
+        timeout: Duration,
+        refused: Arc<AtomicU64>,
+    ) -> Result<Acceptor, TlsError> {
+        let t = cfg.tls().ok_or(TlsError::NoTls)?;
+        let (cert, key) = t
+            .servers
+            .get(id as usize)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| {
+                TlsError::Missing(format!("certificate for server {id} (cert and key)"))
+            })?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        for c in certs_of(&t.ca)? {
+            roots.add(c).map_err(|e| TlsError::Pem {
+                path: t.ca.clone(),
+                msg: format!("not a usable CA certificate: {e}"),
+            })?;
+        }
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .build()
+        .map_err(|e| TlsError::Setup(e.to_string()))?;
+        let mut sc = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Setup(e.to_string()))?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(certs_of(cert)?, key_of(key)?)
+            .map_err(|e| TlsError::Setup(format!("{}: {e}", cert.display())))?;
+        sc.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(Acceptor {
+            tls: tokio_rustls::TlsAcceptor::from(Arc::new(sc)),
+            timeout,
+            refused,
+        })
+    }
+
+    /// The connections of `listener` that complete a handshake within the timeout, as
+    /// a stream for tonic; the others are closed and counted.
+    pub(crate) fn incoming(
+        self,
+        listener: TcpListener,
+    ) -> tokio_stream::wrappers::ReceiverStream<Result<TlsStream<TcpStream>, std::io::Error>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+        let me = Arc::new(self);
+        tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    a = listener.accept() => a,
+                    _ = tx.closed() => break,
+                };
+                let tcp = match accepted {
+                    Ok((tcp, _)) => tcp,
+                    Err(e) => {
+                        // Out of descriptors and the like: pause rather than spin.
+                        tracing::warn!("accept: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = tcp.set_nodelay(true);
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    me.refuse("busy");
+                    continue;
+                };
+                let (me, tx) = (me.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    let peer = tcp.peer_addr().ok();
+                    match tokio::time::timeout(me.timeout, me.tls.accept(tcp)).await {
+                        Ok(Ok(s)) => {
+                            let _ = tx.send(Ok(s)).await;
+                        }
+                        Ok(Err(e)) => {
+                            let why = reason(&e);
+                            tracing::info!("refused a connection from {peer:?}: {why}: {e}");
+                            me.refuse(why);
+                        }
+                        Err(_) => {
+                            tracing::info!(
+                                "refused a connection from {peer:?}: no handshake within {:?}",
+                                me.timeout
+                            );
+                            me.refuse("timeout");
+                        }
+                    }
+                });
+            }
+        });
+        tokio_stream::wrappers::ReceiverStream::new(rx)
+    }
+
+    fn refuse(&self, why: &'static str) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("cairn_tls_refused_total", "reason" => why).increment(1);
+    }
+}
+
+/// A short name for why a handshake failed.
+fn reason(e: &std::io::Error) -> &'static str {
+    use rustls::{CertificateError as C, Error as E};
+    let Some(err) = e.get_ref().and_then(|x| x.downcast_ref::<E>()) else {
+        return "handshake";
+    };
+    match err {
+        E::NoCertificatesPresented => "no-certificate",
+        E::InvalidCertificate(
+            C::Expired | C::ExpiredContext { .. } | C::NotValidYet | C::NotValidYetContext { .. },
+        ) => "expired",
+        E::InvalidCertificate(C::UnknownIssuer | C::BadSignature) => "unknown-ca",
+        E::InvalidCertificate(C::InvalidPurpose | C::InvalidPurposeContext { .. }) => {
+            "wrong-purpose"
+        }
+        E::InvalidCertificate(_) => "bad-certificate",
+        _ => "handshake",
+    }
+}
+
+/// The uids a client certificate allows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Uids {
+    /// Every uid.
+    All,
+    /// Every uid but 0 (no `OU=uids:` field: root squash).
+    AllButRoot,
+    /// These inclusive ranges.
+    Ranges(Vec<(u32, u32)>),
+}
+
+impl Uids {
+    /// Parses `*` or a comma-separated list of uids and ranges `a-b`.
+    pub fn parse(s: &str) -> Option<Uids> {
+        if s.trim() == "*" {
+            return Some(Uids::All);
+        }
+        let mut v = Vec::new();
+        for part in s.split(',') {
+            let part = part.trim();
+            let (a, b) = match part.split_once('-') {
+                Some((a, b)) => (a.trim().parse().ok()?, b.trim().parse().ok()?),
+                None => {
+                    let a = part.parse().ok()?;
+                    (a, a)
+                }
+            };
+            if a > b {
+                return None;
+            }
+            v.push((a, b));
+        }
+        Some(Uids::Ranges(v))
+    }
+
+    /// Whether `uid` is allowed.
+    pub fn allows(&self, uid: u32) -> bool {
+        match self {
+            Uids::All => true,
+            Uids::AllButRoot => uid != 0,
+            Uids::Ranges(v) => v.iter().any(|&(a, b)| a <= uid && uid <= b),
+        }
+    }
+}
+
+/// Who sent a request, as its certificate says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Caller {
+    /// No TLS (`--insecure`): trusted as before.
+    Trusted,
+    /// A server of the cluster.
+    Server(u32),
+    /// A client allowed these uids.
+    Client(Uids),
+}
+
+/// nobody/nogroup: what a squashed request runs as.
+pub(crate) const NOBODY: u32 = 65534;
+
+impl Caller {
+    /// The identity of the certificates a connection presented, or why it has none
+    /// usable (a certificate of the CA whose subject is neither `server-N` nor
+    /// `client-NAME`).
+    pub(crate) fn of(certs: Option<&[CertificateDer<'static>]>) -> Result<Caller, String> {
+        let leaf = certs
+            .and_then(|c| c.first())
+            .ok_or("no client certificate")?;
+        let (_, x) = x509_parser::parse_x509_certificate(leaf)
+            .map_err(|e| format!("certificate does not parse: {e}"))?;
+        let subject = x.subject();
+        let cn = subject
+            .iter_common_name()
+            .next()
+            .and_then(|a| a.as_str().ok())
+            .ok_or("certificate has no common name")?;
+        if let Some(id) = cn.strip_prefix("server-") {
+            return id
+                .parse()
+                .map(Caller::Server)
+                .map_err(|_| format!("certificate {cn:?}: not server-<id>"));
+        }
+        if cn.strip_prefix("client-").is_some_and(|n| !n.is_empty()) {
+            let mut uids = Uids::AllButRoot;
+            for ou in subject.iter_organizational_unit() {
+                if let Some(list) = ou.as_str().ok().and_then(|s| s.strip_prefix("uids:")) {
+                    uids = Uids::parse(list)
+                        .ok_or_else(|| format!("certificate {cn:?}: bad uids list {list:?}"))?;
+                }
+            }
+            return Ok(Caller::Client(uids));
+        }
+        Err(format!(
+            "certificate {cn:?} is neither server-<id> nor client-<name>"
+        ))
+    }
+
+    /// The credential and checks flag a request runs with: a client's uid outside its
+    /// certificate's list runs as nobody; only a certificate that allows uid 0 may ask
+    /// to skip permission checks.
+    pub(crate) fn apply(&self, checks: bool, cred: Cred) -> (bool, Cred) {
+        match self {
+            Caller::Trusted | Caller::Server(_) => (checks, cred),
+            Caller::Client(u) if !u.allows(cred.uid) => (true, Cred::new(NOBODY, NOBODY)),
+            Caller::Client(u) => (checks || !u.allows(0), cred),
+        }
+    }
+
+    /// Whether it may read a server's rows or status (`cluster status`, `check`).
+    pub(crate) fn is_admin(&self) -> bool {
+        match self {
+            Caller::Trusted | Caller::Server(_) => true,
+            Caller::Client(u) => u.allows(0),
+        }
+    }
+}
+
+/// What one certificate of [`CertAuthority::issue`] is.
+#[derive(Clone, Debug)]
+pub struct CertSpec {
+    /// The subject's common name (`server-<id>` or `client-<name>`).
+    pub common_name: String,
+    /// DNS names (subject alternative names).
+    pub dns: Vec<String>,
+    /// IP addresses (subject alternative names).
+    pub ips: Vec<IpAddr>,
+    /// Extended key usage serverAuth.
+    pub server_auth: bool,
+    /// Extended key usage clientAuth.
+    pub client_auth: bool,
+    /// `OU=uids:LIST`, the uids a client may act as.
+    pub uids: Option<String>,
+    /// Valid only in 2001 (a certificate that has expired, for tests).
+    pub expired: bool,
+}
+
+impl CertSpec {
+    /// Server `id`'s certificate for `ip`.
+    pub fn server(id: u32, ip: IpAddr) -> CertSpec {
+        CertSpec {
+            common_name: format!("server-{id}"),
+            dns: vec![format!("server-{id}")],
+            ips: vec![ip],
+            server_auth: true,
+            client_auth: true,
+            uids: None,
+            expired: false,
+        }
+    }
+
+    /// Client `name`'s certificate; `uids` as in `OU=uids:` (None: all but root).
+    pub fn client(name: &str, uids: Option<&str>) -> CertSpec {
+        CertSpec {
+            common_name: format!("client-{name}"),
+            dns: Vec::new(),
+            ips: Vec::new(),
+            server_auth: false,
+            client_auth: true,
+            uids: uids.map(str::to_owned),
+            expired: false,
+        }
+    }
+}
+
+/// A certificate authority for a test cluster (ECDSA P-256 keys).
+pub struct CertAuthority {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    cert_pem: String,
+    key_pem: String,
+}
+
+impl std::fmt::Debug for CertAuthority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertAuthority").finish_non_exhaustive()
+    }
+}
+
+fn gen_err(e: rcgen::Error) -> TlsError {
+    TlsError::Generate(e.to_string())
+}
+
+impl CertAuthority {
+    /// A new CA named `name`.
+    pub fn new(name: &str) -> Result<CertAuthority, TlsError> {
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(gen_err)?;
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        p.distinguished_name
+            .push(rcgen::DnType::CommonName, name.to_string());
+        p.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = rcgen::KeyPair::generate().map_err(gen_err)?;
+        let cert = p.self_signed(&key).map_err(gen_err)?;
+        let key_pem = key.serialize_pem();
+        Ok(CertAuthority {
+            issuer: rcgen::Issuer::new(p, key),
+            cert_pem: cert.pem(),
+            key_pem,
+        })
+    }
+
+    /// The CA's certificate (PEM).
+    pub fn cert_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    /// A certificate signed by this CA: `(certificate PEM, key PEM)`.
+    pub fn issue(&self, spec: &CertSpec) -> Result<(String, String), TlsError> {
+        let mut p = rcgen::CertificateParams::new(spec.dns.clone()).map_err(gen_err)?;
+        for ip in &spec.ips {
+            p.subject_alt_names.push(rcgen::SanType::IpAddress(*ip));
+        }
+        p.distinguished_name
+            .push(rcgen::DnType::CommonName, spec.common_name.clone());
+        if let Some(u) = &spec.uids {
+            p.distinguished_name
+                .push(rcgen::DnType::OrganizationalUnitName, format!("uids:{u}"));
+        }
+        p.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+        if spec.server_auth {
+            p.extended_key_usages
+                .push(rcgen::ExtendedKeyUsagePurpose::ServerAuth);
+        }
+        if spec.client_auth {
+            p.extended_key_usages
+                .push(rcgen::ExtendedKeyUsagePurpose::ClientAuth);
+        }
+        p.use_authority_key_identifier_extension = true;
+        if spec.expired {
+            p.not_before = rcgen::date_time_ymd(2001, 1, 1);
+            p.not_after = rcgen::date_time_ymd(2001, 12, 31);
+        }
+        let key = rcgen::KeyPair::generate().map_err(gen_err)?;
+        let cert = p.signed_by(&key, &self.issuer).map_err(gen_err)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+}
+
+fn write(path: &Path, text: &str, secret: bool) -> Result<(), TlsError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |source| TlsError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create(true).truncate(true);
+    if secret {
+        o.mode(0o600);
+    }
+    let mut f = o.open(path).map_err(io)?;
+    f.write_all(text.as_bytes()).map_err(io)?;
+    f.sync_all().map_err(io)
+}
+
+/// Creates, in `dir` (created if needed), a CA (`ca.pem`, `ca.key`), a certificate and
+/// key for each server (`server-<id>.pem`, `.key`) and for each client
+/// (`client-<name>.pem`, `.key`; `uids` as in [`CertSpec::client`]), and `cluster.toml`:
+/// the servers with the TLS keys filled in, the first client as the file's client.
+/// Returns the path of `cluster.toml`.
+pub fn init_certs(
+    dir: &Path,
+    servers: &[ServerInfo],
+    clients: &[(String, Option<String>)],
+) -> Result<PathBuf, TlsError> {
+    std::fs::create_dir_all(dir).map_err(|source| TlsError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let ca = CertAuthority::new("cairn cluster CA")?;
+    write(&dir.join("ca.pem"), ca.cert_pem(), false)?;
+    write(&dir.join("ca.key"), &ca.key_pem, true)?;
+    let mut toml = String::from("[tls]\nca = \"ca.pem\"\n");
+    if let Some((name, _)) = clients.first() {
+        toml.push_str(&format!(
+            "client_cert = \"client-{name}.pem\"\nclient_key = \"client-{name}.key\"\n"
+        ));
+    }
+    for (name, uids) in clients {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(TlsError::Generate(format!(
+                "client name {name:?}: use letters, digits, - and _"
+            )));
+        }
+        let (c, k) = ca.issue(&CertSpec::client(name, uids.as_deref()))?;
+        write(&dir.join(format!("client-{name}.pem")), &c, false)?;
+        write(&dir.join(format!("client-{name}.key")), &k, true)?;
+    }
+    for s in servers {
+        let (c, k) = ca.issue(&CertSpec::server(s.id, s.addr.ip()))?;
+        write(&dir.join(format!("server-{}.pem", s.id)), &c, false)?;
+        write(&dir.join(format!("server-{}.key", s.id)), &k, true)?;
+        toml.push_str(&format!(
+            "\n[[server]]\nid = {0}\naddr = \"{1}\"\ncert = \"server-{0}.pem\"\nkey = \"server-{0}.key\"\n",
+            s.id, s.addr
+        ));
+    }
+    let file = dir.join("cluster.toml");
+    write(&file, &toml, false)?;
+    Ok(file)
+}
+
+/// Test support: in `dir`, a CA (`ca.pem`) and certificates for servers `0..servers`
+/// (on 127.0.0.1) and for the clients `admin` (every uid), `user` (every uid but 0)
+/// and `u1000` (uids 1000-1999). Returns the CA, to sign more.
+#[doc(hidden)]
+pub fn test_certs(dir: &Path, servers: u32) -> Result<CertAuthority, TlsError> {
+    std::fs::create_dir_all(dir).map_err(|source| TlsError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let ca = CertAuthority::new("cairn test CA")?;
+    write(&dir.join("ca.pem"), ca.cert_pem(), false)?;
+    let ip = IpAddr::from([127, 0, 0, 1]);
+    let mut specs: Vec<(String, CertSpec)> = (0..servers)
+        .map(|i| (format!("server-{i}"), CertSpec::server(i, ip)))
+        .collect();
+    for (name, uids) in [
+        ("admin", Some("*")),
+        ("user", None),
+        ("u1000", Some("1000-1999")),
+    ] {
+        specs.push((format!("client-{name}"), CertSpec::client(name, uids)));
+    }
+    for (file, spec) in specs {
+        let (c, k) = ca.issue(&spec)?;
+        write(&dir.join(format!("{file}.pem")), &c, false)?;
+        write(&dir.join(format!("{file}.key")), &k, true)?;
+    }
+    Ok(ca)
+}
+
+/// Test support: a cluster file's text for servers at `addrs` with the certificates
+/// [`test_certs`] made in `dir` (absolute), as client `client`.
+#[doc(hidden)]
+pub fn test_cluster_text(dir: &Path, addrs: &[std::net::SocketAddr], client: &str) -> String {
+    let d = dir.display();
+    let mut t = format!(
+        "[tls]\nca = \"{d}/ca.pem\"\nclient_cert = \"{d}/client-{client}.pem\"\nclient_key = \"{d}/client-{client}.key\"\n"
+    );
+    for (i, a) in addrs.iter().enumerate() {
+        t.push_str(&format!(
+            "\n[[server]]\nid = {i}\naddr = \"{a}\"\ncert = \"{d}/server-{i}.pem\"\nkey = \"{d}/server-{i}.key\"\n"
+        ));
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uid_lists() {
+        assert_eq!(Uids::parse("*"), Some(Uids::All));
+        let u = Uids::parse("0, 1000-1999").unwrap();
+        assert!(u.allows(0) && u.allows(1500) && !u.allows(2000) && !u.allows(1));
+        assert_eq!(Uids::parse("5-3"), None);
+        assert_eq!(Uids::parse("x"), None);
+        assert!(!Uids::AllButRoot.allows(0) && Uids::AllButRoot.allows(1));
+    }
+
+    #[test]
+    fn identities_from_certificates() {
+        let ca = CertAuthority::new("t").unwrap();
+        let der = |pem: &str| -> Vec<CertificateDer<'static>> {
+            vec![CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()]
+        };
+        let (s, _) = ca
+            .issue(&CertSpec::server(3, "127.0.0.1".parse().unwrap()))
+            .unwrap();
+        assert_eq!(Caller::of(Some(der(&s).as_slice())), Ok(Caller::Server(3)));
+        let (c, _) = ca.issue(&CertSpec::client("a", None)).unwrap();
+        let who = Caller::of(Some(der(&c).as_slice())).unwrap();
+        assert_eq!(who, Caller::Client(Uids::AllButRoot));
+        // Root squash; a permitted uid keeps its credential but not "no checks".
+        assert_eq!(
+            who.apply(false, Cred::ROOT),
+            (true, Cred::new(NOBODY, NOBODY))
+        );
+        assert_eq!(who.apply(false, Cred::new(7, 7)), (true, Cred::new(7, 7)));
+        assert!(!who.is_admin());
+        let (c, _) = ca.issue(&CertSpec::client("b", Some("*"))).unwrap();
+        let who = Caller::of(Some(der(&c).as_slice())).unwrap();
+        assert_eq!(who.apply(false, Cred::ROOT), (false, Cred::ROOT));
+        assert!(who.is_admin());
+        let mut odd = CertSpec::client("x", None);
+        odd.common_name = "someone".into();
+        let (c, _) = ca.issue(&odd).unwrap();
+        assert!(Caller::of(Some(der(&c).as_slice())).is_err());
+        assert!(Caller::of(None).is_err());
+    }
+}
