@@ -188,6 +188,7 @@ pub fn run(args: &ClusterSimArgs) -> Result<()> {
             split_threshold: threshold,
             window: args.window,
             work: work.clone(),
+            ack_before_durable: false,
         })
         .with_context(|| format!("the simulation of {n} servers"))?;
         eprintln!(
@@ -238,13 +239,13 @@ pub fn markdown(r: &Report, args: &ClusterSimArgs) -> String {
     let _ = writeln!(m, "## Simulations\n");
     let _ = writeln!(
         m,
-        "| servers | files/server | creates | unknown (EIO) | splits | splits to cover | creates to cover | virtual ms to cover | redirects/create | after cover | moved/split mean (max) | entries/server max/mean | partitions | crashes (during split) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "| servers | files/server | creates | unknown (EIO) | splits | splits to cover | creates to cover | virtual ms to cover | redirects/create | after cover | moved/split mean (max) | remote splits (moved mean) | entries/server max/mean | partitions | kills (inside a split) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for s in &r.runs {
         let opt = |v: Option<u64>| v.map_or("never".to_string(), |v| v.to_string());
         let _ = writeln!(
             m,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.4} | {} | {:.0} ({}) | {:.3} | {} | {} ({}) |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.4} | {} | {:.1} ({}) | {} ({:.1}) | {:.3} | {} | {} ({}) |",
             s.servers,
             s.files_per_server,
             s.creates,
@@ -258,11 +259,34 @@ pub fn markdown(r: &Report, args: &ClusterSimArgs) -> String {
                 .map_or("-".to_string(), |v| format!("{v:.4}")),
             s.moved_per_split_mean,
             s.moved_per_split_max,
+            s.remote_splits,
+            s.moved_per_remote_split_mean,
             s.balance_max_over_mean,
             s.partitions,
             s.crash_events.len(),
             s.crash_events.iter().filter(|e| e.during_split).count(),
         );
+    }
+    for s in r.runs.iter().filter(|s| !s.crash_events.is_empty()) {
+        let _ = writeln!(
+            m,
+            "\n### Kills, {} servers\n\n| armed at step | drawn point | killed at step | server | stopped at | inside a split | restarted at step | unsynced writes lost |\n|---|---|---|---|---|---|---|---|",
+            s.servers
+        );
+        for e in &s.crash_events {
+            let _ = writeln!(
+                m,
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                e.armed_step,
+                e.drawn_point,
+                e.step,
+                e.server,
+                e.point.as_deref().unwrap_or("between steps"),
+                if e.during_split { "yes" } else { "no" },
+                e.restart_step,
+                e.lost_writes
+            );
+        }
     }
     for s in &r.runs {
         let _ = writeln!(

@@ -7,12 +7,15 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use cairn::fault::{Loss, PowerLoss};
-use cairn_cluster::server::{start_embedded, Probe, ServerOptions, SyncMode};
+use cairn_cluster::giga::{home_of, server_of};
+use cairn_cluster::server::{
+    start_embedded, CrashHook, Probe, ServerOptions, SyncMode, SPLIT_CRASH_POINTS,
+};
 use cairn_cluster::{Client, ClientOptions, ClusterConfig};
 use cairn_fs::{Cred, ROOT};
 use rand::rngs::StdRng;
@@ -27,6 +30,22 @@ const PORT: u16 = 7000;
 const TICK: Duration = Duration::from_millis(1);
 /// Name of the shared directory (under the root).
 const SHARED: &[u8] = b"shared";
+/// Steps an armed kill waits for a server to reach its drawn split crash point before
+/// it takes the next split crash point any server reaches.
+const RETARGET_STEPS: u64 = 50;
+/// Steps an armed kill waits for any split crash point before it kills any server
+/// instead (recorded with no point).
+const ARMED_STEPS: u64 = 5_000;
+/// The split crash points only a split to another server passes (the source's transfer,
+/// the target's accept and activation). In a power-of-two cluster every split after
+/// the directory covers all servers stays on its server (GIGA+ places partition
+/// i + 2^r on the server of i once 2^r is a multiple of N), so kills at these points
+/// are drawn in the first 5% of the creates, when the directory spreads.
+const REMOTE_POINTS: &[&str] = &[
+    "split:before-accept",
+    "accept:after-write",
+    "activate:before",
+];
 
 /// What one simulated run does.
 #[derive(Clone, Debug)]
@@ -45,6 +64,11 @@ pub struct SimOptions {
     pub window: u32,
     /// Where the servers' stores go (a fresh subdirectory is made and removed).
     pub work: PathBuf,
+    /// A negative control for the tests: with crashes, servers acknowledge creates
+    /// before they are durable (`SyncMode::Never`), kills land between steps (not at
+    /// split crash points, just after a sync) and lose every unsynced write
+    /// (`Loss::Unsynced`), so acknowledged creates vanish and the run's check must fail.
+    pub ack_before_durable: bool,
 }
 
 /// One split as the driver saw it (it polls every server after every step).
@@ -63,6 +87,9 @@ pub struct SplitEvent {
     /// Whether `moved` is exact: the new partition was seen while incoming (it takes no
     /// creates then); otherwise it is the source's drop in entries between two polls.
     pub moved_exact: bool,
+    /// Whether the new partition is on another server (its entries crossed the
+    /// network); a local split moves no rows, it relabels the upper half in place.
+    pub remote: bool,
 }
 
 /// A point of the time series.
@@ -85,13 +112,24 @@ pub struct Sample {
 }
 
 /// A kill and restart.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct CrashEvent {
+    /// Step at which the kill was armed (its point of the workload was reached).
+    pub armed_step: u64,
+    /// The split crash point drawn for it.
+    pub drawn_point: String,
     /// Step of the kill.
     pub step: u64,
     /// The server.
     pub server: u32,
-    /// Whether one of its partitions was splitting at that instant.
+    /// The split crash point (`server::SPLIT_CRASH_POINTS`) at which the server stopped,
+    /// inside a split: the drawn one, or, if no server reached that within
+    /// [`RETARGET_STEPS`] steps, the next one any server reached; `None`: no split
+    /// crash point was reached within [`ARMED_STEPS`] steps and a server was killed
+    /// between steps instead.
+    pub point: Option<String>,
+    /// Whether the kill landed inside a split: at a split crash point, or (for a
+    /// fallback kill) with one of its partitions splitting at that instant.
     pub during_split: bool,
     /// Step of the restart.
     pub restart_step: u64,
@@ -132,6 +170,10 @@ pub struct SimResult {
     pub moved_per_split_mean: f64,
     /// Most entries one split moved.
     pub moved_per_split_max: u64,
+    /// Splits whose new partition is on another server (entries crossed the network).
+    pub remote_splits: u64,
+    /// Mean entries those moved.
+    pub moved_per_remote_split_mean: f64,
     /// Redirects the clients received, in all.
     pub redirects: u64,
     /// Redirects per create, whole run.
@@ -162,6 +204,35 @@ struct Shared {
     unknown: Cell<u64>,
     clients: RefCell<Vec<Client>>,
     error: RefCell<Option<String>>,
+}
+
+/// The kill the driver armed, shared with the servers' crash hooks (`Mutex`: the hook
+/// must be `Sync`; one thread uses it).
+#[derive(Default)]
+struct Arming {
+    /// The split crash point the next kill waits for; `Some(None)`: any of them.
+    armed: Option<Option<&'static str>>,
+    /// The server that stopped, and the point, until the driver kills it.
+    fired: Option<(u32, &'static str)>,
+}
+
+impl Arming {
+    /// Server `id` reached crash point `point`: whether it stops there.
+    fn reached(&mut self, id: u32, point: &str) -> bool {
+        if self.fired.is_some() {
+            return false;
+        }
+        let hit = match self.armed {
+            Some(Some(p)) => (p == point).then_some(p),
+            Some(None) => SPLIT_CRASH_POINTS.iter().copied().find(|&p| p == point),
+            None => None,
+        };
+        if let Some(p) = hit {
+            self.armed = None;
+            self.fired = Some((id, p));
+        }
+        hit.is_some()
+    }
 }
 
 fn cluster_text(ips: &[IpAddr]) -> String {
@@ -208,11 +279,18 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
         ClusterConfig::parse(&cluster_text(&ips)).context("the simulated cluster file")?;
     cfg.set_insecure(true);
     let crashing = o.crashes > 0;
-    let sync = if crashing {
+    let sync = if crashing && !o.ack_before_durable {
         SyncMode::Always
     } else {
         SyncMode::Never
     };
+    let loss = if o.ack_before_durable {
+        Loss::Unsynced
+    } else {
+        Loss::Prefix
+    };
+    // The kill armed now, shared with every server's crash hook.
+    let arming = Arc::new(Mutex::new(Arming::default()));
     let probes: Rc<RefCell<Vec<Option<Probe>>>> = Rc::new(RefCell::new(vec![None; n as usize]));
     let mut power: Vec<Option<Arc<PowerLoss>>> = Vec::new();
     for i in 0..n {
@@ -231,13 +309,20 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
             ServerOptions::new(&dir, SocketAddr::new(ips[i as usize], PORT), cfg.clone());
         opts.sync = sync;
         opts.split_threshold = o.split_threshold;
+        if crashing {
+            let arming = arming.clone();
+            opts.crash_hook = Some(CrashHook(Arc::new(move |id, point| {
+                arming.lock().expect("one thread").reached(id, point)
+            })));
+        }
         let probes = probes.clone();
         sim.host(format!("s{i}"), move || {
             let opts = opts.clone();
             let mut engine = cairn::Options::new()
                 .shards(2)
                 .segment_size(8 << 20)
-                .write_buffer(64 << 10);
+                .write_buffer(64 << 10)
+                .background_compaction(false);
             if let Some(pl) = &pl {
                 engine = engine.power_loss(pl.clone());
             }
@@ -313,8 +398,18 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
     }
 
     let total = o.files_per_server * n as u64;
-    let mut crash_at: Vec<u64> = (0..o.crashes)
-        .map(|_| rng.random_range(total / 20..=(total * 9 / 10).max(total / 20)))
+    // Each kill: a split crash point, and the create count at which it is armed (in the
+    // first 5% of the creates for a point only remote splits pass, else 5-90%).
+    let mut crash_at: Vec<(u64, &'static str)> = (0..o.crashes)
+        .map(|_| {
+            let p = SPLIT_CRASH_POINTS[rng.random_range(0..SPLIT_CRASH_POINTS.len())];
+            let at = if REMOTE_POINTS.contains(&p) {
+                rng.random_range(0..=total / 20)
+            } else {
+                rng.random_range(total / 20..=(total * 9 / 10).max(total / 20))
+            };
+            (at, p)
+        })
         .collect();
     crash_at.sort_unstable();
     let mut crash_next = 0usize;
@@ -337,6 +432,8 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
         entries_moved: 0,
         moved_per_split_mean: 0.0,
         moved_per_split_max: 0,
+        remote_splits: 0,
+        moved_per_remote_split_mean: 0.0,
         redirects: 0,
         redirects_per_create: 0.0,
         redirects_per_create_after_cover: None,
@@ -404,45 +501,66 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
                 true
             }
         });
-        // A kill, once its point of the workload is reached: a server splitting now,
-        // else (after 20 steps without a split anywhere) any server.
-        if crash_next < crash_at.len() && acked >= crash_at[crash_next] && !done {
-            let since = *armed_since.get_or_insert(step);
-            let up: Vec<u32> = (0..n).filter(|s| !down.iter().any(|d| d.1 == *s)).collect();
-            let splitting: Vec<u32> = {
-                let p = probes.borrow();
-                up.iter()
-                    .copied()
-                    .filter(|&s| p[s as usize].as_ref().is_some_and(|p| p.splitting()))
-                    .collect()
-            };
-            let pick = if !splitting.is_empty() {
-                Some((splitting[rng.random_range(0..splitting.len())], true))
-            } else if step - since > 20 && !up.is_empty() {
-                Some((up[rng.random_range(0..up.len())], false))
-            } else {
-                None
-            };
-            if let Some((s, during_split)) = pick {
-                let pl = power[s as usize].as_ref().context("power-loss record")?;
-                pl.cut();
-                sim.crash(format!("s{s}"));
-                probes.borrow_mut()[s as usize] = None;
-                let r = pl
-                    .restart(Loss::Prefix, rng.random())
-                    .with_context(|| format!("rewriting server {s}'s files after the kill"))?;
-                let restart = step + rng.random_range(5..200);
-                res.crash_events.push(CrashEvent {
-                    step,
-                    server: s,
-                    during_split,
-                    restart_step: 0,
-                    lost_writes: r.lost,
-                });
-                down.push((restart, s, res.crash_events.len() - 1));
-                crash_next += 1;
-                armed_since = None;
+        // A kill inside a split: once the kill's point of the workload is reached, a
+        // split crash point drawn from the seed is armed; the first server to reach it
+        // stops there (its crash hook) and is killed at the end of this step. If no
+        // server reaches it within ARMED_STEPS steps, any server is killed instead.
+        let fired = arming.lock().expect("one thread").fired.take();
+        let mut kill: Option<(u32, Option<&'static str>)> = fired.map(|(s, p)| (s, Some(p)));
+        if kill.is_none() && crash_next < crash_at.len() && !done {
+            match armed_since {
+                None if acked >= crash_at[crash_next].0 && o.ack_before_durable => {
+                    // The negative control kills between steps at once: right after a
+                    // split's sync there is little unsynced to lose.
+                    armed_since = Some(step);
+                    let up: Vec<u32> = (0..n).filter(|s| !down.iter().any(|d| d.1 == *s)).collect();
+                    if !up.is_empty() {
+                        kill = Some((up[rng.random_range(0..up.len())], None));
+                    }
+                }
+                None if acked >= crash_at[crash_next].0 => {
+                    arming.lock().expect("one thread").armed = Some(Some(crash_at[crash_next].1));
+                    armed_since = Some(step);
+                }
+                Some(since) if step - since == RETARGET_STEPS => {
+                    arming.lock().expect("one thread").armed = Some(None);
+                }
+                Some(since) if step - since >= ARMED_STEPS => {
+                    arming.lock().expect("one thread").armed = None;
+                    let up: Vec<u32> = (0..n).filter(|s| !down.iter().any(|d| d.1 == *s)).collect();
+                    if !up.is_empty() {
+                        kill = Some((up[rng.random_range(0..up.len())], None));
+                    }
+                }
+                _ => {}
             }
+        }
+        if let Some((s, point)) = kill {
+            let during_split = point.is_some()
+                || probes.borrow()[s as usize]
+                    .as_ref()
+                    .is_some_and(|p| p.splitting());
+            let pl = power[s as usize].as_ref().context("power-loss record")?;
+            pl.cut();
+            sim.crash(format!("s{s}"));
+            probes.borrow_mut()[s as usize] = None;
+            let r = pl
+                .restart(loss, rng.random())
+                .with_context(|| format!("rewriting server {s}'s files after the kill"))?;
+            let restart = step + rng.random_range(5..200);
+            res.crash_events.push(CrashEvent {
+                armed_step: armed_since.unwrap_or(step),
+                drawn_point: crash_at[crash_next].1.to_string(),
+                step,
+                server: s,
+                point: point.map(str::to_string),
+                during_split,
+                restart_step: 0,
+                lost_writes: r.lost,
+            });
+            down.push((restart, s, res.crash_events.len() - 1));
+            crash_next += 1;
+            armed_since = None;
         }
         if done {
             break;
@@ -534,6 +652,14 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
     res.entries_moved = res.split_events.iter().map(|e| e.moved).sum();
     res.moved_per_split_mean = ratio(res.entries_moved, res.splits);
     res.moved_per_split_max = res.split_events.iter().map(|e| e.moved).max().unwrap_or(0);
+    let remote: Vec<u64> = res
+        .split_events
+        .iter()
+        .filter(|e| e.remote)
+        .map(|e| e.moved)
+        .collect();
+    res.remote_splits = remote.len() as u64;
+    res.moved_per_remote_split_mean = ratio(remote.iter().sum(), res.remote_splits);
     res.entries_per_server = obs.entries_per_server();
     res.balance_max_over_mean = balance(&res.entries_per_server);
     res.partitions = obs.partitions();
@@ -604,6 +730,7 @@ impl Observer {
                             depth: d + 1,
                             moved,
                             moved_exact: exact,
+                            remote: server_of(home_of(self.dir), child, self.n) != s as u32,
                         });
                     }
                 }

@@ -83,7 +83,43 @@ pub struct ServerOptions {
     /// "Cluster", crash points).
     #[doc(hidden)]
     pub crash_at: Option<String>,
+    /// Test hook: asked at every named crash point; `true` stops the server there as if
+    /// killed (the simulation's kills inside splits, `cairn cluster-sim`).
+    #[doc(hidden)]
+    pub crash_hook: Option<CrashHook>,
 }
+
+/// Test hook of [`ServerOptions::crash_hook`]: called with the server's id and the
+/// point's name (see [`SPLIT_CRASH_POINTS`]) each time a server passes a crash point.
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct CrashHook(pub Arc<CrashFn>);
+
+/// The function of a [`CrashHook`]: (server id, point) → stop there.
+#[doc(hidden)]
+pub type CrashFn = dyn Fn(u32, &str) -> bool + Send + Sync;
+
+impl std::fmt::Debug for CrashHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CrashHook")
+    }
+}
+
+/// The crash points of a split (split.rs), in the order a split passes them: on the
+/// source with its prepared intent durable and nothing sent; on the target with the
+/// moved entries durable as an incoming partition, before it answers; on the source
+/// with the transfer acknowledged, before the commit; on the source with the commit
+/// written but not yet synced; on the source after the commit is durable, before the
+/// target activates; on the target before it activates.
+#[doc(hidden)]
+pub const SPLIT_CRASH_POINTS: &[&str] = &[
+    "split:before-accept",
+    "accept:after-write",
+    "split:after-accept",
+    "split:commit-unsynced",
+    "split:after-commit",
+    "activate:before",
+];
 
 impl ServerOptions {
     /// Options with the defaults: `SyncMode::Always`, no metrics endpoint, split
@@ -107,6 +143,7 @@ impl ServerOptions {
             handshake_timeout: Duration::from_secs(5),
             max_requests_per_connection: 128,
             crash_at: None,
+            crash_hook: None,
         }
     }
 }
@@ -466,6 +503,7 @@ fn open_node(
         mu: Mutex::new(Mem::default()),
         peers,
         crash_at: opts.crash_at.clone(),
+        crash_hook: opts.crash_hook.clone(),
         crashed: AtomicBool::new(false),
         counters: Default::default(),
         wake: tokio::sync::Notify::new(),
