@@ -29,6 +29,7 @@
 
 mod chart;
 pub mod cluster;
+pub mod clustersim;
 mod disk;
 mod engine;
 mod engines;

@@ -151,6 +151,10 @@ enum Command {
     /// Concurrent creates into one directory on 1, 2, 4 ... metadata servers (processes)
     #[command(long_about = cairn_bench::cluster::ABOUT)]
     ClusterBench(cairn_bench::cluster::ClusterBenchArgs),
+    /// Simulate 64 and 256 metadata servers in one process (virtual time) and project
+    /// the aggregate create rate
+    #[command(long_about = cairn_bench::clustersim::ABOUT)]
+    ClusterSim(cairn_bench::clustersim::ClusterSimArgs),
     /// One client process of `cluster-bench`
     #[command(name = cairn_bench::cluster::CLIENT_COMMAND, hide = true)]
     ClusterBenchClient(cairn_bench::cluster::ClientArgs),
@@ -320,6 +324,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Serve(args) => cluster::serve(&args)?,
         Command::Cluster(args) => return cluster::run(&args, &mut stdout()),
         Command::ClusterBench(args) => cairn_bench::cluster::run(&args)?,
+        Command::ClusterSim(args) => cairn_bench::clustersim::run(&args)?,
         Command::ClusterBenchClient(args) => cairn_bench::cluster::client(&args)?,
     }
     Ok(ExitCode::SUCCESS)

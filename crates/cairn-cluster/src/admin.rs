@@ -12,6 +12,7 @@ use crate::giga::{covers, created_depth, home_of, name_hash, rev_range, server_o
 use crate::proto;
 use crate::proto::meta_client::MetaClient;
 use crate::rows::{PART_ACTIVE, PART_INCOMING};
+use crate::transport::{Dialer, Reach};
 
 /// One server as seen by [`status`].
 #[derive(Clone, Debug, Default, Serialize)]
@@ -80,16 +81,11 @@ fn runtime() -> Result<tokio::runtime::Runtime, ClientError> {
 }
 
 fn conn(
-    dialer: &crate::tls::Dialer,
+    reach: &Reach,
     s: &crate::config::ServerInfo,
     timeout: Duration,
 ) -> Result<MetaClient<tonic::transport::Channel>, crate::tls::TlsError> {
-    let ch = dialer
-        .endpoint(s)?
-        .connect_timeout(timeout)
-        .timeout(timeout)
-        .tcp_nodelay(true)
-        .connect_lazy();
+    let ch = reach.channel(s, timeout, Some(timeout))?;
     Ok(MetaClient::new(ch).max_decoding_message_size(crate::server::MAX_MESSAGE))
 }
 
@@ -122,7 +118,7 @@ fn why(s: &tonic::Status) -> String {
 /// reported down.
 pub fn status(cfg: &ClusterConfig, timeout: Duration) -> ClusterStatus {
     let mut out = ClusterStatus::default();
-    let rt = match runtime().and_then(|rt| Ok((rt, crate::tls::Dialer::client(cfg)?))) {
+    let rt = match runtime().and_then(|rt| Ok((rt, Reach::client(cfg, None)?))) {
         Ok(rt) => rt,
         Err(e) => {
             for s in cfg.servers() {
@@ -136,11 +132,11 @@ pub fn status(cfg: &ClusterConfig, timeout: Duration) -> ClusterStatus {
             return out;
         }
     };
-    let (rt, dialer) = rt;
+    let (rt, reach) = rt;
     let replies: Vec<Result<proto::ServerStatusReply, String>> = rt.block_on(async {
         let mut tasks = Vec::new();
         for s in cfg.servers() {
-            let mut c = match conn(&dialer, s, timeout) {
+            let mut c = match conn(&reach, s, timeout) {
                 Ok(c) => c,
                 Err(e) => {
                     tasks.push(tokio::spawn(async move { Err(e.to_string()) }));
@@ -241,11 +237,11 @@ struct Rows {
 
 async fn dump_one(
     cfg: &ClusterConfig,
-    dialer: &crate::tls::Dialer,
+    reach: &Reach,
     id: u32,
     timeout: Duration,
 ) -> Result<Rows, tonic::Status> {
-    let mut c = conn(dialer, &cfg.servers()[id as usize], timeout)
+    let mut c = conn(reach, &cfg.servers()[id as usize], timeout)
         .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
     let mut rows = Rows::default();
     let mut after = Vec::new();
@@ -286,15 +282,43 @@ fn name(n: &[u8]) -> String {
 /// cluster file or the runtime cannot start.
 pub fn check(cfg: &ClusterConfig, timeout: Duration) -> Result<ClusterCheck, ClientError> {
     let rt = runtime()?;
-    let dialer = crate::tls::Dialer::client(cfg)?;
+    let reach = Reach::client(cfg, None)?;
+    let dumps = rt.block_on(dump_all(cfg, &reach, timeout));
+    verdict(cfg, dumps)
+}
+
+/// [`check`] from inside a tokio runtime, reaching the servers through `dialer` (the
+/// simulation's network; the cluster config must be insecure, see
+/// [`crate::transport`]).
+pub async fn check_with(
+    cfg: &ClusterConfig,
+    timeout: Duration,
+    dialer: Dialer,
+) -> Result<ClusterCheck, ClientError> {
+    let reach = Reach::client(cfg, Some(dialer))?;
+    let dumps = dump_all(cfg, &reach, timeout).await;
+    verdict(cfg, dumps)
+}
+
+/// Every server's rows, one server after the other.
+async fn dump_all(
+    cfg: &ClusterConfig,
+    reach: &Reach,
+    timeout: Duration,
+) -> Vec<Result<Rows, tonic::Status>> {
+    let mut v = Vec::new();
+    for id in 0..cfg.len() {
+        v.push(dump_one(cfg, reach, id, timeout).await);
+    }
+    v
+}
+
+/// The checks of [`check`] on the servers' rows.
+fn verdict(
+    cfg: &ClusterConfig,
+    dumps: Vec<Result<Rows, tonic::Status>>,
+) -> Result<ClusterCheck, ClientError> {
     let n = cfg.len();
-    let dumps: Vec<Result<Rows, tonic::Status>> = rt.block_on(async {
-        let mut v = Vec::new();
-        for id in 0..n {
-            v.push(dump_one(cfg, &dialer, id, timeout).await);
-        }
-        v
-    });
     let mut out = ClusterCheck::default();
     let mut up: Vec<Option<Rows>> = Vec::new();
     for (id, d) in dumps.into_iter().enumerate() {

@@ -28,6 +28,7 @@ use crate::giga::{home_of, name_hash, rev, rev_range, server_of, Bitmap};
 use crate::proto;
 use crate::proto::meta_client::MetaClient;
 use crate::server::node::{cred_msg, msg_attr};
+use crate::transport::{Dialer, Reach};
 
 /// How a client behaves.
 #[derive(Clone, Debug)]
@@ -163,22 +164,10 @@ impl Client {
             .build()
             .map_err(ClientError::Runtime)?;
         let handle = rt.handle().clone();
-        let dialer = crate::tls::Dialer::client(&cfg)?;
+        let reach = Reach::client(&cfg, None)?;
         let conns = {
             let _g = rt.enter();
-            cfg.servers()
-                .iter()
-                .map(|s| {
-                    let ch = dialer
-                        .endpoint(s)?
-                        .connect_timeout(opts.connect_timeout)
-                        .tcp_nodelay(true)
-                        .connect_lazy();
-                    Ok(MetaClient::new(ch)
-                        .max_decoding_message_size(crate::server::MAX_MESSAGE)
-                        .max_encoding_message_size(crate::server::MAX_MESSAGE))
-                })
-                .collect::<Result<Vec<_>, crate::tls::TlsError>>()?
+            Client::channels(&cfg, &opts, &reach)?
         };
         let c = Client {
             inner: Arc::new(Inner {
@@ -194,6 +183,55 @@ impl Client {
         };
         c.probe()?;
         Ok(c)
+    }
+
+    /// The channel to each server (inside a tokio runtime).
+    fn channels(
+        cfg: &ClusterConfig,
+        opts: &ClientOptions,
+        reach: &Reach,
+    ) -> Result<Vec<MetaClient<Channel>>, crate::tls::TlsError> {
+        cfg.servers()
+            .iter()
+            .map(|s| {
+                Ok(
+                    MetaClient::new(reach.channel(s, opts.connect_timeout, None)?)
+                        .max_decoding_message_size(crate::server::MAX_MESSAGE)
+                        .max_encoding_message_size(crate::server::MAX_MESSAGE),
+                )
+            })
+            .collect()
+    }
+
+    /// A client of cluster `cfg` inside the current tokio runtime (it must be called
+    /// in one), reaching the servers through `dialer`. Its blocking
+    /// [`FileSystem`] calls must not be used from that runtime's thread; its async
+    /// ones ([`Client::create_async`], [`Client::mkdir_async`]) may. Servers are not
+    /// probed for their cluster file here (they refuse another's on each request).
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError::Tls`] unless `cfg` is insecure: a dialer's connections carry no
+    /// TLS (see [`crate::transport`]).
+    pub fn in_runtime(
+        cfg: ClusterConfig,
+        opts: ClientOptions,
+        dialer: Dialer,
+    ) -> Result<Client, ClientError> {
+        let reach = Reach::client(&cfg, Some(dialer))?;
+        let conns = Client::channels(&cfg, &opts, &reach)?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                rt: None,
+                handle: tokio::runtime::Handle::current(),
+                conns,
+                cfg,
+                opts,
+                bitmaps: Mutex::new(HashMap::new()),
+                redirects: AtomicU64::new(0),
+                checks: AtomicBool::new(true),
+            }),
+        })
     }
 
     /// Asks every server that answers whether it reads the same cluster file.
@@ -440,27 +478,63 @@ impl Client {
         rdev: u32,
         target: &[u8],
     ) -> FsResult<Attr> {
+        self.block_raw(self.make_async(cred, parent, name, mode, rdev, target))
+    }
+
+    async fn make_async(
+        &self,
+        cred: &Cred,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        target: &[u8],
+    ) -> FsResult<Attr> {
         let d = self.deadline();
         let h = self.header(cred);
         let (name, target) = (name.to_vec(), target.to_vec());
         let hash = name_hash(&name);
-        self.block_raw(async {
-            let rep = self
-                .named(parent, hash, false, d, |mut c, t, _| {
-                    let mut r = tonic::Request::new(proto::MakeReq {
-                        h: h.clone(),
-                        dir: parent,
-                        name: name.clone(),
-                        mode,
-                        rdev,
-                        target: target.clone(),
-                    });
-                    r.set_timeout(t);
-                    async move { c.make(r).await }
-                })
-                .await?;
-            self.entry_attr(rep, d).await
-        })
+        let rep = self
+            .named(parent, hash, false, d, |mut c, t, _| {
+                let mut r = tonic::Request::new(proto::MakeReq {
+                    h: h.clone(),
+                    dir: parent,
+                    name: name.clone(),
+                    mode,
+                    rdev,
+                    target: target.clone(),
+                });
+                r.set_timeout(t);
+                async move { c.make(r).await }
+            })
+            .await?;
+        self.entry_attr(rep, d).await
+    }
+
+    /// [`FileSystem::create`] from inside a tokio runtime (a client made by
+    /// [`Client::in_runtime`]).
+    pub async fn create_async(
+        &self,
+        cred: &Cred,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+    ) -> FsResult<Attr> {
+        self.make_async(cred, parent, name, libc::S_IFREG | (mode & 0o7777), 0, &[])
+            .await
+    }
+
+    /// [`FileSystem::mkdir`] from inside a tokio runtime (a client made by
+    /// [`Client::in_runtime`]).
+    pub async fn mkdir_async(
+        &self,
+        cred: &Cred,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+    ) -> FsResult<Attr> {
+        self.make_async(cred, parent, name, libc::S_IFDIR | (mode & 0o7777), 0, &[])
+            .await
     }
 
     fn remove(&self, cred: &Cred, parent: u64, name: &[u8], rmdir: bool) -> FsResult<()> {

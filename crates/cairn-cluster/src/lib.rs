@@ -11,6 +11,7 @@
 //!   cluster.
 //! - [`admin`]: [`admin::status`] and [`admin::check`] for operators.
 //! - [`tls`]: mutual TLS, identities from certificates, test certificates.
+//! - [`transport`]: how parties reach a server; the seam for a simulated network.
 //!
 //! This crate uses the engine (`cairn`) and the file system's types and rules
 //! (`cairn-fs`) through their public APIs. It must never depend on the FUSE adapter,
@@ -26,6 +27,7 @@ pub mod giga;
 mod rows;
 pub mod server;
 pub mod tls;
+pub mod transport;
 
 /// The generated gRPC code of `proto/cluster.proto`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

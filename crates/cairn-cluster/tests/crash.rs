@@ -332,6 +332,7 @@ fn split_crash_points() {
         (0, "split:before-accept"),
         (1, "accept:after-write"),
         (0, "split:after-accept"),
+        (0, "split:commit-unsynced"),
         (0, "split:after-commit"),
         (1, "activate:before"),
         (0, "followups:done"),

@@ -3,6 +3,7 @@
 //! partitions that grow past the threshold; coordinates operations that touch two
 //! servers with durable intents, and finishes them after a crash.
 
+mod embed;
 mod house;
 mod inode;
 mod intent;
@@ -31,6 +32,7 @@ use crate::proto;
 use crate::rows::*;
 use node::{Batch, Mem, Node, NodeRef, Part};
 
+pub use embed::{start_embedded, Embedded, PartitionInfo, Probe};
 pub(crate) use peer::MAX_MESSAGE;
 
 /// When a change is durable.
@@ -81,7 +83,43 @@ pub struct ServerOptions {
     /// "Cluster", crash points).
     #[doc(hidden)]
     pub crash_at: Option<String>,
+    /// Test hook: asked at every named crash point; `true` stops the server there as if
+    /// killed (the simulation's kills inside splits, `cairn cluster-sim`).
+    #[doc(hidden)]
+    pub crash_hook: Option<CrashHook>,
 }
+
+/// Test hook of [`ServerOptions::crash_hook`]: called with the server's id and the
+/// point's name (see [`SPLIT_CRASH_POINTS`]) each time a server passes a crash point.
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct CrashHook(pub Arc<CrashFn>);
+
+/// The function of a [`CrashHook`]: (server id, point) → stop there.
+#[doc(hidden)]
+pub type CrashFn = dyn Fn(u32, &str) -> bool + Send + Sync;
+
+impl std::fmt::Debug for CrashHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CrashHook")
+    }
+}
+
+/// The crash points of a split (split.rs), in the order a split passes them: on the
+/// source with its prepared intent durable and nothing sent; on the target with the
+/// moved entries durable as an incoming partition, before it answers; on the source
+/// with the transfer acknowledged, before the commit; on the source with the commit
+/// written but not yet synced; on the source after the commit is durable, before the
+/// target activates; on the target before it activates.
+#[doc(hidden)]
+pub const SPLIT_CRASH_POINTS: &[&str] = &[
+    "split:before-accept",
+    "accept:after-write",
+    "split:after-accept",
+    "split:commit-unsynced",
+    "split:after-commit",
+    "activate:before",
+];
 
 impl ServerOptions {
     /// Options with the defaults: `SyncMode::Always`, no metrics endpoint, split
@@ -105,6 +143,7 @@ impl ServerOptions {
             handshake_timeout: Duration::from_secs(5),
             max_requests_per_connection: 128,
             crash_at: None,
+            crash_hook: None,
         }
     }
 }
@@ -305,7 +344,7 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
             refused.clone(),
         )?)
     };
-    let dialer = crate::tls::Dialer::server(&cfg, id)?;
+    let reach = crate::transport::Reach::server(&cfg, id, None)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(64)
@@ -313,14 +352,107 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
         .thread_name(format!("cairn-server-{id}"))
         .build()
         .map_err(ServerError::Runtime)?;
-    let policy = match opts.sync {
+    let engine = Options::new().sync(match opts.sync {
         SyncMode::Always => SyncPolicy::Always,
         SyncMode::Never => SyncPolicy::Never,
+    });
+    let peers = {
+        let _g = rt.enter();
+        peers(&opts, &reach)?
     };
-    let db = Options::new()
-        .sync(policy)
-        .open(&dir)
-        .map_err(store_err(&dir))?;
+    let node = open_node(&opts, id, engine, peers, false)?;
+    let listener =
+        std::net::TcpListener::bind(opts.listen).map_err(|source| ServerError::Listen {
+            addr: opts.listen,
+            source,
+        })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| ServerError::Listen {
+            addr: opts.listen,
+            source,
+        })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|source| ServerError::Listen {
+            addr: opts.listen,
+            source,
+        })?;
+    if let Some(maddr) = opts.metrics {
+        let _g = rt.enter();
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(maddr)
+            .install()
+            .map_err(|e| ServerError::Metrics {
+                addr: maddr,
+                msg: e.to_string(),
+            })?;
+    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let serve = {
+        let router = router(&opts, &node, acceptor.is_some());
+        let _g = rt.enter();
+        let listener =
+            tokio::net::TcpListener::from_std(listener).map_err(|source| ServerError::Listen {
+                addr: opts.listen,
+                source,
+            })?;
+        let stop = async {
+            let _ = stop_rx.await;
+        };
+        match acceptor {
+            Some(a) => rt.spawn(router.serve_with_incoming_shutdown(a.incoming(listener), stop)),
+            // TCP_NODELAY on every accepted connection (the TLS accept loop sets it
+            // too): a reply goes out as several small HTTP/2 frames, which Nagle's
+            // algorithm would hold back for the peer's ACK. (`Server::tcp_nodelay`
+            // applies only to listeners tonic binds itself.)
+            None => rt.spawn(router.serve_with_incoming_shutdown(
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                stop,
+            )),
+        }
+    };
+    rt.spawn(node.clone().intent_runner());
+    rt.spawn(node.clone().housekeeping());
+    node.wake.notify_one();
+    tracing::info!(server = id, "serving on {addr} (store {})", dir.display());
+    Ok(ServerHandle {
+        addr,
+        node,
+        rt: Some(rt),
+        stop: Some(stop_tx),
+        serve: Some(serve),
+        refused,
+    })
+}
+
+/// The connection to each server of the cluster, through `reach` (inside a tokio
+/// runtime).
+fn peers(
+    opts: &ServerOptions,
+    reach: &crate::transport::Reach,
+) -> Result<Vec<peer::PeerConn>, ServerError> {
+    let t = opts.peer_timeout.min(Duration::from_secs(2));
+    Ok(opts
+        .cluster
+        .servers()
+        .iter()
+        .map(|s| peer::PeerConn::new(reach, s, t))
+        .collect::<Result<Vec<_>, crate::tls::TlsError>>()?)
+}
+
+/// Opens a server's store (with `engine`'s options), refuses another cluster's or
+/// another server's, and recovers its state into a new node.
+fn open_node(
+    opts: &ServerOptions,
+    id: u32,
+    engine: Options,
+    peers: Vec<peer::PeerConn>,
+    inline_store: bool,
+) -> Result<NodeRef, ServerError> {
+    let cfg = &opts.cluster;
+    let dir = opts.dir.clone();
+    let db = engine.open(&dir).map_err(store_err(&dir))?;
     let ks = db.keyspace(crate::KEYSPACE);
     drop(db);
     // Whose store: refuse another cluster's or another server's.
@@ -360,35 +492,6 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
             ks.db().flush().map_err(store_err(&dir))?;
         }
     }
-    let listener =
-        std::net::TcpListener::bind(opts.listen).map_err(|source| ServerError::Listen {
-            addr: opts.listen,
-            source,
-        })?;
-    let addr = listener
-        .local_addr()
-        .map_err(|source| ServerError::Listen {
-            addr: opts.listen,
-            source,
-        })?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|source| ServerError::Listen {
-            addr: opts.listen,
-            source,
-        })?;
-    let peers = {
-        let _g = rt.enter();
-        cfg.servers()
-            .iter()
-            .map(|s| {
-                Ok(peer::PeerConn::new(
-                    dialer.endpoint(s)?,
-                    opts.peer_timeout.min(Duration::from_secs(2)),
-                ))
-            })
-            .collect::<Result<Vec<_>, crate::tls::TlsError>>()?
-    };
     let node = Arc::new(Node {
         id,
         n: cfg.len(),
@@ -400,88 +503,51 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
         mu: Mutex::new(Mem::default()),
         peers,
         crash_at: opts.crash_at.clone(),
+        crash_hook: opts.crash_hook.clone(),
         crashed: AtomicBool::new(false),
         counters: Default::default(),
         wake: tokio::sync::Notify::new(),
         bitmaps: Mutex::new(HashMap::new()),
+        inline_store,
     });
     recover(&node).map_err(|f| fail_err(&dir, "recovery", f))?;
-    if let Some(maddr) = opts.metrics {
-        let _g = rt.enter();
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .with_http_listener(maddr)
-            .install()
-            .map_err(|e| ServerError::Metrics {
-                addr: maddr,
-                msg: e.to_string(),
-            })?;
-    }
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let serve = {
-        use tonic::service::interceptor::InterceptedService;
-        let secure = acceptor.is_some();
-        let meta = InterceptedService::new(
-            proto::meta_server::MetaServer::new(svc::MetaSvc(node.clone()))
-                .max_decoding_message_size(MAX_MESSAGE)
-                .max_encoding_message_size(MAX_MESSAGE),
-            move |mut req: tonic::Request<()>| {
-                let who = svc::caller(secure, &req)?;
-                req.extensions_mut().insert(who);
-                Ok(req)
-            },
-        );
-        let peer = InterceptedService::new(
-            proto::peer_server::PeerServer::new(svc::PeerSvc(node.clone()))
-                .max_decoding_message_size(MAX_MESSAGE)
-                .max_encoding_message_size(MAX_MESSAGE),
-            move |req: tonic::Request<()>| match svc::caller(secure, &req)? {
-                crate::tls::Caller::Client(_) => Err(tonic::Status::permission_denied(
-                    "the server-to-server service is for servers' certificates only",
-                )),
-                _ => Ok(req),
-            },
-        );
-        let _g = rt.enter();
-        let listener =
-            tokio::net::TcpListener::from_std(listener).map_err(|source| ServerError::Listen {
-                addr: opts.listen,
-                source,
-            })?;
-        let router = tonic::transport::Server::builder()
-            .timeout(opts.request_timeout)
-            .concurrency_limit_per_connection(opts.max_requests_per_connection.max(1))
-            .max_concurrent_streams(Some(2 * opts.max_requests_per_connection.max(1) as u32))
-            .http2_keepalive_interval(Some(Duration::from_secs(30)))
-            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-            .add_service(meta)
-            .add_service(peer);
-        let stop = async {
-            let _ = stop_rx.await;
-        };
-        match acceptor {
-            Some(a) => rt.spawn(router.serve_with_incoming_shutdown(a.incoming(listener), stop)),
-            // TCP_NODELAY on every accepted connection (the TLS accept loop sets it
-            // too): a reply goes out as several small HTTP/2 frames, which Nagle's
-            // algorithm would hold back for the peer's ACK. (`Server::tcp_nodelay`
-            // applies only to listeners tonic binds itself.)
-            None => rt.spawn(router.serve_with_incoming_shutdown(
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-                stop,
+    Ok(node)
+}
+
+/// The gRPC server of a node: its two services behind the interceptors that learn who
+/// calls (`secure`: from the TLS connection's certificates; else everyone is trusted),
+/// with the request timeout and per-connection limits of `opts`.
+fn router(opts: &ServerOptions, node: &NodeRef, secure: bool) -> tonic::transport::server::Router {
+    use tonic::service::interceptor::InterceptedService;
+    let meta = InterceptedService::new(
+        proto::meta_server::MetaServer::new(svc::MetaSvc(node.clone()))
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE),
+        move |mut req: tonic::Request<()>| {
+            let who = svc::caller(secure, &req)?;
+            req.extensions_mut().insert(who);
+            Ok(req)
+        },
+    );
+    let peer = InterceptedService::new(
+        proto::peer_server::PeerServer::new(svc::PeerSvc(node.clone()))
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE),
+        move |req: tonic::Request<()>| match svc::caller(secure, &req)? {
+            crate::tls::Caller::Client(_) => Err(tonic::Status::permission_denied(
+                "the server-to-server service is for servers' certificates only",
             )),
-        }
-    };
-    rt.spawn(node.clone().intent_runner());
-    rt.spawn(node.clone().housekeeping());
-    node.wake.notify_one();
-    tracing::info!(server = id, "serving on {addr} (store {})", dir.display());
-    Ok(ServerHandle {
-        addr,
-        node,
-        rt: Some(rt),
-        stop: Some(stop_tx),
-        serve: Some(serve),
-        refused,
-    })
+            _ => Ok(req),
+        },
+    );
+    tonic::transport::Server::builder()
+        .timeout(opts.request_timeout)
+        .concurrency_limit_per_connection(opts.max_requests_per_connection.max(1))
+        .max_concurrent_streams(Some(2 * opts.max_requests_per_connection.max(1) as u32))
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .add_service(meta)
+        .add_service(peer)
 }
 
 /// Loads what the server keeps in memory from its rows, creates the root directory on

@@ -185,12 +185,16 @@ pub(crate) struct Node {
     pub mu: Mutex<Mem>,
     pub peers: Vec<super::peer::PeerConn>,
     pub crash_at: Option<String>,
+    pub crash_hook: Option<super::CrashHook>,
     pub crashed: AtomicBool,
     pub counters: Counters,
     /// Wakes the background task that drives unfinished intents.
     pub wake: tokio::sync::Notify,
     /// Directory bitmaps learnt from peers' redirects (for a rename's destination).
     pub bitmaps: Mutex<HashMap<u64, giga::Bitmap>>,
+    /// Store calls run in the calling task instead of the blocking pool (the
+    /// simulation, whose single thread must see them in a fixed order).
+    pub inline_store: bool,
 }
 
 /// Changes of rows, applied atomically by [`Node::apply`].
@@ -340,7 +344,12 @@ impl Node {
         if self.crashed.load(Ordering::SeqCst) {
             return Err(Fail::Crashed);
         }
-        if self.crash_at.as_deref() == Some(name) {
+        if self.crash_at.as_deref() == Some(name)
+            || self
+                .crash_hook
+                .as_ref()
+                .is_some_and(|h| (h.0)(self.id, name))
+        {
             tracing::warn!(
                 server = self.id,
                 "crash point {name}: stopping as if killed"

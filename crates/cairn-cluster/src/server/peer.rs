@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use cairn_fs::{rules, Cred};
 
@@ -28,20 +28,21 @@ pub(crate) struct PeerConn {
 }
 
 impl PeerConn {
-    /// A lazy connection through `ep` (must be called inside a tokio runtime).
-    pub(crate) fn new(ep: Endpoint, connect_timeout: Duration) -> PeerConn {
-        let ch = ep
-            .connect_timeout(connect_timeout)
-            .tcp_nodelay(true)
-            .connect_lazy();
-        PeerConn {
+    /// A lazy connection to `s` through `reach` (must be called inside a tokio runtime).
+    pub(crate) fn new(
+        reach: &crate::transport::Reach,
+        s: &crate::config::ServerInfo,
+        connect_timeout: Duration,
+    ) -> Result<PeerConn, crate::tls::TlsError> {
+        let ch = reach.channel(s, connect_timeout, None)?;
+        Ok(PeerConn {
             meta: MetaClient::new(ch.clone())
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE),
             peer: PeerClient::new(ch)
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE),
-        }
+        })
     }
 }
 
@@ -138,6 +139,10 @@ impl Node {
         f: impl FnOnce(&Node) -> R<T> + Send + 'static,
     ) -> R<T> {
         let n = self.clone();
+        if self.inline_store {
+            // The simulation: store calls run in the task (deterministic order).
+            return f(&n);
+        }
         match tokio::task::spawn_blocking(move || f(&n)).await {
             Ok(r) => r,
             Err(e) => {

@@ -172,6 +172,7 @@ impl Node {
                 }
                 drop(m);
                 let moved = res?;
+                n.point("split:commit-unsynced")?;
                 n.durable()?;
                 Ok(moved)
             })

@@ -1,0 +1,171 @@
+//! Per-operation server CPU costs, measured in this process on this machine: one real
+//! server (`cairn_cluster::server::start`, TCP on loopback, its own runtime) and a
+//! client in the same process. The server's CPU is the process's CPU time
+//! (`getrusage`) less the CPU of the client's threads (named `cairn-client`, read from
+//! `/proc/self/task`) and of the calling thread: everything else (the server's runtime
+//! and blocking threads, the engine's background threads) is the server's.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use cairn_cluster::server::{self, ServerOptions, SyncMode};
+use cairn_cluster::{Client, ClientOptions, ClusterConfig};
+use cairn_fs::{Cred, FileSystem, ROOT};
+use serde::Serialize;
+
+/// Server CPU per operation, in microseconds.
+#[derive(Clone, Debug, Serialize)]
+pub struct Costs {
+    /// Creates (and lookups) timed.
+    pub ops: u64,
+    /// Server CPU per create into a directory that does not split.
+    pub create_us: f64,
+    /// Server CPU per lookup: the estimate of a redirect's cost (a redirect takes the
+    /// same request path, decoding, the server's lock and a reply, without the store
+    /// read a lookup does: an upper bound).
+    pub redirect_us: f64,
+    /// Extra server CPU per create when the directory splits (threshold
+    /// `split_threshold`, one server, so the target is local and no bytes cross the
+    /// network), divided by the entries the splits moved: the per-entry cost of a split.
+    pub split_entry_us: f64,
+    /// The threshold of that run.
+    pub split_threshold: u64,
+    /// Splits in that run.
+    pub splits: u64,
+    /// Entries they moved, estimated as splits × (threshold + 1) / 2 (a partition splits
+    /// on reaching threshold + 1 entries and moves the upper half of its hash range).
+    pub entries_moved_estimate: u64,
+}
+
+fn ticks_per_sec() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+fn rusage(who: libc::c_int) -> f64 {
+    // SAFETY: getrusage writes a plain struct we own.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(who, &mut u) } != 0 {
+        return 0.0;
+    }
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    s(u.ru_utime) + s(u.ru_stime)
+}
+
+/// CPU seconds of the threads of this process whose name starts with `prefix`.
+fn threads_cpu(prefix: &str) -> f64 {
+    let hz = ticks_per_sec();
+    let mut sum = 0.0;
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    for t in dir.flatten() {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ... utime stime at fields 14, 15 (1-based).
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        if !stat[open + 1..close].starts_with(prefix) {
+            continue;
+        }
+        let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let (Some(u), Some(s)) = (f.get(11), f.get(12)) else {
+            continue;
+        };
+        sum += (u.parse::<f64>().unwrap_or(0.0) + s.parse::<f64>().unwrap_or(0.0)) / hz;
+    }
+    sum
+}
+
+/// CPU seconds of everything but the client threads and this thread.
+fn server_cpu() -> f64 {
+    rusage(libc::RUSAGE_SELF) - threads_cpu("cairn-client") - rusage(libc::RUSAGE_THREAD)
+}
+
+fn free_addr() -> Result<SocketAddr> {
+    let l = TcpListener::bind("127.0.0.1:0").context("finding a free loopback port")?;
+    Ok(l.local_addr()?)
+}
+
+/// One server on a new store in `dir` with `threshold`; creates `ops` files in a new
+/// directory and then looks each up. Returns (server CPU of the creates, of the
+/// lookups, splits done).
+fn one_run(dir: &Path, threshold: u64, ops: u64) -> Result<(f64, f64, u64)> {
+    let addr = free_addr()?;
+    // Certificates for this run: the server and client talk mutual TLS, the default.
+    let servers = ClusterConfig::parse(&format!("[[server]]\nid = 0\naddr = \"{addr}\"\n"))?
+        .servers()
+        .to_vec();
+    let file = cairn_cluster::tls::init_certs(
+        &dir.with_extension("certs"),
+        &servers,
+        &[("costs".to_string(), Some("*".to_string()))],
+    )?;
+    let cfg = ClusterConfig::load(&file)?;
+    let mut opts = ServerOptions::new(dir, addr, cfg.clone());
+    opts.sync = SyncMode::Never;
+    opts.split_threshold = threshold;
+    let h = server::start(opts).context("starting the measuring server")?;
+    let client = Client::with_config(cfg.clone(), ClientOptions::default())?;
+    let cred = Cred::ROOT;
+    let d = client
+        .mkdir(&cred, ROOT, b"costs", 0o755)
+        .map_err(|e| anyhow!("mkdir: {e:?}"))?
+        .ino;
+    let t0 = server_cpu();
+    for k in 0..ops {
+        client
+            .create(&cred, d, format!("f{k}").as_bytes(), 0o644)
+            .map_err(|e| anyhow!("create: {e:?}"))?;
+    }
+    let t1 = server_cpu();
+    for k in 0..ops {
+        client
+            .lookup(&cred, d, format!("f{k}").as_bytes())
+            .map_err(|e| anyhow!("lookup: {e:?}"))?;
+    }
+    let t2 = server_cpu();
+    let status = cairn_cluster::admin::status(&cfg, Duration::from_secs(10));
+    let splits = status.servers.first().map_or(0, |s| s.splits_done);
+    drop(client);
+    h.shutdown()?;
+    Ok((t1 - t0, t2 - t1, splits))
+}
+
+/// Measures [`Costs`] with `ops` creates per run, stores under `work`.
+pub fn measure(work: &Path, ops: u64, split_threshold: u64) -> Result<Costs> {
+    let ops = ops.max(1);
+    let base = work.join(format!("costs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base)?;
+    let res = (|| {
+        let (create, lookup, _) = one_run(&base.join("flat"), u64::MAX / 4, ops)?;
+        let (create_split, _, splits) = one_run(&base.join("split"), split_threshold, ops)?;
+        let moved = splits * split_threshold.saturating_add(1) / 2;
+        let extra = (create_split - create).max(0.0);
+        Ok(Costs {
+            ops,
+            create_us: create / ops as f64 * 1e6,
+            redirect_us: lookup / ops as f64 * 1e6,
+            split_entry_us: if moved == 0 {
+                0.0
+            } else {
+                extra / moved as f64 * 1e6
+            },
+            split_threshold,
+            splits,
+            entries_moved_estimate: moved,
+        })
+    })();
+    let _ = std::fs::remove_dir_all(&base);
+    res
+}

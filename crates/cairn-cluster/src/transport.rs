@@ -1,0 +1,82 @@
+//! How servers, clients and the admin tools reach a server. By default through
+//! [`crate::tls`]: a lazy TCP channel with mutual TLS (plain TCP under `--insecure`). A
+//! [`Dialer`] replaces the connection itself: the simulation's in-memory network
+//! (`cairn cluster-sim`). Such a network carries plain HTTP/2, so a custom dialer is
+//! accepted only with an insecure cluster config
+//! ([`ClusterConfig::set_insecure`](crate::ClusterConfig::set_insecure)); real servers and
+//! clients never take this path.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tonic::transport::Channel;
+
+use crate::config::{ClusterConfig, ServerInfo};
+use crate::tls::TlsError;
+
+/// Makes the channel to the server at an address (called once per server, inside a
+/// tokio runtime; the channel should connect lazily). Arguments: the server's address
+/// in the cluster file and the connect timeout.
+pub type Dialer = Arc<dyn Fn(SocketAddr, Duration) -> Channel + Send + Sync>;
+
+/// How one party reaches the servers of a cluster.
+#[derive(Clone)]
+pub(crate) enum Reach {
+    /// TCP, with mutual TLS unless the cluster file is insecure.
+    Net(crate::tls::Dialer),
+    /// The caller's connections (the simulation).
+    Custom(Dialer),
+}
+
+impl Reach {
+    /// A client's (and the admin tools'): its `[tls]` client certificate, or `custom`.
+    pub(crate) fn client(cfg: &ClusterConfig, custom: Option<Dialer>) -> Result<Reach, TlsError> {
+        match custom {
+            Some(d) => Reach::custom(cfg, d),
+            None => Ok(Reach::Net(crate::tls::Dialer::client(cfg)?)),
+        }
+    }
+
+    /// Server `id`'s, for its calls to peers: its own certificate, or `custom`.
+    pub(crate) fn server(
+        cfg: &ClusterConfig,
+        id: u32,
+        custom: Option<Dialer>,
+    ) -> Result<Reach, TlsError> {
+        match custom {
+            Some(d) => Reach::custom(cfg, d),
+            None => Ok(Reach::Net(crate::tls::Dialer::server(cfg, id)?)),
+        }
+    }
+
+    fn custom(cfg: &ClusterConfig, d: Dialer) -> Result<Reach, TlsError> {
+        if !cfg.insecure() {
+            return Err(TlsError::Setup(
+                "a custom dialer carries no TLS: it needs an insecure cluster config".into(),
+            ));
+        }
+        Ok(Reach::Custom(d))
+    }
+
+    /// A lazy channel to server `s` (must be called inside a tokio runtime). `timeout`,
+    /// if given, bounds every request of a TCP channel (a custom channel's requests
+    /// carry their own timeouts).
+    pub(crate) fn channel(
+        &self,
+        s: &ServerInfo,
+        connect_timeout: Duration,
+        timeout: Option<Duration>,
+    ) -> Result<Channel, TlsError> {
+        match self {
+            Reach::Custom(d) => Ok(d(s.addr, connect_timeout)),
+            Reach::Net(d) => {
+                let mut ep = d.endpoint(s)?.connect_timeout(connect_timeout);
+                if let Some(t) = timeout {
+                    ep = ep.timeout(t);
+                }
+                Ok(ep.tcp_nodelay(true).connect_lazy())
+            }
+        }
+    }
+}
