@@ -867,7 +867,7 @@ fn compact_segment(
     if active {
         // The shard's own handles must be the file's only ones for it to be cut.
         drop(victim);
-        if let Some(freed) = shard.empty_active(seg)? {
+        if let Some(freed) = shard.empty_active(core, seg)? {
             RETIRED.fetch_add(1, Ordering::SeqCst);
             core.sub_disk_used(freed);
         }

@@ -391,7 +391,6 @@ pub(crate) struct Built {
 pub(crate) fn build(
     mut l: Loaded,
     seqstate: &crate::manifest::SeqState,
-    fs: &Fs,
     segment_size: u64,
     hashed: bool,
     new_active: impl FnOnce(u32) -> Result<SegmentFile>,
@@ -460,23 +459,23 @@ pub(crate) fn build(
         }
     }
     // The newest data segment keeps taking appends unless it is full. A clean close
-    // leaves a hint for it (so this open did not read its data); the hint goes now,
-    // since the segment grows again, and its removal is made durable before it does:
-    // after a power loss a hint that came back would describe a shorter segment.
+    // leaves a hint for it (so this open did not read its data). The hint stays while
+    // the file is as it describes: the shard removes it, durably, before the first
+    // write that changes the file (`ShardState::kept_hint`), so that an open that only
+    // reads costs no directory sync and its close no new hint.
     let newest_data = segs
         .iter()
         .rev()
         .find(|(_, m)| m.file.kind == SegKind::Data)
         .map(|(&id, m)| (id, m.sealed, m.size));
     let mut next_seg = l.next_seg;
+    let mut kept_hint = None;
     let active = match newest_data {
         Some((id, sealed, size)) if !sealed || size < segment_size => {
             let m = segs.get_mut(&id).expect("segment listed above");
             if sealed {
-                fs.remove(&segment::hint_path(&l.dir, id))?;
-                fs.sync_dir(&l.dir)?;
                 m.sealed = false;
-                m.hint_size = 0;
+                kept_hint = Some(id);
             }
             Active::new(m.file.clone(), m.size, segment_size)
         }
@@ -514,6 +513,7 @@ pub(crate) fn build(
             appended_seq: l.max_seq,
             taken_seq: l.max_seq,
             first_unsynced: u64::MAX,
+            kept_hint,
         },
         to_seal,
         unsynced,

@@ -193,6 +193,11 @@ pub(crate) struct ShardState {
     /// Lowest sequence number appended since the last sync took the buffer
     /// (`u64::MAX`: none).
     pub first_unsynced: u64,
+    /// The active segment whose hint file, written at the last clean close, was kept
+    /// by open because it still describes the file exactly. The hint goes (its removal
+    /// made durable) before the first byte that changes the file; a close that finds it
+    /// still here writes none.
+    pub kept_hint: Option<u32>,
 }
 
 /// Where the bytes of a record can be read.
@@ -648,8 +653,19 @@ impl Shard {
     /// Returns the bytes freed, or `None` (nothing done) when the segment is not the
     /// active one, has buffered bytes, or is still used by a reader (a value or an
     /// iterator holding its file, whose map must stay readable).
-    pub fn empty_active(&self, seg: u32) -> Result<Option<u64>> {
+    pub fn empty_active(&self, core: &StoreCtx, seg: u32) -> Result<Option<u64>> {
         let _io = self.io.lock();
+        {
+            let st = self.state.read();
+            if st.active.id != seg
+                || !st.active.buf.is_empty()
+                || st.pending.is_some()
+                || Arc::strong_count(&st.active.file) > 2
+            {
+                return Ok(None);
+            }
+        }
+        self.drop_kept_hint(core, seg)?;
         let mut st = self.state.write();
         let st = &mut *st;
         if st.active.id != seg || !st.active.buf.is_empty() || st.pending.is_some() {
@@ -680,6 +696,25 @@ impl Shard {
         Ok(Some(freed))
     }
 
+    /// Removes the hint file that open kept for segment `seg` (see
+    /// [`ShardState::kept_hint`]) and makes the removal durable, before the segment's file
+    /// changes: after a power loss, a hint that came back must not describe a file that
+    /// was cut back and grew again to the same length. Called with `io` held.
+    fn drop_kept_hint(&self, core: &StoreCtx, seg: u32) -> Result<()> {
+        if self.state.read().kept_hint != Some(seg) {
+            return Ok(());
+        }
+        core.fs.remove(&segment::hint_path(&self.dir, seg))?;
+        core.fs.sync_dir(&self.dir)?;
+        let mut st = self.state.write();
+        st.kept_hint = None;
+        if let Some(m) = st.segs.get_mut(&seg) {
+            core.sub_disk_used(m.hint_size);
+            m.hint_size = 0;
+        }
+        Ok(())
+    }
+
     /// Writes the buffer to the file and runs `f` on the state while no write is in
     /// flight, so every byte below `active.buf_start` is in the file.
     pub fn with_flushed<R>(&self, core: &StoreCtx, f: impl FnOnce(&ShardState) -> R) -> Result<R> {
@@ -690,6 +725,7 @@ impl Shard {
     }
 
     fn write_pending(&self, core: &StoreCtx, p: &Pending) -> Result<()> {
+        self.drop_kept_hint(core, p.seg)?;
         match core
             .fs
             .write_at(&p.file.file, &p.file.path, &p.data, p.start)
@@ -888,8 +924,9 @@ impl Shard {
     }
 
     /// Writes a hint file for the active segment at a clean close, so the next open
-    /// loads its entries without reading its data. The next open removes the hint again
-    /// before appending.
+    /// loads its entries without reading its data. The next open keeps the hint until
+    /// the first write that changes the file ([`ShardState::kept_hint`]); a close with
+    /// nothing written since open leaves that hint as it is.
     pub fn hint_active(&self, core: &StoreCtx) -> Result<()> {
         let _sync = self.sync.lock();
         let mut io = self.io.lock();
@@ -902,6 +939,10 @@ impl Shard {
         }
         let (file, len) = {
             let st = self.state.read();
+            if st.kept_hint == Some(st.active.id) {
+                // Nothing was written since open: the hint open kept describes the file.
+                return Ok(());
+            }
             (st.active.file.clone(), st.active.buf_start)
         };
         if len <= SEG_HEADER_LEN {
@@ -939,6 +980,13 @@ impl Shard {
         };
         let res = self.seal_file(core, seg, &file);
         let mut st = self.state.write();
+        if res.is_ok() && st.kept_hint == Some(seg) {
+            // Rotated out unchanged: the new hint replaced the one open kept.
+            st.kept_hint = None;
+            if let Some(m) = st.segs.get(&seg) {
+                core.sub_disk_used(m.hint_size);
+            }
+        }
         if let Some(m) = st.segs.get_mut(&seg) {
             m.sealing = false;
             if let Ok(hint_size) = res {

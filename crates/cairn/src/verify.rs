@@ -60,7 +60,9 @@ pub(crate) fn verify(core: &Core) -> Result<VerifyReport> {
                     } else {
                         m.size
                     };
-                    (m.file.clone(), len, m.sealed)
+                    // The active segment's hint that open kept is checked too.
+                    let hinted = m.sealed || st.kept_hint == Some(m.file.id);
+                    (m.file.clone(), len, hinted)
                 })
                 .collect()
         })?;
@@ -89,8 +91,15 @@ pub(crate) fn verify(core: &Core) -> Result<VerifyReport> {
                             entries.len()
                         ),
                     }),
-                    // Compaction removed the segment meanwhile: nothing to check.
-                    Err(_) if !shard.state.read().segs.contains_key(&file.id) => {}
+                    // Compaction removed the segment meanwhile, or a write removed the
+                    // hint open kept for the active segment: nothing to check.
+                    Err(_)
+                        if {
+                            let st = shard.state.read();
+                            !st.segs.contains_key(&file.id)
+                                || (!st.segs[&file.id].sealed
+                                    && st.kept_hint != Some(file.id))
+                        } => {}
                     Err(e) => report.damage.push(Damage {
                         path: hpath,
                         offset: None,

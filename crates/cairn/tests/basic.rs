@@ -78,3 +78,65 @@ fn db_is_send_sync_clone() {
     fn assert_send<T: Send>() {}
     assert_send::<cairn::Iter>();
 }
+
+/// The hint files under `dir`, with the inode and bytes of each.
+fn hints(dir: &std::path::Path) -> std::collections::BTreeMap<std::path::PathBuf, (u64, Vec<u8>)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = std::collections::BTreeMap::new();
+    for shard in std::fs::read_dir(dir.join("shards")).unwrap() {
+        for f in std::fs::read_dir(shard.unwrap().path()).unwrap() {
+            let p = f.unwrap().path();
+            if p.extension().is_some_and(|e| e == "hint") {
+                let ino = std::fs::metadata(&p).unwrap().ino();
+                out.insert(p.clone(), (ino, std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+/// An open that only reads leaves the active segments' hint files as the last close
+/// wrote them (no directory sync at open, no rescan of the segments at close); the
+/// first write to a shard removes its active segment's hint before the file changes,
+/// and the next close writes it anew.
+#[test]
+fn an_open_that_only_reads_keeps_the_active_hints() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = || Options::new().shards(4).open(dir.path()).unwrap();
+    let db = open();
+    for i in 0..1000u32 {
+        db.put(format!("key{i:05}"), format!("value{i}")).unwrap();
+    }
+    db.close().unwrap();
+    let before = hints(dir.path());
+    assert_eq!(before.len(), 4, "one hint per shard's active segment");
+
+    let db = open();
+    for i in 0..1000u32 {
+        assert!(db.get(format!("key{i:05}")).unwrap().is_some());
+    }
+    assert!(db.verify().unwrap().is_clean());
+    db.close().unwrap();
+    assert_eq!(hints(dir.path()), before, "a read-only open rewrote a hint");
+
+    let db = open();
+    db.put("key00001", "changed").unwrap();
+    db.flush().unwrap();
+    let during = hints(dir.path());
+    assert_eq!(during.len(), 3, "the written shard's hint must be gone");
+    assert!(during.iter().all(|(p, v)| before.get(p) == Some(v)));
+    assert!(db.verify().unwrap().is_clean());
+    db.close().unwrap();
+    let after = hints(dir.path());
+    assert_eq!(after.len(), 4);
+    let rewritten: Vec<_> = after
+        .iter()
+        .filter(|(p, v)| before.get(*p) != Some(*v))
+        .collect();
+    assert_eq!(rewritten.len(), 1, "only the written shard's hint is new");
+
+    let db = open();
+    assert_eq!(db.get("key00001").unwrap().unwrap().into_vec(), b"changed");
+    assert_eq!(db.iter().count(), 1000);
+    assert!(db.open_damage().is_empty());
+}
