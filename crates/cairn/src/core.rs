@@ -149,16 +149,7 @@ impl Core {
                 .and_then(|loc| st.source(loc).ok().map(|s| (loc, s)))
         };
         if let Some((loc, crate::shard::Source::File(f))) = src {
-            use std::os::unix::io::AsRawFd;
-            // SAFETY: an advisory system call on a descriptor that `f` keeps open.
-            unsafe {
-                libc::posix_fadvise(
-                    f.file.as_raw_fd(),
-                    loc.off as libc::off_t,
-                    loc.len as libc::off_t,
-                    libc::POSIX_FADV_WILLNEED,
-                );
-            }
+            f.will_need(loc.off as u64, loc.len as u64);
         }
     }
 

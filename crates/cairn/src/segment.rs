@@ -278,6 +278,21 @@ impl SegmentFile {
         self.advise(libc::POSIX_FADV_RANDOM);
     }
 
+    /// Asks the kernel to start reading `len` bytes at `off` into the page cache without
+    /// waiting (`POSIX_FADV_WILLNEED`); cheap when they are there already. Advisory.
+    pub fn will_need(&self, off: u64, len: u64) {
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: an advisory system call on a descriptor `self` keeps open.
+        unsafe {
+            libc::posix_fadvise(
+                self.file.as_raw_fd(),
+                off as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_WILLNEED,
+            );
+        }
+    }
+
     /// Sets the descriptor's access pattern (`posix_fadvise` of the whole file), which
     /// governs the kernel's readahead of `pread`s. Advisory: failure is ignored.
     fn advise(&self, advice: libc::c_int) {
@@ -583,7 +598,15 @@ pub fn scan_entries_mapped(seg: &SegmentFile, file_len: u64) -> Option<Vec<Entry
     let b = seg.mapped()?.get(..usize::try_from(file_len).ok()?)?;
     let mut pos = usize::try_from(SEG_HEADER_LEN).ok()?;
     let mut entries = Vec::new();
+    // The map is advised random (a point read faults in one page), so a walk over pages
+    // that left the page cache would read them one 4 KiB fault at a time: the kernel is
+    // asked to read ahead of the walk, a window at a time.
+    let mut ahead = 0;
     while pos < b.len() {
+        if pos + SCAN_AHEAD / 2 >= ahead {
+            seg.will_need(ahead as u64, SCAN_AHEAD as u64);
+            ahead += SCAN_AHEAD;
+        }
         let rest = &b[pos..];
         let h = record::decode_header(rest).ok()?;
         let len = usize::try_from(h.record_len()).ok()?;
@@ -602,6 +625,10 @@ pub fn scan_entries_mapped(seg: &SegmentFile, file_len: u64) -> Option<Vec<Entry
     }
     Some(entries)
 }
+
+/// Bytes a walk through a segment's map asks the kernel to read ahead of it
+/// ([`scan_entries_mapped`]).
+const SCAN_AHEAD: usize = 4 << 20;
 
 /// Writes the hint file of a segment: every record's metadata and key, checksummed.
 /// Written to a temporary file, synced and renamed into place.
@@ -781,5 +808,51 @@ mod tests {
         assert_eq!(scan_entries_mapped(&seg, len), None);
         let (_, outcome) = scan_entries(&seg, len).unwrap();
         assert!(!outcome.damage.is_empty());
+    }
+
+    /// Major page faults of the calling thread so far.
+    fn major_faults() -> i64 {
+        // SAFETY: getrusage fills the struct it is given.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
+        u.ru_majflt
+    }
+
+    /// A walk through the map of a segment that left the page cache reads ahead of
+    /// itself: not one 4 KiB disk read per page (the map is advised random for point
+    /// reads). Sealing and the hint written at close walk segments this way; in a store
+    /// larger than memory, a cold walk cost a close minutes.
+    #[test]
+    fn a_cold_mapped_scan_reads_ahead() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = Fs::new(None, None);
+        let seg = SegmentFile::create(&fs, dir.path(), 0, 3, SegKind::Data, 1).unwrap();
+        let mut buf = Vec::new();
+        let value = vec![7u8; 1000];
+        for i in 0..16_000u64 {
+            let key = i.to_be_bytes();
+            let dcrc = record::data_crc(&key, &value);
+            record::encode(&mut buf, Kind::Put, 1 + i, 1, &key, &value, dcrc);
+        }
+        fs.write_at(&seg.file, &seg.path, &buf, SEG_HEADER_LEN)
+            .unwrap();
+        seg.file.sync_all().unwrap();
+        let len = SEG_HEADER_LEN + buf.len() as u64;
+        let pages = len / page_size();
+        seg.map_for_append(len);
+        // Out of the page cache (the file is synced, so its pages are clean).
+        // SAFETY: an advisory call on an open descriptor.
+        unsafe {
+            use std::os::unix::io::AsRawFd;
+            libc::posix_fadvise(seg.file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+        }
+        let before = major_faults();
+        let entries = scan_entries_mapped(&seg, len).unwrap();
+        let faults = major_faults() - before;
+        assert_eq!(entries.len(), 16_000);
+        assert!(
+            faults < pages as i64 / 16,
+            "{faults} major faults walking {pages} cold pages"
+        );
     }
 }
