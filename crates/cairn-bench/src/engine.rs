@@ -20,6 +20,12 @@ pub struct Settings {
     pub expected_bytes: u64,
     /// Threads the workload runs at most at once.
     pub threads: usize,
+    /// Bytes of memory for a block cache, for an engine variant tuned to use one
+    /// (`rocksdb-tuned`): cairn's peak resident memory in the same suite when cairn ran
+    /// before it (its index and buffers, measured), else an estimate of them (64 bytes
+    /// per key plus 64 MiB).
+    #[serde(default)]
+    pub cache_bytes: u64,
 }
 
 /// One write of a batch.
@@ -83,6 +89,12 @@ pub struct EngineSpec {
     /// Every setting that differs from the engine's defaults, as `(name, value)`, so that
     /// the report says how each engine was configured.
     pub non_default_settings: fn(settings: &Settings) -> Vec<(String, String)>,
+    /// Whether the engine sizes a block cache from [`Settings::cache_bytes`] (the report
+    /// then gives the size each run got).
+    pub block_cache: bool,
+    /// Whether the engine can make every write durable (`--sync`); one that cannot (a
+    /// write-ahead log turned off) is left out of `--sync` runs.
+    pub durable: bool,
 }
 
 /// `(name, value)` pairs from string slices.

@@ -21,9 +21,13 @@ pub static SUITE: SuiteDef = SuiteDef {
 /// Bytes of a key.
 pub const KEY_SIZE: u64 = 8;
 
-fn steps(_: &Config) -> u64 {
-    6
+fn steps(cfg: &Config) -> u64 {
+    6 + if cfg.sync { WRITERS.len() as u64 } else { 0 }
 }
+
+/// Writer threads of the durable fills (`--sync` only), each into a store of its own:
+/// how the engine shares its syncs between concurrent writers (group commit).
+const WRITERS: [usize; 2] = [4, 32];
 
 /// The key of record `i`: its number, big-endian, so that sequential numbers are sorted.
 fn key(i: u64) -> [u8; 8] {
@@ -86,6 +90,33 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
     fs::remove_dir_all(&dir)?;
     out.push(p);
     ctx.progress("fill sequential");
+
+    // 1b. With --sync, the same random fill from 4 and from 32 writer threads, each into a
+    // store of its own (every write durable before it returns).
+    if cfg.sync {
+        for writers in WRITERS {
+            let dir = ctx.dir.join(format!("fill-random-{writers}"));
+            let db = ctx.open(&dir)?;
+            let order = Permutation::new(n, cfg.seed);
+            let fill = |w: &mut Worker| -> Result<u64> {
+                let i = order.at(w.global());
+                db.put(&key(i), values.get(i, 0))?;
+                Ok(rec)
+            };
+            let p = one(ctx.run(&[Group {
+                test: format!("fill_random_{writers}_writers"),
+                title: format!("fill random, {writers} writers"),
+                kind: Kind::Write,
+                threads: writers,
+                ops: Some(n),
+                op: &fill,
+            }])?);
+            db.close()?;
+            fs::remove_dir_all(&dir)?;
+            out.push(p);
+            ctx.progress(&format!("fill random, {writers} writers"));
+        }
+    }
 
     // 2. Fill random: the same records in a random order; the rest of the suite uses it.
     let dir = ctx.dir.join("fill-random");

@@ -83,6 +83,11 @@ Peers (RocksDB, LevelDB, LMDB, sled, fjall, redb) exist only in a build with
 `--features peers` (scripts/install-bench-deps.sh installs the libraries they need;
 scripts/build-peers.sh --release-rocksdb compiles RocksDB from source without assertions):
   cargo run --release -p cairn-cli --features peers -- bench --quick
+RocksDB runs three ways: `rocksdb` (its defaults and a bloom filter), `rocksdb-tuned`
+(its tuning guide's OptimizeForPointLookup, with a block cache as large as cairn's peak
+resident memory in the same suite; LevelDB gets a block cache of that size too) and
+`rocksdb-nowal` (tuned, write-ahead log off: an upper bound with weaker durability, a
+crash loses the whole memtable; left out of --sync runs).
 
 Every engine gets the same durability (no fsync on the write path; --sync: every write
 durable) with one exception: redb makes every 1000th commit durable (it reuses freed
@@ -199,6 +204,11 @@ pub(crate) struct Config {
     /// Random 4 KiB direct reads of the disk suite, at each concurrency.
     #[serde(default)]
     pub disk_rand_reads: u64,
+    /// The block cache of engines that size one ([`Settings::cache_bytes`]) in this
+    /// child's run: cairn's peak RSS in the same suite, set by the parent once cairn has
+    /// run (`None`: the estimate, [`Config::cache_estimate`]).
+    #[serde(default)]
+    pub cache_bytes: Option<u64>,
 }
 
 impl Config {
@@ -246,12 +256,21 @@ impl Config {
             kfs_trials,
             cold: args.cold.then(|| measure::cold_method().to_string()),
             memory_max: args.memory_max,
+            cache_bytes: None,
             disk_rand_reads: match mode {
                 "smoke" => 400,
                 "quick" => 20_000,
                 _ => 200_000,
             },
         })
+    }
+
+    /// cairn's index and buffers for the most keys any suite stores at once, estimated
+    /// (64 bytes per key, about what `cairn stats` reports, plus 64 MiB), for a block
+    /// cache when cairn has not run first.
+    fn cache_estimate(&self) -> u64 {
+        let largest = self.mmcmap_sizes.iter().copied().max().unwrap_or(0);
+        self.records.max(largest) * 64 + (64 << 20)
     }
 
     /// An upper bound on the bytes of keys and values any suite stores at once.
@@ -385,6 +404,9 @@ pub(crate) struct SuiteRun {
     /// Raw per-trial figures of suites that repeat trials (the KFS suite).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub samples: Vec<Samples>,
+    /// The block cache the engine was given, for engines that size one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_bytes: Option<u64>,
 }
 
 /// One figure of every trial of a test, in trial order.
@@ -507,6 +529,13 @@ fn run_bench(args: &BenchArgs, allocator: &str) -> Result<()> {
     for suite in &suites {
         if suite.per_engine {
             for e in &engines {
+                if config.sync && !e.durable {
+                    eprintln!(
+                        "bench: {} makes no write durable: left out of --sync",
+                        e.name
+                    );
+                    continue;
+                }
                 let variants = subjects(suite, e);
                 if variants.is_empty() {
                     eprintln!("bench: the {} suite does not run on {}", suite.name, e.name);
@@ -533,6 +562,16 @@ fn run_bench(args: &BenchArgs, allocator: &str) -> Result<()> {
 
     let results = out.join("results.json");
     for (suite, engine, variant) in jobs {
+        // A block cache as large as the memory cairn's process used in the same suite.
+        let cairn_peak = report
+            .runs
+            .iter()
+            .find(|r| r.suite == suite.name && r.engine == "cairn" && r.error.is_none())
+            .and_then(|r| r.peak_rss_bytes);
+        let config = Config {
+            cache_bytes: cairn_peak.or(config.cache_bytes),
+            ..config.clone()
+        };
         let run = run_child(
             suite,
             engine,
@@ -594,6 +633,9 @@ fn engine_settings(config: &Config) -> Settings {
             .max(config.mmcmap_threads)
             .max(config.threads)
             + 1,
+        cache_bytes: config
+            .cache_bytes
+            .unwrap_or_else(|| config.cache_estimate()),
     }
 }
 
@@ -705,6 +747,7 @@ fn run_child(
                 total_write_amp: None,
                 error: Some(error),
                 samples: Vec::new(),
+                cache_bytes: None,
             });
         }
     };
@@ -754,6 +797,7 @@ fn run_child(
                 total_write_amp: None,
                 error: Some(error),
                 samples: Vec::new(),
+                cache_bytes: None,
             })
         }
     }
@@ -825,6 +869,9 @@ fn run_child_process(spec_path: &Path) -> Result<()> {
         total_write_amp,
         error: None,
         samples: ctx.samples.into_inner().unwrap_or_else(|e| e.into_inner()),
+        cache_bytes: engine
+            .filter(|e| e.block_cache)
+            .map(|_| ctx.settings.cache_bytes),
     };
     write_json(&spec.result, &run)?;
     Ok(())

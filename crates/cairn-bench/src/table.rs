@@ -258,9 +258,11 @@ fn runs_table(md: &mut String, runs: &[&SuiteRun]) {
             run.peak_rss_bytes.map_or("–".into(), bytes),
             run.total_write_amp
                 .map_or("–".into(), |a| format!("{a:.2}")),
-            run.error
-                .as_deref()
-                .map_or("ok".into(), |e| format!("failed: {}", e.replace('|', "/")))
+            match (&run.error, run.cache_bytes) {
+                (Some(e), _) => format!("failed: {}", e.replace('|', "/")),
+                (None, Some(c)) => format!("ok; block cache {}", bytes(c)),
+                (None, None) => "ok".into(),
+            }
         );
     }
     md.push('\n');

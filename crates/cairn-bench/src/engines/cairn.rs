@@ -12,6 +12,8 @@ pub static SPEC: EngineSpec = EngineSpec {
     library: concat!("cairn ", env!("CARGO_PKG_VERSION"), " (this build)"),
     open,
     non_default_settings,
+    block_cache: false,
+    durable: true,
 };
 
 fn non_default_settings(settings: &Settings) -> Vec<(String, String)> {

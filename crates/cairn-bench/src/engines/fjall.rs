@@ -14,6 +14,8 @@ pub static SPEC: EngineSpec = EngineSpec {
     library: "fjall 2",
     open,
     non_default_settings,
+    block_cache: false,
+    durable: true,
 };
 
 fn non_default_settings(settings: &Settings) -> Vec<(String, String)> {

@@ -13,6 +13,8 @@ pub static SPEC: EngineSpec = EngineSpec {
     library: "LevelDB 1.23 (Debian libleveldb-dev) via its C API",
     open,
     non_default_settings,
+    block_cache: true,
+    durable: true,
 };
 
 /// Bloom filter bits per key (LevelDB's documentation suggests 10).
@@ -22,6 +24,13 @@ fn non_default_settings(settings: &Settings) -> Vec<(String, String)> {
     pairs(&[
         ("compression", "none (kNoCompression)".into()),
         ("filter_policy", format!("bloom, {BLOOM_BITS} bits per key")),
+        (
+            "block cache",
+            format!(
+                "LRU, {} MiB (cairn's peak RSS in the same suite; the run table gives each size)",
+                settings.cache_bytes >> 20
+            ),
+        ),
         ("WriteOptions::sync", settings.sync.to_string()),
     ])
 }
@@ -32,6 +41,7 @@ mod ffi {
 
     pub enum leveldb_t {}
     pub enum leveldb_options_t {}
+    pub enum leveldb_cache_t {}
     pub enum leveldb_readoptions_t {}
     pub enum leveldb_writeoptions_t {}
     pub enum leveldb_writebatch_t {}
@@ -89,6 +99,9 @@ mod ffi {
             bits_per_key: c_int,
         ) -> *mut leveldb_filterpolicy_t;
         pub fn leveldb_filterpolicy_destroy(p: *mut leveldb_filterpolicy_t);
+        pub fn leveldb_cache_create_lru(capacity: usize) -> *mut leveldb_cache_t;
+        pub fn leveldb_cache_destroy(c: *mut leveldb_cache_t);
+        pub fn leveldb_options_set_cache(o: *mut leveldb_options_t, c: *mut leveldb_cache_t);
 
         pub fn leveldb_readoptions_create() -> *mut leveldb_readoptions_t;
         pub fn leveldb_readoptions_destroy(o: *mut leveldb_readoptions_t);
@@ -136,6 +149,8 @@ fn open(dir: &Path, settings: &Settings) -> Result<Box<dyn Engine>> {
         ffi::leveldb_options_set_compression(options, 0);
         let filter = ffi::leveldb_filterpolicy_create_bloom(BLOOM_BITS);
         ffi::leveldb_options_set_filter_policy(options, filter);
+        let cache = ffi::leveldb_cache_create_lru(settings.cache_bytes as usize);
+        ffi::leveldb_options_set_cache(options, cache);
         let write = ffi::leveldb_writeoptions_create();
         ffi::leveldb_writeoptions_set_sync(write, u8::from(settings.sync));
         let read = ffi::leveldb_readoptions_create();
@@ -143,6 +158,7 @@ fn open(dir: &Path, settings: &Settings) -> Result<Box<dyn Engine>> {
             db: std::ptr::null_mut(),
             options,
             filter,
+            cache,
             read,
             write,
         };
@@ -157,6 +173,7 @@ struct Level {
     db: *mut ffi::leveldb_t,
     options: *mut ffi::leveldb_options_t,
     filter: *mut ffi::leveldb_filterpolicy_t,
+    cache: *mut ffi::leveldb_cache_t,
     read: *mut ffi::leveldb_readoptions_t,
     write: *mut ffi::leveldb_writeoptions_t,
 }
@@ -176,6 +193,7 @@ impl Drop for Level {
             }
             ffi::leveldb_options_destroy(self.options);
             ffi::leveldb_filterpolicy_destroy(self.filter);
+            ffi::leveldb_cache_destroy(self.cache);
             ffi::leveldb_readoptions_destroy(self.read);
             ffi::leveldb_writeoptions_destroy(self.write);
         }

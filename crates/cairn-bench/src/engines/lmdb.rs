@@ -13,6 +13,8 @@ pub static SPEC: EngineSpec = EngineSpec {
     library: "LMDB (mdb.master) via heed 0.22",
     open,
     non_default_settings,
+    block_cache: false,
+    durable: true,
 };
 
 /// The map (the largest the file may grow to): room for four times the data, at least

@@ -23,6 +23,10 @@ pub fn all() -> Vec<&'static EngineSpec> {
         #[cfg(feature = "peers")]
         &rocksdb::SPEC,
         #[cfg(feature = "peers")]
+        &rocksdb::SPEC_TUNED,
+        #[cfg(feature = "peers")]
+        &rocksdb::SPEC_NOWAL,
+        #[cfg(feature = "peers")]
         &leveldb::SPEC,
         #[cfg(feature = "peers")]
         &lmdb::SPEC,
@@ -36,7 +40,16 @@ pub fn all() -> Vec<&'static EngineSpec> {
 }
 
 /// Names of the peers that exist only in a build with `--features peers`.
-pub const PEER_NAMES: &[&str] = &["rocksdb", "leveldb", "lmdb", "sled", "fjall", "redb"];
+pub const PEER_NAMES: &[&str] = &[
+    "rocksdb",
+    "rocksdb-tuned",
+    "rocksdb-nowal",
+    "leveldb",
+    "lmdb",
+    "sled",
+    "fjall",
+    "redb",
+];
 
 /// The engine called `name`.
 pub fn find(name: &str) -> Option<&'static EngineSpec> {

@@ -13,6 +13,8 @@ pub static SPEC: EngineSpec = EngineSpec {
     library: "redb 2",
     open,
     non_default_settings,
+    block_cache: false,
+    durable: true,
 };
 
 const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("bench");

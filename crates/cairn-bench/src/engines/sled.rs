@@ -11,6 +11,8 @@ pub static SPEC: EngineSpec = EngineSpec {
     library: "sled 0.34",
     open,
     non_default_settings,
+    block_cache: false,
+    durable: true,
 };
 
 fn non_default_settings(settings: &Settings) -> Vec<(String, String)> {
