@@ -21,9 +21,9 @@ pub struct Settings {
     /// Threads the workload runs at most at once.
     pub threads: usize,
     /// Bytes of memory for a block cache, for an engine variant tuned to use one
-    /// (`rocksdb-tuned`): cairn's peak resident memory in the same suite when cairn ran
-    /// before it (its index and buffers, measured), else an estimate of them (64 bytes
-    /// per key plus 64 MiB).
+    /// (`rocksdb-tuned`): cairn's peak heap (anonymous memory: its index and buffers,
+    /// measured) in the same suite when cairn ran before it, at most a quarter of a
+    /// `--memory-max` limit; else an estimate of them (64 bytes per key plus 64 MiB).
     #[serde(default)]
     pub cache_bytes: u64,
 }

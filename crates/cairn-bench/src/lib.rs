@@ -85,7 +85,7 @@ scripts/build-peers.sh --release-rocksdb compiles RocksDB from source without as
   cargo run --release -p cairn-cli --features peers -- bench --quick
 RocksDB runs three ways: `rocksdb` (its defaults and a bloom filter), `rocksdb-tuned`
 (its tuning guide's OptimizeForPointLookup, with a block cache as large as cairn's peak
-resident memory in the same suite; LevelDB gets a block cache of that size too) and
+heap in the same suite, at most a quarter of --memory-max; LevelDB gets such a cache too) and
 `rocksdb-nowal` (tuned, write-ahead log off: an upper bound with weaker durability, a
 crash loses the whole memtable; left out of --sync runs).
 
@@ -205,8 +205,9 @@ pub(crate) struct Config {
     #[serde(default)]
     pub disk_rand_reads: u64,
     /// The block cache of engines that size one ([`Settings::cache_bytes`]) in this
-    /// child's run: cairn's peak RSS in the same suite, set by the parent once cairn has
-    /// run (`None`: the estimate, [`Config::cache_estimate`]).
+    /// child's run: cairn's peak heap (anonymous memory) in the same suite, at most a quarter
+    /// of `memory_max`, set by the parent once cairn has run (`None`: the estimate,
+    /// [`Config::cache_estimate`]).
     #[serde(default)]
     pub cache_bytes: Option<u64>,
 }
@@ -562,14 +563,22 @@ fn run_bench(args: &BenchArgs, allocator: &str) -> Result<()> {
 
     let results = out.join("results.json");
     for (suite, engine, variant) in jobs {
-        // A block cache as large as the memory cairn's process used in the same suite.
-        let cairn_peak = report
+        // A block cache as large as cairn's heap in the same suite (its index and
+        // buffers: anonymous memory, not the file pages it maps), at most a quarter of a
+        // --memory-max limit (the engine needs memory of its own beside its cache).
+        let cairn_heap = report
             .runs
             .iter()
             .find(|r| r.suite == suite.name && r.engine == "cairn" && r.error.is_none())
-            .and_then(|r| r.peak_rss_bytes);
+            .and_then(|r| {
+                let anon = r.phases.iter().filter_map(|p| p.peak_anon_rss_bytes).max();
+                anon.or(r.peak_rss_bytes)
+            });
+        let cache = cairn_heap
+            .or(config.cache_bytes)
+            .map(|c| config.memory_max.map_or(c, |limit| c.min(limit / 4)));
         let config = Config {
-            cache_bytes: cairn_peak.or(config.cache_bytes),
+            cache_bytes: cache,
             ..config.clone()
         };
         let run = run_child(

@@ -27,7 +27,7 @@ fn non_default_settings(settings: &Settings) -> Vec<(String, String)> {
         (
             "block cache",
             format!(
-                "LRU, {} MiB (cairn's peak RSS in the same suite; the run table gives each size)",
+                "LRU, {} MiB (cairn's peak heap in the same suite; the run table gives each run's)",
                 settings.cache_bytes >> 20
             ),
         ),

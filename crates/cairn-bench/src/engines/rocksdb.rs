@@ -77,7 +77,7 @@ fn settings_of(settings: &Settings, mode: Mode) -> Vec<(String, String)> {
         v.push((
             "optimize_for_point_lookup",
             format!(
-                "block cache {} MiB (cairn's peak RSS in the same suite; the run table gives each size): \
+                "block cache {} MiB (cairn's peak heap in the same suite; the run table gives each run's): \
                  data-block hash index, bloom filter 10 bits per key, memtable whole-key filtering",
                 settings.cache_bytes >> 20
             ),
