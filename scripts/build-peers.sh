@@ -5,7 +5,7 @@
 #                                             build has assertions on), target/peers
 #   scripts/build-peers.sh --release-rocksdb  RocksDB 7.9.2 compiled from the rocksdb
 #                                             crate's bundled sources with NDEBUG in
-#                                             release mode (~15 min on 2 cores, once),
+#                                             release mode (about 12 min on 2 cores, once),
 #                                             target/peers-release
 # Then: target/peers[-release]/release/cairn bench ...   (the report names the build).
 set -euo pipefail
