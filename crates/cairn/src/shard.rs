@@ -209,6 +209,38 @@ pub(crate) enum Source {
 }
 
 impl ShardState {
+    /// Whether `seg` is the active segment with nothing buffered or in flight and no
+    /// reader holding its file: the file is held by `active` and by its `SegMeta`, and a
+    /// third holder may still read through the map, which must not reach past the end
+    /// of the file ([`Shard::empty_active`]).
+    fn can_empty_active(&self, seg: u32) -> bool {
+        self.active.id == seg
+            && self.active.buf.is_empty()
+            && self.pending.is_none()
+            && Arc::strong_count(&self.active.file) <= 2
+    }
+
+    /// Whether segment `seg` has a hint file that describes it: it is sealed, or it is
+    /// the active segment whose hint open kept ([`ShardState::kept_hint`]).
+    pub fn has_hint(&self, seg: u32) -> bool {
+        self.segs
+            .get(&seg)
+            .is_some_and(|m| m.sealed || self.kept_hint == Some(seg))
+    }
+
+    /// Forgets the hint open kept for `seg` (its file was removed or replaced): its
+    /// bytes no longer count as used.
+    fn forget_kept_hint(&mut self, core: &StoreCtx, seg: u32) {
+        if self.kept_hint != Some(seg) {
+            return;
+        }
+        self.kept_hint = None;
+        if let Some(m) = self.segs.get_mut(&seg) {
+            core.sub_disk_used(m.hint_size);
+            m.hint_size = 0;
+        }
+    }
+
     /// Finds where the record at `loc` lives right now.
     pub fn source(&self, loc: Loc) -> Result<Source> {
         let (off, end) = (loc.off as u64, loc.off as u64 + loc.len as u64);
@@ -655,26 +687,14 @@ impl Shard {
     /// iterator holding its file, whose map must stay readable).
     pub fn empty_active(&self, core: &StoreCtx, seg: u32) -> Result<Option<u64>> {
         let _io = self.io.lock();
-        {
-            let st = self.state.read();
-            if st.active.id != seg
-                || !st.active.buf.is_empty()
-                || st.pending.is_some()
-                || Arc::strong_count(&st.active.file) > 2
-            {
-                return Ok(None);
-            }
+        if !self.state.read().can_empty_active(seg) {
+            return Ok(None);
         }
         self.drop_kept_hint(core, seg)?;
         let mut st = self.state.write();
         let st = &mut *st;
-        if st.active.id != seg || !st.active.buf.is_empty() || st.pending.is_some() {
-            return Ok(None);
-        }
-        // The active segment's file is held by `active` and by its `SegMeta`; a third
-        // holder is a reader that may still read through the map, which must not
-        // reach past the end of the file.
-        if Arc::strong_count(&st.active.file) > 2 {
+        // Checked again: a write may have been buffered while the hint went.
+        if !st.can_empty_active(seg) {
             return Ok(None);
         }
         let Some(m) = st.segs.get_mut(&seg) else {
@@ -706,12 +726,7 @@ impl Shard {
         }
         core.fs.remove(&segment::hint_path(&self.dir, seg))?;
         core.fs.sync_dir(&self.dir)?;
-        let mut st = self.state.write();
-        st.kept_hint = None;
-        if let Some(m) = st.segs.get_mut(&seg) {
-            core.sub_disk_used(m.hint_size);
-            m.hint_size = 0;
-        }
+        self.state.write().forget_kept_hint(core, seg);
         Ok(())
     }
 
@@ -980,12 +995,9 @@ impl Shard {
         };
         let res = self.seal_file(core, seg, &file);
         let mut st = self.state.write();
-        if res.is_ok() && st.kept_hint == Some(seg) {
+        if res.is_ok() {
             // Rotated out unchanged: the new hint replaced the one open kept.
-            st.kept_hint = None;
-            if let Some(m) = st.segs.get(&seg) {
-                core.sub_disk_used(m.hint_size);
-            }
+            st.forget_kept_hint(core, seg);
         }
         if let Some(m) = st.segs.get_mut(&seg) {
             m.sealing = false;

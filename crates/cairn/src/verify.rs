@@ -61,8 +61,7 @@ pub(crate) fn verify(core: &Core) -> Result<VerifyReport> {
                         m.size
                     };
                     // The active segment's hint that open kept is checked too.
-                    let hinted = m.sealed || st.kept_hint == Some(m.file.id);
-                    (m.file.clone(), len, hinted)
+                    (m.file.clone(), len, st.has_hint(m.file.id))
                 })
                 .collect()
         })?;
@@ -93,13 +92,7 @@ pub(crate) fn verify(core: &Core) -> Result<VerifyReport> {
                     }),
                     // Compaction removed the segment meanwhile, or a write removed the
                     // hint open kept for the active segment: nothing to check.
-                    Err(_)
-                        if {
-                            let st = shard.state.read();
-                            !st.segs.contains_key(&file.id)
-                                || (!st.segs[&file.id].sealed
-                                    && st.kept_hint != Some(file.id))
-                        } => {}
+                    Err(_) if !shard.state.read().has_hint(file.id) => {}
                     Err(e) => report.damage.push(Damage {
                         path: hpath,
                         offset: None,
