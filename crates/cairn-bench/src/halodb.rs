@@ -3,9 +3,11 @@
 //! threads while one thread updates.
 
 use std::fs;
+use std::path::Path;
 
 use anyhow::{ensure, Result};
 
+use super::engine::Engine;
 use super::measure::{self, mix64, Group, Kind, Permutation, Phase, Worker};
 use super::{Config, Ctx, SuiteDef};
 
@@ -91,50 +93,47 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
     out.push(p);
     ctx.progress("fill sequential");
 
-    // 1b. With --sync, the same random fill from 4 and from 32 writer threads, each into a
-    // store of its own (every write durable before it returns).
+    // 2. Fill random: the same records in a random order, from one writer into the
+    // store the rest of the suite uses; with --sync first from 4 and from 32 writers,
+    // each into a store of its own (every write durable before it returns: how the
+    // engine shares its syncs between concurrent writers).
+    let order = Permutation::new(n, cfg.seed);
+    let fill_random = |dir: &Path, writers: usize| -> Result<(Box<dyn Engine>, Phase)> {
+        let db = ctx.open(dir)?;
+        let fill = |w: &mut Worker| -> Result<u64> {
+            let i = order.at(w.global());
+            db.put(&key(i), values.get(i, 0))?;
+            Ok(rec)
+        };
+        let (test, title) = match writers {
+            1 => ("fill_random".into(), "fill random".into()),
+            w => (
+                format!("fill_random_{w}_writers"),
+                format!("fill random, {w} writers"),
+            ),
+        };
+        let p = one(ctx.run(&[Group {
+            test,
+            title,
+            kind: Kind::Write,
+            threads: writers,
+            ops: Some(n),
+            op: &fill,
+        }])?);
+        Ok((db, p))
+    };
     if cfg.sync {
         for writers in WRITERS {
             let dir = ctx.dir.join(format!("fill-random-{writers}"));
-            let db = ctx.open(&dir)?;
-            let order = Permutation::new(n, cfg.seed);
-            let fill = |w: &mut Worker| -> Result<u64> {
-                let i = order.at(w.global());
-                db.put(&key(i), values.get(i, 0))?;
-                Ok(rec)
-            };
-            let p = one(ctx.run(&[Group {
-                test: format!("fill_random_{writers}_writers"),
-                title: format!("fill random, {writers} writers"),
-                kind: Kind::Write,
-                threads: writers,
-                ops: Some(n),
-                op: &fill,
-            }])?);
+            let (db, p) = fill_random(&dir, writers)?;
             db.close()?;
             fs::remove_dir_all(&dir)?;
             out.push(p);
             ctx.progress(&format!("fill random, {writers} writers"));
         }
     }
-
-    // 2. Fill random: the same records in a random order; the rest of the suite uses it.
     let dir = ctx.dir.join("fill-random");
-    let db = ctx.open(&dir)?;
-    let order = Permutation::new(n, cfg.seed);
-    let fill_random = |w: &mut Worker| -> Result<u64> {
-        let i = order.at(w.global());
-        db.put(&key(i), values.get(i, 0))?;
-        Ok(rec)
-    };
-    let mut p = one(ctx.run(&[Group {
-        test: "fill_random".into(),
-        title: "fill random".into(),
-        kind: Kind::Write,
-        threads: 1,
-        ops: Some(n),
-        op: &fill_random,
-    }])?);
+    let (db, mut p) = fill_random(&dir, 1)?;
     measure::after_write(&mut p, || db.flush(), &dir, n * rec, n * rec)?;
     let (db, secs) = ctx.reopen(db, &dir)?;
     p.reopen_secs = Some(secs);

@@ -204,10 +204,9 @@ pub(crate) struct Config {
     /// Random 4 KiB direct reads of the disk suite, at each concurrency.
     #[serde(default)]
     pub disk_rand_reads: u64,
-    /// The block cache of engines that size one ([`Settings::cache_bytes`]) in this
-    /// child's run: cairn's peak heap (anonymous memory) in the same suite, at most a quarter
-    /// of `memory_max`, set by the parent once cairn has run (`None`: the estimate,
-    /// [`Config::cache_estimate`]).
+    /// The block cache of engines that size one in this child's run, set by the parent
+    /// from cairn's run in the same suite ([`Config::block_cache`]; `None`: no cairn
+    /// figure, the estimate).
     #[serde(default)]
     pub cache_bytes: Option<u64>,
 }
@@ -266,12 +265,18 @@ impl Config {
         })
     }
 
-    /// cairn's index and buffers for the most keys any suite stores at once, estimated
-    /// (64 bytes per key, about what `cairn stats` reports, plus 64 MiB), for a block
-    /// cache when cairn has not run first.
-    fn cache_estimate(&self) -> u64 {
-        let largest = self.mmcmap_sizes.iter().copied().max().unwrap_or(0);
-        self.records.max(largest) * 64 + (64 << 20)
+    /// The block cache of engines that size one ([`Settings::cache_bytes`]): `cairn_heap`,
+    /// cairn's peak heap in the same suite (its index and buffers), or, when cairn has
+    /// not run, an estimate of them for the most keys any suite stores at once (64 bytes
+    /// per key, about what `cairn stats` reports, plus 64 MiB); at most a quarter of
+    /// `--memory-max` (the engine needs memory of its own beside its cache).
+    fn block_cache(&self, cairn_heap: Option<u64>) -> u64 {
+        let estimate = || {
+            let largest = self.mmcmap_sizes.iter().copied().max().unwrap_or(0);
+            self.records.max(largest) * 64 + (64 << 20)
+        };
+        let cache = cairn_heap.unwrap_or_else(estimate);
+        self.memory_max.map_or(cache, |limit| cache.min(limit / 4))
     }
 
     /// An upper bound on the bytes of keys and values any suite stores at once.
@@ -563,9 +568,7 @@ fn run_bench(args: &BenchArgs, allocator: &str) -> Result<()> {
 
     let results = out.join("results.json");
     for (suite, engine, variant) in jobs {
-        // A block cache as large as cairn's heap in the same suite (its index and
-        // buffers: anonymous memory, not the file pages it maps), at most a quarter of a
-        // --memory-max limit (the engine needs memory of its own beside its cache).
+        // cairn's heap in the same suite: anonymous memory, not the file pages it maps.
         let cairn_heap = report
             .runs
             .iter()
@@ -574,11 +577,8 @@ fn run_bench(args: &BenchArgs, allocator: &str) -> Result<()> {
                 let anon = r.phases.iter().filter_map(|p| p.peak_anon_rss_bytes).max();
                 anon.or(r.peak_rss_bytes)
             });
-        let cache = cairn_heap
-            .or(config.cache_bytes)
-            .map(|c| config.memory_max.map_or(c, |limit| c.min(limit / 4)));
         let config = Config {
-            cache_bytes: cache,
+            cache_bytes: Some(config.block_cache(cairn_heap)),
             ..config.clone()
         };
         let run = run_child(
@@ -644,7 +644,7 @@ fn engine_settings(config: &Config) -> Settings {
             + 1,
         cache_bytes: config
             .cache_bytes
-            .unwrap_or_else(|| config.cache_estimate()),
+            .unwrap_or_else(|| config.block_cache(None)),
     }
 }
 
