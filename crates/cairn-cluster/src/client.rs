@@ -13,7 +13,10 @@ use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock: real time, or virtual time in the simulation (turmoil pauses it).
+use tokio::time::Instant;
 
 use parking_lot::Mutex;
 use tonic::transport::Channel;

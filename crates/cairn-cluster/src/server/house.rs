@@ -2,7 +2,7 @@
 //! other servers' directories home), metrics gauges, resolving prepared parts whose
 //! coordinator has forgotten them, and the status, dump and statfs answers.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +26,8 @@ impl Node {
         if m.dir_times.is_empty() {
             return Ok(());
         }
-        let pending: Vec<(u64, (i64, i64))> = m.dir_times.drain().collect();
+        let pending: Vec<(u64, (i64, i64))> =
+            std::mem::take(&mut m.dir_times).into_iter().collect();
         let mut b = Batch::new();
         for (dir, (mt, ct)) in &pending {
             if let Some(mut i) = self.inode(*dir)? {
@@ -46,11 +47,13 @@ impl Node {
 
     /// Sends the times of directories whose home is elsewhere to their homes.
     async fn push_remote_times(self: &NodeRef) {
-        let pending: Vec<(u64, (i64, i64))> = self.mu.lock().remote_times.drain().collect();
+        let pending: Vec<(u64, (i64, i64))> = std::mem::take(&mut self.mu.lock().remote_times)
+            .into_iter()
+            .collect();
         if pending.is_empty() {
             return;
         }
-        let mut by_home: HashMap<u32, Vec<proto::DirTimes>> = HashMap::new();
+        let mut by_home: BTreeMap<u32, Vec<proto::DirTimes>> = BTreeMap::new();
         for (dir, (mtime, ctime)) in pending {
             by_home
                 .entry(home_of(dir))

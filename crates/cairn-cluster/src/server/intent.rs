@@ -14,7 +14,9 @@
 //! so that no later operation on them can interleave with its follow-ups.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use cairn_fs::{rules, Attr, Cred, ROOT};
 
@@ -815,6 +817,8 @@ impl Node {
     pub(crate) async fn intent_runner(self: Arc<Self>) {
         loop {
             tokio::select! {
+                // Fixed order (no random branch choice): the simulation replays a seed.
+                biased;
                 _ = self.wake.notified() => {}
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {}
             }

@@ -2,10 +2,14 @@
 //! holds and their in-memory flags, names held by operations across servers, leases,
 //! open counts, pending directory times; and the helpers every operation uses.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock: real time in a server, virtual time in the simulation (turmoil pauses
+// it), so that retries and leases follow the simulated schedule.
+use tokio::time::Instant;
 
 use parking_lot::Mutex;
 use prost::Message;
@@ -153,17 +157,17 @@ pub(crate) struct Mem {
     /// Open counts of inodes whose home is here.
     pub open: HashMap<u64, u32>,
     /// Times of directories whose home is here, newer than their rows.
-    pub dir_times: HashMap<u64, (i64, i64)>,
+    pub dir_times: BTreeMap<u64, (i64, i64)>,
     /// Times of directories whose home is elsewhere, to send there.
-    pub remote_times: HashMap<u64, (i64, i64)>,
+    pub remote_times: BTreeMap<u64, (i64, i64)>,
     /// Intents this server coordinates that are not finished.
     pub intents: BTreeMap<u64, proto::IntentRow>,
     /// Intents a task is driving now.
-    pub driving: HashSet<u64>,
+    pub driving: BTreeSet<u64>,
     /// The cluster's rename lock (server 0 only): holder and expiry.
     pub rename_lock: Option<(IntentKey, Instant)>,
     /// When the background runner may try an intent again, and the pause after that.
-    pub retry: HashMap<u64, (Instant, Duration)>,
+    pub retry: BTreeMap<u64, (Instant, Duration)>,
 }
 
 /// Counters for status and metrics.

@@ -3,7 +3,9 @@
 //! idempotent: coordinators retry them, and replay them after a restart).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tonic::transport::Channel;
 
