@@ -25,6 +25,7 @@ use cairn_fs::{
     rules, Attr, Cred, DirEntry, Errno, FileSystem, FsResult, SetAttr, StatFs, TimeSet,
 };
 
+use crate::batch::Batcher;
 use crate::config::ClusterConfig;
 use crate::error::ClientError;
 use crate::giga::{home_of, name_hash, rev, rev_range, server_of, Bitmap};
@@ -67,6 +68,8 @@ struct Inner {
     bitmaps: Mutex<HashMap<u64, Bitmap>>,
     redirects: AtomicU64,
     checks: AtomicBool,
+    /// Creates queued while a request to their server is in flight (`crate::batch`).
+    batcher: Arc<Batcher>,
 }
 
 impl Drop for Inner {
@@ -172,6 +175,7 @@ impl Client {
             let _g = rt.enter();
             Client::channels(&cfg, &opts, &reach)?
         };
+        let batcher = Arc::new(Batcher::new(conns.len(), handle.clone()));
         let c = Client {
             inner: Arc::new(Inner {
                 rt: Some(rt),
@@ -182,6 +186,7 @@ impl Client {
                 bitmaps: Mutex::new(HashMap::new()),
                 redirects: AtomicU64::new(0),
                 checks: AtomicBool::new(true),
+                batcher,
             }),
         };
         c.probe()?;
@@ -223,16 +228,19 @@ impl Client {
     ) -> Result<Client, ClientError> {
         let reach = Reach::client(&cfg, Some(dialer))?;
         let conns = Client::channels(&cfg, &opts, &reach)?;
+        let handle = tokio::runtime::Handle::current();
+        let batcher = Arc::new(Batcher::new(conns.len(), handle.clone()));
         Ok(Client {
             inner: Arc::new(Inner {
                 rt: None,
-                handle: tokio::runtime::Handle::current(),
+                handle,
                 conns,
                 cfg,
                 opts,
                 bitmaps: Mutex::new(HashMap::new()),
                 redirects: AtomicU64::new(0),
                 checks: AtomicBool::new(true),
+                batcher,
             }),
         })
     }
@@ -278,6 +286,12 @@ impl Client {
     /// Redirects received so far (requests sent with a stale bitmap).
     pub fn redirects(&self) -> u64 {
         self.inner.redirects.load(Ordering::Relaxed)
+    }
+
+    /// Batches of creates sent so far (`MakeBatch` requests: creates queued while a
+    /// request to their server was in flight), and the creates they carried.
+    pub fn batches(&self) -> (u64, u64) {
+        self.inner.batcher.stats()
     }
 
     /// The cluster this client talks to.
@@ -497,18 +511,29 @@ impl Client {
         let h = self.header(cred);
         let (name, target) = (name.to_vec(), target.to_vec());
         let hash = name_hash(&name);
+        // Everything but a mkdir may go in a batch (`crate::batch`).
+        let batched = mode & libc::S_IFMT != libc::S_IFDIR;
+        let (home, n) = (home_of(parent), self.inner.cfg.len());
         let rep = self
-            .named(parent, hash, false, d, |mut c, t, _| {
-                let mut r = tonic::Request::new(proto::MakeReq {
+            .named(parent, hash, false, d, |mut c, t, i| {
+                let req = proto::MakeReq {
                     h: h.clone(),
                     dir: parent,
                     name: name.clone(),
                     mode,
                     rdev,
                     target: target.clone(),
-                });
-                r.set_timeout(t);
-                async move { c.make(r).await }
+                };
+                let b = self.inner.batcher.clone();
+                async move {
+                    if batched {
+                        b.make(server_of(home, i, n), c, req, t).await
+                    } else {
+                        let mut r = tonic::Request::new(req);
+                        r.set_timeout(t);
+                        c.make(r).await
+                    }
+                }
             })
             .await?;
         self.entry_attr(rep, d).await

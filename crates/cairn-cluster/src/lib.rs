@@ -20,6 +20,7 @@
 #![deny(missing_docs)]
 
 pub mod admin;
+mod batch;
 pub mod client;
 pub mod config;
 mod error;

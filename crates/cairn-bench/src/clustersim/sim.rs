@@ -22,7 +22,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use super::net::{dialer, Accepted};
+use super::net::{dialer, server_dialer, Accepted, Conns};
 
 /// The port every simulated server listens on.
 const PORT: u16 = 7000;
@@ -293,6 +293,7 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
     let arming = Arc::new(Mutex::new(Arming::default()));
     let probes: Rc<RefCell<Vec<Option<Probe>>>> = Rc::new(RefCell::new(vec![None; n as usize]));
     let mut power: Vec<Option<Arc<PowerLoss>>> = Vec::new();
+    let conns: Vec<Arc<Conns>> = (0..n).map(|_| Arc::new(Conns::default())).collect();
     for i in 0..n {
         let dir = work.join(format!("s{i}"));
         let pl = if crashing {
@@ -316,6 +317,7 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
             })));
         }
         let probes = probes.clone();
+        let conns = conns[i as usize].clone();
         sim.host(format!("s{i}"), move || {
             let opts = opts.clone();
             let mut engine = cairn::Options::new()
@@ -327,15 +329,20 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
                 engine = engine.power_loss(pl.clone());
             }
             let probes = probes.clone();
+            let conns = conns.clone();
             async move {
                 let listener =
                     turmoil::net::TcpListener::bind((IpAddr::from(Ipv4Addr::UNSPECIFIED), PORT))
                         .await?;
-                let incoming = futures_util::stream::unfold(listener, |l| async move {
-                    let r = l.accept().await.map(|(s, _)| Accepted(s));
-                    Some((r, l))
+                let accepting = conns.clone();
+                let incoming = futures_util::stream::unfold(listener, move |l| {
+                    let conns = accepting.clone();
+                    async move {
+                        let r = l.accept().await.map(|(s, _)| Accepted::new(&conns, s));
+                        Some((r, l))
+                    }
                 });
-                let server = start_embedded(opts, engine, incoming, dialer())?;
+                let server = start_embedded(opts, engine, incoming, server_dialer(conns))?;
                 probes.borrow_mut()[i as usize] = Some(server.probe());
                 std::future::pending::<()>().await;
                 drop(server);
@@ -542,7 +549,10 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
                     .is_some_and(|p| p.splitting());
             let pl = power[s as usize].as_ref().context("power-loss record")?;
             pl.cut();
+            // Its connections close in the order they were opened (net::Conns).
+            conns[s as usize].arm_kill();
             sim.crash(format!("s{s}"));
+            conns[s as usize].disarm();
             probes.borrow_mut()[s as usize] = None;
             let r = pl
                 .restart(loss, rng.random())

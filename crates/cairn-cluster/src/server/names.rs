@@ -110,6 +110,24 @@ impl Node {
         rdev: u32,
         target: &[u8],
     ) -> R<(Attr, Option<u32>)> {
+        let made = self.make_applied(checks, cred, dir, name, mode, rdev, target)?;
+        self.ack()?;
+        Ok(made)
+    }
+
+    /// [`Node::make_local`] without the sync of `SyncMode::Always`: the caller makes it
+    /// durable ([`Node::ack`]) before it replies (a batch syncs once for all its items).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn make_applied(
+        &self,
+        checks: bool,
+        cred: &Cred,
+        dir: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        target: &[u8],
+    ) -> R<(Attr, Option<u32>)> {
         let mode = match mode & libc::S_IFMT {
             libc::S_IFLNK => {
                 if target.is_empty() {
@@ -172,8 +190,6 @@ impl Node {
         self.touch_dir(&mut m, dir, now);
         let attr = row_attr(ino, &row);
         let split = self.wants_split(&m, dir, idx).then_some(idx);
-        drop(m);
-        self.ack()?;
         Ok((attr, split))
     }
 

@@ -64,6 +64,7 @@ macro_rules! replies {
 }
 replies!(
     proto::EntryReply,
+    proto::MakeBatchReply,
     proto::AttrReply,
     proto::InoReply,
     proto::Empty,

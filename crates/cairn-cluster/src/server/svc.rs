@@ -13,6 +13,7 @@ use super::intent::Driving;
 use super::names::{LinkStep, UnlinkStep, READDIR_MAX};
 use super::node::*;
 use super::peer::Reply;
+use crate::batch::MAX_BATCH;
 use crate::proto;
 use crate::proto::meta_server::Meta;
 use crate::proto::peer_server::Peer;
@@ -219,6 +220,81 @@ impl Meta for MetaSvc {
             })
         })
         .await
+    }
+
+    async fn make_batch(
+        &self,
+        req: Request<proto::MakeBatchReq>,
+    ) -> Result<Response<proto::MakeBatchReply>, Status> {
+        let (who, r) = who(req);
+        if r.items.len() > MAX_BATCH {
+            return Err(Status::invalid_argument(format!(
+                "a batch of {} creates; at most {MAX_BATCH}",
+                r.items.len()
+            )));
+        }
+        let mut items = Vec::with_capacity(r.items.len());
+        for it in r.items {
+            let (checks, cred) = self.hdr(&who, it.h.as_ref())?;
+            items.push((checks, cred, it));
+        }
+        let count = items.len() as u64;
+        let n = self.0.clone();
+        let rep = run(&self.0, "make_batch", async move {
+            // In order, on the store's thread; one sync for all of them before the reply.
+            let made = n
+                .op(move |n| {
+                    let mut made = Vec::with_capacity(items.len());
+                    for (checks, cred, r) in items {
+                        let res = if r.mode & libc::S_IFMT == libc::S_IFDIR {
+                            // A directory takes the path across servers: never batched.
+                            errno(libc::EINVAL)
+                        } else {
+                            n.make_applied(checks, &cred, r.dir, &r.name, r.mode, r.rdev, &r.target)
+                        };
+                        match res {
+                            Err(Fail::Crashed) => return Err(Fail::Crashed),
+                            res => made.push((r.dir, res)),
+                        }
+                    }
+                    if made.iter().any(|(_, r)| r.is_ok()) {
+                        n.ack()?;
+                    }
+                    Ok(made)
+                })
+                .await?;
+            let mut out = Vec::with_capacity(made.len());
+            let mut splits = std::collections::BTreeSet::new();
+            for (dir, res) in made {
+                out.push(match res {
+                    Ok((a, split)) => {
+                        if let Some(idx) = split {
+                            splits.insert((dir, idx));
+                        }
+                        proto::EntryReply {
+                            status: None,
+                            ino: a.ino,
+                            kind: a.mode & libc::S_IFMT,
+                            attr: Some(attr_msg(&a)),
+                        }
+                    }
+                    Err(f) => proto::EntryReply {
+                        status: Some(f.to_status()),
+                        ..Default::default()
+                    },
+                });
+            }
+            for (dir, idx) in splits {
+                n.spawn_split(dir, idx);
+            }
+            Ok(proto::MakeBatchReply {
+                status: None,
+                items: out,
+            })
+        })
+        .await;
+        metrics::counter!("cairn_ops_total", "op" => "create").increment(count);
+        rep
     }
 
     async fn link(

@@ -1,0 +1,84 @@
+//! Batched creates (`MakeBatch`): creates that one client's threads make while a request
+//! to their server is in flight go together, and each still gets its own answer —
+//! its own inode, EEXIST for a name another create took, a redirect while the
+//! directory splits, a permission error for a caller who may not write there.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+use cairn_fs::{Cred, FileSystem, ROOT};
+use common::Cluster;
+
+const R: Cred = Cred::ROOT;
+const THREADS: usize = 8;
+const EACH: usize = 250;
+const DUPS: usize = 40;
+
+#[test]
+fn creates_from_many_threads_go_in_batches_each_with_its_own_answer() {
+    // `--sync always`: each request waits for a sync, so creates queue behind it. A low
+    // split threshold: the directory splits while the batches go.
+    let c = Cluster::start(2, 64);
+    let fs = c.client();
+    let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap().ino;
+    // A directory only root may write into.
+    let locked = fs.mkdir(&R, ROOT, b"locked", 0o755).unwrap().ino;
+    let user = Cred {
+        uid: 1000,
+        gid: 1000,
+        groups: cairn_fs::Groups::new(&[]),
+    };
+    let made: Mutex<BTreeMap<Vec<u8>, u64>> = Mutex::new(BTreeMap::new());
+    let dup_wins: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (fs, made, dup_wins, user) = (&fs, &made, &dup_wins, &user);
+            s.spawn(move || {
+                for k in 0..EACH {
+                    let name = format!("t{t}-{k}").into_bytes();
+                    let a = fs.create(&R, d, &name, 0o644).unwrap();
+                    made.lock().unwrap().insert(name.clone(), a.ino);
+                    if k < DUPS {
+                        // Every thread creates the same names: one wins each.
+                        let dup = format!("dup-{k}").into_bytes();
+                        match fs.create(&R, d, &dup, 0o644) {
+                            Ok(a) => {
+                                made.lock().unwrap().insert(dup.clone(), a.ino);
+                                dup_wins.lock().unwrap().push(dup);
+                            }
+                            Err(e) => assert_eq!(e.0, libc::EEXIST, "{dup:?}"),
+                        }
+                    }
+                    if k % 50 == 0 {
+                        let e = fs.create(user, locked, &name, 0o644).unwrap_err();
+                        assert_eq!(e.0, libc::EACCES);
+                    }
+                }
+            });
+        }
+    });
+    let (batches, batched) = fs.batches();
+    assert!(
+        batches > 0 && batched >= 2 * batches,
+        "no creates went together: {batches} batches of {batched}"
+    );
+    let made = made.into_inner().unwrap();
+    let mut wins = dup_wins.into_inner().unwrap();
+    wins.sort();
+    let mut want: Vec<Vec<u8>> = (0..DUPS).map(|k| format!("dup-{k}").into_bytes()).collect();
+    want.sort();
+    assert_eq!(wins, want, "each duplicated name is created exactly once");
+    assert_eq!(made.len(), THREADS * EACH + DUPS);
+    let inos: BTreeSet<u64> = made.values().copied().collect();
+    assert_eq!(inos.len(), made.len(), "every create its own inode");
+    // Each reply was the answer to its own create.
+    let fresh = c.client();
+    for (name, ino) in &made {
+        assert_eq!(fresh.lookup(&R, d, name).unwrap().ino, *ino, "{name:?}");
+    }
+    assert!(fs.readdir(locked, None, 10).unwrap().is_empty());
+    assert!(fresh.redirects() > 0, "the directory split");
+    c.check();
+}
