@@ -73,6 +73,10 @@ pub struct ClusterBenchArgs {
     /// Connections: tls, insecure (plain TCP), or both (tls,insecure: interleaved)
     #[arg(long, value_delimiter = ',', default_value = "tls")]
     pub security: Vec<String>,
+    /// Batched creates (a client sends the creates queued while a request to their
+    /// server is in flight as one request): on, off, or both (on,off: interleaved)
+    #[arg(long, value_delimiter = ',', default_value = "on")]
+    pub batch: Vec<String>,
     /// Runs of each server count and security mode (interleaved)
     #[arg(long, default_value_t = 1)]
     pub rounds: u32,
@@ -99,6 +103,9 @@ pub struct ClientArgs {
     /// Threads creating at once
     #[arg(long, default_value_t = 1)]
     pub threads: u32,
+    /// Each create in a request of its own (no `MakeBatch`)
+    #[arg(long)]
+    pub no_batch: bool,
 }
 
 /// One client process's outcome.
@@ -110,6 +117,9 @@ struct ClientResult {
     /// Creates and redirects in the second half of this client's run.
     late_creates: u64,
     late_redirects: u64,
+    /// `MakeBatch` requests sent, and the creates they carried.
+    batches: u64,
+    batched: u64,
 }
 
 /// One server count's outcome.
@@ -121,6 +131,9 @@ struct Run {
     files: u64,
     sync: String,
     security: String,
+    batch: bool,
+    /// Creates per request to a server (batches and creates that went alone).
+    creates_per_request: f64,
     creates_per_sec: f64,
     wall_secs: f64,
     server_cpu_secs: f64,
@@ -270,9 +283,15 @@ fn start_servers(
     Ok((servers, file, cfg))
 }
 
-fn run_one(exe: &Path, args: &ClusterBenchArgs, n: u32, security: &str, round: u32) -> Result<Run> {
+fn run_one(
+    exe: &Path,
+    args: &ClusterBenchArgs,
+    n: u32,
+    (security, batch): (&str, bool),
+    round: u32,
+) -> Result<Run> {
     let insecure = security == "insecure";
-    let work = args.dir.join(format!("s{n}-{security}-{round}"));
+    let work = args.dir.join(format!("s{n}-{security}-{batch}-{round}"));
     std::fs::create_dir(&work).with_context(|| format!("creating {}", work.display()))?;
     let (servers, file, cfg) = start_servers(exe, args, n, &work, insecure)?;
     let client = Client::with_config(cfg.clone(), ClientOptions::default())?;
@@ -290,6 +309,7 @@ fn run_one(exe: &Path, args: &ClusterBenchArgs, n: u32, security: &str, round: u
         let child = Command::new(exe)
             .arg(CLIENT_COMMAND)
             .args(insecure.then_some("--insecure"))
+            .args((!batch).then_some("--no-batch"))
             .arg("--cluster")
             .arg(&file)
             .arg("--dir-ino")
@@ -363,6 +383,8 @@ fn run_one(exe: &Path, args: &ClusterBenchArgs, n: u32, security: &str, round: u
     let creates: u64 = results.iter().map(|r| r.creates).sum();
     let late_c: u64 = results.iter().map(|r| r.late_creates).sum();
     let late_r: u64 = results.iter().map(|r| r.late_redirects).sum();
+    let batches: u64 = results.iter().map(|r| r.batches).sum();
+    let batched: u64 = results.iter().map(|r| r.batched).sum();
     Ok(Run {
         servers: n,
         clients: args.clients,
@@ -370,6 +392,9 @@ fn run_one(exe: &Path, args: &ClusterBenchArgs, n: u32, security: &str, round: u
         files: args.files,
         sync: args.sync.clone(),
         security: security.to_string(),
+        batch,
+        creates_per_request: creates as f64
+            / (creates - batched.min(creates) + batches).max(1) as f64,
         creates_per_sec: creates as f64 / wall,
         wall_secs: wall,
         server_cpu_secs: cpu1 - cpu0,
@@ -412,6 +437,8 @@ fn parse_result(s: &str) -> Result<ClientResult> {
         redirects: g("redirects"),
         late_creates: g("late_creates"),
         late_redirects: g("late_redirects"),
+        batches: g("batches"),
+        batched: g("batched"),
     })
 }
 
@@ -465,21 +492,27 @@ pub fn run(args: &ClusterBenchArgs) -> Result<()> {
         !args.security.is_empty() && args.security.iter().all(|s| s == "tls" || s == "insecure"),
         "--security takes tls and/or insecure"
     );
+    ensure!(
+        !args.batch.is_empty() && args.batch.iter().all(|s| s == "on" || s == "off"),
+        "--batch takes on and/or off"
+    );
     ensure!(args.rounds > 0, "--rounds must be positive");
     let mut runs = Vec::new();
     for &s in &args.servers {
         for round in 0..args.rounds {
             for security in &args.security {
-                eprintln!(
-                    "cluster-bench: {s} server(s), {} client(s) x {} thread(s), {} files each, sync {}, {security}, round {}",
-                    args.clients, args.threads, args.files, args.sync, round + 1
-                );
-                let r = run_one(&exe, args, s, security, round)?;
-                eprintln!(
-                    "  {:.0} creates/s, {:.0} creates per server-CPU-second, {:.4} redirects per create (late), {} partitions",
-                    r.creates_per_sec, r.creates_per_server_cpu_sec, r.redirects_per_create_late, r.partitions
-                );
-                runs.push(r);
+                for batch in &args.batch {
+                    eprintln!(
+                        "cluster-bench: {s} server(s), {} client(s) x {} thread(s), {} files each, sync {}, {security}, batch {batch}, round {}",
+                        args.clients, args.threads, args.files, args.sync, round + 1
+                    );
+                    let r = run_one(&exe, args, s, (security, batch == "on"), round)?;
+                    eprintln!(
+                        "  {:.0} creates/s, {:.0} creates per server-CPU-second, {:.1} creates per request, {:.4} redirects per create (late), {} partitions",
+                        r.creates_per_sec, r.creates_per_server_cpu_sec, r.creates_per_request, r.redirects_per_create_late, r.partitions
+                    );
+                    runs.push(r);
+                }
             }
         }
     }
@@ -526,19 +559,21 @@ pub fn run(args: &ClusterBenchArgs) -> Result<()> {
 fn markdown(r: &Report) -> String {
     let mut s = String::new();
     s.push_str(&format!("`{}`\n\n{}\n\n", r.command, r.machine));
-    s.push_str("| servers | clients × threads, files each | sync | security | creates/s | creates per server-CPU-s | redirects per create (last half) | partitions | entries per server (max / mean) |\n|---:|---:|---|---|---:|---:|---:|---:|---:|\n");
+    s.push_str("| servers | clients × threads, files each | sync | security | batched | creates per request | creates/s | creates per server-CPU-s | redirects per create (last half) | partitions | entries per server (max / mean) |\n|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|\n");
     for x in &r.runs {
         let max = x.per_server_entries.iter().copied().max().unwrap_or(0) as f64;
         let mean = x.per_server_entries.iter().sum::<u64>() as f64
             / x.per_server_entries.len().max(1) as f64;
         s.push_str(&format!(
-            "| {} | {} × {}, {} | {} | {} | {:.0} | {:.0} | {:.4} | {} | {:.2} |\n",
+            "| {} | {} × {}, {} | {} | {} | {} | {:.1} | {:.0} | {:.0} | {:.4} | {} | {:.2} |\n",
             x.servers,
             x.clients,
             x.threads,
             x.files,
             x.sync,
             x.security,
+            if x.batch { "yes" } else { "no" },
+            x.creates_per_request,
             x.creates_per_sec,
             x.creates_per_server_cpu_sec,
             x.redirects_per_create_late,
@@ -581,7 +616,11 @@ pub fn client(args: &ClientArgs) -> Result<()> {
     ensure!(args.threads > 0, "--threads must be positive");
     let mut cfg = ClusterConfig::load(&args.cluster)?;
     cfg.set_insecure(args.insecure);
-    let c = Client::with_config(cfg, ClientOptions::default())?;
+    let opts = ClientOptions {
+        batch_creates: !args.no_batch,
+        ..ClientOptions::default()
+    };
+    let c = Client::with_config(cfg, opts)?;
     let done = std::sync::atomic::AtomicU64::new(0);
     let redirects_at_half = std::sync::atomic::AtomicU64::new(u64::MAX);
     let half = args.files / 2;
@@ -645,6 +684,8 @@ pub fn client(args: &ClientArgs) -> Result<()> {
         "redirects": redirects,
         "late_creates": args.files - half,
         "late_redirects": redirects - at_half,
+        "batches": c.batches().0,
+        "batched": c.batches().1,
     });
     writeln!(out, "@@R {r}")?;
     out.flush()?;

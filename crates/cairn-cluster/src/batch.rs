@@ -1,7 +1,7 @@
-//! Creates sent together. While a client's request to a server is in flight, the
-//! creates (and mknods and symlinks; never mkdirs, which take the path across servers)
-//! its callers make for that server queue up; when it returns, they go as one
-//! `MakeBatch` request. This is opportunistic batching, as group commit does it for
+//! Creates sent together. While [`MAX_IN_FLIGHT`] of a client's requests to a server
+//! are in flight, the creates (and mknods and symlinks; never mkdirs, which take the
+//! path across servers) its callers make for that server queue up; when one returns,
+//! they go as one `MakeBatch` request. This is opportunistic batching, as group commit does it for
 //! syncs: a lone caller's create goes alone and waits for nothing, and under load a
 //! request carries what arrived during the previous round trip, so the server pays its
 //! per-request cost (a wake-up, HTTP/2 framing, a task, under `--sync always` a sync)
@@ -25,6 +25,14 @@ use crate::proto::meta_client::MetaClient;
 
 /// Most items of one `MakeBatch` request (the server refuses more).
 pub(crate) const MAX_BATCH: usize = 1024;
+/// Requests a client keeps in flight to one server before creates queue for a batch.
+/// Measured (`cairn cluster-bench --clients 2 --batch on,off`, DESIGN.md): with 1 or 2,
+/// four callers per client under `--sync always` lost 12–31% of their creates/s to
+/// batching (the server's group commit already shared their fsyncs); with 4 they lose
+/// nothing, and sixteen callers still get 1.7× the creates/s under `--sync never` and
+/// half the server CPU per create under both.
+const MAX_IN_FLIGHT: u32 = 4;
+
 /// Bytes of items a client puts in one batch (a symlink's target may be 4 KiB).
 const MAX_BATCH_BYTES: usize = 1 << 20;
 
@@ -39,8 +47,10 @@ struct Waiting {
 
 #[derive(Default)]
 struct Queue {
-    /// A request to this server is in flight (its sender hands the queue on after it).
-    busy: bool,
+    /// Requests to this server in flight (a sender hands the queue on after its own).
+    in_flight: u32,
+    /// A task is sending what queued.
+    draining: bool,
     waiting: Vec<Waiting>,
 }
 
@@ -53,8 +63,8 @@ pub(crate) struct Batcher {
     batched: AtomicU64,
 }
 
-/// The sender of the request in flight; when it is done (or dropped), the creates that
-/// queued meanwhile are sent.
+/// The sender of a request in flight; when it is done (or dropped), the creates that
+/// queued meanwhile are sent (by one task per server at a time, in its slot).
 struct InFlight {
     b: Arc<Batcher>,
     s: usize,
@@ -64,10 +74,13 @@ struct InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         let mut q = self.b.queues[self.s].lock();
-        if q.waiting.is_empty() {
-            q.busy = false;
+        q.in_flight -= 1;
+        if q.waiting.is_empty() || q.draining {
             return;
         }
+        // The drain task's request takes this slot until nothing waits.
+        q.draining = true;
+        q.in_flight += 1;
         drop(q);
         let (b, s, conn) = (self.b.clone(), self.s, self.conn.clone());
         self.b.handle.spawn(async move { b.drain(s, conn).await });
@@ -94,7 +107,8 @@ impl Batcher {
     }
 
     /// Sends `req` (not a mkdir) to server `s` over `conn` within `timeout`: at once if
-    /// nothing is in flight to `s`, else with the next batch.
+    /// fewer than [`MAX_IN_FLIGHT`] requests to `s` are in flight and none waits, else
+    /// with the next batch.
     pub(crate) async fn make(
         self: &Arc<Self>,
         s: u32,
@@ -110,13 +124,13 @@ impl Batcher {
         // Queued behind the request in flight (Ok), or sent now (Err gives it back).
         let queued = {
             let mut q = queue.lock();
-            if q.busy {
+            if q.in_flight < MAX_IN_FLIGHT && q.waiting.is_empty() {
+                q.in_flight += 1;
+                Err(req)
+            } else {
                 let (tx, rx) = oneshot::channel();
                 q.waiting.push(Waiting { req, deadline, tx });
                 Ok(rx)
-            } else {
-                q.busy = true;
-                Err(req)
             }
         };
         match queued {
@@ -146,7 +160,8 @@ impl Batcher {
                 // Callers that stopped waiting (timed out) are not sent.
                 q.waiting.retain(|w| !w.tx.is_closed());
                 if q.waiting.is_empty() {
-                    q.busy = false;
+                    q.draining = false;
+                    q.in_flight -= 1;
                     return;
                 }
                 let (mut n, mut bytes) = (0, 0);

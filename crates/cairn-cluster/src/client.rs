@@ -41,6 +41,9 @@ pub struct ClientOptions {
     pub timeout: Duration,
     /// Longest wait to open a connection to a server.
     pub connect_timeout: Duration,
+    /// Whether creates made while a request to their server is in flight go together
+    /// in one request when it returns (`MakeBatch`; DESIGN.md, "Batched creates").
+    pub batch_creates: bool,
 }
 
 impl Default for ClientOptions {
@@ -48,6 +51,7 @@ impl Default for ClientOptions {
         ClientOptions {
             timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(2),
+            batch_creates: true,
         }
     }
 }
@@ -512,7 +516,7 @@ impl Client {
         let (name, target) = (name.to_vec(), target.to_vec());
         let hash = name_hash(&name);
         // Everything but a mkdir may go in a batch (`crate::batch`).
-        let batched = mode & libc::S_IFMT != libc::S_IFDIR;
+        let batched = self.inner.opts.batch_creates && mode & libc::S_IFMT != libc::S_IFDIR;
         let (home, n) = (home_of(parent), self.inner.cfg.len());
         let rep = self
             .named(parent, hash, false, d, |mut c, t, i| {

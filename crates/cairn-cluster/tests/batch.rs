@@ -1,5 +1,5 @@
-//! Batched creates (`MakeBatch`): creates that one client's threads make while a request
-//! to their server is in flight go together, and each still gets its own answer —
+//! Batched creates (`MakeBatch`): creates that one client's threads make while requests
+//! to their server are in flight go together, and each still gets its own answer —
 //! its own inode, EEXIST for a name another create took, a redirect while the
 //! directory splits, a permission error for a caller who may not write there.
 
@@ -12,13 +12,14 @@ use cairn_fs::{Cred, FileSystem, ROOT};
 use common::Cluster;
 
 const R: Cred = Cred::ROOT;
-const THREADS: usize = 8;
-const EACH: usize = 250;
+const THREADS: usize = 16;
+const EACH: usize = 150;
 const DUPS: usize = 40;
 
 #[test]
 fn creates_from_many_threads_go_in_batches_each_with_its_own_answer() {
-    // `--sync always`: each request waits for a sync, so creates queue behind it. A low
+    // `--sync always`: each request waits for a sync, so with 16 threads creates queue
+    // behind the 4 requests a client keeps in flight to a server. A low
     // split threshold: the directory splits while the batches go.
     let c = Cluster::start(2, 64);
     let fs = c.client();

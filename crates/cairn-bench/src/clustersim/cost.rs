@@ -1,6 +1,8 @@
 //! Per-operation server CPU costs, measured in this process on this machine: one real
 //! server (`cairn_cluster::server::start`, TCP on loopback, its own runtime) and a
-//! client in the same process. The server's CPU is the process's CPU time
+//! client in the same process with as many creates in flight as a simulated server
+//! serves (`--window`: N clients each keeping that many over N servers), each in a
+//! request of its own, as there. The server's CPU is the process's CPU time
 //! (`getrusage`) less the CPU of the client's threads (named `cairn-client`, read from
 //! `/proc/self/task`) and of the calling thread: everything else (the server's runtime
 //! and blocking threads, the engine's background threads) is the server's.
@@ -20,6 +22,12 @@ use serde::Serialize;
 pub struct Costs {
     /// Creates (and lookups) timed.
     pub ops: u64,
+    /// Callers at once (the simulation's `--window`).
+    pub window: u32,
+    /// `MakeBatch` requests the creates went in (the rest went alone).
+    pub batches: u64,
+    /// Creates per request to the server.
+    pub creates_per_request: f64,
     /// Server CPU per create into a directory that does not split.
     pub create_us: f64,
     /// Server CPU per lookup: the estimate of a redirect's cost (a redirect takes the
@@ -97,9 +105,9 @@ fn free_addr() -> Result<SocketAddr> {
 }
 
 /// One server on a new store in `dir` with `threshold`; creates `ops` files in a new
-/// directory and then looks each up. Returns (server CPU of the creates, of the
-/// lookups, splits done).
-fn one_run(dir: &Path, threshold: u64, ops: u64) -> Result<(f64, f64, u64)> {
+/// directory from `window` threads, then looks each up the same way.
+fn one_run(dir: &Path, threshold: u64, ops: u64, window: u32) -> Result<Run> {
+    let window = window.max(1);
     let addr = free_addr()?;
     // Certificates for this run: the server and client talk mutual TLS, the default.
     let servers = ClusterConfig::parse(&format!("[[server]]\nid = 0\naddr = \"{addr}\"\n"))?
@@ -115,45 +123,100 @@ fn one_run(dir: &Path, threshold: u64, ops: u64) -> Result<(f64, f64, u64)> {
     opts.sync = SyncMode::Never;
     opts.split_threshold = threshold;
     let h = server::start(opts).context("starting the measuring server")?;
-    let client = Client::with_config(cfg.clone(), ClientOptions::default())?;
+    // Unbatched: in the simulation a server's creates in flight come from many clients,
+    // each with --window / N of them to it, fewer than a client keeps in flight before
+    // it batches (DESIGN.md, "Batched creates"), so batching does not happen there.
+    let opts = ClientOptions {
+        batch_creates: false,
+        ..ClientOptions::default()
+    };
+    let client = Client::with_config(cfg.clone(), opts)?;
     let cred = Cred::ROOT;
     let d = client
         .mkdir(&cred, ROOT, b"costs", 0o755)
         .map_err(|e| anyhow!("mkdir: {e:?}"))?
         .ino;
+    // `window` callers at once, as the simulation's clients keep `--window` creates in
+    // flight (their threads are named like the client's, so their CPU is not counted).
+    let each = |op: &'static str| -> Result<()> {
+        let (client, cred) = (&client, &cred);
+        std::thread::scope(|sc| {
+            let workers: Vec<_> = (0..window)
+                .map(|j| {
+                    std::thread::Builder::new()
+                        .name("cairn-client-load".into())
+                        .spawn_scoped(sc, move || -> Result<()> {
+                            for k in (u64::from(j)..ops).step_by(window as usize) {
+                                let name = format!("f{k}");
+                                let r = if op == "create" {
+                                    client.create(cred, d, name.as_bytes(), 0o644)
+                                } else {
+                                    client.lookup(cred, d, name.as_bytes())
+                                };
+                                r.map_err(|e| anyhow!("{op} {name}: {e:?}"))?;
+                            }
+                            Ok(())
+                        })
+                })
+                .collect::<std::io::Result<_>>()?;
+            for w in workers {
+                w.join().map_err(|_| anyhow!("a {op} thread panicked"))??;
+            }
+            Ok(())
+        })
+    };
     let t0 = server_cpu();
-    for k in 0..ops {
-        client
-            .create(&cred, d, format!("f{k}").as_bytes(), 0o644)
-            .map_err(|e| anyhow!("create: {e:?}"))?;
-    }
+    let b0 = client.batches();
+    each("create")?;
     let t1 = server_cpu();
-    for k in 0..ops {
-        client
-            .lookup(&cred, d, format!("f{k}").as_bytes())
-            .map_err(|e| anyhow!("lookup: {e:?}"))?;
-    }
+    let b1 = client.batches();
+    each("lookup")?;
     let t2 = server_cpu();
     let status = cairn_cluster::admin::status(&cfg, Duration::from_secs(10));
     let splits = status.servers.first().map_or(0, |s| s.splits_done);
     drop(client);
     h.shutdown()?;
-    Ok((t1 - t0, t2 - t1, splits))
+    Ok(Run {
+        create_cpu: t1 - t0,
+        lookup_cpu: t2 - t1,
+        splits,
+        batches: b1.0 - b0.0,
+        batched: b1.1 - b0.1,
+    })
 }
 
-/// Measures [`Costs`] with `ops` creates per run, stores under `work`.
-pub fn measure(work: &Path, ops: u64, split_threshold: u64) -> Result<Costs> {
+/// What one run of [`one_run`] measured.
+struct Run {
+    create_cpu: f64,
+    lookup_cpu: f64,
+    splits: u64,
+    batches: u64,
+    batched: u64,
+}
+
+/// Measures [`Costs`] with `ops` creates per run from `window` callers at once, stores
+/// under `work`.
+pub fn measure(work: &Path, ops: u64, split_threshold: u64, window: u32) -> Result<Costs> {
     let ops = ops.max(1);
     let base = work.join(format!("costs-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
     std::fs::create_dir_all(&base)?;
     let res = (|| {
-        let (create, lookup, _) = one_run(&base.join("flat"), u64::MAX / 4, ops)?;
-        let (create_split, _, splits) = one_run(&base.join("split"), split_threshold, ops)?;
+        let flat = one_run(&base.join("flat"), u64::MAX / 4, ops, window)?;
+        let split = one_run(&base.join("split"), split_threshold, ops, window)?;
+        let (create, lookup, splits) = (flat.create_cpu, flat.lookup_cpu, split.splits);
         let moved = splits * split_threshold.saturating_add(1) / 2;
-        let extra = (create_split - create).max(0.0);
+        let extra = (split.create_cpu - create).max(0.0);
         Ok(Costs {
             ops,
+            window,
+            batches: flat.batches,
+            creates_per_request: if flat.batches == 0 {
+                1.0
+            } else {
+                // Creates that went alone plus the batches: requests.
+                ops as f64 / (ops - flat.batched + flat.batches) as f64
+            },
             create_us: create / ops as f64 * 1e6,
             redirect_us: lookup / ops as f64 * 1e6,
             split_entry_us: if moved == 0 {

@@ -173,7 +173,7 @@ pub fn run(args: &ClusterSimArgs) -> Result<()> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     eprintln!("measuring per-operation server CPU costs ({cost_ops} creates per run)");
-    let costs = measure(&work, cost_ops, threshold.max(2))?;
+    let costs = measure(&work, cost_ops, threshold.max(2), args.window)?;
     let mut runs = Vec::new();
     for &n in &args.servers {
         eprintln!(
@@ -233,8 +233,15 @@ pub fn markdown(r: &Report, args: &ClusterSimArgs) -> String {
     );
     let _ = writeln!(
         m,
-        "| create | redirect (≈ lookup) | per entry a split moves | runs of |\n|---|---|---|---|\n| {:.2} µs | {:.2} µs | {:.3} µs ({} splits at threshold {}) | {} ops |\n",
-        c.create_us, c.redirect_us, c.split_entry_us, c.splits, c.split_threshold, c.ops
+        "| create | redirect (≈ lookup) | per entry a split moves | runs of | callers at once | creates per request |\n|---|---|---|---|---|---|\n| {:.2} µs | {:.2} µs | {:.3} µs ({} splits at threshold {}) | {} ops | {} | {:.1} |\n",
+        c.create_us,
+        c.redirect_us,
+        c.split_entry_us,
+        c.splits,
+        c.split_threshold,
+        c.ops,
+        c.window,
+        c.creates_per_request
     );
     let _ = writeln!(m, "## Simulations\n");
     let _ = writeln!(

@@ -146,6 +146,7 @@ impl Cluster {
             ClientOptions {
                 timeout: t,
                 connect_timeout: Duration::from_secs(1),
+                batch_creates: true,
             },
         )
         .unwrap()
