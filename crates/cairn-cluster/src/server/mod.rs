@@ -519,12 +519,14 @@ fn open_node(
 /// with the request timeout and per-connection limits of `opts`.
 fn router(opts: &ServerOptions, node: &NodeRef, secure: bool) -> tonic::transport::server::Router {
     use tonic::service::interceptor::InterceptedService;
+    let callers = std::sync::Arc::new(crate::tls::Callers::default());
+    let peer_callers = callers.clone();
     let meta = InterceptedService::new(
         proto::meta_server::MetaServer::new(svc::MetaSvc(node.clone()))
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE),
         move |mut req: tonic::Request<()>| {
-            let who = svc::caller(secure, &req)?;
+            let who = svc::caller(secure, &callers, &req)?;
             req.extensions_mut().insert(who);
             Ok(req)
         },
@@ -533,7 +535,7 @@ fn router(opts: &ServerOptions, node: &NodeRef, secure: bool) -> tonic::transpor
         proto::peer_server::PeerServer::new(svc::PeerSvc(node.clone()))
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE),
-        move |req: tonic::Request<()>| match svc::caller(secure, &req)? {
+        move |req: tonic::Request<()>| match svc::caller(secure, &peer_callers, &req)? {
             crate::tls::Caller::Client(_) => Err(tonic::Status::permission_denied(
                 "the server-to-server service is for servers' certificates only",
             )),

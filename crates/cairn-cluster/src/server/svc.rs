@@ -1,8 +1,10 @@
 //! The gRPC services: checks of every request's header (the cluster file's identity),
-//! the run of each request in a task of its own (so that a client going away never
-//! cuts an operation in the middle), metrics, and the mapping of results to replies.
+//! the run of each request that waits in a task of its own (so that a client going away
+//! never cuts an operation in the middle), metrics, and the mapping of results to
+//! replies.
 
 use std::future::Future;
+use std::task::Poll;
 use std::time::Instant;
 
 use tonic::{Request, Response, Status, Streaming};
@@ -17,7 +19,7 @@ use crate::batch::MAX_BATCH;
 use crate::proto;
 use crate::proto::meta_server::Meta;
 use crate::proto::peer_server::Peer;
-use crate::tls::{Caller, Uids};
+use crate::tls::{Caller, Callers, Uids};
 
 /// Largest read or write of one request.
 pub(crate) const MAX_IO: usize = 8 << 20;
@@ -43,7 +45,21 @@ async fn run<Rep: Reply + Send + 'static>(
         return Err(Status::unavailable("server stopping"));
     }
     let start = Instant::now();
-    let res = tokio::spawn(fut).await;
+    // Polled once here: an operation that never waits (a create under `--sync never`)
+    // finishes in that poll, with no task to spawn and wake. One that waits goes on in
+    // a task of its own, so that a client going away cannot cut it in the middle (no
+    // await lies between the first poll and the spawn).
+    let mut fut = Box::pin(fut);
+    let first = std::future::poll_fn(|cx| {
+        let poll = std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx));
+        Poll::Ready(std::panic::catch_unwind(poll))
+    })
+    .await;
+    let res = match first {
+        Ok(Poll::Ready(r)) => Ok(r),
+        Ok(Poll::Pending) => tokio::spawn(fut).await.map_err(|e| e.to_string()),
+        Err(_) => Err("the operation panicked".to_string()),
+    };
     metrics::counter!("cairn_ops_total", "op" => op).increment(1);
     metrics::histogram!("cairn_op_seconds", "op" => op).record(start.elapsed().as_secs_f64());
     match res {
@@ -66,12 +82,18 @@ async fn run<Rep: Reply + Send + 'static>(
 
 /// Who sent a request, from its TLS certificate (any party, under `--insecure`); a
 /// request whose certificate gives no identity is refused (UNAUTHENTICATED).
-pub(crate) fn caller<T>(secure: bool, req: &Request<T>) -> Result<Caller, Status> {
+pub(crate) fn caller<T>(
+    secure: bool,
+    callers: &Callers,
+    req: &Request<T>,
+) -> Result<Caller, Status> {
     if !secure {
         return Ok(Caller::Trusted);
     }
     let certs = req.peer_certs();
-    Caller::of(certs.as_deref().map(Vec::as_slice)).map_err(Status::unauthenticated)
+    callers
+        .of(certs.as_deref().map(Vec::as_slice))
+        .map_err(Status::unauthenticated)
 }
 
 /// The caller the interceptor recorded (none: a caller allowed no uid, whose requests
