@@ -52,6 +52,9 @@ fn sixteen_servers_killed_inside_splits_check_clean() {
     );
     assert_eq!(r.creates + r.creates_unknown, 16 * 200, "{r:?}");
     assert!(r.splits > 16, "{} splits", r.splits);
+    // The servers' own count is exact, across kills: each split made one partition.
+    assert_eq!(r.splits + 1, r.partitions, "{r:?}");
+    assert!(r.splits >= r.splits_observed);
     assert_eq!(
         r.splits_to_cover.map(|_| ()),
         Some(()),

@@ -246,18 +246,19 @@ pub fn markdown(r: &Report, args: &ClusterSimArgs) -> String {
     let _ = writeln!(m, "## Simulations\n");
     let _ = writeln!(
         m,
-        "| servers | files/server | creates | unknown (EIO) | splits | splits to cover | creates to cover | virtual ms to cover | redirects/create | after cover | moved/split mean (max) | remote splits (moved mean) | entries/server max/mean | partitions | kills (inside a split) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "| servers | files/server | creates | unknown (EIO) | splits (seen by the driver) | splits to cover | creates to cover | virtual ms to cover | redirects/create | after cover | moved/split mean (max) | remote splits (moved mean) | entries/server max/mean | partitions | kills (inside a split) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for s in &r.runs {
         let opt = |v: Option<u64>| v.map_or("never".to_string(), |v| v.to_string());
         let _ = writeln!(
             m,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.4} | {} | {:.1} ({}) | {} ({:.1}) | {:.3} | {} | {} ({}) |",
+            "| {} | {} | {} | {} | {} ({}) | {} | {} | {} | {:.4} | {} | {:.1} ({}) | {} ({:.1}) | {:.3} | {} | {} ({}) |",
             s.servers,
             s.files_per_server,
             s.creates,
             s.creates_unknown,
             s.splits,
+            s.splits_observed,
             opt(s.splits_to_cover),
             opt(s.creates_to_cover),
             opt(s.virtual_ms_to_cover),

@@ -162,9 +162,12 @@ pub struct SimResult {
     pub creates_to_cover: Option<u64>,
     /// Virtual milliseconds by then.
     pub virtual_ms_to_cover: Option<u64>,
-    /// Splits in all.
+    /// Splits in all, as the servers counted them (exact, across restarts).
     pub splits: u64,
-    /// Entries moved by splits, in all.
+    /// Splits the driver saw (`split_events`; a partition that is activated and splits
+    /// again between two polls is missed).
+    pub splits_observed: u64,
+    /// Entries moved by splits, in all, as the servers counted them.
     pub entries_moved: u64,
     /// Mean entries moved per split.
     pub moved_per_split_mean: f64,
@@ -423,6 +426,8 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
     let mut crash_next = 0usize;
     let mut armed_since: Option<u64> = None;
     let mut down: Vec<(u64, u32, usize)> = Vec::new(); // (restart step, server, crash event)
+                                                       // Splits and moved entries each server counted before its kills.
+    let mut counted: Vec<(u64, u64)> = vec![(0, 0); n as usize];
     let mut obs = Observer::new(n, ROOT);
     let mut res = SimResult {
         servers: n,
@@ -437,6 +442,7 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
         creates_to_cover: None,
         virtual_ms_to_cover: None,
         splits: 0,
+        splits_observed: 0,
         entries_moved: 0,
         moved_per_split_mean: 0.0,
         moved_per_split_max: 0,
@@ -549,6 +555,10 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
                     .as_ref()
                     .is_some_and(|p| p.splitting());
             let pl = power[s as usize].as_ref().context("power-loss record")?;
+            if let Some(p) = probes.borrow()[s as usize].as_ref() {
+                counted[s as usize].0 += p.splits_done().unwrap_or(0);
+                counted[s as usize].1 += p.entries_moved().unwrap_or(0);
+            }
             pl.cut();
             // Its connections close in the order they were opened (net::Conns).
             conns[s as usize].arm_kill();
@@ -659,8 +669,17 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
                 Some(ratio(r - redirects_at_cover, res.creates - c));
         }
     }
-    res.splits = res.split_events.len() as u64;
-    res.entries_moved = res.split_events.iter().map(|e| e.moved).sum();
+    // The servers' own counts: those of the servers killed, as read just before their
+    // kill, plus the running servers' now.
+    for (s, p) in probes.borrow().iter().enumerate() {
+        if let Some(p) = p {
+            counted[s].0 += p.splits_done().unwrap_or(0);
+            counted[s].1 += p.entries_moved().unwrap_or(0);
+        }
+    }
+    res.splits = counted.iter().map(|c| c.0).sum();
+    res.splits_observed = res.split_events.len() as u64;
+    res.entries_moved = counted.iter().map(|c| c.1).sum();
     res.moved_per_split_mean = ratio(res.entries_moved, res.splits);
     res.moved_per_split_max = res.split_events.iter().map(|e| e.moved).max().unwrap_or(0);
     let remote: Vec<u64> = res

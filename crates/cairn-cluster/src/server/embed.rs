@@ -146,6 +146,14 @@ impl Probe {
         Some(n)
     }
 
+    /// Entries the splits it finished as the source gave their new partitions (the
+    /// upper half of each, moved to another server or relabelled in place).
+    pub fn entries_moved(&self) -> Option<u64> {
+        let node = self.node.upgrade()?;
+        let n = node.counters.entries_moved.load(Ordering::Relaxed);
+        Some(n)
+    }
+
     /// Whether a split of one of its partitions is moving entries now.
     pub fn splitting(&self) -> bool {
         self.node

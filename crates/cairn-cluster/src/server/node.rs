@@ -174,6 +174,8 @@ pub(crate) struct Mem {
 #[derive(Default)]
 pub(crate) struct Counters {
     pub splits_done: AtomicU64,
+    /// Entries those splits gave their new partitions.
+    pub entries_moved: AtomicU64,
     pub redirects: AtomicU64,
 }
 

@@ -180,6 +180,9 @@ impl Node {
         self.counters
             .splits_done
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.counters
+            .entries_moved
+            .fetch_add(moved, std::sync::atomic::Ordering::Relaxed);
         metrics::counter!("cairn_splits_total").increment(1);
         tracing::info!(
             server = self.id,
