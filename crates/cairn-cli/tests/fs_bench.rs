@@ -30,6 +30,9 @@ fn fs_bench_smoke() {
     println!("{stdout}");
     let all: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let runs = all["metadata"].as_array().unwrap();
+    // Unpinned unless --pin: what a user's mount does.
+    assert!(all["pinned_cpu"].is_null(), "{all}");
+    assert!(stdout.contains("nothing pinned"), "{stdout}");
     // Large files (--cold): written, read warm and cold, on every target that ran.
     let data = all["data"].as_array().unwrap();
     for r in runs {
