@@ -552,3 +552,76 @@ fn clients_survive_restarts() {
     c.check();
     c.shutdown();
 }
+
+/// `MakeBatch` from a raw client: more items than allowed is refused whole; bad items
+/// (an over-long name, a directory, a name that exists, a missing directory) get their
+/// own errors while the good ones in the same batch are made; an item with another
+/// cluster's header refuses the batch; nothing else changes.
+#[test]
+fn malformed_make_batches() {
+    let c = Cluster::start(1, 8192);
+    let fs = c.client();
+    let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap().ino;
+    fs.create(&R, d, b"taken", 0o644).unwrap();
+    let s0 = c.cfg.servers()[0].addr;
+    let item = |dir: u64, name: &[u8], mode: u32| proto::MakeReq {
+        h: header(&c),
+        dir,
+        name: name.to_vec(),
+        mode,
+        ..Default::default()
+    };
+    let call = |items: Vec<proto::MakeReq>| {
+        raw_call(
+            &c.cfg,
+            s0,
+            "/cairn.cluster.v1.Meta/MakeBatch",
+            proto::MakeBatchReq { items }.encode_to_vec(),
+        )
+    };
+    // Too many items.
+    let many = (0..1025)
+        .map(|i| item(d, format!("m{i}").as_bytes(), libc::S_IFREG | 0o644))
+        .collect();
+    let e = call(many).unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert_eq!(names(&fs, d), vec![b"taken".to_vec()]);
+    // Good and bad items together: one answer each, in order.
+    let rep = call(vec![
+        item(d, b"good1", libc::S_IFREG | 0o644),
+        item(d, &[b'x'; 300], libc::S_IFREG | 0o644),
+        item(d, b"sub", libc::S_IFDIR | 0o755),
+        item(d, b"taken", libc::S_IFREG | 0o644),
+        item(d + 999, b"lost", libc::S_IFREG | 0o644),
+        item(d, b"good2", libc::S_IFREG | 0o644),
+    ])
+    .unwrap();
+    let rep = proto::MakeBatchReply::decode(rep.as_slice()).unwrap();
+    assert!(rep.status.is_none(), "{rep:?}");
+    let errnos: Vec<u32> = rep
+        .items
+        .iter()
+        .map(|r| r.status.as_ref().map_or(0, |s| s.errno))
+        .collect();
+    assert_eq!(errnos[0], 0);
+    assert_eq!(errnos[1], libc::ENAMETOOLONG as u32);
+    assert_eq!(errnos[2], libc::EINVAL as u32);
+    assert_eq!(errnos[3], libc::EEXIST as u32);
+    assert_ne!(
+        errnos[4], 0,
+        "a create into a missing directory: {errnos:?}"
+    );
+    assert_eq!(errnos[5], 0);
+    assert_ne!(rep.items[0].ino, rep.items[5].ino);
+    assert_eq!(
+        names(&fs, d),
+        vec![b"good1".to_vec(), b"good2".to_vec(), b"taken".to_vec()]
+    );
+    // An item of another cluster refuses the whole batch.
+    let mut other = item(d, b"intruder", libc::S_IFREG | 0o644);
+    other.h.as_mut().unwrap().cluster_id ^= 1;
+    let e = call(vec![item(d, b"good3", libc::S_IFREG | 0o644), other]).unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    assert_eq!(names(&fs, d).len(), 3);
+    c.check();
+}
