@@ -101,6 +101,9 @@ pub struct ServeArgs {
     /// Entries of a directory partition above which it is split in two (default 8192)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub split_threshold: Option<u64>,
+    /// Threads that serve requests (default 1; more for a server with cores of its own)
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub workers: u16,
 }
 
 /// `--metrics`: a port (on 127.0.0.1) or IP:PORT.
@@ -248,6 +251,7 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
     if let Some(n) = args.split_threshold {
         opts.split_threshold = n;
     }
+    opts.workers = usize::from(args.workers);
     cairn_cluster::server::run_until_signal(opts)
         .with_context(|| format!("serving {} on {}", args.dir.display(), args.listen))?;
     Ok(())
