@@ -22,12 +22,9 @@ use serde::Serialize;
 pub struct Costs {
     /// Creates (and lookups) timed.
     pub ops: u64,
-    /// Callers at once (the simulation's `--window`).
+    /// Callers at once (the simulation's `--window`), each create in a request of its
+    /// own.
     pub window: u32,
-    /// `MakeBatch` requests the creates went in (the rest went alone).
-    pub batches: u64,
-    /// Creates per request to the server.
-    pub creates_per_request: f64,
     /// Server CPU per create into a directory that does not split.
     pub create_us: f64,
     /// Server CPU per lookup: the estimate of a redirect's cost (a redirect takes the
@@ -166,10 +163,8 @@ fn one_run(dir: &Path, threshold: u64, ops: u64, window: u32) -> Result<Run> {
         })
     };
     let t0 = server_cpu();
-    let b0 = client.batches();
     each("create")?;
     let t1 = server_cpu();
-    let b1 = client.batches();
     each("lookup")?;
     let t2 = server_cpu();
     let status = cairn_cluster::admin::status(&cfg, Duration::from_secs(10));
@@ -180,8 +175,6 @@ fn one_run(dir: &Path, threshold: u64, ops: u64, window: u32) -> Result<Run> {
         create_cpu: t1 - t0,
         lookup_cpu: t2 - t1,
         splits,
-        batches: b1.0 - b0.0,
-        batched: b1.1 - b0.1,
     })
 }
 
@@ -190,8 +183,6 @@ struct Run {
     create_cpu: f64,
     lookup_cpu: f64,
     splits: u64,
-    batches: u64,
-    batched: u64,
 }
 
 /// Measures [`Costs`] with `ops` creates per run from `window` callers at once, stores
@@ -210,13 +201,6 @@ pub fn measure(work: &Path, ops: u64, split_threshold: u64, window: u32) -> Resu
         Ok(Costs {
             ops,
             window,
-            batches: flat.batches,
-            creates_per_request: if flat.batches == 0 {
-                1.0
-            } else {
-                // Creates that went alone plus the batches: requests.
-                ops as f64 / (ops - flat.batched + flat.batches) as f64
-            },
             create_us: create / ops as f64 * 1e6,
             redirect_us: lookup / ops as f64 * 1e6,
             split_entry_us: if moved == 0 {

@@ -47,7 +47,8 @@ impl Conns {
         g.open.retain(|w| w.strong_count() > 0);
     }
 
-    fn register(self: &Arc<Self>, s: TcpStream) -> SimStream {
+    /// `s`, opened or accepted by this server.
+    pub(crate) fn register(self: &Arc<Self>, s: TcpStream) -> SimStream {
         let s = Arc::new(Mutex::new(Some(s)));
         let mut g = lock(&self.0);
         g.open.retain(|w| w.strong_count() > 0);
@@ -134,53 +135,16 @@ impl AsyncWrite for SimStream {
     }
 }
 
-/// A connection a simulated server accepted.
-pub(crate) struct Accepted(pub SimStream);
-
-impl Accepted {
-    /// `s`, accepted by the server whose connections are `conns`.
-    pub(crate) fn new(conns: &Arc<Conns>, s: TcpStream) -> Accepted {
-        Accepted(conns.register(s))
-    }
-}
-
-impl Connected for Accepted {
+/// What tonic's server needs of an accepted connection.
+impl Connected for SimStream {
     type ConnectInfo = TcpConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        let g = lock(&self.0.s);
+        let g = lock(&self.s);
         TcpConnectInfo {
             local_addr: g.as_ref().and_then(|s| s.local_addr().ok()),
             remote_addr: g.as_ref().and_then(|s| s.peer_addr().ok()),
         }
-    }
-}
-
-impl AsyncRead for Accepted {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Accepted {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
     }
 }
 

@@ -22,7 +22,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use super::net::{dialer, server_dialer, Accepted, Conns};
+use super::net::{dialer, server_dialer, Conns};
 
 /// The port every simulated server listens on.
 const PORT: u16 = 7000;
@@ -341,7 +341,7 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
                 let incoming = futures_util::stream::unfold(listener, move |l| {
                     let conns = accepting.clone();
                     async move {
-                        let r = l.accept().await.map(|(s, _)| Accepted::new(&conns, s));
+                        let r = l.accept().await.map(|(s, _)| conns.register(s));
                         Some((r, l))
                     }
                 });
@@ -425,8 +425,9 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
     crash_at.sort_unstable();
     let mut crash_next = 0usize;
     let mut armed_since: Option<u64> = None;
-    let mut down: Vec<(u64, u32, usize)> = Vec::new(); // (restart step, server, crash event)
-                                                       // Splits and moved entries each server counted before its kills.
+    // (restart step, server, crash event)
+    let mut down: Vec<(u64, u32, usize)> = Vec::new();
+    // Splits and moved entries each server counted before its kills.
     let mut counted: Vec<(u64, u64)> = vec![(0, 0); n as usize];
     let mut obs = Observer::new(n, ROOT);
     let mut res = SimResult {
@@ -556,8 +557,7 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
                     .is_some_and(|p| p.splitting());
             let pl = power[s as usize].as_ref().context("power-loss record")?;
             if let Some(p) = probes.borrow()[s as usize].as_ref() {
-                counted[s as usize].0 += p.splits_done().unwrap_or(0);
-                counted[s as usize].1 += p.entries_moved().unwrap_or(0);
+                add_counts(&mut counted[s as usize], p);
             }
             pl.cut();
             // Its connections close in the order they were opened (net::Conns).
@@ -671,10 +671,9 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
     }
     // The servers' own counts: those of the servers killed, as read just before their
     // kill, plus the running servers' now.
-    for (s, p) in probes.borrow().iter().enumerate() {
+    for (c, p) in counted.iter_mut().zip(probes.borrow().iter()) {
         if let Some(p) = p {
-            counted[s].0 += p.splits_done().unwrap_or(0);
-            counted[s].1 += p.entries_moved().unwrap_or(0);
+            add_counts(c, p);
         }
     }
     res.splits = counted.iter().map(|c| c.0).sum();
@@ -694,6 +693,12 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
     res.balance_max_over_mean = balance(&res.entries_per_server);
     res.partitions = obs.partitions();
     Ok(res)
+}
+
+/// Adds the splits and moved entries server `p` counted since it started to `c`.
+fn add_counts(c: &mut (u64, u64), p: &Probe) {
+    c.0 += p.splits_done().unwrap_or(0);
+    c.1 += p.entries_moved().unwrap_or(0);
 }
 
 fn ratio(a: u64, b: u64) -> f64 {

@@ -138,6 +138,16 @@ fn timeset(t: Option<&proto::TimeSet>) -> Option<TimeSet> {
     }
 }
 
+/// The reply to a create, mknod, symlink, mkdir or link that made entry `a`.
+fn entry_reply(a: &cairn_fs::Attr) -> proto::EntryReply {
+    proto::EntryReply {
+        status: None,
+        ino: a.ino,
+        kind: a.mode & libc::S_IFMT,
+        attr: Some(attr_msg(a)),
+    }
+}
+
 fn attr_reply(a: cairn_fs::Attr) -> proto::AttrReply {
     proto::AttrReply {
         status: None,
@@ -234,12 +244,7 @@ impl Meta for MetaSvc {
                 }
                 a
             };
-            Ok(proto::EntryReply {
-                status: None,
-                ino: a.ino,
-                kind: a.mode & libc::S_IFMT,
-                attr: Some(attr_msg(&a)),
-            })
+            Ok(entry_reply(&a))
         })
         .await
     }
@@ -293,12 +298,7 @@ impl Meta for MetaSvc {
                         if let Some(idx) = split {
                             splits.insert((dir, idx));
                         }
-                        proto::EntryReply {
-                            status: None,
-                            ino: a.ino,
-                            kind: a.mode & libc::S_IFMT,
-                            attr: Some(attr_msg(&a)),
-                        }
+                        entry_reply(&a)
                     }
                     Err(f) => proto::EntryReply {
                         status: Some(f.to_status()),
@@ -343,12 +343,7 @@ impl Meta for MetaSvc {
                 }
             };
             let _ = name;
-            Ok(proto::EntryReply {
-                status: None,
-                ino: a.ino,
-                kind: a.mode & libc::S_IFMT,
-                attr: Some(attr_msg(&a)),
-            })
+            Ok(entry_reply(&a))
         })
         .await
     }
