@@ -1,0 +1,217 @@
+//! How a client's request reaches its server: the route by the directory's cached
+//! GIGA+ bitmap, redirects that correct it, and retries while a server is busy or (for
+//! requests safe to repeat, or never sent) unreachable, within the call's deadline.
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tonic::transport::Channel;
+
+use cairn_fs::{Errno, FsResult};
+
+use super::{Client, BITMAP_CACHE, MAX_REDIRECTS};
+use crate::giga::{home_of, server_of};
+use crate::proto;
+use crate::proto::meta_client::MetaClient;
+
+/// Why one call did not give a result.
+pub(super) enum CallErr {
+    Errno(i32),
+    Redirect(u64, Vec<u32>),
+}
+
+impl From<CallErr> for Errno {
+    fn from(e: CallErr) -> Errno {
+        match e {
+            CallErr::Errno(e) => Errno(e),
+            CallErr::Redirect(..) => Errno(libc::EIO),
+        }
+    }
+}
+
+/// Replies with a status.
+pub(super) trait Rep {
+    fn st(&self) -> Option<&proto::Status>;
+}
+macro_rules! reps {
+    ($($t:ty),*) => {$( impl Rep for $t { fn st(&self) -> Option<&proto::Status> { self.status.as_ref() } } )*};
+}
+reps!(
+    proto::EntryReply,
+    proto::AttrReply,
+    proto::InoReply,
+    proto::Empty,
+    proto::ReadDirReply,
+    proto::DataReply,
+    proto::WriteReply,
+    proto::XattrListReply,
+    proto::StatFsReply
+);
+
+/// Whether a transport error happened before the request could be sent (the
+/// connection could not be opened): then any request may be repeated.
+fn not_sent(s: &tonic::Status) -> bool {
+    let mut e: Option<&dyn std::error::Error> = std::error::Error::source(s);
+    while let Some(x) = e {
+        if let Some(io) = x.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::NotFound
+                    | std::io::ErrorKind::AddrNotAvailable
+            ) {
+                return true;
+            }
+        }
+        let m = x.to_string();
+        if m.contains("tcp connect error") || m.contains("Connection refused") {
+            return true;
+        }
+        e = x.source();
+    }
+    s.message().contains("tcp connect error")
+}
+
+impl Client {
+    /// One request to server `s`, retried while the server is busy or (for requests
+    /// safe to repeat, or never sent) unreachable, until `deadline`.
+    pub(super) async fn call<R, F, Fut>(
+        &self,
+        s: u32,
+        idem: bool,
+        deadline: Instant,
+        mut f: F,
+    ) -> Result<R, CallErr>
+    where
+        R: Rep,
+        F: FnMut(MetaClient<Channel>, Duration) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        let Some(conn) = self.inner.conns.get(s as usize) else {
+            return Err(CallErr::Errno(libc::ENOENT));
+        };
+        let mut pause = Duration::from_millis(1);
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                tracing::warn!("server {s}: no answer within the timeout");
+                return Err(CallErr::Errno(libc::EIO));
+            }
+            let left = deadline - now;
+            match f(conn.clone(), left).await {
+                Ok(rep) => {
+                    let rep = rep.into_inner();
+                    let Some(st) = rep.st() else { return Ok(rep) };
+                    if let Some(b) = &st.redirect {
+                        return Err(CallErr::Redirect(b.dir, b.partitions.clone()));
+                    }
+                    if st.retry {
+                        // Busy for a moment (a split, an operation across servers).
+                    } else if st.errno != 0 {
+                        return Err(CallErr::Errno(st.errno as i32));
+                    } else {
+                        return Ok(rep);
+                    }
+                }
+                Err(e) => match e.code() {
+                    tonic::Code::FailedPrecondition => {
+                        tracing::error!("server {s}: {}", e.message());
+                        return Err(CallErr::Errno(libc::EIO));
+                    }
+                    tonic::Code::Unavailable | tonic::Code::Unknown if idem || not_sent(&e) => {}
+                    tonic::Code::Cancelled if idem => {}
+                    _ => {
+                        tracing::warn!("server {s}: {}", e.message());
+                        return Err(CallErr::Errno(libc::EIO));
+                    }
+                },
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            tokio::time::sleep(pause.min(left)).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    /// The partition this client's bitmap routes hash `h` of `dir` to.
+    fn route(&self, dir: u64, h: u64) -> u32 {
+        self.inner
+            .bitmaps
+            .lock()
+            .get(&dir)
+            .map_or(0, |b| b.route(h))
+    }
+
+    /// Merges a redirect's bitmap; whether it taught anything.
+    fn learn(&self, dir: u64, parts: Vec<u32>) -> bool {
+        self.inner.redirects.fetch_add(1, Ordering::Relaxed);
+        let mut m = self.inner.bitmaps.lock();
+        if m.len() >= BITMAP_CACHE && !m.contains_key(&dir) {
+            m.clear();
+        }
+        m.entry(dir).or_default().merge(parts)
+    }
+
+    /// A request about the name of hash `h` in `dir`, sent to its partition's server
+    /// (following redirects). `f` gets the partition the client routes to.
+    pub(super) async fn named<R, F, Fut>(
+        &self,
+        dir: u64,
+        h: u64,
+        idem: bool,
+        deadline: Instant,
+        mut f: F,
+    ) -> FsResult<R>
+    where
+        R: Rep,
+        F: FnMut(MetaClient<Channel>, Duration, u32) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        let n = self.inner.cfg.len();
+        if dir == 0 || home_of(dir) >= n {
+            return Err(Errno(libc::ENOENT));
+        }
+        for _ in 0..=MAX_REDIRECTS {
+            let i = self.route(dir, h);
+            let s = server_of(home_of(dir), i, n);
+            match self.call(s, idem, deadline, |c, t| f(c, t, i)).await {
+                Ok(r) => return Ok(r),
+                Err(CallErr::Redirect(d, parts)) => {
+                    // Another request of this client may have learnt the same split
+                    // meanwhile: the redirect then teaches nothing new, but the route
+                    // has moved on, and the next round uses it.
+                    let learnt = d == dir && self.learn(dir, parts);
+                    if !learnt && (d != dir || self.route(dir, h) == i) {
+                        tracing::error!("server {s}: a redirect for {dir:#x} that teaches nothing");
+                        return Err(Errno(libc::EIO));
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        tracing::error!("{dir:#x}: more than {MAX_REDIRECTS} redirects");
+        Err(Errno(libc::EIO))
+    }
+
+    /// A request about inode `ino`, sent to its home.
+    pub(super) async fn at_home<R, F, Fut>(
+        &self,
+        ino: u64,
+        idem: bool,
+        deadline: Instant,
+        f: F,
+    ) -> FsResult<R>
+    where
+        R: Rep,
+        F: FnMut(MetaClient<Channel>, Duration) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        if ino == 0 || home_of(ino) >= self.inner.cfg.len() {
+            return Err(Errno(libc::ENOENT));
+        }
+        self.call(home_of(ino), idem, deadline, f)
+            .await
+            .map_err(Errno::from)
+    }
+}
