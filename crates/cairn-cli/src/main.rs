@@ -216,6 +216,12 @@ struct MountArgs {
     /// and unlink)
     #[arg(long)]
     kernel_permissions: bool,
+    /// How requests travel between the kernel and the mount: `uring` (FUSE over
+    /// io_uring, one queue per CPU; Linux 6.14+ with
+    /// /sys/module/fuse/parameters/enable_uring on), `classic` (/dev/fuse reads) or
+    /// `auto` (uring where the kernel offers it)
+    #[arg(long, value_name = "TRANSPORT", default_value = "auto")]
+    transport: cairn_fuse::Transport,
 }
 
 /// Arguments of `umount`.
@@ -337,6 +343,7 @@ fn mount(args: &MountArgs) -> Result<()> {
         allow_other: args.allow_other,
         kernel_permissions: args.kernel_permissions,
         cache_ttl: None,
+        transport: args.transport,
     };
     let Some(mountpoint) = &args.mountpoint else {
         // With --cluster the only path given is the mount point (see check_args).

@@ -43,10 +43,16 @@
 
 #![deny(missing_docs)]
 
+mod abi;
 mod attr;
 mod bdi;
+mod devfuse;
 mod filesystem;
+mod reply;
+mod request;
+mod session;
 mod stats;
+mod uring;
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -58,7 +64,8 @@ use fuser::MountOption;
 use cairn_fs::{FileSystem, Fs};
 
 use crate::filesystem::{CairnFuse, SharedFs};
-pub use crate::stats::{parse_counts, STATS_ENV};
+pub use crate::session::URING_SWITCH;
+pub use crate::stats::{parse_counts, STATS_ENV, TRANSPORT_PREFIX};
 
 /// How long the kernel keeps entries and attributes of a local store's mount ([`mount`]):
 /// a day, since every change passes through this mount.
@@ -82,7 +89,41 @@ pub struct MountOptions {
     /// [`mount`], [`SHARED_TTL`] for [`mount_fs`]. Zero makes the kernel ask for every
     /// lookup and attribute.
     pub cache_ttl: Option<Duration>,
+    /// How requests travel between the kernel and the mount.
+    pub transport: Transport,
 }
+
+/// How requests travel between the kernel and the mount (`cairn mount --transport`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// io_uring where the kernel offers it (Linux 6.14+ with [`URING_SWITCH`] on),
+    /// else `/dev/fuse` reads, saying so once at mount time.
+    #[default]
+    Auto,
+    /// io_uring, or the mount fails when the kernel does not offer it.
+    Uring,
+    /// `/dev/fuse` reads and writes, one request at a time.
+    Classic,
+}
+
+impl std::str::FromStr for Transport {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Transport, String> {
+        match s {
+            "auto" => Ok(Transport::Auto),
+            "uring" | "io_uring" => Ok(Transport::Uring),
+            "classic" | "dev" => Ok(Transport::Classic),
+            _ => Err(format!("unknown transport {s:?}: auto, uring or classic")),
+        }
+    }
+}
+
+/// fuser's session is used to mount and unmount only; the requests are served by
+/// this crate (`session`), so it serves nothing.
+struct Unserved;
+
+impl fuser::Filesystem for Unserved {}
 
 /// Mount options of every mount; `kernel_checks`: `default_permissions`.
 fn options(allow_other: bool, kernel_checks: bool) -> Vec<MountOption> {
@@ -106,12 +147,17 @@ fn options(allow_other: bool, kernel_checks: bool) -> Vec<MountOption> {
 /// A mounted file system, not yet served: [`Mount::run`] serves it until it is
 /// unmounted. Dropping it unmounts it and drops the file system.
 pub struct Mount {
-    session: fuser::Session<CairnFuse>,
+    /// Mounted the file system; unmounts it when dropped.
+    session: fuser::Session<Unserved>,
+    /// The session's `/dev/fuse` descriptor, served by this crate.
+    fd: std::os::fd::OwnedFd,
+    fuse: std::sync::Arc<CairnFuse>,
     /// The file system the session serves, closed ([`FileSystem::close`]) after the
     /// session.
     fs: SharedFs,
     mountpoint: PathBuf,
     stats: Option<PathBuf>,
+    transport: Transport,
 }
 
 /// Opens (creating if needed) the store in `store` and mounts its file system on
@@ -151,18 +197,18 @@ fn mount_boxed(
         !opts.allow_other && !opts.kernel_permissions && unsafe { libc::geteuid() } == 0;
     fs.set_permission_checks(fs_checks);
     let stats = stats::start_stats()?;
-    let notifier = std::sync::Arc::new(std::sync::Mutex::new(None));
     let fs: SharedFs = std::sync::Arc::new(fs);
-    let fuse = CairnFuse::new(
-        fs.clone(),
-        ttl,
-        fs_checks,
-        notifier.clone(),
-        mountpoint.to_path_buf(),
-    );
-    let mut session = fuser::Session::new(fuse, mountpoint, &options(opts.allow_other, !fs_checks))
-        .with_context(|| format!("{MOUNTING_ON}{}", mountpoint.display()))?;
-    *notifier.lock().unwrap_or_else(|p| p.into_inner()) = Some(session.notifier());
+    let fuse = std::sync::Arc::new(CairnFuse::new(fs.clone(), ttl, fs_checks));
+    let mut session =
+        fuser::Session::new(Unserved, mountpoint, &options(opts.allow_other, !fs_checks))
+            .with_context(|| format!("{MOUNTING_ON}{}", mountpoint.display()))?;
+    let fd = {
+        use std::os::fd::AsFd;
+        session
+            .as_fd()
+            .try_clone_to_owned()
+            .context("duplicating the /dev/fuse descriptor")?
+    };
     let mut unmounter = session.unmount_callable();
     let mp = mountpoint.to_path_buf();
     ctrlc::set_handler(move || {
@@ -175,9 +221,12 @@ fn mount_boxed(
     .context("installing the SIGINT/SIGTERM handler")?;
     Ok(Mount {
         session,
+        fd,
+        fuse,
         fs,
         mountpoint: mountpoint.to_path_buf(),
         stats,
+        transport: opts.transport,
     })
 }
 
@@ -192,19 +241,27 @@ impl Mount {
     /// flushed and closed), and with [`STATS_ENV`] set writes the request counts.
     pub fn run(self) -> Result<()> {
         let Mount {
-            mut session,
+            session,
+            fd,
+            fuse,
             fs,
             mountpoint,
             stats,
+            transport,
         } = self;
         // The store is closed (and its error reported) even when serving failed.
-        let served = session.run().context("serving the mount");
+        let served = session::handshake(&fd, transport)
+            .and_then(|conn| {
+                bdi::raise_read_ahead_soon(mountpoint.clone());
+                session::run(fd, fuse, &conn)
+            })
+            .context("serving the mount");
         if !is_mountpoint(&mountpoint) {
             // Unmounted from outside (the kernel sent DESTROY first, so the file system
             // is flushed): fuser's own unmount at drop would only report EINVAL.
             log::set_max_level(log::LevelFilter::Off);
         }
-        drop(session); // unmounts if still mounted and lets go of the file system
+        drop(session); // unmounts if still mounted
         let closed = match std::sync::Arc::try_unwrap(fs) {
             // What the file system deferred written, the store closed: errors reported.
             Ok(fs) => fs

@@ -89,6 +89,19 @@ const OP_NAMES: [&str; 32] = [
 /// Requests served, by [`Op`].
 static COUNTS: [AtomicU64; OP_NAMES.len()] = [const { AtomicU64::new(0) }; OP_NAMES.len()];
 
+/// Requests served through io_uring and through `/dev/fuse` reads (written as
+/// `VIA_URING` and `VIA_DEV`, see [`TRANSPORT_PREFIX`]).
+static VIA: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
+
+/// The prefix of the two lines that count requests by transport rather than by kind
+/// (`VIA_URING`, `VIA_DEV`).
+pub const TRANSPORT_PREFIX: &str = "VIA_";
+
+/// Counts one request served through io_uring (`uring`) or a `/dev/fuse` read.
+pub(crate) fn count_via(uring: bool) {
+    VIA[usize::from(uring)].fetch_add(1, Ordering::Relaxed);
+}
+
 /// Counts one request of kind `op`.
 pub(crate) fn count(op: Op) {
     COUNTS[op as usize].fetch_add(1, Ordering::Relaxed);
@@ -100,6 +113,10 @@ pub(crate) fn write_counts(path: &Path) -> std::io::Result<()> {
     let mut text = String::new();
     for (name, c) in OP_NAMES.iter().zip(&COUNTS) {
         text.push_str(&format!("{name} {}\n", c.load(Ordering::Relaxed)));
+    }
+    for (name, c) in ["DEV", "URING"].iter().zip(&VIA) {
+        let n = c.load(Ordering::Relaxed);
+        text.push_str(&format!("{TRANSPORT_PREFIX}{name} {n}\n"));
     }
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
@@ -171,7 +188,7 @@ mod tests {
         write_counts(&path).unwrap();
         let counts = parse_counts(&std::fs::read_to_string(&path).unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(counts.len(), OP_NAMES.len());
+        assert_eq!(counts.len(), OP_NAMES.len() + 2);
         assert!(counts["LOOKUP"] >= 1 && counts["CREATE"] >= 1);
         assert_eq!(
             parse_counts("LOOKUP 3\nbad\nGETATTR x\n"),
