@@ -14,5 +14,20 @@ list_skips() {
   fi
   rm -f "$skips"
 }
-trap list_skips EXIT
+# The mount tests run twice: through FUSE over io_uring (the kernel's switch is turned
+# on for the run where it exists and may be written, as root; set back at the end) and
+# through /dev/fuse reads (`cairn mount --transport classic`).
+switch=/sys/module/fuse/parameters/enable_uring
+was=""
+if [[ -w $switch ]]; then
+  was=$(cat "$switch")
+  echo Y >"$switch"
+fi
+finish() {
+  if [[ -n $was ]]; then echo "$was" >"$switch"; fi
+  list_skips
+}
+trap finish EXIT
 CAIRN_TEST_SKIPS=$skips cargo test --workspace --release --locked
+CAIRN_TEST_SKIPS=$skips CAIRN_TEST_FUSE_TRANSPORT=classic \
+  cargo test --release --locked -p cairn-cli --test mount --test mount_crash --test cluster_fs

@@ -62,7 +62,9 @@ pub struct FsBenchArgs {
     /// Work directory (on the disk to measure); emptied of what the run creates
     #[arg(long, default_value = "./cairn-fs-bench")]
     dir: PathBuf,
-    /// Targets, comma-separated: lib, fuse, plain
+    /// Targets, comma-separated: lib, fuse (the mount as `cairn mount` starts it: FUSE
+    /// over io_uring where the kernel offers it), fuse-classic (the mount through
+    /// /dev/fuse reads, `--transport classic`), plain
     #[arg(long, value_delimiter = ',', default_value = "lib,fuse,plain")]
     targets: Vec<String>,
     /// Rate samples over the create phase
@@ -128,6 +130,10 @@ struct TargetRun {
     /// fuse: FUSE requests per file by phase and kind (`create` → `LOOKUP` → 1.0).
     #[serde(skip_serializing_if = "Option::is_none")]
     fuse_requests: Option<BTreeMap<String, BTreeMap<String, f64>>>,
+    /// fuse: how the requests travelled: `io_uring` when the mount served most of
+    /// them through its rings, else `/dev/fuse`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    transport: Option<String>,
 }
 
 /// One file system under test.
@@ -356,6 +362,7 @@ fn per_file(
 ) -> BTreeMap<String, f64> {
     after
         .iter()
+        .filter(|(k, _)| !k.starts_with(cairn_fuse::TRANSPORT_PREFIX))
         .filter_map(|(k, v)| {
             let d = v.saturating_sub(before.get(k).copied().unwrap_or(0));
             (d > 0).then(|| (k.clone(), d as f64 / n as f64))
@@ -468,6 +475,7 @@ fn run_target(
         list_secs: list.as_secs_f64(),
         unlink_secs: unlink.as_secs_f64(),
         fuse_requests: stats.map(|_| requests),
+        transport: None,
     })
 }
 
@@ -485,13 +493,15 @@ struct ChildMount {
 }
 
 impl ChildMount {
-    /// Mounts `store` on `mp`, the request counts going to `stats`.
-    fn start(store: &Path, mp: &Path, stats: &Path) -> Result<ChildMount> {
+    /// Mounts `store` on `mp` with `transport` (`cairn mount --transport`), the request
+    /// counts going to `stats`.
+    fn start(store: &Path, mp: &Path, stats: &Path, transport: &str) -> Result<ChildMount> {
         let exe = std::env::current_exe()?;
         let mut child = Command::new(exe)
             .arg("mount")
             .arg(store)
             .arg(mp)
+            .args(["--transport", transport])
             .env(cairn_fuse::STATS_ENV, stats)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -563,7 +573,8 @@ fn run_one(
             data_runs = data.run("lib", &fsdata::DataTarget::Lib { fs: &t.fs, store })?;
             r
         }
-        "fuse" => {
+        "fuse" | "fuse-classic" => {
+            let transport = if target == "fuse" { "auto" } else { "classic" };
             let mp = work.join("mnt");
             std::fs::create_dir_all(&mp)?;
             let stats = work.join("fuse-requests");
@@ -571,7 +582,7 @@ fn run_one(
                 println!("fuse: skipped, FUSE is unavailable here: {why}");
                 return Ok((None, data_runs));
             }
-            match ChildMount::start(&work.join("store"), &mp, &stats) {
+            match ChildMount::start(&work.join("store"), &mp, &stats, transport) {
                 // Only a refusal for lack of privilege means FUSE can't be used here;
                 // any other failure of the mount is a failure of the run.
                 Err(e) if cairn_fuse::is_refusal(&format!("{e:#}")) => {
@@ -590,17 +601,25 @@ fn run_one(
                     };
                     let r = (n > 0)
                         .then(|| {
-                            run_target("fuse", &mut Posix { dir: d }, n, intervals, Some(&s), pin)
+                            run_target(target, &mut Posix { dir: d }, n, intervals, Some(&s), pin)
                         })
                         .transpose();
                     let t = fsdata::DataTarget::Posix {
                         dir: mp.clone(),
                         store: Some(work.join("store")),
                     };
-                    let d = r.and_then(|r| Ok((r, data.run("fuse", &t)?)));
+                    let d = r.and_then(|r| Ok((r, data.run(target, &t)?)));
+                    let via = s.read();
                     drop(m);
-                    let (r, d) = d?;
+                    let (mut r, d) = d?;
                     data_runs = d;
+                    if let (Some(r), Some(c)) = (r.as_mut(), via) {
+                        let get = |k: &str| c.get(&format!("{}{k}", cairn_fuse::TRANSPORT_PREFIX));
+                        let ring = get("URING").copied().unwrap_or(0);
+                        let dev = get("DEV").copied().unwrap_or(0);
+                        r.transport =
+                            Some(if ring > dev { "io_uring" } else { "/dev/fuse" }.into());
+                    }
                     r
                 }
             }
@@ -619,7 +638,7 @@ fn run_one(
             data_runs = data.run("plain", &t)?;
             r
         }
-        other => bail!("unknown target {other:?} (lib, fuse, plain)"),
+        other => bail!("unknown target {other:?} (lib, fuse, fuse-classic, plain)"),
     };
     Ok((r, data_runs))
 }
@@ -663,6 +682,11 @@ fn markdown(n: u64, runs: &[TargetRun], plain_fs: &str, allocator: &str) -> Stri
     s.push('\n');
     for note in notes(runs, plain_fs) {
         s.push_str(&format!("- {note}\n"));
+    }
+    for r in runs {
+        if let Some(t) = &r.transport {
+            s.push_str(&format!("- {}: requests served through {t}\n", r.target));
+        }
     }
     s.push_str(&format!("- allocator: {allocator}\n"));
     for r in runs {
@@ -807,8 +831,8 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
         bail!("--intervals must be at least 1");
     }
     for t in &args.targets {
-        if !["lib", "fuse", "plain"].contains(&t.as_str()) {
-            bail!("unknown target {t:?} (lib, fuse, plain)");
+        if !["lib", "fuse", "fuse-classic", "plain"].contains(&t.as_str()) {
+            bail!("unknown target {t:?} (lib, fuse, fuse-classic, plain)");
         }
     }
     std::fs::create_dir_all(&args.dir)

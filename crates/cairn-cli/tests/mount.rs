@@ -331,3 +331,89 @@ fn fallocate_and_copy_file_range_work_on_the_mount() {
     // (The kernel refuses COLLAPSE_RANGE itself; the other three reach the server.)
     assert!(n("FALLOCATE ") >= 3, "FALLOCATE requests:\n{text}");
 }
+
+/// The request counts a mount wrote at unmount (`CAIRN_FUSE_STATS`).
+fn counts_after(m: Mount, stats: &Path) -> std::collections::BTreeMap<String, u64> {
+    drop(m);
+    cairn_fuse::parse_counts(&std::fs::read_to_string(stats).unwrap())
+}
+
+/// Creates, writes, reads back and removes files on a mount, checking each.
+fn small_workload(mp: &Path, n: usize) {
+    for i in 0..n {
+        std::fs::write(mp.join(format!("f{i}")), format!("body {i}")).unwrap();
+    }
+    for i in 0..n {
+        let b = std::fs::read_to_string(mp.join(format!("f{i}"))).unwrap();
+        assert_eq!(b, format!("body {i}"));
+    }
+    let names = std::fs::read_dir(mp).unwrap().count();
+    assert_eq!(names, n);
+    for i in 0..n {
+        std::fs::remove_file(mp.join(format!("f{i}"))).unwrap();
+    }
+}
+
+/// With the kernel's switch on, `--transport uring` serves the requests through the
+/// io_uring queues (the mount counts requests by transport: only FORGETs and the like
+/// may come through /dev/fuse); `--transport classic` serves none that way; `auto`
+/// picks io_uring. With the switch off, `--transport uring` refuses to mount, saying how
+/// to turn it on.
+#[test]
+fn the_io_uring_transport_serves_the_requests_when_enabled() {
+    let on = std::fs::read_to_string(cairn_fuse::URING_SWITCH)
+        .map(|s| s.trim() == "Y")
+        .unwrap_or(false);
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, mp) = (tmp.path().join("store"), tmp.path().join("mnt"));
+    std::fs::create_dir(&mp).unwrap();
+    let stats = tmp.path().join("counts");
+    if !on {
+        if !Mount::fuse_usable() {
+            return;
+        }
+        let out = cairn()
+            .args(["mount", "--transport", "uring"])
+            .arg(&store)
+            .arg(&mp)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        if cairn_fuse::is_refusal(&err) {
+            return common::skip("the io_uring transport test: FUSE mounts are refused here");
+        }
+        assert!(!out.status.success());
+        assert!(err.contains(cairn_fuse::URING_SWITCH), "{err}");
+        assert!(!is_mountpoint(&mp));
+        return common::skip(&format!(
+            "the io_uring transport test: {} is not Y (scripts/test.sh turns it on as root)",
+            cairn_fuse::URING_SWITCH
+        ));
+    }
+    for (transport, ring) in [("uring", true), ("classic", false), ("auto", true)] {
+        let args = ["--transport", transport];
+        let env = [(cairn_fuse::STATS_ENV, stats.as_path())];
+        let Some(m) = Mount::with_args_env(&store, &mp, &args, &env) else {
+            return;
+        };
+        small_workload(&mp, 200);
+        let c = counts_after(m, &stats);
+        let (via_ring, via_dev) = (c["VIA_URING"], c["VIA_DEV"]);
+        println!("{transport}: {via_ring} requests through the rings, {via_dev} through /dev/fuse");
+        assert_eq!(c["CREATE"], 200, "{transport}: {c:?}");
+        if ring {
+            assert!(
+                via_ring >= 800,
+                "{transport}: {via_ring} through the rings, {c:?}"
+            );
+            let no_reply = c["FORGET"] + c["BATCH_FORGET"];
+            assert!(
+                via_dev <= no_reply + 5,
+                "{transport}: {via_dev} through /dev/fuse, {c:?}"
+            );
+        } else {
+            assert_eq!(via_ring, 0, "{transport}: {c:?}");
+            assert!(via_dev >= 800, "{transport}: {c:?}");
+        }
+    }
+}

@@ -49,10 +49,15 @@ impl Mount {
             println!("SKIP: /dev/fuse can't be used here ({e}); mounted tests skipped");
             return None;
         }
+        // The transport scripts/test.sh picks for this pass (see common::TRANSPORT_ENV).
+        let transport: Vec<String> = std::env::var("CAIRN_TEST_FUSE_TRANSPORT")
+            .map(|t| vec!["--transport".into(), t])
+            .unwrap_or_default();
         let child = cairn()
             .arg("mount")
             .arg(store)
             .arg(mp)
+            .args(&transport)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

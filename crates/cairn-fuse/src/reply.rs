@@ -206,12 +206,12 @@ mod tests {
 
     #[test]
     fn dirents_are_padded_and_bounded() {
-        let mut d = DirBuf::new(64);
+        let mut d = DirBuf::new(80);
         assert!(!d.add(5, 3, libc::S_IFDIR, b"a"));
         assert!(!d.add(6, 4, libc::S_IFREG, b"bcdefghij"));
         assert!(
             d.add(7, 5, libc::S_IFREG, b"x"),
-            "a third does not fit in 64"
+            "a third does not fit in 80"
         );
         let b = d.into_bytes();
         assert_eq!(b.len(), 32 + 40);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::abi::{self, init, InHeader};
-use crate::devfuse::{read_request, serve, write_message};
+use crate::devfuse::{read_request, serve, serve_beside_rings, write_message};
 use crate::filesystem::CairnFuse;
 use crate::reply;
 use crate::request::{decode, Body, Op};
@@ -160,7 +160,7 @@ pub(crate) fn run(fd: OwnedFd, fuse: Arc<CairnFuse>, conn: &Conn) -> io::Result<
         threads.push(t);
     }
     log::debug!("serving through io_uring, {queues} queues");
-    let served = serve(&fd, &fuse, read_buffer_size());
+    let served = serve_beside_rings(&fd, &fuse, read_buffer_size());
     // The kernel ends the rings' commands when the connection goes; wait for the
     // queue threads, boundedly.
     let deadline = Instant::now() + Duration::from_secs(10);

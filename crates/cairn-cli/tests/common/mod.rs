@@ -57,6 +57,10 @@ pub fn is_mountpoint(p: &Path) -> bool {
     }
 }
 
+/// The transport every test mount uses (`cairn mount --transport`), when set:
+/// scripts/test.sh runs the mount tests once with io_uring and once with `classic`.
+pub const TRANSPORT_ENV: &str = "CAIRN_TEST_FUSE_TRANSPORT";
+
 /// A running `cairn mount`; unmounted (and the process reaped) on drop.
 pub struct Mount {
     child: Option<Child>,
@@ -79,6 +83,18 @@ impl Mount {
     /// [`Mount::new`] with variables added to the mount process's environment.
     pub fn with_env(store: &Path, mp: &Path, env: &[(&str, &Path)]) -> Option<Mount> {
         Mount::spawn_env(&[store.into(), mp.into()], mp, env)
+    }
+
+    /// [`Mount::with_args`] with variables added to the mount process's environment.
+    pub fn with_args_env(
+        store: &Path,
+        mp: &Path,
+        args: &[&str],
+        env: &[(&str, &Path)],
+    ) -> Option<Mount> {
+        let mut all: Vec<OsString> = vec![store.into(), mp.into()];
+        all.extend(args.iter().map(OsString::from));
+        Mount::spawn_env(&all, mp, env)
     }
 
     /// Mounts the cluster of `cluster_file` on `mp` (`cairn mount --cluster FILE MP`).
@@ -109,9 +125,15 @@ impl Mount {
         if !Mount::fuse_usable() {
             return None;
         }
+        let mut transport: Vec<String> = Vec::new();
+        let chosen = args.iter().any(|a| a == "--transport");
+        if let (Ok(t), false) = (std::env::var(TRANSPORT_ENV), chosen) {
+            transport = vec!["--transport".into(), t];
+        }
         let child = cairn()
             .arg("mount")
             .args(args)
+            .args(&transport)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
