@@ -87,6 +87,11 @@ pub struct FsBenchArgs {
     /// these only): write one file of each --data-sizes and fsync it, read it back
     #[arg(long)]
     data: bool,
+    /// The plain target's file system: `image` (a fresh loop-mounted ext4 image made
+    /// in --dir; needs root and mkfs.ext4), `dir` (a directory of --dir's file system,
+    /// however aged), `auto` (image where it can be made)
+    #[arg(long, value_name = "KIND", default_value = "auto")]
+    plain_fs: String,
     /// Sizes of the --data files, MiB
     #[arg(long, value_delimiter = ',', default_value = "8,64,1024")]
     data_sizes: Vec<u64>,
@@ -547,6 +552,13 @@ impl Drop for ChildMount {
 }
 
 /// Runs one target in `work` (created and removed here).
+/// The plain target's file system: what was asked (`--plain-fs`), and what it was.
+struct Plain {
+    kind: String,
+    why_not: Option<String>,
+    description: Option<String>,
+}
+
 fn run_one(
     target: &str,
     work: &Path,
@@ -554,6 +566,7 @@ fn run_one(
     intervals: u64,
     pin: Option<usize>,
     data: &Data,
+    plain: &mut Plain,
 ) -> Result<(Option<TargetRun>, Vec<fsdata::DataRun>)> {
     let mut data_runs = Vec::new();
     let _ = std::fs::remove_dir_all(work);
@@ -625,17 +638,40 @@ fn run_one(
             }
         }
         "plain" => {
-            let d = work.join("d");
+            let bytes =
+                (data.sizes.iter().sum::<u64>() * 3 / 2 + n * 2048 + (2 << 30)).max(4 << 30);
+            let image = match plain.kind.as_str() {
+                "dir" => None,
+                "image" => Some(crate::fsimage::FreshExt4::make(work, bytes, n)?),
+                _ => match crate::fsimage::unavailable() {
+                    None => Some(crate::fsimage::FreshExt4::make(work, bytes, n)?),
+                    Some(why) => {
+                        plain.why_not = Some(why);
+                        None
+                    }
+                },
+            };
+            plain.description = Some(match &image {
+                Some(i) => i.description.clone(),
+                None => format!(
+                    "a directory on {} (not a fresh file system: {})",
+                    file_system_of(work),
+                    plain.why_not.as_deref().unwrap_or("--plain-fs dir")
+                ),
+            });
+            let root = image.as_ref().map_or(work, |i| i.path());
+            let d = root.join("d");
             std::fs::create_dir(&d)?;
             let mut t = Posix { dir: d };
             let r = (n > 0)
                 .then(|| run_target("plain", &mut t, n, intervals, None, pin))
                 .transpose()?;
             let t = fsdata::DataTarget::Posix {
-                dir: work.to_path_buf(),
+                dir: root.to_path_buf(),
                 store: None,
             };
             data_runs = data.run("plain", &t)?;
+            drop(image);
             r
         }
         other => bail!("unknown target {other:?} (lib, fuse, fuse-classic, plain)"),
@@ -741,7 +777,7 @@ fn notes(runs: &[TargetRun], plain_fs: &str) -> Vec<String> {
              against plain compares an in-process call with a kernel file system behind \
              system calls, not two file systems on equal terms",
             if has("plain") {
-                format!(" (plain is a directory on {plain_fs})")
+                format!(" (plain: {plain_fs})")
             } else {
                 String::new()
             }
@@ -850,18 +886,30 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
         ),
         None => eprintln!("threads not pinned"),
     }
+    if !["auto", "image", "dir"].contains(&args.plain_fs.as_str()) {
+        bail!("--plain-fs is auto, image or dir, not {:?}", args.plain_fs);
+    }
+    let mut plain = Plain {
+        kind: args.plain_fs.clone(),
+        why_not: None,
+        description: None,
+    };
     let mut runs = Vec::new();
     let mut data_runs = Vec::new();
     for target in &args.targets {
         let work = args.dir.join(format!("{target}-{}", std::process::id()));
-        let r = run_one(target, &work, n, args.intervals, pin, &data);
+        let r = run_one(target, &work, n, args.intervals, pin, &data, &mut plain);
         let _ = std::fs::remove_dir_all(&work);
         let (r, d) = r?;
         runs.extend(r);
         data_runs.extend(d);
     }
     let mut md = if n > 0 {
-        let mut md = markdown(n, &runs, &file_system_of(&args.dir), allocator);
+        let plain_fs = plain
+            .description
+            .clone()
+            .unwrap_or_else(|| file_system_of(&args.dir));
+        let mut md = markdown(n, &runs, &plain_fs, allocator);
         md.push_str(&match pin {
             Some(cpu) => format!(
                 "\nthe calling thread and the FUSE server's thread pinned to CPU {cpu} (--pin): \
@@ -875,13 +923,15 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
     };
     if !data_runs.is_empty() {
         md.push_str(&fsdata::markdown(&data_runs, data.cold));
-        md.push_str(&format!(
-            "large files on {} (plain); not pinned\n",
-            file_system_of(&args.dir)
-        ));
+        let plain_fs = plain
+            .description
+            .clone()
+            .unwrap_or_else(|| file_system_of(&args.dir));
+        md.push_str(&format!("plain: {plain_fs}; not pinned\n"));
     }
     let json = serde_json::to_vec_pretty(&serde_json::json!({
         "pinned_cpu": pin,
+        "plain_fs": plain.description,
         "metadata": runs,
         "data": data_runs,
     }))?;

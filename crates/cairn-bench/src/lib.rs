@@ -35,6 +35,7 @@ mod engine;
 mod engines;
 pub mod fsbench;
 mod fsdata;
+mod fsimage;
 mod fsplot;
 mod halodb;
 mod kfs;
