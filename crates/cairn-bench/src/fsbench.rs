@@ -87,6 +87,11 @@ pub struct FsBenchArgs {
     /// these only): write one file of each --data-sizes and fsync it, read it back
     #[arg(long)]
     data: bool,
+    /// Also creates, stats and unlinks from this many processes at once into one shared
+    /// directory (comma-separated counts, e.g. 1,2,4; --files in all) on the fuse,
+    /// fuse-classic and plain targets
+    #[arg(long, value_delimiter = ',')]
+    procs: Vec<u64>,
     /// The plain target's file system: `image` (a fresh loop-mounted ext4 image made
     /// in --dir; needs root and mkfs.ext4), `dir` (a directory of --dir's file system,
     /// however aged), `auto` (image where it can be made)
@@ -552,11 +557,32 @@ impl Drop for ChildMount {
 }
 
 /// Runs one target in `work` (created and removed here).
-/// The plain target's file system: what was asked (`--plain-fs`), and what it was.
+/// The plain target's file system (what was asked, `--plain-fs`, and what it was), and
+/// the several-process phases asked for (`--procs`) with their results.
 struct Plain {
     kind: String,
     why_not: Option<String>,
     description: Option<String>,
+    procs: Vec<u64>,
+    procs_runs: Vec<crate::fsprocs::ProcsRun>,
+}
+
+impl Plain {
+    /// The several-process phases on `target`, in new directories of `root`.
+    fn run_procs(&mut self, target: &str, root: &Path, n: u64) -> Result<()> {
+        for &p in &self.procs {
+            let d = root.join(format!("shared-{p}"));
+            std::fs::create_dir(&d)?;
+            let r = crate::fsprocs::run(target, &d, p, n)?;
+            println!(
+                "{target}, {p} processes: create {:.0}/s, stat {:.0}/s, unlink {:.0}/s",
+                r.create_rate, r.stat_rate, r.unlink_rate
+            );
+            self.procs_runs.push(r);
+            std::fs::remove_dir(&d)?;
+        }
+        Ok(())
+    }
 }
 
 fn run_one(
@@ -616,7 +642,11 @@ fn run_one(
                         .then(|| {
                             run_target(target, &mut Posix { dir: d }, n, intervals, Some(&s), pin)
                         })
-                        .transpose();
+                        .transpose()
+                        .and_then(|r| {
+                            plain.run_procs(target, &mp, n)?;
+                            Ok(r)
+                        });
                     let t = fsdata::DataTarget::Posix {
                         dir: mp.clone(),
                         store: Some(work.join("store")),
@@ -666,6 +696,7 @@ fn run_one(
             let r = (n > 0)
                 .then(|| run_target("plain", &mut t, n, intervals, None, pin))
                 .transpose()?;
+            plain.run_procs("plain", root, n)?;
             let t = fsdata::DataTarget::Posix {
                 dir: root.to_path_buf(),
                 store: None,
@@ -893,7 +924,12 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
         kind: args.plain_fs.clone(),
         why_not: None,
         description: None,
+        procs: args.procs.clone(),
+        procs_runs: Vec::new(),
     };
+    if args.procs.contains(&0) {
+        bail!("--procs takes process counts of at least 1");
+    }
     let mut runs = Vec::new();
     let mut data_runs = Vec::new();
     for target in &args.targets {
@@ -921,6 +957,9 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
     } else {
         String::new()
     };
+    if !plain.procs_runs.is_empty() {
+        md.push_str(&crate::fsprocs::markdown(&plain.procs_runs));
+    }
     if !data_runs.is_empty() {
         md.push_str(&fsdata::markdown(&data_runs, data.cold));
         let plain_fs = plain
@@ -932,6 +971,7 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
     let json = serde_json::to_vec_pretty(&serde_json::json!({
         "pinned_cpu": pin,
         "plain_fs": plain.description,
+        "shared_directory": plain.procs_runs,
         "metadata": runs,
         "data": data_runs,
     }))?;

@@ -37,6 +37,7 @@ pub mod fsbench;
 mod fsdata;
 mod fsimage;
 mod fsplot;
+pub mod fsprocs;
 mod halodb;
 mod kfs;
 mod measure;

@@ -158,6 +158,9 @@ enum Command {
     /// One client process of `cluster-bench`
     #[command(name = cairn_bench::cluster::CLIENT_COMMAND, hide = true)]
     ClusterBenchClient(cairn_bench::cluster::ClientArgs),
+    /// One process of `fs-bench --procs`
+    #[command(name = cairn_bench::fsprocs::WORKER_COMMAND, hide = true)]
+    FsBenchWorker(cairn_bench::fsprocs::WorkerArgs),
 }
 
 /// Options of `scan`.
@@ -332,6 +335,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::ClusterBench(args) => cairn_bench::cluster::run(&args)?,
         Command::ClusterSim(args) => cairn_bench::clustersim::run(&args)?,
         Command::ClusterBenchClient(args) => cairn_bench::cluster::client(&args)?,
+        Command::FsBenchWorker(args) => cairn_bench::fsprocs::worker(&args)?,
     }
     Ok(ExitCode::SUCCESS)
 }
