@@ -13,7 +13,8 @@ fn fs_bench_smoke() {
     let out_dir = tmp.path().join("out");
     let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
         .args(["fs-bench", "--files", "2000", "--intervals", "4", "--cold"])
-        .args(["--data-sizes", "1,3", "--dir"])
+        .args(["--data-sizes", "1,3", "--procs", "1,2"])
+        .args(["--targets", "lib,fuse,fuse-classic,plain", "--dir"])
         .arg(tmp.path().join("work"))
         .arg("--json")
         .arg(&json)
@@ -64,7 +65,39 @@ fn fs_bench_smoke() {
     // What the figures measure is said beside them.
     let md = std::fs::read_to_string(out_dir.join("results.md")).unwrap();
     assert!(md.contains("- lib calls cairn::fs in this process"), "{md}");
-    assert!(md.contains("(plain is a directory on "), "{md}");
+    assert!(md.contains("(plain: "), "{md}");
+    // The plain target: a fresh ext4 image where root and mkfs.ext4 allow, else a
+    // directory, said with the reason.
+    let plain_fs = all["plain_fs"].as_str().unwrap();
+    assert!(
+        plain_fs.starts_with("a fresh ext4 image") || plain_fs.contains("not a fresh file system"),
+        "{plain_fs}"
+    );
+    // Several processes into one directory: every target but lib, each count.
+    let shared = all["shared_directory"].as_array().unwrap();
+    for t in targets.iter().filter(|t| **t != "lib") {
+        let mine: Vec<_> = shared.iter().filter(|r| r["target"] == *t).collect();
+        assert_eq!(mine.len(), 2, "{t}: {shared:?}");
+        for r in mine {
+            assert_eq!(r["files"], 2000, "{r}");
+            for f in ["create_rate", "stat_rate", "unlink_rate"] {
+                assert!(r[f].as_f64().unwrap() > 0.0, "{f} of {r}");
+            }
+        }
+    }
+    assert!(
+        md.contains("| fuse | 2 | 2000 |") || !targets.contains(&"fuse"),
+        "{md}"
+    );
+    // Each mount says how its requests travelled.
+    for r in runs.iter().filter(|r| r["target"] == "fuse-classic") {
+        assert_eq!(r["transport"], "/dev/fuse", "{r}");
+    }
+    let ring_on = std::fs::read_to_string(cairn_fuse::URING_SWITCH).is_ok_and(|s| s.trim() == "Y");
+    for r in runs.iter().filter(|r| r["target"] == "fuse") {
+        let want = if ring_on { "io_uring" } else { "/dev/fuse" };
+        assert_eq!(r["transport"], want, "{r}");
+    }
     assert!(
         md.contains("- allocator: Rust code (cairn, sled, fjall, redb): mimalloc "),
         "{md}"
