@@ -92,6 +92,11 @@ pub struct FsBenchArgs {
     /// fuse-classic and plain targets
     #[arg(long, value_delimiter = ',')]
     procs: Vec<u64>,
+    /// Also everyday tools on the fuse, fuse-classic and plain targets: tar x, find,
+    /// du, git add -A, git status, rm -r of a tree of 50,000 small files, dd of 1 GiB in
+    /// and out (cold)
+    #[arg(long)]
+    everyday: bool,
     /// The plain target's file system: `image` (a fresh loop-mounted ext4 image made
     /// in --dir; needs root and mkfs.ext4), `dir` (a directory of --dir's file system,
     /// however aged), `auto` (image where it can be made)
@@ -565,11 +570,22 @@ struct Plain {
     description: Option<String>,
     procs: Vec<u64>,
     procs_runs: Vec<crate::fsprocs::ProcsRun>,
+    /// `--everyday`: the tarball and its number of files; the steps measured.
+    everyday: Option<(PathBuf, u64)>,
+    everyday_steps: Vec<crate::fseveryday::Step>,
 }
 
 impl Plain {
-    /// The several-process phases on `target`, in new directories of `root`.
+    /// The several-process phases and the everyday tools on `target`, in new
+    /// directories of `root`.
     fn run_procs(&mut self, target: &str, root: &Path, n: u64) -> Result<()> {
+        if let Some((tar, files)) = &self.everyday {
+            let steps = crate::fseveryday::run(target, root, tar, *files)?;
+            for s in &steps {
+                println!("{target}, {}: {:.2} s", s.step, s.seconds);
+            }
+            self.everyday_steps.extend(steps);
+        }
         for &p in &self.procs {
             let d = root.join(format!("shared-{p}"));
             std::fs::create_dir(&d)?;
@@ -926,7 +942,13 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
         description: None,
         procs: args.procs.clone(),
         procs_runs: Vec::new(),
+        everyday: None,
+        everyday_steps: Vec::new(),
     };
+    if args.everyday {
+        plain.everyday =
+            Some(crate::fseveryday::make_tarball(&args.dir).context("making the everyday tree")?);
+    }
     if args.procs.contains(&0) {
         bail!("--procs takes process counts of at least 1");
     }
@@ -960,6 +982,10 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
     if !plain.procs_runs.is_empty() {
         md.push_str(&crate::fsprocs::markdown(&plain.procs_runs));
     }
+    if let Some((tar, files)) = &plain.everyday {
+        md.push_str(&crate::fseveryday::markdown(&plain.everyday_steps, *files));
+        let _ = std::fs::remove_file(tar);
+    }
     if !data_runs.is_empty() {
         md.push_str(&fsdata::markdown(&data_runs, data.cold));
         let plain_fs = plain
@@ -972,6 +998,7 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
         "pinned_cpu": pin,
         "plain_fs": plain.description,
         "shared_directory": plain.procs_runs,
+        "everyday": plain.everyday_steps,
         "metadata": runs,
         "data": data_runs,
     }))?;

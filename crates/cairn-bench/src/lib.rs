@@ -35,6 +35,7 @@ mod engine;
 mod engines;
 pub mod fsbench;
 mod fsdata;
+mod fseveryday;
 mod fsimage;
 mod fsplot;
 pub mod fsprocs;
