@@ -167,6 +167,7 @@ pub struct Mount {
 /// [`Mount::run`] returns), and with [`STATS_ENV`] set, a SIGUSR1 handler that writes the
 /// request counts; a process can therefore mount once only.
 pub fn mount(store: &Path, mountpoint: &Path, opts: &MountOptions) -> Result<Mount> {
+    check_transport(opts)?;
     let fs = Fs::open(store)
         .map_err(std::io::Error::from)
         .with_context(|| format!("opening {}", store.display()))?;
@@ -179,8 +180,20 @@ pub fn mount(store: &Path, mountpoint: &Path, opts: &MountOptions) -> Result<Mou
 /// [`MountOptions::cache_ttl`], by default [`SHARED_TTL`]; [`Mount::run`] closes `fs`
 /// ([`FileSystem::close`]) once unmounted. Signal handlers as for [`mount`].
 pub fn mount_fs(fs: Box<dyn FileSystem>, mountpoint: &Path, opts: &MountOptions) -> Result<Mount> {
+    check_transport(opts)?;
     let ttl = opts.cache_ttl.unwrap_or(SHARED_TTL);
     mount_boxed(fs, mountpoint, opts, ttl)
+}
+
+/// Refuses `Transport::Uring` before anything is opened or mounted where the kernel
+/// does not offer it.
+fn check_transport(opts: &MountOptions) -> Result<()> {
+    if opts.transport == Transport::Uring {
+        if let Some(why) = session::uring_unavailable() {
+            bail!("--transport uring: {why}");
+        }
+    }
+    Ok(())
 }
 
 fn mount_boxed(
@@ -255,7 +268,7 @@ impl Mount {
                 bdi::raise_read_ahead_soon(mountpoint.clone());
                 session::run(fd, fuse, &conn)
             })
-            .context("serving the mount");
+            .map_err(|e| anyhow::anyhow!("serving the mount: {e}"));
         if !is_mountpoint(&mountpoint) {
             // Unmounted from outside (the kernel sent DESTROY first, so the file system
             // is flushed): fuser's own unmount at drop would only report EINVAL.

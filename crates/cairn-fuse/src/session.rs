@@ -122,6 +122,15 @@ pub(crate) fn handshake(fd: &OwnedFd, transport: Transport) -> io::Result<Conn> 
     }
 }
 
+/// Why FUSE over io_uring can't be used for a new mount here (the kernel's switch off
+/// or missing), with how to turn it on; `None` when it can.
+pub(crate) fn uring_unavailable() -> Option<String> {
+    match std::fs::read_to_string(URING_SWITCH) {
+        Ok(s) if s.trim() == "Y" => None,
+        _ => Some(uring_off()),
+    }
+}
+
 /// Why io_uring is not used, and how to turn it on.
 fn uring_off() -> String {
     let state = std::fs::read_to_string(URING_SWITCH)
