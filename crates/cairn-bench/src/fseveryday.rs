@@ -94,7 +94,13 @@ pub fn run(target: &str, root: &Path, tarball: &Path, files: u64) -> Result<Vec<
         bail!("{target}: find saw {} files, not {files}", found.trim());
     }
     timed("du", "du -s t")?;
-    sh(&root.join("t"), "git init -q")?;
+    // No automatic gc or maintenance: with 50,000 loose objects a commit would start a
+    // detached `git gc --auto` that writes into .git while the next steps run (and
+    // makes rm -r fail on the directory it fills).
+    sh(
+        &root.join("t"),
+        "git init -q && git config gc.auto 0 && git config maintenance.auto false",
+    )?;
     timed("git add -A", "cd t && git add -A")?;
     sh(
         &root.join("t"),
