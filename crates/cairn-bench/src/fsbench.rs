@@ -97,6 +97,12 @@ pub struct FsBenchArgs {
     /// and out (cold)
     #[arg(long)]
     everyday: bool,
+    /// Directories of 100 files in the --everyday tree (tests use a small one)
+    #[arg(long, default_value_t = crate::fseveryday::TREE_DIRS, hide = true)]
+    everyday_dirs: u64,
+    /// MiB of the --everyday dd file (tests use a small one)
+    #[arg(long, default_value_t = 1024, hide = true)]
+    everyday_dd_mib: u64,
     /// The plain target's file system: `image` (a fresh loop-mounted ext4 image made
     /// in --dir; needs root and mkfs.ext4), `dir` (a directory of --dir's file system,
     /// however aged), `auto` (image where it can be made)
@@ -570,8 +576,10 @@ struct Plain {
     description: Option<String>,
     procs: Vec<u64>,
     procs_runs: Vec<crate::fsprocs::ProcsRun>,
-    /// `--everyday`: the tarball and its number of files; the steps measured.
+    /// `--everyday`: the tarball and its number of files; the dd size, MiB; the steps
+    /// measured.
     everyday: Option<(PathBuf, u64)>,
+    dd_mib: u64,
     everyday_steps: Vec<crate::fseveryday::Step>,
 }
 
@@ -580,7 +588,7 @@ impl Plain {
     /// directories of `root`.
     fn run_procs(&mut self, target: &str, root: &Path, n: u64) -> Result<()> {
         if let Some((tar, files)) = &self.everyday {
-            let steps = crate::fseveryday::run(target, root, tar, *files)?;
+            let steps = crate::fseveryday::run(target, root, tar, *files, self.dd_mib)?;
             for s in &steps {
                 println!("{target}, {}: {:.2} s", s.step, s.seconds);
             }
@@ -943,11 +951,14 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
         procs: args.procs.clone(),
         procs_runs: Vec::new(),
         everyday: None,
+        dd_mib: args.everyday_dd_mib.max(1),
         everyday_steps: Vec::new(),
     };
     if args.everyday {
-        plain.everyday =
-            Some(crate::fseveryday::make_tarball(&args.dir).context("making the everyday tree")?);
+        plain.everyday = Some(
+            crate::fseveryday::make_tarball(&args.dir, args.everyday_dirs.max(1))
+                .context("making the everyday tree")?,
+        );
     }
     if args.procs.contains(&0) {
         bail!("--procs takes process counts of at least 1");
@@ -1010,6 +1021,17 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
     }
     if let Some(p) = &args.json {
         std::fs::write(p, &json).with_context(|| format!("writing {}", p.display()))?;
+    }
+    if !plain.everyday_steps.is_empty() {
+        let p = args.out.join("everyday.png");
+        let files = plain.everyday.as_ref().map_or(0, |e| e.1);
+        crate::fseveryday::plot(&p, &plain.everyday_steps, files)?;
+        written.push(p);
+    }
+    if !plain.procs_runs.is_empty() {
+        let p = args.out.join("shared-directory.png");
+        crate::fsprocs::plot(&p, &plain.procs_runs)?;
+        written.push(p);
     }
     let points: Vec<Vec<(f64, u64, f64)>> = runs
         .iter()

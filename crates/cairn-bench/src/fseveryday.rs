@@ -2,8 +2,8 @@
 //! tools on each target: `tar x` of a tree of small files, `find` and `du` over it,
 //! `git add -A` and `git status` in it as a repository, `rm -r` of it, and `dd` of a
 //! 1 GiB file in (with its fsync) and out (after dropping the page cache). The tree is
-//! generated (deterministic contents, [`TREE_DIRS`] directories of 100 files of 64 B to
-//! 4 KiB) and packed once with `tar` on the work directory's disk; every target unpacks
+//! generated (deterministic contents, by default [`TREE_DIRS`] directories of 100 files
+//! of 64 B to 4 KiB) and packed once with `tar` on the work directory's disk; every target unpacks
 //! the same tarball.
 
 use std::path::{Path, PathBuf};
@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-/// Directories of the generated tree (100 files each).
+/// Directories of the generated tree by default (100 files each).
 pub const TREE_DIRS: u64 = 500;
 
 /// One step on one target.
@@ -27,13 +27,13 @@ pub struct Step {
     pub seconds: f64,
 }
 
-/// Writes the tree under `work/tree-src` and packs it into `work/tree.tar`; the
-/// tarball's path and the number of files.
-pub fn make_tarball(work: &Path) -> Result<(PathBuf, u64)> {
+/// Writes a tree of `dirs` directories of 100 files under `work/tree-src` and packs it
+/// into `work/tree.tar`; the tarball's path and the number of files.
+pub fn make_tarball(work: &Path, dirs: u64) -> Result<(PathBuf, u64)> {
     let src = work.join("tree-src");
     let _ = std::fs::remove_dir_all(&src);
     let mut files = 0u64;
-    for d in 0..TREE_DIRS {
+    for d in 0..dirs {
         let dir = src.join(format!("d{d:03}"));
         std::fs::create_dir_all(&dir)?;
         for f in 0..100u64 {
@@ -75,7 +75,14 @@ fn sh(dir: &Path, script: &str) -> Result<String> {
 
 /// Runs every step on `target`, in a new directory of `root` (the mount point, or the
 /// plain file system); `tarball` holds `files` files.
-pub fn run(target: &str, root: &Path, tarball: &Path, files: u64) -> Result<Vec<Step>> {
+/// `dd_mib`: the size of the dd file (1024 unless a test asks for less).
+pub fn run(
+    target: &str,
+    root: &Path,
+    tarball: &Path,
+    files: u64,
+    dd_mib: u64,
+) -> Result<Vec<Step>> {
     let mut steps = Vec::new();
     let mut timed = |step: &str, script: &str| -> Result<String> {
         let t = Instant::now();
@@ -111,17 +118,58 @@ pub fn run(target: &str, root: &Path, tarball: &Path, files: u64) -> Result<Vec<
         bail!("{target}: git status after the commit: {status}");
     }
     timed("rm -r", "rm -rf t")?;
+    let size = if dd_mib == 1024 {
+        "1 GiB".to_string()
+    } else {
+        format!("{dd_mib} MiB")
+    };
     timed(
-        "dd write 1 GiB",
-        "dd if=/dev/zero of=big bs=1M count=1024 conv=fsync status=none",
+        &format!("dd write {size}"),
+        &format!("dd if=/dev/zero of=big bs=1M count={dd_mib} conv=fsync status=none"),
     )?;
     crate::measure::drop_page_cache(root)?;
     timed(
-        "dd read 1 GiB (cold)",
+        &format!("dd read {size} (cold)"),
         "dd if=big of=/dev/null bs=1M status=none",
     )?;
     std::fs::remove_file(root.join("big"))?;
     Ok(steps)
+}
+
+/// The steps as bars: seconds of each step, a bar per target (`everyday.png`).
+pub fn plot(path: &Path, steps: &[Step], files: u64) -> Result<()> {
+    let mut targets: Vec<&str> = Vec::new();
+    let mut rows: Vec<String> = Vec::new();
+    for s in steps {
+        if !targets.contains(&s.target.as_str()) {
+            targets.push(&s.target);
+        }
+        if !rows.contains(&s.step) {
+            rows.push(s.step.clone());
+        }
+    }
+    let series: Vec<(&str, Vec<Option<f64>>)> = targets
+        .iter()
+        .map(|t| {
+            let v = rows
+                .iter()
+                .map(|r| {
+                    steps
+                        .iter()
+                        .find(|s| s.target == *t && s.step == *r)
+                        .map(|s| s.seconds)
+                })
+                .collect();
+            (*t, v)
+        })
+        .collect();
+    crate::fsplot::bars(
+        path,
+        &format!("everyday tools, {files} files (shorter is better)"),
+        "seconds (log scale)",
+        &rows,
+        &series,
+    )
 }
 
 /// The steps as a Markdown table: seconds per target, and each target's time over
@@ -145,8 +193,9 @@ pub fn markdown(steps: &[Step], files: u64) -> String {
     };
     let others: Vec<&str> = targets.iter().copied().filter(|t| *t != "plain").collect();
     let mut s = format!(
-        "\neveryday tools, a tree of {files} small files ({TREE_DIRS} directories), seconds \
-         (× plain: the target's time over plain's)\n\n| step |"
+        "\neveryday tools, a tree of {files} small files ({} directories), seconds \
+         (× plain: the target's time over plain's)\n\n| step |",
+        files / 100
     );
     for t in &targets {
         s.push_str(&format!(" {t} s |"));

@@ -167,9 +167,112 @@ pub fn create_rate(path: &Path, heading: &str, x_axis: XAxis, series: &[Series<'
     Ok(())
 }
 
+/// Horizontal bars: for each of `rows` (a step, a phase), one bar per series (a
+/// target), on a logarithmic axis of `unit` spanning whole decades; each bar labelled
+/// with its value.
+pub fn bars(
+    path: &Path,
+    heading: &str,
+    unit: &str,
+    rows: &[String],
+    series: &[(&str, Vec<Option<f64>>)],
+) -> Result<()> {
+    const BAR: i32 = 20;
+    let per_row = BAR * series.len().max(1) as i32 + 16;
+    let height = (TOP + BOTTOM) as u32 + (per_row * rows.len().max(1) as i32) as u32;
+    let root = BitMapBackend::new(path, (WIDTH, height)).into_drawing_area();
+    let err = |e: DrawingAreaErrorKind<_>| anyhow!("drawing {}: {e:?}", path.display());
+    root.fill(&WHITE).map_err(err)?;
+    let ink = RGBColor(40, 40, 40);
+    let values = || series.iter().flat_map(|(_, v)| v.iter().flatten().copied());
+    let lo = values().fold(f64::MAX, f64::min).max(1e-3);
+    let hi = values().fold(0.0, f64::max).max(lo * 10.0);
+    let (d0, d1) = (lo.log10().floor(), hi.log10().ceil());
+    let (x0, x1) = (LEFT + 260, WIDTH as i32 - RIGHT);
+    let px = |v: f64| {
+        let f = (v.max(lo).log10() - d0) / (d1 - d0);
+        x0 + (f * (x1 - x0) as f64) as i32
+    };
+    text(&root, WIDTH as i32 / 2, 14, heading, 2, ink, Align::Center).map_err(err)?;
+    let y_end = TOP + per_row * rows.len() as i32;
+    let mut d = d0;
+    while d <= d1 {
+        let x = px(10f64.powf(d));
+        root.draw(&PathElement::new(
+            vec![(x, TOP - 6), (x, y_end)],
+            ShapeStyle::from(RGBColor(220, 220, 220)),
+        ))
+        .map_err(err)?;
+        text(
+            &root,
+            x,
+            y_end + 8,
+            &short(10f64.powf(d)),
+            2,
+            ink,
+            Align::Center,
+        )
+        .map_err(err)?;
+        d += 1.0;
+    }
+    text(
+        &root,
+        (x0 + x1) / 2,
+        y_end + 34,
+        unit,
+        2,
+        ink,
+        Align::Center,
+    )
+    .map_err(err)?;
+    for (r, row) in rows.iter().enumerate() {
+        let y = TOP + per_row * r as i32;
+        text(&root, x0 - 10, y + 4, row, 2, ink, Align::Right).map_err(err)?;
+        for (k, (_, vals)) in series.iter().enumerate() {
+            let Some(v) = vals.get(r).copied().flatten() else {
+                continue;
+            };
+            let by = y + BAR * k as i32;
+            let color = COLORS[k % COLORS.len()];
+            root.draw(&Rectangle::new(
+                [(x0, by), (px(v), by + BAR - 3)],
+                color.filled(),
+            ))
+            .map_err(err)?;
+            text(&root, px(v) + 6, by + 1, &short(v), 2, ink, Align::Left).map_err(err)?;
+        }
+    }
+    for (k, (label, _)) in series.iter().enumerate() {
+        let ly = TOP + 24 * k as i32;
+        let color = COLORS[k % COLORS.len()];
+        root.draw(&Rectangle::new(
+            [(x1 + 20, ly), (x1 + 44, ly + 12)],
+            color.filled(),
+        ))
+        .map_err(err)?;
+        text(&root, x1 + 52, ly, label, 2, ink, Align::Left).map_err(err)?;
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn draws_bars() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("b.png");
+        let rows = vec!["tar x".to_string(), "find".to_string()];
+        let series = [
+            ("fuse", vec![Some(3.5), Some(0.1)]),
+            ("plain", vec![Some(0.86), None]),
+        ];
+        bars(&p, "everyday", "seconds", &rows, &series).unwrap();
+        let bytes = std::fs::read(&p).unwrap();
+        assert!(bytes.len() > 1000 && &bytes[1..4] == b"PNG");
+    }
 
     #[test]
     fn draws_a_png() {

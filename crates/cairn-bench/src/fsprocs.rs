@@ -179,6 +179,52 @@ pub fn run(target: &str, dir: &Path, procs: u64, files: u64) -> Result<ProcsRun>
     })
 }
 
+/// The rates as bars: a row per phase and process count, a bar per target
+/// (`shared-directory.png`).
+pub fn plot(path: &Path, runs: &[ProcsRun]) -> Result<()> {
+    let mut targets: Vec<&str> = Vec::new();
+    let mut procs: Vec<u64> = Vec::new();
+    for r in runs {
+        if !targets.contains(&r.target.as_str()) {
+            targets.push(&r.target);
+        }
+        if !procs.contains(&r.procs) {
+            procs.push(r.procs);
+        }
+    }
+    type Rate = fn(&ProcsRun) -> f64;
+    let phases: [(&str, Rate); 3] = [
+        ("create", |r| r.create_rate),
+        ("stat", |r| r.stat_rate),
+        ("unlink", |r| r.unlink_rate),
+    ];
+    let mut rows = Vec::new();
+    let mut keys = Vec::new();
+    for (name, f) in phases {
+        for &p in &procs {
+            rows.push(format!("{name}, {p} proc"));
+            keys.push((f, p));
+        }
+    }
+    let series: Vec<(&str, Vec<Option<f64>>)> = targets
+        .iter()
+        .map(|t| {
+            let v = keys
+                .iter()
+                .map(|(f, p)| runs.iter().find(|r| r.target == *t && r.procs == *p).map(f))
+                .collect();
+            (*t, v)
+        })
+        .collect();
+    crate::fsplot::bars(
+        path,
+        "one shared directory, several processes (longer is better)",
+        "operations/s (log scale)",
+        &rows,
+        &series,
+    )
+}
+
 /// The results as a Markdown table.
 pub fn markdown(runs: &[ProcsRun]) -> String {
     let mut s = String::from(

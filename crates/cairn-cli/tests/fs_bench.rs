@@ -13,7 +13,8 @@ fn fs_bench_smoke() {
     let out_dir = tmp.path().join("out");
     let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
         .args(["fs-bench", "--files", "2000", "--intervals", "4", "--cold"])
-        .args(["--data-sizes", "1,3", "--procs", "1,2"])
+        .args(["--data-sizes", "1,3", "--procs", "1,2", "--everyday"])
+        .args(["--everyday-dirs", "3", "--everyday-dd-mib", "8"])
         .args(["--targets", "lib,fuse,fuse-classic,plain", "--dir"])
         .arg(tmp.path().join("work"))
         .arg("--json")
@@ -89,6 +90,24 @@ fn fs_bench_smoke() {
         md.contains("| fuse | 2 | 2000 |") || !targets.contains(&"fuse"),
         "{md}"
     );
+    // Everyday tools on every target but lib, each step timed.
+    let everyday = all["everyday"].as_array().unwrap();
+    for t in targets.iter().filter(|t| **t != "lib") {
+        let steps: Vec<&str> = everyday
+            .iter()
+            .filter(|s| s["target"] == *t)
+            .map(|s| s["step"].as_str().unwrap())
+            .collect();
+        assert_eq!(steps.len(), 8, "{t}: {steps:?}");
+        assert!(
+            steps.contains(&"git status") && steps.contains(&"tar x"),
+            "{steps:?}"
+        );
+    }
+    assert!(
+        md.contains("everyday tools, a tree of 300 small files"),
+        "{md}"
+    );
     // Each mount says how its requests travelled.
     for r in runs.iter().filter(|r| r["target"] == "fuse-classic") {
         assert_eq!(r["transport"], "/dev/fuse", "{r}");
@@ -153,7 +172,12 @@ fn fs_bench_smoke() {
     assert!(std::fs::read_to_string(out_dir.join("results.md"))
         .unwrap()
         .contains("| lib |"));
-    for png in ["create-rate.png", "create-rate-by-files.png"] {
+    for png in [
+        "create-rate.png",
+        "create-rate-by-files.png",
+        "everyday.png",
+        "shared-directory.png",
+    ] {
         let bytes = std::fs::read(out_dir.join(png)).unwrap();
         assert!(bytes.len() > 1000 && &bytes[1..4] == b"PNG", "{png}");
     }
