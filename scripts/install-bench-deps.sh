@@ -7,11 +7,12 @@
 #   libclang-dev clang   bindgen, which generates librocksdb-sys' bindings at build time
 #   fio              the disk's own bandwidth and fsync latency (else a built-in measurement)
 #   linux-perf       optional, for profiling a benchmark child (`perf record -g -p PID`)
+#   xfsprogs btrfs-progs   `cairn fs-bench --targets xfs,btrfs` (fresh loop-mounted images)
 # LMDB (heed), sled, fjall and redb are pure crates and need nothing from Debian.
 # Idempotent: packages already installed are left as they are.
 set -euo pipefail
 pkgs=(librocksdb-dev libleveldb-dev libsnappy-dev liblz4-dev libzstd-dev libbz2-dev zlib1g-dev
-      libclang-dev clang fio)
+      libclang-dev clang fio xfsprogs btrfs-progs)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

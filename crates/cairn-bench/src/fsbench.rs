@@ -64,7 +64,8 @@ pub struct FsBenchArgs {
     dir: PathBuf,
     /// Targets, comma-separated: lib, fuse (the mount as `cairn mount` starts it: FUSE
     /// over io_uring where the kernel offers it), fuse-classic (the mount through
-    /// /dev/fuse reads, `--transport classic`), plain
+    /// /dev/fuse reads, `--transport classic`), plain (ext4), xfs, btrfs (fresh
+    /// loop-mounted images; see --plain-fs)
     #[arg(long, value_delimiter = ',', default_value = "lib,fuse,plain")]
     targets: Vec<String>,
     /// Rate samples over the create phase
@@ -574,6 +575,8 @@ struct Plain {
     kind: String,
     why_not: Option<String>,
     description: Option<String>,
+    /// The file systems of the xfs and btrfs targets, by target.
+    others: Vec<(String, String)>,
     procs: Vec<u64>,
     procs_runs: Vec<crate::fsprocs::ProcsRun>,
     /// `--everyday`: the tarball and its number of files; the dd size, MiB; the steps
@@ -691,45 +694,59 @@ fn run_one(
                 }
             }
         }
-        "plain" => {
+        "plain" | "xfs" | "btrfs" => {
             let bytes =
                 (data.sizes.iter().sum::<u64>() * 3 / 2 + n * 2048 + (2 << 30)).max(4 << 30);
-            let image = match plain.kind.as_str() {
-                "dir" => None,
-                "image" => Some(crate::fsimage::FreshExt4::make(work, bytes, n)?),
-                _ => match crate::fsimage::unavailable() {
-                    None => Some(crate::fsimage::FreshExt4::make(work, bytes, n)?),
+            let kind = if target == "plain" { "ext4" } else { target };
+            let make = || crate::fsimage::FreshImage::make(work, kind, bytes, n);
+            let image = match (target, plain.kind.as_str()) {
+                ("plain", "dir") => None,
+                ("plain", "image") => Some(make()?),
+                ("plain", _) => match crate::fsimage::unavailable(kind) {
+                    None => Some(make()?),
                     Some(why) => {
                         plain.why_not = Some(why);
                         None
                     }
                 },
+                _ => match crate::fsimage::unavailable(kind) {
+                    None => Some(make()?),
+                    Some(why) => {
+                        println!("{target}: skipped, no fresh {kind} image here: {why}");
+                        return Ok((None, data_runs));
+                    }
+                },
             };
-            plain.description = Some(match &image {
+            let description = match &image {
                 Some(i) => i.description.clone(),
                 None => format!(
                     "a directory on {} (not a fresh file system: {})",
                     file_system_of(work),
                     plain.why_not.as_deref().unwrap_or("--plain-fs dir")
                 ),
-            });
+            };
+            if target == "plain" {
+                plain.description = Some(description);
+            } else {
+                plain.others.push((target.to_string(), description));
+            }
             let root = image.as_ref().map_or(work, |i| i.path());
             let d = root.join("d");
             std::fs::create_dir(&d)?;
             let mut t = Posix { dir: d };
             let r = (n > 0)
-                .then(|| run_target("plain", &mut t, n, intervals, None, pin))
+                .then(|| run_target(target, &mut t, n, intervals, None, pin))
                 .transpose()?;
-            plain.run_procs("plain", root, n)?;
+            plain.run_procs(target, root, n)?;
             let t = fsdata::DataTarget::Posix {
                 dir: root.to_path_buf(),
                 store: None,
             };
-            data_runs = data.run("plain", &t)?;
+            data_runs = data.run(target, &t)?;
             drop(image);
             r
         }
-        other => bail!("unknown target {other:?} (lib, fuse, fuse-classic, plain)"),
+        other => bail!("unknown target {other:?} (lib, fuse, fuse-classic, plain, xfs, btrfs)"),
     };
     Ok((r, data_runs))
 }
@@ -922,8 +939,8 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
         bail!("--intervals must be at least 1");
     }
     for t in &args.targets {
-        if !["lib", "fuse", "fuse-classic", "plain"].contains(&t.as_str()) {
-            bail!("unknown target {t:?} (lib, fuse, fuse-classic, plain)");
+        if !["lib", "fuse", "fuse-classic", "plain", "xfs", "btrfs"].contains(&t.as_str()) {
+            bail!("unknown target {t:?} (lib, fuse, fuse-classic, plain, xfs, btrfs)");
         }
     }
     std::fs::create_dir_all(&args.dir)
@@ -948,6 +965,7 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
         kind: args.plain_fs.clone(),
         why_not: None,
         description: None,
+        others: Vec::new(),
         procs: args.procs.clone(),
         procs_runs: Vec::new(),
         everyday: None,
@@ -979,6 +997,9 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
             .clone()
             .unwrap_or_else(|| file_system_of(&args.dir));
         let mut md = markdown(n, &runs, &plain_fs, allocator);
+        for (t, d) in &plain.others {
+            md.push_str(&format!("- {t}: {d}\n"));
+        }
         md.push_str(&match pin {
             Some(cpu) => format!(
                 "\nthe calling thread and the FUSE server's thread pinned to CPU {cpu} (--pin): \
@@ -1008,6 +1029,7 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
     let json = serde_json::to_vec_pretty(&serde_json::json!({
         "pinned_cpu": pin,
         "plain_fs": plain.description,
+        "other_fs": plain.others,
         "shared_directory": plain.procs_runs,
         "everyday": plain.everyday_steps,
         "metadata": runs,

@@ -1,32 +1,41 @@
-//! A fresh file system for `fs-bench`'s plain target: an image file of the work
-//! directory's disk, made with `mkfs.ext4` (default options, journal on, enough inodes
-//! for the run) and loop-mounted, so the kernel file system is measured new rather than
-//! aged by earlier runs on the root disk. Needs root and mkfs.ext4; else the plain
-//! target is a directory of the work directory's file system, and the report says so.
+//! A fresh file system for `fs-bench`'s kernel targets (`plain`: ext4, `xfs`,
+//! `btrfs`): an image file of the work directory's disk, made with the file system's
+//! `mkfs` (default options — ext4's journal on, with enough inodes for the run) and
+//! loop-mounted, so the kernel file system is measured new rather than aged by earlier
+//! runs on the root disk. Needs root and the mkfs tool (Debian's e2fsprogs, xfsprogs,
+//! btrfs-progs); else `plain` is a directory of the work directory's file system, and
+//! the report says so.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-/// A loop-mounted fresh ext4 image; unmounted and deleted on drop.
-pub struct FreshExt4 {
+/// A loop-mounted fresh file system image; unmounted and deleted on drop.
+pub struct FreshImage {
     image: PathBuf,
     mountpoint: PathBuf,
     /// What it is, for the report.
     pub description: String,
 }
 
-/// Why a fresh image can't be made here (not root, no mkfs.ext4), or `None`.
-pub fn unavailable() -> Option<String> {
+/// Why a fresh `kind` image (ext4, xfs, btrfs) can't be made here (not root, no
+/// mkfs tool), or `None`.
+pub fn unavailable(kind: &str) -> Option<String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Some("not root (mount -o loop needs it)".into());
     }
+    let tool = format!("mkfs.{kind}");
     let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
         .chain(["/sbin".into(), "/usr/sbin".into()])
-        .any(|d| d.join("mkfs.ext4").is_file());
-    (!found).then(|| "no mkfs.ext4 (Debian's e2fsprogs)".into())
+        .any(|d| d.join(&tool).is_file());
+    let package = match kind {
+        "xfs" => "xfsprogs",
+        "btrfs" => "btrfs-progs",
+        _ => "e2fsprogs",
+    };
+    (!found).then(|| format!("no {tool} (Debian's {package})"))
 }
 
 fn run(cmd: &mut Command) -> Result<()> {
@@ -40,29 +49,41 @@ fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-impl FreshExt4 {
-    /// Makes an image of `bytes` with room for `files` inodes in `work` and mounts it on
-    /// `work/plain-mnt`.
-    pub fn make(work: &Path, bytes: u64, files: u64) -> Result<FreshExt4> {
-        let image = work.join("plain.img");
-        let mountpoint = work.join("plain-mnt");
+impl FreshImage {
+    /// Makes a `kind` (ext4, xfs, btrfs) image of `bytes` with room for `files` inodes
+    /// in `work` and mounts it on `work/KIND-mnt`.
+    pub fn make(work: &Path, kind: &str, bytes: u64, files: u64) -> Result<FreshImage> {
+        let image = work.join(format!("{kind}.img"));
+        let mountpoint = work.join(format!("{kind}-mnt"));
         std::fs::create_dir_all(&mountpoint)?;
         let f = std::fs::File::create(&image)
             .with_context(|| format!("creating {}", image.display()))?;
         f.set_len(bytes)?;
         drop(f);
         let inodes = files + files / 10 + 100_000;
-        run(Command::new("mkfs.ext4")
-            .args(["-q", "-F", "-N", &inodes.to_string()])
-            .arg(&image))?;
+        let (args, how): (Vec<String>, String) = match kind {
+            "ext4" => (
+                vec!["-q".into(), "-F".into(), "-N".into(), inodes.to_string()],
+                format!("mkfs.ext4 -N {inodes}, default options, journal on"),
+            ),
+            "xfs" => (
+                vec!["-q".into(), "-f".into()],
+                "mkfs.xfs, default options".into(),
+            ),
+            "btrfs" => (
+                vec!["-q".into(), "-f".into()],
+                "mkfs.btrfs, default options".into(),
+            ),
+            other => bail!("no fresh image of {other:?} (ext4, xfs, btrfs)"),
+        };
+        run(Command::new(format!("mkfs.{kind}")).args(&args).arg(&image))?;
         run(Command::new("mount")
             .args(["-o", "loop"])
             .arg(&image)
             .arg(&mountpoint))?;
-        Ok(FreshExt4 {
+        Ok(FreshImage {
             description: format!(
-                "a fresh ext4 image ({} GiB, mkfs.ext4 -N {inodes}, default options, journal \
-                 on), loop-mounted",
+                "a fresh {kind} image ({} GiB, {how}), loop-mounted",
                 bytes >> 30
             ),
             image,
@@ -76,7 +97,7 @@ impl FreshExt4 {
     }
 }
 
-impl Drop for FreshExt4 {
+impl Drop for FreshImage {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(&self.mountpoint).status();
         let _ = std::fs::remove_file(&self.image);

@@ -137,7 +137,8 @@ pub fn create_rate(path: &Path, heading: &str, x_axis: XAxis, series: &[Series<'
         let color = match s.label {
             "lib" => COLORS[0],
             "fuse" => COLORS[1],
-            "fuse-classic" => COLORS[3],
+            "fuse-classic" | "xfs" => COLORS[3],
+            "btrfs" => COLORS[4],
             "plain" => COLORS[2],
             _ => COLORS[3 + i % 2],
         };
