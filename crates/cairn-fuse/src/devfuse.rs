@@ -102,8 +102,17 @@ pub(crate) fn serve_one(fd: &OwnedFd, fuse: &CairnFuse, bytes: &[u8]) -> io::Res
 /// unlink through the rings (8% of all samples). So `fd` is read without blocking, and
 /// between empty reads the thread sleeps, from 1 ms up to [`MAX_NAP`] while nothing
 /// comes. Nothing cairn does waits on these (it keeps no lookup counts and cannot
-/// interrupt a request); an unmount is noticed within one nap.
-pub(crate) fn serve_beside_rings(fd: &OwnedFd, fuse: &CairnFuse, bufsize: usize) -> io::Result<()> {
+/// interrupt a request); an unmount is noticed within one nap. Once `rings_down` is
+/// set (a queue could not register after INIT agreed on io_uring, so the kernel holds
+/// every request until the rings are up, which they never will be) it returns an error:
+/// the mount ends, and with it the connection, so that callers get ENOTCONN instead of
+/// waiting forever.
+pub(crate) fn serve_beside_rings(
+    fd: &OwnedFd,
+    fuse: &CairnFuse,
+    bufsize: usize,
+    rings_down: &std::sync::atomic::AtomicBool,
+) -> io::Result<()> {
     // SAFETY: fcntl on a descriptor this process owns; O_NONBLOCK only changes reads,
     // which only this thread makes.
     let rc = unsafe {
@@ -116,6 +125,12 @@ pub(crate) fn serve_beside_rings(fd: &OwnedFd, fuse: &CairnFuse, bufsize: usize)
     let mut buf = vec![0u8; bufsize];
     let mut nap = MIN_NAP;
     loop {
+        if rings_down.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(io::Error::other(
+                "FUSE over io_uring could not start after the kernel agreed to it; the mount \
+                 ends (`cairn mount --transport classic` serves without it)",
+            ));
+        }
         // SAFETY: reads at most buf.len() bytes into buf, which outlives the call.
         let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
         if n >= 0 {

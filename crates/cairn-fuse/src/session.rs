@@ -86,19 +86,27 @@ pub(crate) fn handshake(fd: &OwnedFd, transport: Transport) -> io::Result<Conn> 
                 abi::MIN_MINOR
             )));
         }
-        let offered = flags & init::OVER_IO_URING != 0;
-        let uring = match transport {
-            Transport::Classic => false,
-            Transport::Auto => offered,
-            Transport::Uring if offered => true,
-            Transport::Uring => {
+        // Offered by the kernel, and rings can be made here (once agreed, the kernel
+        // holds every request until the rings are up).
+        let usable = match (flags & init::OVER_IO_URING != 0, transport) {
+            (_, Transport::Classic) => Ok(()),
+            (false, _) => Err(uring_off()),
+            (true, _) => crate::uring::probe().map_err(|e| {
+                format!("FUSE over io_uring is offered but no ring can be made here ({e})")
+            }),
+        };
+        let uring = match (transport, usable) {
+            (Transport::Classic, _) => false,
+            (_, Ok(())) => true,
+            (Transport::Uring, Err(why)) => {
                 answer(Err(libc::EPROTO))?;
-                return Err(io::Error::other(uring_off()));
+                return Err(io::Error::other(why));
+            }
+            (Transport::Auto, Err(why)) => {
+                log::warn!("{why}; serving through /dev/fuse reads");
+                false
             }
         };
-        if transport == Transport::Auto && !offered {
-            log::warn!("{}; serving through /dev/fuse reads", uring_off());
-        }
         let mut want = init::ASYNC_READ | init::BIG_WRITES | (flags & init::MAX_PAGES);
         if uring {
             want |= init::INIT_EXT | init::OVER_IO_URING;
@@ -155,21 +163,28 @@ pub(crate) fn run(fd: OwnedFd, fuse: Arc<CairnFuse>, conn: &Conn) -> io::Result<
     let queues = crate::uring::queues()?;
     let payload = read_buffer_size().max(MAX_WRITE as usize + 4096);
     let mut threads = Vec::new();
+    let rings_down = Arc::new(std::sync::atomic::AtomicBool::new(false));
     for q in 0..queues {
         let (fd, fuse) = (fd.clone(), fuse.clone());
+        let down = rings_down.clone();
         let t = std::thread::Builder::new()
             .name(format!("cairn-fuse-q{q}"))
             .spawn(move || {
                 // A queue that fails leaves the rings unused (the kernel uses them once
                 // every queue has an entry): requests then come through /dev/fuse.
-                if let Err(e) = crate::uring::serve_queue(fd, fuse, q as u16, payload) {
-                    log::error!("FUSE io_uring queue {q}: {e}");
+                match crate::uring::serve_queue(fd, fuse, q as u16, payload) {
+                    Ok(crate::uring::Ended::Served) => {}
+                    Ok(crate::uring::Ended::NotStarted(e)) => {
+                        log::error!("FUSE io_uring queue {q} could not start: {e}");
+                        down.store(true, std::sync::atomic::Ordering::Release);
+                    }
+                    Err(e) => log::error!("FUSE io_uring queue {q}: {e}"),
                 }
             })?;
         threads.push(t);
     }
     log::debug!("serving through io_uring, {queues} queues");
-    let served = serve_beside_rings(&fd, &fuse, read_buffer_size());
+    let served = serve_beside_rings(&fd, &fuse, read_buffer_size(), &rings_down);
     // The kernel ends the rings' commands when the connection goes; wait for the
     // queue threads, boundedly.
     let deadline = Instant::now() + Duration::from_secs(10);

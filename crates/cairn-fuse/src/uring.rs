@@ -134,6 +134,31 @@ fn pin(cpu: usize) {
     }
 }
 
+/// A queue's ring: 128-byte SQEs, one thread submitting, the kernel's work for it done
+/// when that thread waits.
+fn new_ring() -> io::Result<Ring> {
+    IoUring::builder()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .build(2 * DEPTH as u32)
+}
+
+/// Whether this process can make the rings the queues need (io_uring may be off:
+/// `kernel.io_uring_disabled`, seccomp, an old kernel). Checked before INIT asks for
+/// io_uring: once it is agreed, the kernel holds every request until the rings are up.
+pub(crate) fn probe() -> io::Result<()> {
+    new_ring().map(drop)
+}
+
+/// How a queue's service ended.
+pub(crate) enum Ended {
+    /// The connection ended after the queue served it.
+    Served,
+    /// The queue never got its entries registered (no io_uring here, a refused
+    /// registration): the kernel will not use the rings, so `/dev/fuse` must serve.
+    NotStarted(io::Error),
+}
+
 /// Serves queue `qid` until the connection ends: registers [`DEPTH`] entries with
 /// payload buffers of `payload_size` bytes, then answers each request the kernel puts
 /// in one and commits the reply while fetching the next.
@@ -142,12 +167,12 @@ pub(crate) fn serve_queue(
     fuse: Arc<CairnFuse>,
     qid: u16,
     payload_size: usize,
-) -> io::Result<()> {
+) -> io::Result<Ended> {
     pin(qid as usize);
-    let mut ring: Ring = IoUring::builder()
-        .setup_single_issuer()
-        .setup_defer_taskrun()
-        .build(2 * DEPTH as u32)?;
+    let mut ring = match new_ring() {
+        Ok(r) => r,
+        Err(e) => return Ok(Ended::NotStarted(e)),
+    };
     let mut entries: Vec<Entry> = (0..DEPTH).map(|_| Entry::new(payload_size)).collect();
     for (i, e) in entries.iter().enumerate() {
         let sqe = command(&fd, abi::URING_CMD_REGISTER, qid, 0, e).user_data(i as u64);
@@ -156,10 +181,14 @@ pub(crate) fn serve_queue(
         unsafe { ring.submission().push(&sqe) }.map_err(io::Error::other)?;
     }
     let mut invals: Vec<u64> = Vec::new();
+    // Whether any entry has carried a request: until then an error completion means the
+    // registration was refused.
+    let mut served = false;
     loop {
         match ring.submit_and_wait(1) {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) if !served => return Ok(Ended::NotStarted(e)),
             Err(e) => return Err(e),
         }
         for ino in invals.drain(..) {
@@ -173,10 +202,14 @@ pub(crate) fn serve_queue(
             if res < 0 {
                 return match -res {
                     // The connection is going away (unmounted, aborted).
-                    libc::ENOTCONN | libc::ECANCELED | libc::ENODEV | libc::ECONNABORTED => Ok(()),
+                    libc::ENOTCONN | libc::ECANCELED | libc::ENODEV | libc::ECONNABORTED => {
+                        Ok(Ended::Served)
+                    }
+                    e if !served => Ok(Ended::NotStarted(io::Error::from_raw_os_error(e))),
                     e => Err(io::Error::from_raw_os_error(e)),
                 };
             }
+            served = true;
             let Some(e) = entries.get_mut(i) else {
                 return Err(io::Error::other(format!(
                     "completion for unknown entry {i}"
