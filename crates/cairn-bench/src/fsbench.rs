@@ -25,29 +25,32 @@ pub const ABOUT: &str = "\
 Create N zero-length files in one directory (default 1,000,000; --large 10,000,000),
 sampling the create rate over the run; then stat every file in random order, list the
 directory and unlink every file. Targets (--targets): lib (cairn::fs in this process),
-fuse (cairn mounted through FUSE by a child `cairn mount`; skipped with a message where
-FUSE is unavailable: no usable /dev/fuse, no privilege to mount, the mount refused with
-EPERM/EACCES; any other failure of the mount fails the run), plain (a plain directory under --dir: the disk's own file system,
-e.g. ext4). Everything is synced to disk before each target, so none pays for another's
-writeback. For the fuse target the FUSE requests per operation are counted too.
+fuse (cairn mounted by a child `cairn mount` as a user starts it: FUSE over io_uring
+where the kernel offers it), fuse-classic (the same through /dev/fuse reads); both are
+skipped with a message where FUSE is unavailable (no usable /dev/fuse, no privilege to
+mount, the mount refused with EPERM/EACCES; any other failure of the mount fails the
+run); plain, xfs, btrfs (fresh loop-mounted ext4, XFS and btrfs images made in --dir
+with default options, as root; where that can't be done plain is a directory under
+--dir, said in the report, and xfs and btrfs are skipped). Everything is synced to disk
+before each target, so none pays for another's writeback. For the fuse targets the FUSE
+requests per operation, and the transport that served them, are reported too.
+
+--procs 1,2,4 repeats creates, stats and unlinks from several processes at once into one
+shared directory; --everyday times tar x, find, du, git add -A, git status and rm -r of a
+50,000-file tree and dd of 1 GiB in and out on the fuse and kernel targets.
 
 Nothing is pinned by default: the scheduler places the threads, as it does for a user.
 With --pin the thread that makes the calls runs on one CPU for every target, and so does
-the FUSE server's thread (the child's session thread; the store's own threads are not
-pinned): each FUSE request wakes the server and its reply wakes the caller, and a wakeup
-across CPUs can cost far more than the request itself (about 50 us on a VM without guest
-halt polling), so the pinned figure shows the mount without that cost. No user's mount
-runs pinned; say which one a figure is.
-
-ext4 without a journal won't reuse an inode freed less than a minute ago (six while its
-inode table block is dirty) and scans past such inodes at every create: within minutes
-of a mass unlink on the same file system (an earlier run, say) the plain target creates
-at a fraction of its usual rate. Leave a few minutes between runs.
+the FUSE server's thread: each FUSE request wakes the server and its reply wakes the
+caller, and a wakeup across CPUs can cost far more than the request itself on a VM, so
+the pinned figure shows the mount without that cost. No user's mount runs pinned; say
+which one a figure is.
 
 Writes results.json, results.md and the plots create-rate.png (creates/s over time, a
-line per target, log scale) and create-rate-by-files.png (against files created) to
---out. --large takes about 30-60 minutes and 25 GB of free memory for the kernel's
-caches of the fuse and plain targets (which the kernel shrinks when it needs to).";
+line per target, log scale), create-rate-by-files.png (against files created), and with
+--procs or --everyday shared-directory.png and everyday.png, to --out. --large takes
+about an hour and 25 GB of free memory for the kernel's caches of the fuse and kernel
+targets (which the kernel shrinks when it needs to).";
 
 /// Options of `cairn fs-bench` (a clap [`Args`], flattened into the `fs-bench`
 /// subcommand).
