@@ -155,7 +155,8 @@ pub(crate) enum Ended {
     /// The connection ended after the queue served it.
     Served,
     /// The queue never got its entries registered (no io_uring here, a refused
-    /// registration): the kernel will not use the rings, so `/dev/fuse` must serve.
+    /// registration): the kernel holds every request until the rings are up, so the
+    /// mount must end.
     NotStarted(io::Error),
 }
 
@@ -169,15 +170,17 @@ pub(crate) fn serve_queue(
     payload_size: usize,
 ) -> io::Result<Ended> {
     pin(qid as usize);
+    // Declared before the ring, so dropped after it: the kernel may write into an
+    // entry's buffers for as long as the ring is open.
+    let mut entries: Vec<Entry> = (0..DEPTH).map(|_| Entry::new(payload_size)).collect();
     let mut ring = match new_ring() {
         Ok(r) => r,
         Err(e) => return Ok(Ended::NotStarted(e)),
     };
-    let mut entries: Vec<Entry> = (0..DEPTH).map(|_| Entry::new(payload_size)).collect();
     for (i, e) in entries.iter().enumerate() {
         let sqe = command(&fd, abi::URING_CMD_REGISTER, qid, 0, e).user_data(i as u64);
         // SAFETY: the entry's buffers and iovecs live in `entries` until this function
-        // returns, after the ring (declared before them, dropped after) is gone.
+        // returns, after the ring (declared after them, so dropped first) is gone.
         unsafe { ring.submission().push(&sqe) }.map_err(io::Error::other)?;
     }
     let mut invals: Vec<u64> = Vec::new();
