@@ -12,20 +12,30 @@ use crate::filesystem::CairnFuse;
 use crate::reply::{self, Answer};
 use crate::request::{decode, Body};
 
-/// Reads one request into `buf`: its length, `Ok(None)` once the file system is
-/// unmounted (ENODEV); a request the kernel withdrew meanwhile (ENOENT) or a signal
-/// (EINTR) reads again.
-pub(crate) fn read_request(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
+/// What one read of `/dev/fuse` gave.
+pub(crate) enum Read {
+    /// A request of this many bytes.
+    Request(usize),
+    /// Nothing yet (a descriptor without `O_NONBLOCK` never gives this).
+    Empty,
+    /// The file system is unmounted (ENODEV).
+    Gone,
+}
+
+/// Reads one request into `buf`; a request the kernel withdrew meanwhile (ENOENT) or a
+/// signal (EINTR) reads again.
+pub(crate) fn read_request(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<Read> {
     loop {
         // SAFETY: reads at most buf.len() bytes into buf, which outlives the call.
         let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
         if n >= 0 {
-            return Ok(Some(n as usize));
+            return Ok(Read::Request(n as usize));
         }
         let e = io::Error::last_os_error();
         match e.raw_os_error() {
-            Some(libc::ENOENT | libc::EINTR | libc::EAGAIN) => continue,
-            Some(libc::ENODEV) => return Ok(None),
+            Some(libc::ENOENT | libc::EINTR) => continue,
+            Some(libc::EAGAIN) => return Ok(Read::Empty),
+            Some(libc::ENODEV) => return Ok(Read::Gone),
             _ => return Err(e),
         }
     }
@@ -131,25 +141,18 @@ pub(crate) fn serve_beside_rings(
                  ends (`cairn mount --transport classic` serves without it)",
             ));
         }
-        // SAFETY: reads at most buf.len() bytes into buf, which outlives the call.
-        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n >= 0 {
-            nap = MIN_NAP;
-            match serve_one(fd, fuse, &buf[..n as usize]) {
-                Err(e) if e.raw_os_error() == Some(libc::ENODEV) => return Ok(()),
-                r => r?,
+        match read_request(fd, &mut buf)? {
+            Read::Request(n) => {
+                nap = MIN_NAP;
+                if !serve_read(fd, fuse, &buf[..n])? {
+                    return Ok(());
+                }
             }
-            continue;
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EAGAIN) => {
+            Read::Empty => {
                 std::thread::sleep(nap);
                 nap = (nap * 2).min(MAX_NAP);
             }
-            Some(libc::ENOENT | libc::EINTR) => {}
-            Some(libc::ENODEV) => return Ok(()),
-            _ => return Err(e),
+            Read::Gone => return Ok(()),
         }
     }
 }
@@ -158,14 +161,27 @@ pub(crate) fn serve_beside_rings(
 const MIN_NAP: std::time::Duration = std::time::Duration::from_millis(1);
 const MAX_NAP: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// [`serve_one`] for the loops: `false` once the file system is gone (its reply met
+/// ENODEV).
+fn serve_read(fd: &OwnedFd, fuse: &CairnFuse, bytes: &[u8]) -> io::Result<bool> {
+    match serve_one(fd, fuse, bytes) {
+        Err(e) if e.raw_os_error() == Some(libc::ENODEV) => Ok(false),
+        r => r.map(|()| true),
+    }
+}
+
 /// Serves requests read from `fd` until the file system is unmounted.
 pub(crate) fn serve(fd: &OwnedFd, fuse: &CairnFuse, bufsize: usize) -> io::Result<()> {
     let mut buf = vec![0u8; bufsize];
-    while let Some(n) = read_request(fd, &mut buf)? {
-        match serve_one(fd, fuse, &buf[..n]) {
-            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => break,
-            r => r?,
+    loop {
+        match read_request(fd, &mut buf)? {
+            Read::Request(n) => {
+                if !serve_read(fd, fuse, &buf[..n])? {
+                    return Ok(());
+                }
+            }
+            Read::Empty => {}
+            Read::Gone => return Ok(()),
         }
     }
-    Ok(())
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::abi::{self, init, InHeader};
-use crate::devfuse::{read_request, serve, serve_beside_rings, write_message};
+use crate::devfuse::{read_request, serve, serve_beside_rings, write_message, Read};
 use crate::filesystem::CairnFuse;
 use crate::reply;
 use crate::request::{decode, Body, Op};
@@ -40,8 +40,10 @@ fn read_buffer_size() -> usize {
 pub(crate) fn handshake(fd: &OwnedFd, transport: Transport) -> io::Result<Conn> {
     let mut buf = vec![0u8; read_buffer_size()];
     loop {
-        let Some(n) = read_request(fd, &mut buf)? else {
-            return Err(io::Error::other("unmounted before the kernel's INIT"));
+        let n = match read_request(fd, &mut buf)? {
+            Read::Request(n) => n,
+            Read::Empty => continue,
+            Read::Gone => return Err(io::Error::other("unmounted before the kernel's INIT")),
         };
         let bytes = &buf[..n];
         let (h, body) = InHeader::read_from_prefix(bytes)
@@ -90,7 +92,7 @@ pub(crate) fn handshake(fd: &OwnedFd, transport: Transport) -> io::Result<Conn> 
         // holds every request until the rings are up).
         let usable = match (flags & init::OVER_IO_URING != 0, transport) {
             (_, Transport::Classic) => Ok(()),
-            (false, _) => Err(uring_off()),
+            (false, _) => Err(uring_off(std::fs::read_to_string(URING_SWITCH))),
             (true, _) => crate::uring::probe().map_err(|e| {
                 format!("FUSE over io_uring is offered but no ring can be made here ({e})")
             }),
@@ -133,15 +135,17 @@ pub(crate) fn handshake(fd: &OwnedFd, transport: Transport) -> io::Result<Conn> 
 /// Why FUSE over io_uring can't be used for a new mount here (the kernel's switch off
 /// or missing), with how to turn it on; `None` when it can.
 pub(crate) fn uring_unavailable() -> Option<String> {
-    match std::fs::read_to_string(URING_SWITCH) {
+    let switch = std::fs::read_to_string(URING_SWITCH);
+    match &switch {
         Ok(s) if s.trim() == "Y" => None,
-        _ => Some(uring_off()),
+        _ => Some(uring_off(switch)),
     }
 }
 
-/// Why io_uring is not used, and how to turn it on.
-fn uring_off() -> String {
-    let state = std::fs::read_to_string(URING_SWITCH)
+/// Why io_uring is not used (`switch`: what [`URING_SWITCH`] read), and how to turn it
+/// on.
+fn uring_off(switch: io::Result<String>) -> String {
+    let state = switch
         .map(|s| format!("{URING_SWITCH} is {}", s.trim()))
         .unwrap_or_else(|_| {
             format!("this kernel has no {URING_SWITCH} (Linux 6.14 or later has it)")
@@ -161,7 +165,8 @@ pub(crate) fn run(fd: OwnedFd, fuse: Arc<CairnFuse>, conn: &Conn) -> io::Result<
     }
     let fd = Arc::new(fd);
     let queues = crate::uring::queues()?;
-    let payload = read_buffer_size().max(MAX_WRITE as usize + 4096);
+    // The kernel wants at least max_write and max_pages × 4096 bytes of payload.
+    let payload = read_buffer_size();
     let mut threads = Vec::new();
     let rings_down = Arc::new(std::sync::atomic::AtomicBool::new(false));
     for q in 0..queues {
@@ -170,8 +175,9 @@ pub(crate) fn run(fd: OwnedFd, fuse: Arc<CairnFuse>, conn: &Conn) -> io::Result<
         let t = std::thread::Builder::new()
             .name(format!("cairn-fuse-q{q}"))
             .spawn(move || {
-                // A queue that fails leaves the rings unused (the kernel uses them once
-                // every queue has an entry): requests then come through /dev/fuse.
+                // A queue that cannot start leaves the kernel holding every request
+                // (it uses the rings once every queue has an entry): the reader below
+                // then ends the mount.
                 match crate::uring::serve_queue(fd, fuse, q as u16, payload) {
                     Ok(crate::uring::Ended::Served) => {}
                     Ok(crate::uring::Ended::NotStarted(e)) => {
