@@ -44,6 +44,18 @@ pub fn trim(x: f64) -> String {
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
+/// The distinct values of `it`, in the order they first come (the targets, steps or
+/// process counts of a table or a plot, in the order they ran).
+pub fn distinct<T: PartialEq + Copy>(it: impl IntoIterator<Item = T>) -> Vec<T> {
+    let mut out = Vec::new();
+    for v in it {
+        if !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    out
+}
+
 /// Horizontal anchoring of [`text`].
 #[derive(Clone, Copy)]
 pub enum Align {
@@ -106,6 +118,7 @@ mod tests {
         assert_eq!(short(250_000.0), "250k");
         assert_eq!(short(20.0), "20");
         assert_eq!(short(2.5), "2.5");
+        assert_eq!(distinct([3, 1, 3, 2, 1]), vec![3, 1, 2]);
         assert_eq!(tick(2.0, 1.0), "2");
         assert_eq!(tick(0.25, 0.1), "0.2");
     }

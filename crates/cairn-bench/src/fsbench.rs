@@ -1,9 +1,11 @@
 //! `cairn fs-bench`: the TableFS/GIGA+ metadata experiment (seed 002). Creates N
 //! zero-length files in one directory, then stats every file in random order, lists the
 //! directory and unlinks every file; on the cairn library (`cairn::fs`), on cairn
-//! mounted through FUSE (`cairn mount`, in a child process) and on a plain directory of
-//! the disk the store is on (ext4 here), in one run. The create rate is sampled over
-//! the run (20 intervals) so that a slowdown as the directory grows shows.
+//! mounted through FUSE (`cairn mount`, in a child process, through io_uring or
+//! /dev/fuse) and on kernel file systems (fresh ext4, XFS and btrfs images, `fsimage`),
+//! in one run. The create rate is sampled over the run (--intervals) so that a slowdown
+//! as the directory grows shows. `fsprocs` and `fseveryday` add the several-process
+//! and everyday-tool phases.
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -92,13 +94,12 @@ pub struct FsBenchArgs {
     #[arg(long)]
     data: bool,
     /// Also creates, stats and unlinks from this many processes at once into one shared
-    /// directory (comma-separated counts, e.g. 1,2,4; --files in all) on the fuse,
-    /// fuse-classic and plain targets
+    /// directory (comma-separated counts, e.g. 1,2,4; --files in all) on every target but
+    /// lib
     #[arg(long, value_delimiter = ',')]
     procs: Vec<u64>,
-    /// Also everyday tools on the fuse, fuse-classic and plain targets: tar x, find,
-    /// du, git add -A, git status, rm -r of a tree of 50,000 small files, dd of 1 GiB in
-    /// and out (cold)
+    /// Also everyday tools on every target but lib: tar x, find, du, git add -A, git
+    /// status, rm -r of a tree of 50,000 small files, dd of 1 GiB in and out (cold)
     #[arg(long)]
     everyday: bool,
     /// Directories of 100 files in the --everyday tree (tests use a small one)
@@ -571,10 +572,11 @@ impl Drop for ChildMount {
     }
 }
 
-/// Runs one target in `work` (created and removed here).
-/// The plain target's file system (what was asked, `--plain-fs`, and what it was), and
-/// the several-process phases asked for (`--procs`) with their results.
-struct Plain {
+/// What a run does beside each target's single-process phases, and what it found: the
+/// kernel targets' file systems (what `--plain-fs` asked for, and what each was), the
+/// several-process phases (`--procs`) and the everyday tools (`--everyday`) with their
+/// results.
+struct Extras {
     kind: String,
     why_not: Option<String>,
     description: Option<String>,
@@ -589,10 +591,10 @@ struct Plain {
     everyday_steps: Vec<crate::fseveryday::Step>,
 }
 
-impl Plain {
-    /// The several-process phases and the everyday tools on `target`, in new
+impl Extras {
+    /// The everyday tools and the several-process phases on `target`, in new
     /// directories of `root`.
-    fn run_procs(&mut self, target: &str, root: &Path, n: u64) -> Result<()> {
+    fn run_on(&mut self, target: &str, root: &Path, n: u64) -> Result<()> {
         if let Some((tar, files)) = &self.everyday {
             let steps = crate::fseveryday::run(target, root, tar, *files, self.dd_mib)?;
             for s in &steps {
@@ -615,6 +617,7 @@ impl Plain {
     }
 }
 
+/// Runs one target in `work` (created and removed here).
 fn run_one(
     target: &str,
     work: &Path,
@@ -622,7 +625,7 @@ fn run_one(
     intervals: u64,
     pin: Option<usize>,
     data: &Data,
-    plain: &mut Plain,
+    extras: &mut Extras,
 ) -> Result<(Option<TargetRun>, Vec<fsdata::DataRun>)> {
     let mut data_runs = Vec::new();
     let _ = std::fs::remove_dir_all(work);
@@ -674,7 +677,7 @@ fn run_one(
                         })
                         .transpose()
                         .and_then(|r| {
-                            plain.run_procs(target, &mp, n)?;
+                            extras.run_on(target, &mp, n)?;
                             Ok(r)
                         });
                     let t = fsdata::DataTarget::Posix {
@@ -702,13 +705,13 @@ fn run_one(
                 (data.sizes.iter().sum::<u64>() * 3 / 2 + n * 2048 + (2 << 30)).max(4 << 30);
             let kind = if target == "plain" { "ext4" } else { target };
             let make = || crate::fsimage::FreshImage::make(work, kind, bytes, n);
-            let image = match (target, plain.kind.as_str()) {
+            let image = match (target, extras.kind.as_str()) {
                 ("plain", "dir") => None,
                 ("plain", "image") => Some(make()?),
                 ("plain", _) => match crate::fsimage::unavailable(kind) {
                     None => Some(make()?),
                     Some(why) => {
-                        plain.why_not = Some(why);
+                        extras.why_not = Some(why);
                         None
                     }
                 },
@@ -725,13 +728,13 @@ fn run_one(
                 None => format!(
                     "a directory on {} (not a fresh file system: {})",
                     file_system_of(work),
-                    plain.why_not.as_deref().unwrap_or("--plain-fs dir")
+                    extras.why_not.as_deref().unwrap_or("--plain-fs dir")
                 ),
             };
             if target == "plain" {
-                plain.description = Some(description);
+                extras.description = Some(description);
             } else {
-                plain.others.push((target.to_string(), description));
+                extras.others.push((target.to_string(), description));
             }
             let root = image.as_ref().map_or(work, |i| i.path());
             let d = root.join("d");
@@ -740,7 +743,7 @@ fn run_one(
             let r = (n > 0)
                 .then(|| run_target(target, &mut t, n, intervals, None, pin))
                 .transpose()?;
-            plain.run_procs(target, root, n)?;
+            extras.run_on(target, root, n)?;
             let t = fsdata::DataTarget::Posix {
                 dir: root.to_path_buf(),
                 store: None,
@@ -964,7 +967,10 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
     if !["auto", "image", "dir"].contains(&args.plain_fs.as_str()) {
         bail!("--plain-fs is auto, image or dir, not {:?}", args.plain_fs);
     }
-    let mut plain = Plain {
+    if args.procs.contains(&0) {
+        bail!("--procs takes process counts of at least 1");
+    }
+    let mut extras = Extras {
         kind: args.plain_fs.clone(),
         why_not: None,
         description: None,
@@ -976,31 +982,28 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
         everyday_steps: Vec::new(),
     };
     if args.everyday {
-        plain.everyday = Some(
+        extras.everyday = Some(
             crate::fseveryday::make_tarball(&args.dir, args.everyday_dirs.max(1))
                 .context("making the everyday tree")?,
         );
-    }
-    if args.procs.contains(&0) {
-        bail!("--procs takes process counts of at least 1");
     }
     let mut runs = Vec::new();
     let mut data_runs = Vec::new();
     for target in &args.targets {
         let work = args.dir.join(format!("{target}-{}", std::process::id()));
-        let r = run_one(target, &work, n, args.intervals, pin, &data, &mut plain);
+        let r = run_one(target, &work, n, args.intervals, pin, &data, &mut extras);
         let _ = std::fs::remove_dir_all(&work);
         let (r, d) = r?;
         runs.extend(r);
         data_runs.extend(d);
     }
+    let plain_fs = extras
+        .description
+        .clone()
+        .unwrap_or_else(|| file_system_of(&args.dir));
     let mut md = if n > 0 {
-        let plain_fs = plain
-            .description
-            .clone()
-            .unwrap_or_else(|| file_system_of(&args.dir));
         let mut md = markdown(n, &runs, &plain_fs, allocator);
-        for (t, d) in &plain.others {
+        for (t, d) in &extras.others {
             md.push_str(&format!("- {t}: {d}\n"));
         }
         md.push_str(&match pin {
@@ -1014,27 +1017,23 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
     } else {
         String::new()
     };
-    if !plain.procs_runs.is_empty() {
-        md.push_str(&crate::fsprocs::markdown(&plain.procs_runs));
+    if !extras.procs_runs.is_empty() {
+        md.push_str(&crate::fsprocs::markdown(&extras.procs_runs));
     }
-    if let Some((tar, files)) = &plain.everyday {
-        md.push_str(&crate::fseveryday::markdown(&plain.everyday_steps, *files));
+    if let Some((tar, files)) = &extras.everyday {
+        md.push_str(&crate::fseveryday::markdown(&extras.everyday_steps, *files));
         let _ = std::fs::remove_file(tar);
     }
     if !data_runs.is_empty() {
         md.push_str(&fsdata::markdown(&data_runs, data.cold));
-        let plain_fs = plain
-            .description
-            .clone()
-            .unwrap_or_else(|| file_system_of(&args.dir));
         md.push_str(&format!("plain: {plain_fs}; not pinned\n"));
     }
     let json = serde_json::to_vec_pretty(&serde_json::json!({
         "pinned_cpu": pin,
-        "plain_fs": plain.description,
-        "other_fs": plain.others,
-        "shared_directory": plain.procs_runs,
-        "everyday": plain.everyday_steps,
+        "plain_fs": extras.description,
+        "other_fs": extras.others,
+        "shared_directory": extras.procs_runs,
+        "everyday": extras.everyday_steps,
         "metadata": runs,
         "data": data_runs,
     }))?;
@@ -1047,15 +1046,15 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
     if let Some(p) = &args.json {
         std::fs::write(p, &json).with_context(|| format!("writing {}", p.display()))?;
     }
-    if !plain.everyday_steps.is_empty() {
+    if !extras.everyday_steps.is_empty() {
         let p = args.out.join("everyday.png");
-        let files = plain.everyday.as_ref().map_or(0, |e| e.1);
-        crate::fseveryday::plot(&p, &plain.everyday_steps, files)?;
+        let files = extras.everyday.as_ref().map_or(0, |e| e.1);
+        crate::fseveryday::plot(&p, &extras.everyday_steps, files)?;
         written.push(p);
     }
-    if !plain.procs_runs.is_empty() {
+    if !extras.procs_runs.is_empty() {
         let p = args.out.join("shared-directory.png");
-        crate::fsprocs::plot(&p, &plain.procs_runs)?;
+        crate::fsprocs::plot(&p, &extras.procs_runs)?;
         written.push(p);
     }
     let points: Vec<Vec<(f64, u64, f64)>> = runs

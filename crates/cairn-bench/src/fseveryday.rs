@@ -13,6 +13,8 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
+use crate::chart::distinct;
+
 /// Directories of the generated tree by default (100 files each).
 pub const TREE_DIRS: u64 = 500;
 
@@ -138,16 +140,11 @@ pub fn run(
 
 /// The steps as bars: seconds of each step, a bar per target (`everyday.png`).
 pub fn plot(path: &Path, steps: &[Step], files: u64) -> Result<()> {
-    let mut targets: Vec<&str> = Vec::new();
-    let mut rows: Vec<String> = Vec::new();
-    for s in steps {
-        if !targets.contains(&s.target.as_str()) {
-            targets.push(&s.target);
-        }
-        if !rows.contains(&s.step) {
-            rows.push(s.step.clone());
-        }
-    }
+    let targets = distinct(steps.iter().map(|s| s.target.as_str()));
+    let rows: Vec<String> = distinct(steps.iter().map(|s| s.step.as_str()))
+        .into_iter()
+        .map(String::from)
+        .collect();
     let series: Vec<(&str, Vec<Option<f64>>)> = targets
         .iter()
         .map(|t| {
@@ -175,16 +172,8 @@ pub fn plot(path: &Path, steps: &[Step], files: u64) -> Result<()> {
 /// The steps as a Markdown table: seconds per target, and each target's time over
 /// plain's.
 pub fn markdown(steps: &[Step], files: u64) -> String {
-    let mut targets: Vec<&str> = Vec::new();
-    let mut names: Vec<&str> = Vec::new();
-    for s in steps {
-        if !targets.contains(&s.target.as_str()) {
-            targets.push(&s.target);
-        }
-        if !names.contains(&s.step.as_str()) {
-            names.push(&s.step);
-        }
-    }
+    let targets = distinct(steps.iter().map(|s| s.target.as_str()));
+    let names = distinct(steps.iter().map(|s| s.step.as_str()));
     let secs = |t: &str, n: &str| {
         steps
             .iter()

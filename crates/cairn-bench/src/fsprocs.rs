@@ -182,16 +182,8 @@ pub fn run(target: &str, dir: &Path, procs: u64, files: u64) -> Result<ProcsRun>
 /// The rates as bars: a row per phase and process count, a bar per target
 /// (`shared-directory.png`).
 pub fn plot(path: &Path, runs: &[ProcsRun]) -> Result<()> {
-    let mut targets: Vec<&str> = Vec::new();
-    let mut procs: Vec<u64> = Vec::new();
-    for r in runs {
-        if !targets.contains(&r.target.as_str()) {
-            targets.push(&r.target);
-        }
-        if !procs.contains(&r.procs) {
-            procs.push(r.procs);
-        }
-    }
+    let targets = crate::chart::distinct(runs.iter().map(|r| r.target.as_str()));
+    let procs = crate::chart::distinct(runs.iter().map(|r| r.procs));
     type Rate = fn(&ProcsRun) -> f64;
     let phases: [(&str, Rate); 3] = [
         ("create", |r| r.create_rate),
