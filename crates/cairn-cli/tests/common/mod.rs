@@ -75,14 +75,12 @@ impl Mount {
 
     /// [`Mount::new`] with more arguments of `cairn mount`.
     pub fn with_args(store: &Path, mp: &Path, args: &[&str]) -> Option<Mount> {
-        let mut all: Vec<OsString> = vec![store.into(), mp.into()];
-        all.extend(args.iter().map(OsString::from));
-        Mount::spawn(&all, mp)
+        Mount::with_args_env(store, mp, args, &[])
     }
 
     /// [`Mount::new`] with variables added to the mount process's environment.
     pub fn with_env(store: &Path, mp: &Path, env: &[(&str, &Path)]) -> Option<Mount> {
-        Mount::spawn_env(&[store.into(), mp.into()], mp, env)
+        Mount::with_args_env(store, mp, &[], env)
     }
 
     /// [`Mount::with_args`] with variables added to the mount process's environment.
