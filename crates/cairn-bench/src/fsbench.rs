@@ -54,6 +54,10 @@ line per target, log scale), create-rate-by-files.png (against files created), a
 about an hour and 25 GB of free memory for the kernel's caches of the fuse and kernel
 targets (which the kernel shrinks when it needs to).";
 
+mod report;
+
+use report::markdown;
+
 /// Options of `cairn fs-bench` (a clap [`Args`], flattened into the `fs-bench`
 /// subcommand).
 #[derive(Debug, Args)]
@@ -770,127 +774,6 @@ impl Data {
         }
         fsdata::run(label, t, &self.sizes, self.cold)
     }
-}
-
-/// The results as a Markdown table, what the figures measure, the FUSE requests per
-/// operation and the series. `plain_fs`: the file system of the plain target.
-fn markdown(n: u64, runs: &[TargetRun], plain_fs: &str, allocator: &str) -> String {
-    let mut s = format!("files in one directory: {n}\n\n");
-    s.push_str(
-        "| target | create/s | first 10% /s | last 10% /s | last/first | stat/s (random) | list entries/s | unlink/s |\n",
-    );
-    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
-    for r in runs {
-        s.push_str(&format!(
-            "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.0} |\n",
-            r.target,
-            r.create_rate,
-            r.first_10pct_rate,
-            r.last_10pct_rate,
-            r.last_10pct_rate / r.first_10pct_rate,
-            r.stat_rate,
-            r.list_rate,
-            r.unlink_rate
-        ));
-    }
-    s.push('\n');
-    for note in notes(runs, plain_fs) {
-        s.push_str(&format!("- {note}\n"));
-    }
-    for r in runs {
-        if let Some(t) = &r.transport {
-            s.push_str(&format!("- {}: requests served through {t}\n", r.target));
-        }
-    }
-    s.push_str(&format!("- allocator: {allocator}\n"));
-    for r in runs {
-        if let Some(req) = &r.fuse_requests {
-            s.push('\n');
-            for (phase, kinds) in req {
-                // (Kinds below 0.005 per file, such as the first FLUSH, left out.)
-                let k: Vec<String> = kinds
-                    .iter()
-                    .filter(|(_, v)| **v >= 0.005)
-                    .map(|(k, v)| format!("{k} {v:.2}"))
-                    .collect();
-                let total: f64 = kinds.values().fold(0.0, |a, b| a + b);
-                let detail = if k.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", k.join(", "))
-                };
-                s.push_str(&format!(
-                    "{} requests per file, {phase}: {total:.2}{detail}\n",
-                    r.target
-                ));
-            }
-        }
-    }
-    s.push('\n');
-    for r in runs {
-        let v: Vec<String> = r
-            .create_series
-            .iter()
-            .map(|p| format!("{:.1}s:{:.0}", p.seconds, p.rate))
-            .collect();
-        s.push_str(&format!(
-            "create rate over time, {}: {}\n",
-            r.target,
-            v.join(" ")
-        ));
-    }
-    s
-}
-
-/// What the figures of `runs` measure, beside them in the report: the lib target makes
-/// no system call, and FUSE phases that sent (almost) no requests were answered by the
-/// kernel's caches.
-fn notes(runs: &[TargetRun], plain_fs: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let has = |t: &str| runs.iter().any(|r| r.target == t);
-    if has("lib") {
-        out.push(format!(
-            "lib calls cairn::fs in this process: no system call and no kernel path per \
-             operation, where plain (and fuse) make a system call per operation{}; lib \
-             against plain compares an in-process call with a kernel file system behind \
-             system calls, not two file systems on equal terms",
-            if has("plain") {
-                format!(" (plain: {plain_fs})")
-            } else {
-                String::new()
-            }
-        ));
-    }
-    for r in runs {
-        let Some(req) = &r.fuse_requests else {
-            continue;
-        };
-        for (phase, kinds) in req {
-            let total = kinds.values().fold(0.0, |a, b| a + b);
-            if phase == "stat" && total == 0.0 {
-                out.push(format!(
-                    "{} stat: no FUSE request at all: every stat was answered from the \
-                     kernel's attribute and entry caches without reaching cairn, so the \
-                     stat rate measures the kernel",
-                    r.target
-                ));
-            } else if phase == "stat" && total < 0.995 {
-                out.push(format!(
-                    "{} stat: {total:.2} FUSE requests per stat, so at least {:.0}% of the \
-                     stats were answered from the kernel's attribute and entry caches \
-                     without reaching cairn",
-                    r.target,
-                    100.0 * (1.0 - total)
-                ));
-            } else if total == 0.0 {
-                out.push(format!(
-                    "{} {phase}: no FUSE request at all; answered from the kernel's caches",
-                    r.target
-                ));
-            }
-        }
-    }
-    out
 }
 
 /// The file system `dir` is on, by its `statfs` type ("ext4, or ext2/ext3", "xfs"…).
