@@ -37,6 +37,13 @@ with default options, as root; where that can't be done plain is a directory und
 before each target, so none pays for another's writeback. For the fuse targets the FUSE
 requests per operation, and the transport that served them, are reported too.
 
+--time-limit cairn stops each kernel target's creates after the wall time cairn needed
+(as the seed's 100-million-file run did) and --phase-limit SECS its stats and unlinks;
+the rates are then over the files reached. The library and mount targets report their
+process's memory after the creates (resident, anonymous, peak) and the library its index
+bytes per file and the time to close and reopen the store (the later phases run on the
+reopened store).
+
 --procs 1,2,4 repeats creates, stats and unlinks from several processes at once into one
 shared directory; --everyday times tar x, find, du, git add -A, git status and rm -r of a
 50,000-file tree and dd of 1 GiB in and out on the fuse and kernel targets.
@@ -54,8 +61,10 @@ line per target, log scale), create-rate-by-files.png (against files created), a
 about an hour and 25 GB of free memory for the kernel's caches of the fuse and kernel
 targets (which the kernel shrinks when it needs to).";
 
+mod memory;
 mod report;
 
+use memory::Memory;
 use report::markdown;
 
 /// Options of `cairn fs-bench` (a clap [`Args`], flattened into the `fs-bench`
@@ -124,6 +133,61 @@ pub struct FsBenchArgs {
     /// (as root drop_caches, else posix_fadvise(DONTNEED); the report says which)
     #[arg(long)]
     cold: bool,
+    /// When a target's create phase stops: `none` (after every file), `cairn` (the
+    /// kernel targets plain, xfs and btrfs stop after the wall time the slowest cairn
+    /// target before them needed, as the seed's 100-million-file run did), or a number
+    /// of seconds (every target). A stopped target's other phases run over the files it
+    /// created.
+    #[arg(long, value_name = "LIMIT", default_value = "none")]
+    time_limit: String,
+    /// Stop the stat (random order) and unlink phases of each target after this many
+    /// seconds; their rates are then over the files they reached (at 100 million files
+    /// a store far larger than the page cache makes each random stat a disk read)
+    #[arg(long, value_name = "SECS")]
+    phase_limit: Option<f64>,
+}
+
+/// When the create phases stop (`--time-limit`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum TimeLimit {
+    None,
+    /// The kernel targets stop after the longest create phase of the cairn targets
+    /// run before them.
+    Cairn,
+    Secs(f64),
+}
+
+impl TimeLimit {
+    fn parse(s: &str) -> Result<TimeLimit> {
+        match s {
+            "none" => Ok(TimeLimit::None),
+            "cairn" => Ok(TimeLimit::Cairn),
+            _ => match s.parse::<f64>() {
+                Ok(v) if v > 0.0 && v.is_finite() => Ok(TimeLimit::Secs(v)),
+                _ => bail!("--time-limit is none, cairn or a number of seconds > 0, not {s:?}"),
+            },
+        }
+    }
+
+    /// The limit of `target`'s create phase after the `earlier` runs.
+    fn of(self, target: &str, earlier: &[TargetRun]) -> Option<Duration> {
+        match self {
+            TimeLimit::None => None,
+            TimeLimit::Secs(s) => Some(Duration::from_secs_f64(s)),
+            TimeLimit::Cairn if is_kernel(target) => earlier
+                .iter()
+                .filter(|r| !is_kernel(&r.target))
+                .map(|r| r.create_secs)
+                .reduce(f64::max)
+                .map(Duration::from_secs_f64),
+            TimeLimit::Cairn => None,
+        }
+    }
+}
+
+/// Whether `target` is a kernel file system (not cairn).
+fn is_kernel(target: &str) -> bool {
+    matches!(target, "plain" | "xfs" | "btrfs")
 }
 
 /// The create rate at the end of one interval of the create phase.
@@ -141,7 +205,11 @@ struct Sample {
 #[derive(Debug, Serialize)]
 struct TargetRun {
     target: String,
+    /// Files created (fewer than asked when `stopped_after` is set).
     files: u64,
+    /// The create phase was stopped after this many seconds by --time-limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stopped_after: Option<f64>,
     /// Creates per second over the whole create phase.
     create_rate: f64,
     /// The create rate over each interval.
@@ -164,6 +232,28 @@ struct TargetRun {
     /// them through its rings, else `/dev/fuse`.
     #[serde(skip_serializing_if = "Option::is_none")]
     transport: Option<String>,
+    /// lib and fuse: the serving process's memory after the create phase.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_after_create: Option<Memory>,
+    /// lib: the engine's index (ordered and hash sides, blooms) per file created, bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    index_bytes_per_file: Option<f64>,
+    /// lib: seconds to close the store after the creates, and to open it again (the
+    /// stats, listing and unlinks then run on the reopened store), and the memory after
+    /// the open.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    close_secs: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reopen_secs: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_after_reopen: Option<Memory>,
+    /// lib and fuse: the highest anonymous memory (`RssAnon`) of the serving process
+    /// over the creates and the reopen, sampled every 100 ms, bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peak_anon_bytes: Option<u64>,
+    /// Stats and unlinks made (fewer than `files` when --phase-limit stopped them).
+    stats_done: u64,
+    unlinks_done: u64,
 }
 
 /// One file system under test.
@@ -172,16 +262,57 @@ trait Target {
     fn stat(&mut self, name: &str) -> Result<()>;
     fn list(&mut self) -> Result<u64>;
     fn unlink(&mut self, name: &str) -> Result<()>;
+    /// The process serving the target: `None` for the kernel, `Some(None)` for this
+    /// one, `Some(Some(pid))` for a child.
+    fn process(&self) -> Option<Option<i32>> {
+        None
+    }
+    /// The serving store's index, bytes, where the target can tell.
+    fn index_bytes(&self) -> Option<u64> {
+        None
+    }
+    /// Closes the store and opens it again: the seconds of each, where the target has
+    /// a store of its own to reopen.
+    fn reopen(&mut self) -> Result<Option<(Duration, Duration)>> {
+        Ok(None)
+    }
 }
 
 struct Lib {
     fs: Fs,
     dir: u64,
+    /// The store's directory.
+    path: PathBuf,
 }
 
 const ME: Cred = Cred::ROOT;
 
 impl Target for Lib {
+    fn process(&self) -> Option<Option<i32>> {
+        Some(None)
+    }
+    fn index_bytes(&self) -> Option<u64> {
+        Some(self.fs.db().stats().total.index_bytes)
+    }
+    fn reopen(&mut self) -> Result<Option<(Duration, Duration)>> {
+        // An empty store stands in while the measured one closes and opens again.
+        let spare = self.path.with_extension("reopen-spare");
+        let stand_in = Fs::open(&spare).map_err(std::io::Error::from)?;
+        let t0 = Instant::now();
+        let old = std::mem::replace(&mut self.fs, stand_in);
+        old.close()
+            .map_err(std::io::Error::from)
+            .context("lib: closing the store")?;
+        let close = t0.elapsed();
+        let t0 = Instant::now();
+        let fs = Fs::open(&self.path).map_err(std::io::Error::from)?;
+        let open = t0.elapsed();
+        let spare_fs = std::mem::replace(&mut self.fs, fs);
+        drop(spare_fs);
+        let _ = std::fs::remove_dir_all(&spare);
+        Ok(Some((close, open)))
+    }
+
     fn create(&mut self, name: &str) -> Result<()> {
         self.fs.create(&ME, self.dir, name.as_bytes(), 0o644)?;
         Ok(())
@@ -210,9 +341,14 @@ impl Target for Lib {
 /// A directory reached through the kernel (the FUSE mount or a plain directory).
 struct Posix {
     dir: PathBuf,
+    /// The process serving it (the FUSE mount's), if not the kernel.
+    server: Option<i32>,
 }
 
 impl Target for Posix {
+    fn process(&self) -> Option<Option<i32>> {
+        self.server.map(Some)
+    }
     fn create(&mut self, name: &str) -> Result<()> {
         std::fs::OpenOptions::new()
             .write(true)
@@ -400,49 +536,75 @@ fn per_file(
         .collect()
 }
 
+/// What [`run_target`] does: `n` creates (stopped after `limit`, if given) sampled
+/// `intervals` times, with the caller and the FUSE server pinned to CPU `pin` if given.
+#[derive(Debug, Clone, Copy)]
+struct Phases {
+    n: u64,
+    intervals: u64,
+    pin: Option<usize>,
+    limit: Option<Duration>,
+    /// The stat and unlink phases stop after this long (--phase-limit).
+    phase_limit: Option<Duration>,
+}
+
+/// Runs the phases of one target: creates, a reopen where the target has one, stats in
+/// random order, a listing and unlinks.
 fn run_target(
     label: &str,
     t: &mut dyn Target,
-    n: u64,
-    intervals: u64,
+    phases: &Phases,
     stats: Option<&FuseStats>,
-    pin: Option<usize>,
 ) -> Result<TargetRun> {
+    let Phases {
+        n,
+        intervals,
+        pin,
+        limit,
+        phase_limit,
+    } = *phases;
     let _pin = match pin {
         Some(cpu) => Some(Pin::new(cpu, stats.map(|s| s.pid))?),
         None => None,
     };
     let step = (n / intervals).max(1);
-    let tenth = (n / 10).max(1);
     let mut requests = BTreeMap::new();
     let mut counts = stats.and_then(FuseStats::read);
-    let mut phase_done = |phase: &str, counts: &mut Option<BTreeMap<String, u64>>| {
+    let mut phase_done = |phase: &str, k: u64, counts: &mut Option<BTreeMap<String, u64>>| {
         if let (Some(s), Some(before)) = (stats, counts.as_ref()) {
             if let Some(after) = s.read() {
-                requests.insert(phase.to_string(), per_file(before, &after, n));
+                requests.insert(phase.to_string(), per_file(before, &after, k));
                 *counts = Some(after);
             }
         }
     };
 
+    memory::reset_peak();
+    let peak_anon = t.process().map(memory::PeakAnon::start);
+    let memory_of = |t: &dyn Target| t.process().and_then(Memory::of);
     let mut series = Vec::new();
+    // (files, time) every `fine` creates: the first and last 10% are read from it.
+    let fine = (n / 10_000).max(1);
+    let mut marks = vec![(0u64, Duration::ZERO)];
     let mut progress = Progress::new(label, "created", n);
     let start = Instant::now();
     let mut last = (start, 0u64);
-    let mut first_10 = Duration::ZERO;
-    let mut last_10_start = None;
     let mut rate = None;
-    for i in 0..n {
-        if i == n - tenth {
-            last_10_start = Some(Instant::now());
+    let mut stopped_after = None;
+    let mut created = 0;
+    while created < n {
+        t.create(&name(created))
+            .with_context(|| format!("{label}: create {}", name(created)))?;
+        created += 1;
+        let done = created;
+        if done % fine == 0 {
+            let elapsed = start.elapsed();
+            marks.push((done, elapsed));
+            if limit.is_some_and(|l| elapsed >= l) && done < n {
+                stopped_after = Some(elapsed.as_secs_f64());
+            }
         }
-        t.create(&name(i))
-            .with_context(|| format!("{label}: create {}", name(i)))?;
-        let done = i + 1;
-        if done == tenth {
-            first_10 = start.elapsed();
-        }
-        if done % step == 0 || done == n {
+        if done % step == 0 || done == n || stopped_after.is_some() {
             let now = Instant::now();
             let r = (done - last.1) as f64 / now.duration_since(last.0).as_secs_f64().max(1e-9);
             series.push(Sample {
@@ -454,22 +616,44 @@ fn run_target(
             rate = Some(r);
         }
         progress.tick(done, rate);
+        if stopped_after.is_some() {
+            eprintln!(
+                "{label}: creates stopped after {:.0} s (--time-limit), {done} files",
+                start.elapsed().as_secs_f64()
+            );
+            break;
+        }
     }
     let create = start.elapsed();
-    let last_10 = last_10_start.map_or(create, |s| s.elapsed());
-    phase_done("create", &mut counts);
+    if marks.last().map(|m| m.0) != Some(created) {
+        marks.push((created, create));
+    }
+    let n = created;
+    let (first_10pct_rate, last_10pct_rate) = tenths(&marks, n);
+    phase_done("create", n, &mut counts);
+    let memory_after_create = memory_of(t);
+    let index_bytes_per_file = t.index_bytes().map(|b| b as f64 / n as f64);
+    let reopened = t.reopen()?;
+    let memory_after_reopen = reopened.and_then(|_| memory_of(t));
+    // (Before the shuffled order below, which is this process's, not the store's.)
+    let peak_anon_bytes = peak_anon.map(|p| p.peak());
 
     let order = shuffled(n);
     let mut progress = Progress::new(label, "stat", n);
     let t0 = Instant::now();
-    for (k, &i) in order.iter().enumerate() {
+    let mut stats_done = 0;
+    for &i in &order {
+        if stats_done % 1024 == 0 && phase_limit.is_some_and(|l| t0.elapsed() >= l) {
+            break;
+        }
         t.stat(&name(i))
             .with_context(|| format!("{label}: stat {}", name(i)))?;
-        progress.tick(k as u64 + 1, None);
+        stats_done += 1;
+        progress.tick(stats_done, None);
     }
     let stat = t0.elapsed();
     drop(order);
-    phase_done("stat", &mut counts);
+    phase_done("stat", stats_done.max(1), &mut counts);
 
     let t0 = Instant::now();
     let listed = t.list()?;
@@ -477,36 +661,72 @@ fn run_target(
     if listed != n {
         bail!("{label}: listed {listed} entries, created {n}");
     }
-    phase_done("list", &mut counts);
+    phase_done("list", n, &mut counts);
 
     let mut progress = Progress::new(label, "unlinked", n);
     let t0 = Instant::now();
-    for i in 0..n {
-        t.unlink(&name(i))
-            .with_context(|| format!("{label}: unlink {}", name(i)))?;
-        progress.tick(i + 1, None);
+    let mut unlinks_done = 0;
+    while unlinks_done < n {
+        if unlinks_done % 1024 == 0 && phase_limit.is_some_and(|l| t0.elapsed() >= l) {
+            break;
+        }
+        let f = name(unlinks_done);
+        t.unlink(&f)
+            .with_context(|| format!("{label}: unlink {f}"))?;
+        unlinks_done += 1;
+        progress.tick(unlinks_done, None);
     }
     let unlink = t0.elapsed();
-    phase_done("unlink", &mut counts);
+    phase_done("unlink", unlinks_done.max(1), &mut counts);
 
     let rate = |k: u64, d: Duration| k as f64 / d.as_secs_f64().max(1e-9);
     Ok(TargetRun {
         target: label.to_string(),
         files: n,
+        stopped_after,
         create_rate: rate(n, create),
         create_series: series,
-        first_10pct_rate: rate(tenth, first_10),
-        last_10pct_rate: rate(tenth, last_10),
-        stat_rate: rate(n, stat),
+        first_10pct_rate,
+        last_10pct_rate,
+        stat_rate: rate(stats_done, stat),
         list_rate: rate(n, list),
-        unlink_rate: rate(n, unlink),
+        unlink_rate: rate(unlinks_done, unlink),
+        stats_done,
+        unlinks_done,
         create_secs: create.as_secs_f64(),
         stat_secs: stat.as_secs_f64(),
         list_secs: list.as_secs_f64(),
         unlink_secs: unlink.as_secs_f64(),
         fuse_requests: stats.map(|_| requests),
         transport: None,
+        memory_after_create,
+        index_bytes_per_file,
+        close_secs: reopened.map(|r| r.0.as_secs_f64()),
+        reopen_secs: reopened.map(|r| r.1.as_secs_f64()),
+        memory_after_reopen,
+        peak_anon_bytes,
     })
+}
+
+/// The create rates over the first and the last tenth of `n` creates, from `marks`
+/// ((files created, time) in ascending order, from (0, 0) to (n, total)): the first
+/// tenth up to the first mark at or past n/10, the last from the last mark at or
+/// before n − n/10.
+fn tenths(marks: &[(u64, Duration)], n: u64) -> (f64, f64) {
+    let tenth = (n / 10).max(1);
+    let rate = |k: u64, d: Duration| k as f64 / d.as_secs_f64().max(1e-9);
+    let end = marks.last().copied().unwrap_or((n, Duration::ZERO));
+    let first = marks.iter().find(|m| m.0 >= tenth).copied().unwrap_or(end);
+    let from = marks
+        .iter()
+        .rev()
+        .find(|m| m.0 <= n.saturating_sub(tenth))
+        .copied()
+        .unwrap_or((0, Duration::ZERO));
+    (
+        rate(first.0, first.1),
+        rate(end.0 - from.0, end.1.saturating_sub(from.1)),
+    )
 }
 
 fn is_mountpoint(p: &Path) -> bool {
@@ -625,12 +845,11 @@ impl Extras {
 fn run_one(
     target: &str,
     work: &Path,
-    n: u64,
-    intervals: u64,
-    pin: Option<usize>,
+    phases: &Phases,
     data: &Data,
     extras: &mut Extras,
 ) -> Result<(Option<TargetRun>, Vec<fsdata::DataRun>)> {
+    let n = phases.n;
     let mut data_runs = Vec::new();
     let _ = std::fs::remove_dir_all(work);
     std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
@@ -641,9 +860,13 @@ fn run_one(
         "lib" => {
             let fs = Fs::open(work.join("store")).map_err(std::io::Error::from)?;
             let dir = fs.mkdir(&ME, ROOT, b"d", 0o755)?.ino;
-            let mut t = Lib { fs, dir };
+            let mut t = Lib {
+                fs,
+                dir,
+                path: work.join("store"),
+            };
             let r = (n > 0)
-                .then(|| run_target("lib", &mut t, n, intervals, None, pin))
+                .then(|| run_target("lib", &mut t, phases, None))
                 .transpose()?;
             let store = work.join("store");
             data_runs = data.run("lib", &fsdata::DataTarget::Lib { fs: &t.fs, store })?;
@@ -677,7 +900,11 @@ fn run_one(
                     };
                     let r = (n > 0)
                         .then(|| {
-                            run_target(target, &mut Posix { dir: d }, n, intervals, Some(&s), pin)
+                            let mut t = Posix {
+                                dir: d,
+                                server: Some(s.pid),
+                            };
+                            run_target(target, &mut t, phases, Some(&s))
                         })
                         .transpose()
                         .and_then(|r| {
@@ -743,9 +970,12 @@ fn run_one(
             let root = image.as_ref().map_or(work, |i| i.path());
             let d = root.join("d");
             std::fs::create_dir(&d)?;
-            let mut t = Posix { dir: d };
+            let mut t = Posix {
+                dir: d,
+                server: None,
+            };
             let r = (n > 0)
-                .then(|| run_target(target, &mut t, n, intervals, None, pin))
+                .then(|| run_target(target, &mut t, phases, None))
                 .transpose()?;
             extras.run_on(target, root, n)?;
             let t = fsdata::DataTarget::Posix {
@@ -850,6 +1080,12 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
     if !["auto", "image", "dir"].contains(&args.plain_fs.as_str()) {
         bail!("--plain-fs is auto, image or dir, not {:?}", args.plain_fs);
     }
+    let time_limit = TimeLimit::parse(&args.time_limit)?;
+    let phase_limit = match args.phase_limit {
+        Some(s) if s > 0.0 && s.is_finite() => Some(Duration::from_secs_f64(s)),
+        Some(s) => bail!("--phase-limit takes seconds > 0, not {s}"),
+        None => None,
+    };
     if args.procs.contains(&0) {
         bail!("--procs takes process counts of at least 1");
     }
@@ -874,7 +1110,21 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
     let mut data_runs = Vec::new();
     for target in &args.targets {
         let work = args.dir.join(format!("{target}-{}", std::process::id()));
-        let r = run_one(target, &work, n, args.intervals, pin, &data, &mut extras);
+        let phases = Phases {
+            n,
+            intervals: args.intervals,
+            pin,
+            limit: time_limit.of(target, &runs),
+            phase_limit,
+        };
+        if let Some(l) = phases.limit {
+            eprintln!(
+                "{target}: creates stop after {:.0} s (--time-limit {})",
+                l.as_secs_f64(),
+                args.time_limit
+            );
+        }
+        let r = run_one(target, &work, &phases, &data, &mut extras);
         let _ = std::fs::remove_dir_all(&work);
         let (r, d) = r?;
         runs.extend(r);
@@ -980,4 +1230,73 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
     let w: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
     writeln!(out, "\nwritten: {}", w.join(", "))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(target: &str, create_secs: f64) -> TargetRun {
+        TargetRun {
+            target: target.into(),
+            files: 10,
+            stopped_after: None,
+            create_rate: 1.0,
+            create_series: Vec::new(),
+            first_10pct_rate: 1.0,
+            last_10pct_rate: 1.0,
+            stat_rate: 1.0,
+            list_rate: 1.0,
+            unlink_rate: 1.0,
+            create_secs,
+            stat_secs: 1.0,
+            list_secs: 1.0,
+            unlink_secs: 1.0,
+            fuse_requests: None,
+            transport: None,
+            memory_after_create: None,
+            index_bytes_per_file: None,
+            close_secs: None,
+            reopen_secs: None,
+            memory_after_reopen: None,
+            peak_anon_bytes: None,
+            stats_done: 10,
+            unlinks_done: 10,
+        }
+    }
+
+    #[test]
+    fn time_limits() {
+        let secs = Duration::from_secs_f64;
+        assert_eq!(TimeLimit::parse("none").unwrap(), TimeLimit::None);
+        assert_eq!(TimeLimit::parse("cairn").unwrap(), TimeLimit::Cairn);
+        assert_eq!(TimeLimit::parse("2.5").unwrap(), TimeLimit::Secs(2.5));
+        for bad in ["0", "-1", "soon", "inf", "NaN"] {
+            assert!(TimeLimit::parse(bad).is_err(), "{bad}");
+        }
+        let earlier = [run("lib", 3.0), run("plain", 50.0), run("fuse", 7.0)];
+        // Kernel targets stop after the slowest cairn target before them.
+        assert_eq!(TimeLimit::Cairn.of("xfs", &earlier), Some(secs(7.0)));
+        assert_eq!(TimeLimit::Cairn.of("btrfs", &earlier[..1]), Some(secs(3.0)));
+        // Nothing to go by yet, and cairn targets are never stopped by it.
+        assert_eq!(TimeLimit::Cairn.of("plain", &[]), None);
+        assert_eq!(TimeLimit::Cairn.of("fuse", &earlier), None);
+        assert_eq!(TimeLimit::Secs(2.0).of("lib", &earlier), Some(secs(2.0)));
+        assert_eq!(TimeLimit::None.of("plain", &earlier), None);
+    }
+
+    #[test]
+    fn tenths_of_the_marks() {
+        let s = Duration::from_secs;
+        // 100 files: the first 10 took 1 s, the last 10 took 5 s.
+        let marks = [(0, s(0)), (10, s(1)), (50, s(3)), (90, s(5)), (100, s(10))];
+        let (first, last) = tenths(&marks, 100);
+        assert!((first - 10.0).abs() < 1e-9, "{first}");
+        assert!((last - 2.0).abs() < 1e-9, "{last}");
+        // Marks coarser than a tenth: the nearest ones outside it.
+        let marks = [(0, s(0)), (40, s(2)), (100, s(8))];
+        let (first, last) = tenths(&marks, 100);
+        assert!((first - 20.0).abs() < 1e-9, "{first}");
+        assert!((last - 10.0).abs() < 1e-9, "{last}");
+    }
 }

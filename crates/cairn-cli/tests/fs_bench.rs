@@ -187,3 +187,65 @@ fn fs_bench_smoke() {
         0
     );
 }
+
+/// `--time-limit` stops the creates, `--phase-limit` the stats and unlinks, and the
+/// library target reports its memory, index and reopen.
+#[test]
+fn fs_bench_limits_memory_and_reopen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let json = tmp.path().join("fs.json");
+    // No machine creates 5 million files in 0.3 s: the creates are stopped.
+    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["fs-bench", "--files", "5000000", "--targets", "lib"])
+        .args(["--time-limit", "0.3", "--phase-limit", "0.02", "--dir"])
+        .arg(tmp.path().join("work"))
+        .arg("--json")
+        .arg(&json)
+        .arg("--out")
+        .arg(tmp.path().join("out"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let all: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let r = &all["metadata"][0];
+    let files = r["files"].as_u64().unwrap();
+    assert!(files > 0 && files < 5_000_000, "{r}");
+    assert!(r["stopped_after"].as_f64().unwrap() >= 0.3, "{r}");
+    assert!(r["create_secs"].as_f64().unwrap() >= 0.3, "{r}");
+    for phase in ["stats_done", "unlinks_done"] {
+        let done = r[phase].as_u64().unwrap();
+        assert!(done > 0 && done <= files, "{phase}: {r}");
+    }
+    assert!(stdout.contains("creates stopped after"), "{stdout}");
+    // Two rows a file (entry and inode), each at least its key in memory.
+    assert!(r["index_bytes_per_file"].as_f64().unwrap() > 30.0, "{r}");
+    assert!(r["reopen_secs"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["close_secs"].as_f64().unwrap() > 0.0, "{r}");
+    for m in ["memory_after_create", "memory_after_reopen"] {
+        assert!(r[m]["rss_bytes"].as_u64().unwrap() > 0, "{m}: {r}");
+        assert!(
+            r[m]["peak_rss_bytes"].as_u64() >= r[m]["rss_bytes"].as_u64(),
+            "{m}: {r}"
+        );
+    }
+    assert!(r["peak_anon_bytes"].as_u64().unwrap() > 0, "{r}");
+    assert!(stdout.contains("store closed in"), "{stdout}");
+    // A bad limit is refused before anything runs.
+    for bad in ["--time-limit=soon", "--phase-limit=-1"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["fs-bench", "--files", "10", "--targets", "lib", "--dir"])
+            .arg(tmp.path().join("work2"))
+            .arg(bad)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        let flag = bad.split('=').next().unwrap();
+        assert!(err.contains(flag), "{err}");
+    }
+}

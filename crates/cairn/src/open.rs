@@ -99,9 +99,13 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
         }
     }
     finish_drops(&fs, dir, nshards, &mut seqstate)?;
-    // Phase 1: load every shard's entries in parallel.
+    // Phase 1: load every shard's entries in parallel, and settle the keys phase 2
+    // cannot change.
+    let hashed = opts.hash_index;
     let loaded = par_map((0..nshards).collect(), |i| {
-        recovery::load(&fs, i, &shard_dir(dir, i))
+        let mut l = recovery::load(&fs, i, &shard_dir(dir, i))?;
+        recovery::settle(&mut l, &seqstate, hashed);
+        Ok(l)
     })?;
     // Phase 2: the writes newer than the watermark that survive must be a prefix of
     // the writes made, each batch whole (see `recovery::find_cut`).
@@ -142,7 +146,7 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
         damage.extend(l.damage.iter().cloned());
     }
     // Phase 3: rebuild each shard's index in parallel.
-    let (segment_size, hashed) = (opts.segment_size, opts.hash_index);
+    let segment_size = opts.segment_size;
     let built = par_map(loaded, |l| {
         let (id, sdir) = (l.shard, l.dir.clone());
         let fs = &fs;

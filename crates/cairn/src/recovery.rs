@@ -3,11 +3,17 @@
 //!
 //! Open runs in three phases so that batch atomicity can be checked across shards:
 //! 1. [`load`] (per shard, in parallel): read every segment's entries (key, sequence
-//!    number, location) from its hint file, or by scanning it.
+//!    number, location) from its hint file, or by scanning it; then [`settle`] them:
+//!    sort by key and newest first, and bulk-load the index from the winners of every
+//!    key none of whose records is newer than the durable watermark (phase 2 cannot
+//!    change what those are), accounting dead and tombstone bytes. Only the records of
+//!    the other keys (those written since the last sync) are kept for phase 3, so the
+//!    entries of a whole shard are in memory only while that shard loads, not those of
+//!    every shard at once (at 200 million keys, ~13 GB more than the indexes).
 //! 2. the caller counts, over all shards, the records of each batch newer than the
 //!    durable watermark, and declares the incomplete ones aborted.
-//! 3. [`build`] (per shard, in parallel): sort the entries by key and newest first, and
-//!    bulk-load the index from the winners, accounting dead and tombstone bytes.
+//! 3. [`build`] (per shard, in parallel): the kept keys' winners go into the index, and
+//!    the shard's state is made.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
@@ -47,8 +53,13 @@ pub(crate) struct Loaded {
     pub shard: u32,
     pub dir: PathBuf,
     segs: BTreeMap<u32, LoadedSeg>,
+    /// The keys of `recs`.
     arena: Vec<u8>,
+    /// Every record read, until [`settle`]; after it, only those of the keys with a
+    /// record newer than the watermark, sorted by key and newest first.
     recs: Vec<Rec>,
+    /// What [`settle`] decided: the index and accounting of the other keys.
+    settled: Option<Settled>,
     pub damage: Vec<Damage>,
     pub max_seq: u64,
     /// Damage made records unreadable (not a torn tail): sequence numbers may be
@@ -98,6 +109,7 @@ pub(crate) fn load(fs: &Fs, shard: u32, dir: &Path) -> Result<Loaded> {
         segs: BTreeMap::new(),
         arena: Vec::new(),
         recs: Vec::new(),
+        settled: None,
         damage: Vec::new(),
         max_seq: 0,
         lost_records: false,
@@ -385,48 +397,30 @@ pub(crate) struct Built {
     pub unsynced: Vec<Arc<SegmentFile>>,
 }
 
-/// Phase 3: builds the shard's in-memory state, ignoring records of aborted batches
-/// and of void ranges. `new_active` creates a fresh active segment when the newest data
-/// segment is sealed.
-pub(crate) fn build(
-    mut l: Loaded,
-    seqstate: &crate::manifest::SeqState,
-    segment_size: u64,
-    hashed: bool,
-    new_active: impl FnOnce(u32) -> Result<SegmentFile>,
-) -> Result<Built> {
-    let arena = std::mem::take(&mut l.arena);
-    let key = |r: &Rec| &arena[r.key_off..r.key_off + r.key_len as usize];
-    let mut recs = std::mem::take(&mut l.recs);
-    recs.sort_unstable_by(|a, b| {
-        a.prefix
-            .cmp(&b.prefix)
-            .then_with(|| key(a).cmp(key(b)))
-            .then(b.seq.cmp(&a.seq))
-            .then(b.loc.seg.cmp(&a.loc.seg))
-    });
-    let mut segs: BTreeMap<u32, SegMeta> = l
-        .segs
-        .iter()
-        .map(|(&id, s)| {
-            let mut m = SegMeta::new(s.file.clone(), s.size);
-            m.hint_size = s.hint_size;
-            m.sealed = s.sealed;
-            (id, m)
-        })
-        .collect();
-    let mut live_bytes = 0u64;
-    let (mut live_by_ns, mut keys_by_ns) = (Tally::default(), Tally::default());
-    let mut winners: Vec<(&[u8], Loc)> = Vec::new();
-    let mut i = 0;
-    while i < recs.len() {
-        let (p, k) = (recs[i].prefix, key(&recs[i]));
-        let ns = Tally::ns(k);
+/// The index and accounting of a shard's settled keys (see [`settle`]).
+struct Settled {
+    index: Index,
+    segs: BTreeMap<u32, SegMeta>,
+    live_bytes: u64,
+    live_by_ns: Tally,
+    keys_by_ns: Tally,
+}
+
+impl Settled {
+    /// Accounts the records of one key, `group` (sorted newest first), ignoring those
+    /// `seqstate` says to, and returns the location of the winner if it is a put.
+    fn account(
+        &mut self,
+        key: &[u8],
+        group: &[Rec],
+        seqstate: &crate::manifest::SeqState,
+    ) -> Option<Loc> {
+        let ns = Tally::ns(key);
+        let mut winner = None;
         let mut first = true;
-        let group_start = i;
-        while i < recs.len() && (i == group_start || (recs[i].prefix == p && key(&recs[i]) == k)) {
-            let r = &recs[i];
-            let m = segs
+        for r in group {
+            let m = self
+                .segs
                 .get_mut(&r.loc.seg)
                 .expect("record of a loaded segment");
             m.max_seq = m.max_seq.max(r.seq);
@@ -437,21 +431,125 @@ pub(crate) fn build(
                 first = false;
                 match r.kind {
                     Kind::Put => {
-                        live_bytes += r.loc.len as u64;
-                        live_by_ns.add(ns, r.loc.len as u64);
-                        keys_by_ns.add(ns, 1);
-                        winners.push((k, r.loc));
+                        self.live_bytes += r.loc.len as u64;
+                        self.live_by_ns.add(ns, r.loc.len as u64);
+                        self.keys_by_ns.add(ns, 1);
+                        winner = Some(r.loc);
                     }
                     Kind::Delete => m.tomb += r.loc.len as u64,
                 }
             } else {
                 m.dead += r.loc.len as u64;
             }
-            i += 1;
         }
+        winner
     }
-    let index = Index::from_sorted(winners, hashed);
+}
+
+/// The end of the group of records of one key that starts at `i` in `recs` (sorted).
+fn group_end(recs: &[Rec], arena: &[u8], i: usize) -> usize {
+    let key = |r: &Rec| &arena[r.key_off..r.key_off + r.key_len as usize];
+    let (p, k) = (recs[i].prefix, key(&recs[i]));
+    let mut j = i + 1;
+    while j < recs.len() && recs[j].prefix == p && key(&recs[j]) == k {
+        j += 1;
+    }
+    j
+}
+
+/// End of phase 1: sorts the shard's records by key and newest first, bulk-loads the
+/// index from the winners of every key none of whose records is newer than
+/// `seqstate.watermark` (phase 2 only ever ignores records newer than it, so these are
+/// final), accounts their bytes, and keeps only the records of the other keys (with
+/// their keys) for [`build`]. `hashed`: whether the index keeps its hash side.
+pub(crate) fn settle(l: &mut Loaded, seqstate: &crate::manifest::SeqState, hashed: bool) {
+    let arena = std::mem::take(&mut l.arena);
+    let mut recs = std::mem::take(&mut l.recs);
+    {
+        let key = |r: &Rec| &arena[r.key_off..r.key_off + r.key_len as usize];
+        recs.sort_unstable_by(|a, b| {
+            a.prefix
+                .cmp(&b.prefix)
+                .then_with(|| key(a).cmp(key(b)))
+                .then(b.seq.cmp(&a.seq))
+                .then(b.loc.seg.cmp(&a.loc.seg))
+        });
+    }
+    let segs = l
+        .segs
+        .iter()
+        .map(|(&id, s)| {
+            let mut m = SegMeta::new(s.file.clone(), s.size);
+            m.hint_size = s.hint_size;
+            m.sealed = s.sealed;
+            (id, m)
+        })
+        .collect();
+    let mut settled = Settled {
+        index: Index::new(),
+        segs,
+        live_bytes: 0,
+        live_by_ns: Tally::default(),
+        keys_by_ns: Tally::default(),
+    };
+    let mut winners: Vec<(&[u8], Loc)> = Vec::new();
+    let (mut kept, mut kept_arena) = (Vec::new(), Vec::new());
+    let mut i = 0;
+    while i < recs.len() {
+        let end = group_end(&recs, &arena, i);
+        let group = &recs[i..end];
+        let key = &arena[group[0].key_off..group[0].key_off + group[0].key_len as usize];
+        // Newest first: the group has a record newer than the watermark iff its first.
+        if group[0].seq > seqstate.watermark {
+            let key_off = kept_arena.len();
+            kept_arena.extend_from_slice(key);
+            kept.extend(group.iter().map(|r| Rec { key_off, ..*r }));
+        } else if let Some(loc) = settled.account(key, group, seqstate) {
+            winners.push((key, loc));
+        }
+        i = end;
+    }
+    settled.index = Index::from_sorted(winners, hashed);
     drop(recs);
+    drop(arena);
+    l.recs = kept;
+    l.arena = kept_arena;
+    l.settled = Some(settled);
+}
+
+/// Phase 3: builds the shard's in-memory state: the winners of the keys [`settle`]
+/// left (ignoring records of aborted batches and of void ranges) go into its index.
+/// `new_active` creates a fresh active segment when the newest data segment is sealed.
+pub(crate) fn build(
+    mut l: Loaded,
+    seqstate: &crate::manifest::SeqState,
+    segment_size: u64,
+    hashed: bool,
+    new_active: impl FnOnce(u32) -> Result<SegmentFile>,
+) -> Result<Built> {
+    if l.settled.is_none() {
+        settle(&mut l, seqstate, hashed);
+    }
+    let mut st = l.settled.take().expect("settled just above");
+    let (arena, recs) = (std::mem::take(&mut l.arena), std::mem::take(&mut l.recs));
+    let mut i = 0;
+    while i < recs.len() {
+        let end = group_end(&recs, &arena, i);
+        let r = &recs[i];
+        let key = &arena[r.key_off..r.key_off + r.key_len as usize];
+        if let Some(loc) = st.account(key, &recs[i..end], seqstate) {
+            st.index.insert(key, loc);
+        }
+        i = end;
+    }
+    drop((arena, recs));
+    let Settled {
+        index,
+        mut segs,
+        live_bytes,
+        live_by_ns,
+        keys_by_ns,
+    } = st;
     // Whatever superseded a record at open is numbered at most the shard's highest.
     for m in segs.values_mut() {
         if m.dead > 0 {

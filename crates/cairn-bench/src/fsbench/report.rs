@@ -1,20 +1,22 @@
 //! The report of `cairn fs-bench`: the Markdown table, what its figures measure (said
 //! beside them), the FUSE requests per operation and the create rate over time.
 
-use super::TargetRun;
+use super::memory::human;
+use super::{is_kernel, TargetRun};
 
 /// The results as a Markdown table, what the figures measure, the FUSE requests per
 /// operation and the series. `plain_fs`: the file system of the plain target.
 pub(super) fn markdown(n: u64, runs: &[TargetRun], plain_fs: &str, allocator: &str) -> String {
     let mut s = format!("files in one directory: {n}\n\n");
     s.push_str(
-        "| target | create/s | first 10% /s | last 10% /s | last/first | stat/s (random) | list entries/s | unlink/s |\n",
+        "| target | files | create/s | first 10% /s | last 10% /s | last/first | stat/s (random) | list entries/s | unlink/s |\n",
     );
-    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for r in runs {
         s.push_str(&format!(
-            "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.0} |\n",
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.0} |\n",
             r.target,
+            r.files,
             r.create_rate,
             r.first_10pct_rate,
             r.last_10pct_rate,
@@ -25,7 +27,11 @@ pub(super) fn markdown(n: u64, runs: &[TargetRun], plain_fs: &str, allocator: &s
         ));
     }
     s.push('\n');
-    for note in notes(runs, plain_fs) {
+    for note in notes(runs, plain_fs)
+        .into_iter()
+        .chain(stops_and_ratios(runs))
+        .chain(memory(runs))
+    {
         s.push_str(&format!("- {note}\n"));
     }
     for r in runs {
@@ -119,6 +125,93 @@ fn notes(runs: &[TargetRun], plain_fs: &str) -> Vec<String> {
                     r.target
                 ));
             }
+        }
+    }
+    out
+}
+
+/// The targets stopped by --time-limit, and each cairn target's create rate against
+/// each kernel target's.
+fn stops_and_ratios(runs: &[TargetRun]) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in runs {
+        if r.stats_done < r.files || r.unlinks_done < r.files {
+            out.push(format!(
+                "{}: --phase-limit stopped the stats after {} files (random order) and the \
+                 unlinks after {} (in creation order); their rates are over those",
+                r.target, r.stats_done, r.unlinks_done
+            ));
+        }
+        if let Some(secs) = r.stopped_after {
+            out.push(format!(
+                "{}: creates stopped after {secs:.0} s (--time-limit) at {} files; its \
+                 rates are over those files",
+                r.target, r.files
+            ));
+        }
+    }
+    for c in runs.iter().filter(|r| !is_kernel(&r.target)) {
+        for k in runs.iter().filter(|r| is_kernel(&r.target)) {
+            out.push(format!(
+                "{} creates/s ÷ {}'s: {:.1}× ({} files in {:.0} s against {} in {:.0} s)",
+                c.target,
+                k.target,
+                c.create_rate / k.create_rate.max(1e-9),
+                c.files,
+                c.create_secs,
+                k.files,
+                k.create_secs
+            ));
+        }
+    }
+    out
+}
+
+/// The memory of the processes serving cairn, and the library's reopen.
+fn memory(runs: &[TargetRun]) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in runs {
+        if let Some(m) = r.memory_after_create {
+            let index = r
+                .index_bytes_per_file
+                .map(|b| format!("; index {b:.1} B per file"))
+                .unwrap_or_default();
+            let anon = r
+                .peak_anon_bytes
+                .map(|b| {
+                    let and = if r.reopen_secs.is_some() {
+                        " and reopen"
+                    } else {
+                        ""
+                    };
+                    format!(", peak anonymous {} (creates{and})", human(b))
+                })
+                .unwrap_or_default();
+            out.push(format!(
+                "{} after {} creates: resident {} (anonymous {}, file-backed {}), peak {}{anon}{index}",
+                r.target,
+                r.files,
+                human(m.rss_bytes),
+                human(m.anon_bytes),
+                human(m.file_bytes),
+                human(m.peak_rss_bytes)
+            ));
+        }
+        if let (Some(c), Some(o)) = (r.close_secs, r.reopen_secs) {
+            let after = r
+                .memory_after_reopen
+                .map(|m| {
+                    format!(
+                        "; then resident {}, peak {}",
+                        human(m.rss_bytes),
+                        human(m.peak_rss_bytes)
+                    )
+                })
+                .unwrap_or_default();
+            out.push(format!(
+                "{}: store closed in {c:.2} s and reopened in {o:.2} s after the creates{after}",
+                r.target
+            ));
         }
     }
     out
