@@ -278,6 +278,19 @@ impl SegmentFile {
         self.advise(libc::POSIX_FADV_RANDOM);
     }
 
+    /// Unmaps the pages of the segment's map from this process (`MADV_DONTNEED`): they
+    /// stay in the page cache, and a later read through the map faults them back in
+    /// from there. Advisory: failure is ignored.
+    pub fn unmap_pages(&self) {
+        if let Some(m) = self.map.get() {
+            // SAFETY: the map is a shared, read-only map of the file: after
+            // MADV_DONTNEED a read through it sees the file's bytes again (from the page
+            // cache, or the disk), the same bytes, since no byte read through a map is
+            // ever rewritten (see `map_sealed`). No private copy is discarded.
+            let _ = unsafe { m.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+        }
+    }
+
     /// Asks the kernel to start reading `len` bytes at `off` into the page cache without
     /// waiting (`POSIX_FADV_WILLNEED`); cheap when they are there already. Advisory.
     pub fn will_need(&self, off: u64, len: u64) {
@@ -594,7 +607,19 @@ pub fn scan_entries(seg: &SegmentFile, file_len: u64) -> Result<(Vec<Entry>, Sca
 /// byte. Values are checked by every read, by `verify`, and by the full scan of a segment
 /// that has no hint at open. `None` when the map does not cover the file or a record does
 /// not check out: the caller then runs [`scan_entries`], which finds and reports damage.
+///
+/// The pages the walk touched are unmapped from the process afterwards (they stay in the
+/// page cache): sealing walks every segment the store writes, and without this each
+/// one's pages stayed in the process's resident set until the kernel reclaimed them —
+/// 7.9 GB of a 100-million-file store's 16.5 GB at the time, which a user reading
+/// `ps` or a cgroup counting mapped pages takes for the store's memory.
 pub fn scan_entries_mapped(seg: &SegmentFile, file_len: u64) -> Option<Vec<Entry>> {
+    let entries = walk_mapped(seg, file_len);
+    seg.unmap_pages();
+    entries
+}
+
+fn walk_mapped(seg: &SegmentFile, file_len: u64) -> Option<Vec<Entry>> {
     let b = seg.mapped()?.get(..usize::try_from(file_len).ok()?)?;
     let mut pos = usize::try_from(SEG_HEADER_LEN).ok()?;
     let mut entries = Vec::new();
@@ -853,6 +878,85 @@ mod tests {
         assert!(
             faults < pages as i64 / 16,
             "{faults} major faults walking {pages} cold pages"
+        );
+    }
+
+    /// Resident bytes of this process's mapping that starts at `addr` (`/proc/self/smaps`),
+    /// or `None` where that can't be read.
+    fn mapped_rss(addr: usize) -> Option<u64> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let mut lines = smaps.lines();
+        while let Some(l) = lines.next() {
+            let start = l.split('-').next()?;
+            if usize::from_str_radix(start, 16).ok() != Some(addr) {
+                continue;
+            }
+            for l in lines.by_ref() {
+                if let Some(kb) = l.strip_prefix("Rss:") {
+                    return kb
+                        .trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                        .map(|k| k * 1024);
+                }
+            }
+        }
+        None
+    }
+
+    /// Sealing's walk leaves none of the segment's pages mapped into the process (they
+    /// stay in the page cache), and a read through the map after it sees the same bytes.
+    #[test]
+    fn the_mapped_scan_unmaps_the_pages_it_walked() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = Fs::new(None, None);
+        let seg = SegmentFile::create(&fs, dir.path(), 0, 4, SegKind::Data, 1).unwrap();
+        let mut buf = Vec::new();
+        let value = vec![9u8; 1000];
+        for i in 0..4_000u64 {
+            let key = i.to_be_bytes();
+            let dcrc = record::data_crc(&key, &value);
+            record::encode(&mut buf, Kind::Put, 1 + i, 1, &key, &value, dcrc);
+        }
+        fs.write_at(&seg.file, &seg.path, &buf, SEG_HEADER_LEN)
+            .unwrap();
+        let len = SEG_HEADER_LEN + buf.len() as u64;
+        seg.map_for_append(len);
+        let addr = seg.mapped().unwrap().as_ptr() as usize;
+        // Touch every page through the map, as a walk without the release would leave them.
+        let touched: u64 = seg.mapped().unwrap()[..len as usize]
+            .iter()
+            .step_by(page_size() as usize)
+            .map(|&b| u64::from(b))
+            .sum();
+        let Some(before) = mapped_rss(addr) else {
+            return; // no /proc/self/smaps here
+        };
+        assert!(
+            before >= len / 2,
+            "{before} bytes resident after touching {len}"
+        );
+        let entries = scan_entries_mapped(&seg, len).unwrap();
+        assert_eq!(entries.len(), 4_000);
+        let after = mapped_rss(addr).unwrap();
+        assert!(
+            after <= 2 * page_size(),
+            "{after} bytes still mapped after the scan"
+        );
+        // The bytes read through the map again are the file's.
+        let again: u64 = seg.mapped().unwrap()[..len as usize]
+            .iter()
+            .step_by(page_size() as usize)
+            .map(|&b| u64::from(b))
+            .sum();
+        assert_eq!(again, touched);
+        let mut head = vec![0u8; 64];
+        seg.file.read_exact_at(&mut head, SEG_HEADER_LEN).unwrap();
+        assert_eq!(
+            &seg.mapped().unwrap()[SEG_HEADER_LEN as usize..][..64],
+            &head[..]
         );
     }
 }
