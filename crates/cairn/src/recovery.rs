@@ -31,8 +31,12 @@ use crate::{Error, Result};
 
 /// One record's metadata gathered at open.
 struct Rec {
-    /// The key's first 8 bytes, big-endian, zero-padded: most comparisons end here.
-    prefix: u64,
+    /// The key's first 24 bytes as three big-endian words, zero-padded: comparing these
+    /// orders keys as their bytes do, and most comparisons end here without reading the
+    /// key from the arena (a cache miss per key in a shard of millions). Eight bytes were
+    /// too few: every entry key of one directory starts with the same `D` + parent, so
+    /// sorting a 100-million-file store compared nearly every pair through the arena.
+    prefix: [u64; 3],
     key_off: usize,
     key_len: u32,
     kind: Kind,
@@ -169,11 +173,13 @@ fn load_segment(
     let file = Arc::new(file);
     let start = out.recs.len();
     let push = |out: &mut Loaded, kind, seq, batch_total, off: u32, rlen: u32, key: &[u8]| {
-        let mut p = [0u8; 8];
-        let n = key.len().min(8);
+        let mut p = [0u8; 24];
+        let n = key.len().min(24);
         p[..n].copy_from_slice(&key[..n]);
+        let word =
+            |i: usize| u64::from_be_bytes(p[i * 8..i * 8 + 8].try_into().unwrap_or_default());
         out.recs.push(Rec {
-            prefix: u64::from_be_bytes(p),
+            prefix: [word(0), word(1), word(2)],
             key_off: out.arena.len(),
             key_len: key.len() as u32,
             kind,
