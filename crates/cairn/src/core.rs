@@ -354,6 +354,14 @@ impl Core {
             self.sub_disk_used(reserved);
             return Ok(());
         }
+        // Every put's hash-side bucket is asked for at once, so that the inserts below
+        // overlap their cache misses (one per key in a large shard) instead of taking
+        // them one after another.
+        for ((s, p), &k) in prepared.iter().zip(&keep) {
+            if k && p.kind == Kind::Put {
+                guards[guard_of(*s)].index.prefetch(p.key);
+            }
+        }
         let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
         for ((s, p), &k) in prepared.iter().zip(&keep) {
             if k {

@@ -534,6 +534,16 @@ impl Index {
         }
     }
 
+    /// Starts loading the hash-side bucket of `key` into the CPU's cache (see
+    /// [`HashIndex::prefetch`]), so that inserting it soon after overlaps that memory
+    /// access with other work. A hint only.
+    #[inline]
+    pub fn prefetch(&self, key: &[u8]) {
+        if let Some(h) = &self.hashes {
+            h.prefetch(tag_of(key));
+        }
+    }
+
     /// Whether `key`'s entry is at `loc` (the record there holds `key`, as compaction knows
     /// when it asks): from the hash side when it finds `loc` (no other key's entry can be
     /// at the same place) or nothing, else from the ordered index.
