@@ -150,7 +150,7 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
     let built = par_map(loaded, |l| {
         let (id, sdir) = (l.shard, l.dir.clone());
         let fs = &fs;
-        recovery::build(l, &seqstate, segment_size, hashed, |seg| {
+        recovery::build(l, &seqstate, segment_size, |seg| {
             SegmentFile::create(fs, &sdir, id, seg, SegKind::Data, next_seq)
         })
     })?;

@@ -45,6 +45,13 @@ struct Rec {
     loc: Loc,
 }
 
+impl Rec {
+    /// The record's key, kept in `arena`.
+    fn key<'a>(&self, arena: &'a [u8]) -> &'a [u8] {
+        &arena[self.key_off..self.key_off + self.key_len as usize]
+    }
+}
+
 struct LoadedSeg {
     file: Arc<SegmentFile>,
     size: u64,
@@ -454,10 +461,9 @@ impl Settled {
 
 /// The end of the group of records of one key that starts at `i` in `recs` (sorted).
 fn group_end(recs: &[Rec], arena: &[u8], i: usize) -> usize {
-    let key = |r: &Rec| &arena[r.key_off..r.key_off + r.key_len as usize];
-    let (p, k) = (recs[i].prefix, key(&recs[i]));
+    let (p, k) = (recs[i].prefix, recs[i].key(arena));
     let mut j = i + 1;
-    while j < recs.len() && recs[j].prefix == p && key(&recs[j]) == k {
+    while j < recs.len() && recs[j].prefix == p && recs[j].key(arena) == k {
         j += 1;
     }
     j
@@ -471,16 +477,13 @@ fn group_end(recs: &[Rec], arena: &[u8], i: usize) -> usize {
 pub(crate) fn settle(l: &mut Loaded, seqstate: &crate::manifest::SeqState, hashed: bool) {
     let arena = std::mem::take(&mut l.arena);
     let mut recs = std::mem::take(&mut l.recs);
-    {
-        let key = |r: &Rec| &arena[r.key_off..r.key_off + r.key_len as usize];
-        recs.sort_unstable_by(|a, b| {
-            a.prefix
-                .cmp(&b.prefix)
-                .then_with(|| key(a).cmp(key(b)))
-                .then(b.seq.cmp(&a.seq))
-                .then(b.loc.seg.cmp(&a.loc.seg))
-        });
-    }
+    recs.sort_unstable_by(|a, b| {
+        a.prefix
+            .cmp(&b.prefix)
+            .then_with(|| a.key(&arena).cmp(b.key(&arena)))
+            .then(b.seq.cmp(&a.seq))
+            .then(b.loc.seg.cmp(&a.loc.seg))
+    });
     let segs = l
         .segs
         .iter()
@@ -504,7 +507,7 @@ pub(crate) fn settle(l: &mut Loaded, seqstate: &crate::manifest::SeqState, hashe
     while i < recs.len() {
         let end = group_end(&recs, &arena, i);
         let group = &recs[i..end];
-        let key = &arena[group[0].key_off..group[0].key_off + group[0].key_len as usize];
+        let key = group[0].key(&arena);
         // Newest first: the group has a record newer than the watermark iff its first.
         if group[0].seq > seqstate.watermark {
             let key_off = kept_arena.len();
@@ -523,26 +526,25 @@ pub(crate) fn settle(l: &mut Loaded, seqstate: &crate::manifest::SeqState, hashe
     l.settled = Some(settled);
 }
 
-/// Phase 3: builds the shard's in-memory state: the winners of the keys [`settle`]
-/// left (ignoring records of aborted batches and of void ranges) go into its index.
-/// `new_active` creates a fresh active segment when the newest data segment is sealed.
+/// Phase 3: builds the shard's in-memory state from what [`settle`] made of it in phase
+/// 1: the winners of the keys it left (ignoring records of aborted batches and of void
+/// ranges) go into its index. `new_active` creates a fresh active segment when the
+/// newest data segment is sealed.
 pub(crate) fn build(
     mut l: Loaded,
     seqstate: &crate::manifest::SeqState,
     segment_size: u64,
-    hashed: bool,
     new_active: impl FnOnce(u32) -> Result<SegmentFile>,
 ) -> Result<Built> {
-    if l.settled.is_none() {
-        settle(&mut l, seqstate, hashed);
-    }
-    let mut st = l.settled.take().expect("settled just above");
+    let mut st = l
+        .settled
+        .take()
+        .expect("phase 1 settles every shard before phase 3 builds it");
     let (arena, recs) = (std::mem::take(&mut l.arena), std::mem::take(&mut l.recs));
     let mut i = 0;
     while i < recs.len() {
         let end = group_end(&recs, &arena, i);
-        let r = &recs[i];
-        let key = &arena[r.key_off..r.key_off + r.key_len as usize];
+        let key = recs[i].key(&arena);
         if let Some(loc) = st.account(key, &recs[i..end], seqstate) {
             st.index.insert(key, loc);
         }

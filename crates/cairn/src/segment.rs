@@ -815,6 +815,25 @@ mod tests {
         (seg, len)
     }
 
+    /// A segment of `n` puts of 1,000-byte values under 8-byte keys 0, 1, … (sequence
+    /// numbers 1, 2, …), mapped for reads; and its length.
+    fn puts(dir: &Path, n: u64) -> (SegmentFile, u64) {
+        let fs = Fs::new(None, None);
+        let seg = SegmentFile::create(&fs, dir, 0, 3, SegKind::Data, 1).unwrap();
+        let mut buf = Vec::new();
+        let value = vec![7u8; 1000];
+        for i in 0..n {
+            let key = i.to_be_bytes();
+            let dcrc = record::data_crc(&key, &value);
+            record::encode(&mut buf, Kind::Put, 1 + i, 1, &key, &value, dcrc);
+        }
+        fs.write_at(&seg.file, &seg.path, &buf, SEG_HEADER_LEN)
+            .unwrap();
+        let len = SEG_HEADER_LEN + buf.len() as u64;
+        seg.map_for_append(len);
+        (seg, len)
+    }
+
     /// Sealing's quick scan lists the same entries as the full scan, and gives up (for the
     /// full scan to report) on a damaged header or key.
     #[test]
@@ -850,21 +869,9 @@ mod tests {
     #[test]
     fn a_cold_mapped_scan_reads_ahead() {
         let dir = tempfile::tempdir().unwrap();
-        let fs = Fs::new(None, None);
-        let seg = SegmentFile::create(&fs, dir.path(), 0, 3, SegKind::Data, 1).unwrap();
-        let mut buf = Vec::new();
-        let value = vec![7u8; 1000];
-        for i in 0..16_000u64 {
-            let key = i.to_be_bytes();
-            let dcrc = record::data_crc(&key, &value);
-            record::encode(&mut buf, Kind::Put, 1 + i, 1, &key, &value, dcrc);
-        }
-        fs.write_at(&seg.file, &seg.path, &buf, SEG_HEADER_LEN)
-            .unwrap();
+        let (seg, len) = puts(dir.path(), 16_000);
         seg.file.sync_all().unwrap();
-        let len = SEG_HEADER_LEN + buf.len() as u64;
         let pages = len / page_size();
-        seg.map_for_append(len);
         // Out of the page cache (the file is synced, so its pages are clean).
         // SAFETY: an advisory call on an open descriptor.
         unsafe {
@@ -911,19 +918,7 @@ mod tests {
     #[test]
     fn the_mapped_scan_unmaps_the_pages_it_walked() {
         let dir = tempfile::tempdir().unwrap();
-        let fs = Fs::new(None, None);
-        let seg = SegmentFile::create(&fs, dir.path(), 0, 4, SegKind::Data, 1).unwrap();
-        let mut buf = Vec::new();
-        let value = vec![9u8; 1000];
-        for i in 0..4_000u64 {
-            let key = i.to_be_bytes();
-            let dcrc = record::data_crc(&key, &value);
-            record::encode(&mut buf, Kind::Put, 1 + i, 1, &key, &value, dcrc);
-        }
-        fs.write_at(&seg.file, &seg.path, &buf, SEG_HEADER_LEN)
-            .unwrap();
-        let len = SEG_HEADER_LEN + buf.len() as u64;
-        seg.map_for_append(len);
+        let (seg, len) = puts(dir.path(), 4_000);
         let addr = seg.mapped().unwrap().as_ptr() as usize;
         // Touch every page through the map, as a walk without the release would leave them.
         let touched: u64 = seg.mapped().unwrap()[..len as usize]
