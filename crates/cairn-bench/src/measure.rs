@@ -469,8 +469,13 @@ pub fn anon_rss() -> Option<u64> {
 }
 
 fn status_kib(field: &str) -> Option<u64> {
-    let text = fs::read_to_string("/proc/self/status").ok()?;
-    text.lines()
+    status_field_kib(&fs::read_to_string("/proc/self/status").ok()?, field)
+}
+
+/// Field `field` (`"VmHWM:"`, say) of a `/proc/PID/status` text, in KiB.
+pub fn status_field_kib(status: &str, field: &str) -> Option<u64> {
+    status
+        .lines()
         .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }

@@ -4,33 +4,60 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::Command;
 
-#[test]
-fn fs_bench_smoke() {
-    let tmp = tempfile::tempdir().unwrap();
-    let json = tmp.path().join("fs.json");
-    let out_dir = tmp.path().join("out");
+/// Runs `cairn fs-bench ARGS` with its work directory, `--json` file and `--out` in
+/// `tmp`, and checks that it succeeded: its standard output and its JSON.
+fn fs_bench(tmp: &Path, args: &[&str]) -> (String, serde_json::Value) {
+    let json = tmp.join("fs.json");
     let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["fs-bench", "--files", "2000", "--intervals", "4", "--cold"])
-        .args(["--data-sizes", "1,3", "--procs", "1,2", "--everyday"])
-        .args(["--everyday-dirs", "3", "--everyday-dd-mib", "8"])
-        .args(["--targets", "lib,fuse,fuse-classic,plain", "--dir"])
-        .arg(tmp.path().join("work"))
+        .arg("fs-bench")
+        .args(args)
+        .arg("--dir")
+        .arg(tmp.join("work"))
         .arg("--json")
         .arg(&json)
         .arg("--out")
-        .arg(&out_dir)
+        .arg(tmp.join("out"))
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let all = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    (stdout, all)
+}
+
+#[test]
+fn fs_bench_smoke() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tmp.path().join("out");
+    let (stdout, all) = fs_bench(
+        tmp.path(),
+        &[
+            "--files",
+            "2000",
+            "--intervals",
+            "4",
+            "--cold",
+            "--data-sizes",
+            "1,3",
+            "--procs",
+            "1,2",
+            "--everyday",
+            "--everyday-dirs",
+            "3",
+            "--everyday-dd-mib",
+            "8",
+            "--targets",
+            "lib,fuse,fuse-classic,plain",
+        ],
+    );
     println!("{stdout}");
-    let all: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let runs = all["metadata"].as_array().unwrap();
     // Unpinned unless --pin: what a user's mount does.
     assert!(all["pinned_cpu"].is_null(), "{all}");
@@ -193,25 +220,20 @@ fn fs_bench_smoke() {
 #[test]
 fn fs_bench_limits_memory_and_reopen() {
     let tmp = tempfile::tempdir().unwrap();
-    let json = tmp.path().join("fs.json");
     // No machine creates 5 million files in 0.3 s: the creates are stopped.
-    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["fs-bench", "--files", "5000000", "--targets", "lib"])
-        .args(["--time-limit", "0.3", "--phase-limit", "0.02", "--dir"])
-        .arg(tmp.path().join("work"))
-        .arg("--json")
-        .arg(&json)
-        .arg("--out")
-        .arg(tmp.path().join("out"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (stdout, all) = fs_bench(
+        tmp.path(),
+        &[
+            "--files",
+            "5000000",
+            "--targets",
+            "lib",
+            "--time-limit",
+            "0.3",
+            "--phase-limit",
+            "0.02",
+        ],
     );
-    let all: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let r = &all["metadata"][0];
     let files = r["files"].as_u64().unwrap();
     assert!(files > 0 && files < 5_000_000, "{r}");

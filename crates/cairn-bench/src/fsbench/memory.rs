@@ -4,6 +4,8 @@
 
 use serde::Serialize;
 
+use crate::measure;
+
 /// The memory of the process serving a target, at one moment.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub(super) struct Memory {
@@ -27,16 +29,7 @@ impl Memory {
             None => "/proc/self/status".into(),
         };
         let text = std::fs::read_to_string(path).ok()?;
-        let field = |name: &str| -> Option<u64> {
-            let line = text.lines().find(|l| l.starts_with(name))?;
-            let kib: u64 = line[name.len()..]
-                .trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse()
-                .ok()?;
-            Some(kib * 1024)
-        };
+        let field = |name: &str| measure::status_field_kib(&text, name).map(|k| k * 1024);
         Some(Memory {
             rss_bytes: field("VmRSS:")?,
             anon_bytes: field("RssAnon:")?,
@@ -90,13 +83,6 @@ impl Drop for PeakAnon {
             let _ = t.join();
         }
     }
-}
-
-/// Restarts this process's peak resident set (`VmHWM`) from its present size, so that
-/// the peak read after a target is that target's (Linux ≥ 4.0; elsewhere the peak is
-/// the process's since it started, which the report then overstates).
-pub(super) fn reset_peak() {
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
 /// `bytes` as GiB or MiB, for the report.

@@ -162,7 +162,8 @@ pub(super) fn run_target(
         }
     };
 
-    memory::reset_peak();
+    // The peak read after the target is then its own.
+    crate::measure::reset_peak_rss();
     let peak_anon = t.process().map(memory::PeakAnon::start);
     let memory_of = |t: &dyn Target| t.process().and_then(Memory::of);
     let mut series = Vec::new();
@@ -222,19 +223,10 @@ pub(super) fn run_target(
     let peak_anon_bytes = peak_anon.map(|p| p.peak());
 
     let order = shuffled(n);
-    let mut progress = Progress::new(label, "stat", n);
-    let t0 = Instant::now();
-    let mut stats_done = 0;
-    for &i in &order {
-        if stats_done % 1024 == 0 && phase_limit.is_some_and(|l| t0.elapsed() >= l) {
-            break;
-        }
-        t.stat(&name(i))
-            .with_context(|| format!("{label}: stat {}", name(i)))?;
-        stats_done += 1;
-        progress.tick(stats_done, None);
-    }
-    let stat = t0.elapsed();
+    let (stats_done, stat) = limited(label, "stat", n, phase_limit, |k| {
+        let f = name(order[k as usize]);
+        t.stat(&f).with_context(|| format!("{label}: stat {f}"))
+    })?;
     drop(order);
     phase_done("stat", stats_done.max(1), &mut counts);
 
@@ -246,34 +238,23 @@ pub(super) fn run_target(
     }
     phase_done("list", n, &mut counts);
 
-    let mut progress = Progress::new(label, "unlinked", n);
-    let t0 = Instant::now();
-    let mut unlinks_done = 0;
-    while unlinks_done < n {
-        if unlinks_done % 1024 == 0 && phase_limit.is_some_and(|l| t0.elapsed() >= l) {
-            break;
-        }
-        let f = name(unlinks_done);
-        t.unlink(&f)
-            .with_context(|| format!("{label}: unlink {f}"))?;
-        unlinks_done += 1;
-        progress.tick(unlinks_done, None);
-    }
-    let unlink = t0.elapsed();
+    let (unlinks_done, unlink) = limited(label, "unlinked", n, phase_limit, |k| {
+        let f = name(k);
+        t.unlink(&f).with_context(|| format!("{label}: unlink {f}"))
+    })?;
     phase_done("unlink", unlinks_done.max(1), &mut counts);
 
-    let rate = |k: u64, d: Duration| k as f64 / d.as_secs_f64().max(1e-9);
     Ok(TargetRun {
         target: label.to_string(),
         files: n,
         stopped_after,
-        create_rate: rate(n, create),
+        create_rate: per_sec(n, create),
         create_series: series,
         first_10pct_rate,
         last_10pct_rate,
-        stat_rate: rate(stats_done, stat),
-        list_rate: rate(n, list),
-        unlink_rate: rate(unlinks_done, unlink),
+        stat_rate: per_sec(stats_done, stat),
+        list_rate: per_sec(n, list),
+        unlink_rate: per_sec(unlinks_done, unlink),
         stats_done,
         unlinks_done,
         create_secs: create.as_secs_f64(),
@@ -291,13 +272,41 @@ pub(super) fn run_target(
     })
 }
 
+/// `k` operations in `d`, per second.
+fn per_sec(k: u64, d: Duration) -> f64 {
+    k as f64 / d.as_secs_f64().max(1e-9)
+}
+
+/// Runs `op(k)` for `k` in `0..n`, its progress on stderr as `phase`, stopping once
+/// `limit` (--phase-limit) has passed (looked at every 1,024 operations): the
+/// operations made and the time they took.
+fn limited(
+    label: &str,
+    phase: &str,
+    n: u64,
+    limit: Option<Duration>,
+    mut op: impl FnMut(u64) -> Result<()>,
+) -> Result<(u64, Duration)> {
+    let mut progress = Progress::new(label, phase, n);
+    let t0 = Instant::now();
+    let mut done = 0;
+    while done < n {
+        if done % 1024 == 0 && limit.is_some_and(|l| t0.elapsed() >= l) {
+            break;
+        }
+        op(done)?;
+        done += 1;
+        progress.tick(done, None);
+    }
+    Ok((done, t0.elapsed()))
+}
+
 /// The create rates over the first and the last tenth of `n` creates, from `marks`
 /// ((files created, time) in ascending order, from (0, 0) to (n, total)): the first
 /// tenth up to the first mark at or past n/10, the last from the last mark at or
 /// before n − n/10.
 pub(super) fn tenths(marks: &[(u64, Duration)], n: u64) -> (f64, f64) {
     let tenth = (n / 10).max(1);
-    let rate = |k: u64, d: Duration| k as f64 / d.as_secs_f64().max(1e-9);
     let end = marks.last().copied().unwrap_or((n, Duration::ZERO));
     let first = marks.iter().find(|m| m.0 >= tenth).copied().unwrap_or(end);
     let from = marks
@@ -307,7 +316,7 @@ pub(super) fn tenths(marks: &[(u64, Duration)], n: u64) -> (f64, f64) {
         .copied()
         .unwrap_or((0, Duration::ZERO));
     (
-        rate(first.0, first.1),
-        rate(end.0 - from.0, end.1.saturating_sub(from.1)),
+        per_sec(first.0, first.1),
+        per_sec(end.0 - from.0, end.1.saturating_sub(from.1)),
     )
 }
