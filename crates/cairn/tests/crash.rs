@@ -770,23 +770,37 @@ fn snapshot(src: &Path, dst: &Path) {
     for e in std::fs::read_dir(src).unwrap() {
         let e = e.unwrap();
         let to = dst.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            snapshot(&e.path(), &to);
-        } else {
-            std::fs::copy(e.path(), to).unwrap();
+        match e.file_type() {
+            Ok(t) if t.is_dir() => snapshot(&e.path(), &to),
+            // A file the store removes while the copy is taken (a segment compaction
+            // retired, a hint's temporary file) is gone at the moment of the "SIGKILL"
+            // either way.
+            Ok(_) => match std::fs::copy(e.path(), to) {
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                r => {
+                    r.unwrap();
+                }
+            },
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => panic!("{}: {err}", e.path().display()),
         }
     }
 }
 
-/// Whether any file under `dir` holds `needle`.
+/// Whether any file under `dir` holds `needle` (a file removed while it is looked at,
+/// such as a retired segment, holds nothing).
 fn on_disk(dir: &Path, needle: &[u8]) -> bool {
     std::fs::read_dir(dir).unwrap().any(|e| {
         let e = e.unwrap();
-        if e.file_type().unwrap().is_dir() {
-            on_disk(&e.path(), needle)
-        } else {
-            let b = std::fs::read(e.path()).unwrap();
-            b.windows(needle.len()).any(|w| w == needle)
+        match e.file_type() {
+            Ok(t) if t.is_dir() => on_disk(&e.path(), needle),
+            Ok(_) => match std::fs::read(e.path()) {
+                Ok(b) => b.windows(needle.len()).any(|w| w == needle),
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => false,
+                Err(err) => panic!("{}: {err}", e.path().display()),
+            },
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => false,
+            Err(err) => panic!("{}: {err}", e.path().display()),
         }
     })
 }
