@@ -871,15 +871,18 @@ impl Index {
             len,
             hashes: None,
         };
-        if hashed {
-            let mut hashes = HashIndex::with_capacity(len);
-            index.for_each(|key, loc| hashes.insert(tag_of(key), loc));
-            index.hashes = Some(hashes);
-        }
         if let Some(first) = unsorted {
-            for (key, loc) in std::iter::once(first).chain(entries) {
+            for (key, loc) in std::iter::once(first).chain(entries.by_ref()) {
                 index.insert(key.as_ref(), loc);
             }
+        }
+        // The input (a whole shard's keys and locations at open) is freed before the
+        // hash side's build takes its buffers.
+        drop(entries);
+        if hashed {
+            let mut tagged = Vec::with_capacity(index.len);
+            index.for_each(|key, loc| tagged.push((tag_of(key), loc)));
+            index.hashes = Some(HashIndex::from_tagged(tagged));
         }
         index
     }

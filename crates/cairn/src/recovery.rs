@@ -132,6 +132,16 @@ pub(crate) fn load(fs: &Fs, shard: u32, dir: &Path) -> Result<Loaded> {
             fs.remove(&segment::hint_path(dir, id))?;
         }
     }
+    // Entries take about 26 bytes beside their key in a hint file: room for all of the
+    // shard's at once, not by doubling (each doubling copies every record read so far).
+    let hint_bytes: u64 = seg_ids
+        .iter()
+        .filter(|id| hint_ids.contains(id))
+        .filter_map(|&id| fs::metadata(segment::hint_path(dir, id)).ok())
+        .map(|m| m.len())
+        .sum();
+    out.arena.reserve(hint_bytes as usize);
+    out.recs.reserve(hint_bytes as usize / 34);
     for id in seg_ids {
         load_segment(fs, dir, shard, id, hint_ids.contains(&id), &mut out)?;
     }
@@ -203,11 +213,6 @@ fn load_segment(
     };
     let arena_start = out.arena.len();
     if has_hint {
-        // Entries take about 26 bytes beside their key: reserve once, not by doubling.
-        if let Ok(m) = fs::metadata(&hpath) {
-            out.arena.reserve(m.len() as usize);
-            out.recs.reserve(m.len() as usize / 34);
-        }
         let mut outside = false;
         match segment::read_hint(&hpath, id, |kind, seq, batch, off, rlen, key| {
             outside |= (off as u64) < SEG_HEADER_LEN || off as u64 + rlen as u64 > len;
@@ -501,7 +506,7 @@ pub(crate) fn settle(l: &mut Loaded, seqstate: &crate::manifest::SeqState, hashe
         live_by_ns: Tally::default(),
         keys_by_ns: Tally::default(),
     };
-    let mut winners: Vec<(&[u8], Loc)> = Vec::new();
+    let mut winners: Vec<(&[u8], Loc)> = Vec::with_capacity(recs.len());
     let (mut kept, mut kept_arena) = (Vec::new(), Vec::new());
     let mut i = 0;
     while i < recs.len() {
@@ -518,8 +523,10 @@ pub(crate) fn settle(l: &mut Loaded, seqstate: &crate::manifest::SeqState, hashe
         }
         i = end;
     }
-    settled.index = Index::from_sorted(winners, hashed);
+    // The records are done with (the winners borrow only the keys): freed before the
+    // index is built, so that a shard's records and its index are not in memory at once.
     drop(recs);
+    settled.index = Index::from_sorted(winners, hashed);
     drop(arena);
     l.recs = kept;
     l.arena = kept_arena;
