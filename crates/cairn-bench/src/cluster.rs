@@ -60,6 +60,9 @@ pub struct ClusterBenchArgs {
     /// Entries a partition holds before its server splits it (default: the server's)
     #[arg(long)]
     pub split_threshold: Option<u64>,
+    /// Partitions per server a directory splits into at most (default: the server's)
+    #[arg(long)]
+    pub partitions_per_server: Option<u32>,
     /// Work directory for the servers' stores: new or empty; what the run makes in it is
     /// removed at the end
     #[arg(long, default_value = "./cairn-cluster-bench")]
@@ -251,6 +254,9 @@ fn start_servers(
             ));
         if let Some(t) = args.split_threshold {
             cmd.arg("--split-threshold").arg(t.to_string());
+        }
+        if let Some(k) = args.partitions_per_server {
+            cmd.arg("--partitions-per-server").arg(k.to_string());
         }
         if insecure {
             cmd.arg("--insecure");

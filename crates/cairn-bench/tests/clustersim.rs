@@ -14,9 +14,21 @@ fn opts(work: &std::path::Path, crashes: u32, seed: u64) -> SimOptions {
         seed,
         crashes,
         split_threshold: 32,
+        // Splits without bound: the kills land inside splits all run long.
+        partitions_per_server: 0,
         window: 8,
         work: work.to_path_buf(),
         ack_before_durable: false,
+    }
+}
+
+/// The same run with at most 2 partitions per server (32 partitions of the shared
+/// directory) and 400 files per server, so that the bound is reached early in the run.
+fn bounded_opts(work: &std::path::Path, crashes: u32, seed: u64) -> SimOptions {
+    SimOptions {
+        files_per_server: 400,
+        partitions_per_server: 2,
+        ..opts(work, crashes, seed)
     }
 }
 
@@ -128,4 +140,41 @@ fn creates_acknowledged_before_durable_are_caught() {
         msg.contains("acknowledged") || msg.contains("INCONSISTENT"),
         "{msg}"
     );
+}
+
+/// With a bound of partitions per server (the servers' default is 8), the directory
+/// splits until every partition is at the bound's depth and then only grows: exactly
+/// 16 × 2 partitions, entries per server even, and fewer entries moved than without it.
+#[test]
+fn a_bounded_directory_spreads_evenly_and_stops_moving() {
+    let work = tempfile::tempdir().unwrap();
+    let mut o = bounded_opts(work.path(), 0, 5);
+    let bounded = simulate(&o).unwrap();
+    assert_eq!(bounded.creates, 16 * 400);
+    assert_eq!(bounded.partitions, 32, "{bounded:?}");
+    assert_eq!(bounded.splits, 31);
+    assert!(bounded.balance_max_over_mean <= 1.25, "{bounded:?}");
+    o.partitions_per_server = 0;
+    let free = simulate(&o).unwrap();
+    assert!(free.splits > 100, "{free:?}");
+    assert!(
+        bounded.entries_moved * 2 < free.entries_moved,
+        "bounded {} moved, unbounded {}",
+        bounded.entries_moved,
+        free.entries_moved
+    );
+}
+
+/// With the bound, kills are armed by splits seen, so they still land inside splits,
+/// though splits end early in the run; the namespace checks clean after them.
+#[test]
+fn bounded_splits_still_take_kills_inside_them() {
+    let work = tempfile::tempdir().unwrap();
+    let r = simulate(&bounded_opts(work.path(), 3, 9)).unwrap();
+    assert_eq!(r.crash_events.len(), 3, "{:?}", r.crash_events);
+    for e in &r.crash_events {
+        assert!(e.point.is_some() && e.during_split, "{e:?}");
+    }
+    assert_eq!(r.creates + r.creates_unknown, 16 * 400, "{r:?}");
+    assert_eq!(r.partitions, 32, "{r:?}");
 }

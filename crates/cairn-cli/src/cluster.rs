@@ -101,6 +101,10 @@ pub struct ServeArgs {
     /// Entries of a directory partition above which it is split in two (default 8192)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub split_threshold: Option<u64>,
+    /// Partitions per server a directory is split into at most; once spread, its
+    /// partitions grow instead of splitting (default 8; 0: no bound)
+    #[arg(long, value_name = "N")]
+    pub partitions_per_server: Option<u32>,
     /// Threads that serve requests (default 1; more for a server with cores of its own)
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub workers: u16,
@@ -250,6 +254,9 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
     opts.metrics = args.metrics;
     if let Some(n) = args.split_threshold {
         opts.split_threshold = n;
+    }
+    if let Some(n) = args.partitions_per_server {
+        opts.partitions_per_server = n;
     }
     opts.workers = usize::from(args.workers);
     cairn_cluster::server::run_until_signal(opts)

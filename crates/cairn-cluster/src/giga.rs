@@ -16,6 +16,37 @@ use xxhash_rust::xxh3::xxh3_64;
 /// Deepest a partition may be split (2^24 partitions per directory).
 pub const MAX_DEPTH: u32 = 24;
 
+/// Default partitions per server a directory splits into at most
+/// ([`split_depth_limit`]): enough that entries per server stay within a few percent of
+/// the mean when the server count is not a power of two, few enough that a spread
+/// directory stops moving entries.
+pub const DEFAULT_PARTITIONS_PER_SERVER: u32 = 8;
+
+/// The depth past which no partition of a directory splits in a cluster of `servers`
+/// servers when a directory may have `per_server` partitions per server: the smallest
+/// `d` with `2^d ≥ servers × per_server` (at most [`MAX_DEPTH`]; `per_server` 0 means
+/// [`MAX_DEPTH`]). Once every partition has reached it, the directory is spread as
+/// evenly as it will be: more splits would only move entries (GIGA+ stops splitting a
+/// directory once it covers the servers; IndexFS bounds partitions by servers too).
+///
+/// ```
+/// use cairn_cluster::giga::split_depth_limit;
+/// assert_eq!(split_depth_limit(64, 8), 9); // 512 partitions over 64 servers
+/// assert_eq!(split_depth_limit(3, 8), 5); // 32 partitions: 11, 11 and 10 per server
+/// assert_eq!(split_depth_limit(4, 0), cairn_cluster::giga::MAX_DEPTH);
+/// ```
+pub fn split_depth_limit(servers: u32, per_server: u32) -> u32 {
+    if per_server == 0 {
+        return MAX_DEPTH;
+    }
+    let want = u64::from(servers.max(1)) * u64::from(per_server);
+    let mut d = 0;
+    while d < MAX_DEPTH && (1u64 << d) < want {
+        d += 1;
+    }
+    d
+}
+
 /// Bits of an inode number that name its home server.
 pub const HOME_SHIFT: u32 = 48;
 

@@ -87,6 +87,53 @@ fn a_directory_splits_over_the_servers() {
     c.shutdown();
 }
 
+/// Once a directory has its partitions per server, it stops splitting: its partitions
+/// grow past the threshold, each server holds its share, and nothing moves any more.
+#[test]
+fn a_spread_directory_stops_splitting() {
+    // Two servers, at most two partitions each: depth 2, partitions 0..4.
+    let mut c = Cluster::start(2, 16);
+    c.per_server = 2;
+    for i in 0..2 {
+        c.shutdown_one(i);
+        c.restart(i, None);
+    }
+    let fs = c.client();
+    let d = fs.mkdir(&R, ROOT, b"wide", 0o755).unwrap().ino;
+    let n = 2000u64;
+    for i in 0..n {
+        fs.create(&R, d, format!("f{i}").as_bytes(), 0o644).unwrap();
+    }
+    c.settle(Duration::from_secs(30));
+    let st = admin::status(&c.cfg, Duration::from_secs(5));
+    let big = st.largest.iter().find(|l| l.dir == d).expect("listed");
+    assert_eq!(big.entries, n);
+    assert_eq!(
+        big.partitions, 4,
+        "split to the bound and no further: {st:#?}"
+    );
+    assert_eq!(st.servers.iter().map(|s| s.splits_done).sum::<u64>(), 3);
+    // Each server holds two of the four quarters (the root directory's entry aside).
+    for s in &st.servers {
+        assert!(
+            s.entries.abs_diff(n / 2) < n / 10,
+            "server {} holds {} of {n}: {st:#?}",
+            s.id,
+            s.entries
+        );
+    }
+    // More creates move nothing.
+    for i in n..n + 500 {
+        fs.create(&R, d, format!("f{i}").as_bytes(), 0o644).unwrap();
+    }
+    c.settle(Duration::from_secs(30));
+    let st = admin::status(&c.cfg, Duration::from_secs(5));
+    assert_eq!(st.servers.iter().map(|s| s.splits_done).sum::<u64>(), 3);
+    assert_eq!(list(&fs, d, 300).len() as u64, n + 500);
+    c.check();
+    c.shutdown();
+}
+
 fn e<T: std::fmt::Debug>(r: cairn_fs::FsResult<T>) -> i32 {
     r.expect_err("expected an error").0
 }

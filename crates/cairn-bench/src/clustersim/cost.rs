@@ -119,6 +119,9 @@ fn one_run(dir: &Path, threshold: u64, ops: u64, window: u32) -> Result<Run> {
     let mut opts = ServerOptions::new(dir, addr, cfg.clone());
     opts.sync = SyncMode::Never;
     opts.split_threshold = threshold;
+    // Splits without bound: the run measures what a split costs per entry moved, so
+    // its partitions must go on splitting however few servers it has.
+    opts.partitions_per_server = 0;
     let h = server::start(opts).context("starting the measuring server")?;
     // Unbatched: in the simulation a server's creates in flight come from many clients,
     // each with --window / N of them to it, fewer than a client keeps in flight before

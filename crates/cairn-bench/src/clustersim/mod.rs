@@ -62,6 +62,9 @@ pub struct ClusterSimArgs {
     /// --quick)
     #[arg(long)]
     pub split_threshold: Option<u64>,
+    /// Partitions per server a directory splits into at most (0: no bound)
+    #[arg(long, default_value_t = cairn_cluster::giga::DEFAULT_PARTITIONS_PER_SERVER)]
+    pub partitions_per_server: u32,
     /// Creates each client keeps in flight
     #[arg(long, default_value_t = 16)]
     pub window: u32,
@@ -186,6 +189,7 @@ pub fn run(args: &ClusterSimArgs) -> Result<()> {
             seed: args.seed,
             crashes: args.crashes,
             split_threshold: threshold,
+            partitions_per_server: args.partitions_per_server,
             window: args.window,
             work: work.clone(),
             ack_before_durable: false,

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use cairn::fault::{Loss, PowerLoss};
-use cairn_cluster::giga::{home_of, server_of};
+use cairn_cluster::giga::{home_of, server_of, split_depth_limit};
 use cairn_cluster::server::{
     start_embedded, CrashHook, Probe, ServerOptions, SyncMode, SPLIT_CRASH_POINTS,
 };
@@ -60,6 +60,8 @@ pub struct SimOptions {
     pub crashes: u32,
     /// Entries of a partition above which it splits.
     pub split_threshold: u64,
+    /// Partitions per server a directory splits into at most (0: no bound).
+    pub partitions_per_server: u32,
     /// Creates each client keeps in flight.
     pub window: u32,
     /// Where the servers' stores go (a fresh subdirectory is made and removed).
@@ -148,6 +150,8 @@ pub struct SimResult {
     pub seed: u64,
     /// Split threshold.
     pub split_threshold: u64,
+    /// Partitions per server a directory splits into at most (0: no bound).
+    pub partitions_per_server: u32,
     /// Creates acknowledged.
     pub creates: u64,
     /// Creates that failed with EIO (possible only with crashes: outcome unknown).
@@ -313,6 +317,7 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
             ServerOptions::new(&dir, SocketAddr::new(ips[i as usize], PORT), cfg.clone());
         opts.sync = sync;
         opts.split_threshold = o.split_threshold;
+        opts.partitions_per_server = o.partitions_per_server;
         if crashing {
             let arming = arming.clone();
             opts.crash_hook = Some(CrashHook(Arc::new(move |id, point| {
@@ -409,15 +414,25 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
     }
 
     let total = o.files_per_server * n as u64;
-    // Each kill: a split crash point, and the create count at which it is armed (in the
-    // first 5% of the creates for a point only remote splits pass, else 5-90%).
+    // With partitions bounded per server, the directory's splits end once it is spread
+    // (2^D - 1 of them, `split_depth_limit`), early in a long run: each kill is then
+    // armed at a count of splits seen rather than of creates, so that it lands inside a
+    // split.
+    let bounded_splits = (o.partitions_per_server > 0)
+        .then(|| (1u64 << split_depth_limit(n, o.partitions_per_server)) - 1);
+    // Each kill: a split crash point, and the progress at which it is armed. Unbounded:
+    // creates acknowledged, in the first 5% for a point only remote splits pass, else
+    // 5-90%. Bounded: splits seen, before the directory covers the servers (about N - 1
+    // splits) for a remote point, else in the first 90% of the splits.
     let mut crash_at: Vec<(u64, &'static str)> = (0..o.crashes)
         .map(|_| {
             let p = SPLIT_CRASH_POINTS[rng.random_range(0..SPLIT_CRASH_POINTS.len())];
-            let at = if REMOTE_POINTS.contains(&p) {
-                rng.random_range(0..=total / 20)
-            } else {
-                rng.random_range(total / 20..=(total * 9 / 10).max(total / 20))
+            let remote = REMOTE_POINTS.contains(&p);
+            let at = match bounded_splits {
+                Some(e) if remote => rng.random_range(0..=(n as u64).saturating_sub(2).min(e)),
+                Some(e) => rng.random_range(0..=e * 9 / 10),
+                None if remote => rng.random_range(0..=total / 20),
+                None => rng.random_range(total / 20..=(total * 9 / 10).max(total / 20)),
             };
             (at, p)
         })
@@ -435,6 +450,7 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
         files_per_server: o.files_per_server,
         seed: o.seed,
         split_threshold: o.split_threshold,
+        partitions_per_server: o.partitions_per_server,
         creates: 0,
         creates_unknown: 0,
         steps: 0,
@@ -523,8 +539,12 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
         let fired = arming.lock().expect("one thread").fired.take();
         let mut kill: Option<(u32, Option<&'static str>)> = fired.map(|(s, p)| (s, Some(p)));
         if kill.is_none() && crash_next < crash_at.len() && !done {
+            let progress = match bounded_splits {
+                Some(_) => res.split_events.len() as u64,
+                None => acked,
+            };
             match armed_since {
-                None if acked >= crash_at[crash_next].0 && o.ack_before_durable => {
+                None if progress >= crash_at[crash_next].0 && o.ack_before_durable => {
                     // The negative control kills between steps at once: right after a
                     // split's sync there is little unsynced to lose.
                     armed_since = Some(step);
@@ -533,7 +553,7 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
                         kill = Some((up[rng.random_range(0..up.len())], None));
                     }
                 }
-                None if acked >= crash_at[crash_next].0 => {
+                None if progress >= crash_at[crash_next].0 => {
                     arming.lock().expect("one thread").armed = Some(Some(crash_at[crash_next].1));
                     armed_since = Some(step);
                 }

@@ -28,6 +28,7 @@ use cairn::{Options, SyncPolicy};
 
 use crate::config::ClusterConfig;
 use crate::error::ServerError;
+use crate::giga;
 use crate::proto;
 use crate::rows::*;
 use node::{Batch, Mem, Node, NodeRef, Part};
@@ -70,6 +71,10 @@ pub struct ServerOptions {
     pub metrics: Option<SocketAddr>,
     /// Entries of a partition above which it splits.
     pub split_threshold: u64,
+    /// Partitions per server a directory splits into at most (0: no bound but
+    /// [`giga::MAX_DEPTH`]); see [`giga::split_depth_limit`]. Once a directory is spread,
+    /// its partitions grow past the threshold instead of moving entries.
+    pub partitions_per_server: u32,
     /// Timeout of a call to another server.
     pub peer_timeout: Duration,
     /// Longest a request may run before it is answered DEADLINE_EXCEEDED ("timeout
@@ -130,7 +135,9 @@ pub const SPLIT_CRASH_POINTS: &[&str] = &[
 
 impl ServerOptions {
     /// Options with the defaults: `SyncMode::Always`, no metrics endpoint, split
-    /// threshold [`DEFAULT_SPLIT_THRESHOLD`], peer timeout 5 s, request timeout 30 s,
+    /// threshold [`DEFAULT_SPLIT_THRESHOLD`], at most
+    /// [`giga::DEFAULT_PARTITIONS_PER_SERVER`] partitions of a directory per server,
+    /// peer timeout 5 s, request timeout 30 s,
     /// handshake timeout 5 s, 128 requests at once per connection; mutual TLS unless the
     /// cluster config is insecure ([`ClusterConfig::set_insecure`]).
     pub fn new(
@@ -145,6 +152,7 @@ impl ServerOptions {
             sync: SyncMode::Always,
             metrics: None,
             split_threshold: DEFAULT_SPLIT_THRESHOLD,
+            partitions_per_server: giga::DEFAULT_PARTITIONS_PER_SERVER,
             peer_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
             handshake_timeout: Duration::from_secs(5),
@@ -507,6 +515,7 @@ fn open_node(
         ks,
         sync: opts.sync,
         threshold: opts.split_threshold.max(2),
+        split_depth: giga::split_depth_limit(cfg.len(), opts.partitions_per_server),
         peer_timeout: opts.peer_timeout,
         mu: Mutex::new(Mem::default()),
         peers,

@@ -187,6 +187,8 @@ pub(crate) struct Node {
     pub ks: Keyspace,
     pub sync: SyncMode,
     pub threshold: u64,
+    /// Depth past which partitions do not split ([`giga::split_depth_limit`]).
+    pub split_depth: u32,
     pub peer_timeout: Duration,
     pub mu: Mutex<Mem>,
     pub peers: Vec<super::peer::PeerConn>,
@@ -587,7 +589,7 @@ impl Node {
                     && p.state == PART_ACTIVE
                     && !p.splitting
                     && p.removing.is_none()
-                    && p.depth < MAX_DEPTH
+                    && p.depth < self.split_depth
             }
             None => false,
         }

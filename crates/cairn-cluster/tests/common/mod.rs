@@ -14,6 +14,8 @@ pub struct Cluster {
     pub cfg: ClusterConfig,
     pub servers: Vec<Option<ServerHandle>>,
     pub threshold: u64,
+    /// Partitions per server a directory splits into at most.
+    pub per_server: u32,
     pub sync: SyncMode,
 }
 
@@ -114,6 +116,7 @@ impl Cluster {
             cfg,
             servers: Vec::new(),
             threshold,
+            per_server: cairn_cluster::giga::DEFAULT_PARTITIONS_PER_SERVER,
             sync,
         };
         for i in 0..n {
@@ -130,6 +133,7 @@ impl Cluster {
             self.cfg.clone(),
         );
         o.split_threshold = self.threshold;
+        o.partitions_per_server = self.per_server;
         o.sync = self.sync;
         o.peer_timeout = Duration::from_secs(2);
         o.crash_at = crash_at.map(str::to_owned);
