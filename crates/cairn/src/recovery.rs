@@ -286,6 +286,12 @@ fn load_segment(
             tail.detail
         );
         size = outcome.valid_end;
+    } else if outcome.zero_tail > 0 {
+        // Zeros laid out ahead of durable appends by the last run: cut off, so that
+        // appends go on where the data ends and the length is the data's end again.
+        fs.set_len(&file.file, &path, outcome.valid_end)?;
+        fs.sync_data(&file.file, &path)?;
+        size = outcome.valid_end;
     }
     out.segs.insert(
         id,

@@ -368,6 +368,9 @@ pub struct ScanOutcome {
     pub tail: Option<BadSpot>,
     /// Intact records.
     pub records: u64,
+    /// Zero bytes from `valid_end` to the end of the file: laid out ahead of durable
+    /// appends (see `shard::layout`), not damage. The segment's data ends at `valid_end`.
+    pub zero_tail: u64,
 }
 
 /// Buffered positional reader over a file, handing out contiguous slices.
@@ -404,6 +407,18 @@ impl<'f> WindowReader<'f> {
         let s = (pos - self.start) as usize;
         Ok(&self.buf[s..s + n])
     }
+}
+
+/// Whether every byte from `pos` to `file_len` is zero.
+fn zeros_to_end(r: &mut WindowReader<'_>, mut pos: u64, file_len: u64) -> std::io::Result<bool> {
+    while pos < file_len {
+        let n = (file_len - pos).min(64 << 10) as usize;
+        if r.slice(pos, n)?.iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+        pos += n as u64;
+    }
+    Ok(true)
 }
 
 /// Checks that a full, intact record starts at `pos`.
@@ -457,6 +472,17 @@ pub fn scan(
                 offset: pos,
                 detail: format!("{} trailing bytes, too short for a record", file_len - pos),
             });
+            break;
+        }
+        let zero_head = r
+            .slice(pos, HEADER_LEN)
+            .map_err(io)?
+            .iter()
+            .all(|&b| b == 0);
+        if zero_head && zeros_to_end(&mut r, pos, file_len).map_err(io)? {
+            // Zeros laid out ahead of the appends: the data ends here (any damage
+            // seen since the last intact record is still reported as the tail).
+            out.zero_tail = file_len - pos;
             break;
         }
         let hb = r.slice(pos, HEADER_LEN).map_err(io)?;

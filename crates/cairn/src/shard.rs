@@ -17,6 +17,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::bloom::Bloom;
 use crate::ctx::StoreCtx;
 use crate::index::{Index, Loc};
+use crate::options::SyncPolicy;
 use crate::record::{self, Kind};
 use crate::segment::{self, SegKind, SegmentFile, SEG_HEADER_LEN};
 use crate::tally::Tally;
@@ -24,6 +25,7 @@ use crate::value::Value;
 use crate::{Error, Result};
 
 mod hints;
+mod layout;
 
 /// Bookkeeping for one segment of the shard.
 pub(crate) struct SegMeta {
@@ -342,6 +344,9 @@ pub(crate) struct IoState {
     /// The next active segment, created ahead of time by the maintenance thread so that
     /// a rotation does not wait for a file creation's syncs.
     pub spare: Option<Arc<SegmentFile>>,
+    /// End of what the active segment's file holds: its data, then the zeros laid out
+    /// ahead of durable small appends (`layout`), cut off at rotation and close.
+    pub laid: u64,
 }
 
 /// `Shard::spare` states: no spare and none asked for yet; asked for (the active segment
@@ -379,6 +384,7 @@ pub(crate) struct Shard {
 impl Shard {
     pub fn new(id: u32, dir: PathBuf, state: ShardState, unsynced: Vec<Arc<SegmentFile>>) -> Shard {
         let synced_seq = AtomicU64::new(state.taken_seq);
+        let laid = state.active.end();
         Shard {
             id,
             dir,
@@ -387,6 +393,7 @@ impl Shard {
                 unsynced,
                 rotated: Vec::new(),
                 spare: None,
+                laid,
             }),
             sync: Mutex::new(()),
             spare: AtomicU8::new(SPARE_NONE),
@@ -666,7 +673,7 @@ impl Shard {
     /// active one, has buffered bytes, or is still used by a reader (a value or an
     /// iterator holding its file, whose map must stay readable).
     pub fn empty_active(&self, core: &StoreCtx, seg: u32) -> Result<Option<u64>> {
-        let _io = self.io.lock();
+        let mut io = self.io.lock();
         if !self.state.read().can_empty_active(seg) {
             return Ok(None);
         }
@@ -688,6 +695,7 @@ impl Shard {
         file.file
             .set_len(SEG_HEADER_LEN)
             .map_err(|e| Error::io(&file.path, e))?;
+        io.laid = SEG_HEADER_LEN;
         let freed = m.size.saturating_sub(SEG_HEADER_LEN);
         let mut fresh = SegMeta::new(file, SEG_HEADER_LEN);
         fresh.created_seq = m.created_seq;
@@ -792,7 +800,7 @@ impl Shard {
         } else {
             None
         };
-        let (pending, rotated, taken) = {
+        let (pending, rotated, taken, cap) = {
             let mut st = self.state.write();
             if sync {
                 st.taken_seq = st.appended_seq;
@@ -809,6 +817,7 @@ impl Shard {
                 st.active.buf_start += p.data.len() as u64;
                 st.pending = Some(p.clone());
             }
+            let old_end = st.active.end();
             let rotated = new_file.map(|nf| {
                 let mut meta = SegMeta::new(nf.clone(), SEG_HEADER_LEN);
                 // A spare was created earlier than now; every record it will hold is
@@ -819,11 +828,12 @@ impl Shard {
                     &mut st.active,
                     Active::new(nf, SEG_HEADER_LEN, core.opts.segment_size),
                 );
-                old.file
+                (old.file, old_end)
             });
-            (pending, rotated, st.taken_seq)
+            let cap = self.segment_cap(core, st.active.id);
+            (pending, rotated, st.taken_seq, cap)
         };
-        if let Some(r) = &rotated {
+        if let Some((r, _)) = &rotated {
             self.note_write(SEG_HEADER_LEN);
             core.add_disk_used(SEG_HEADER_LEN);
             io.unsynced.push(r.clone());
@@ -831,6 +841,20 @@ impl Shard {
         }
         if let Some(p) = &pending {
             self.write_pending(core, p)?;
+        }
+        if let Some((r, end)) = &rotated {
+            // Its last bytes are in (the pending write went to it): its zeros go now,
+            // before the sealer reads its length. The new active holds its header.
+            self.cut_layout(core, io, r, *end)?;
+            io.laid = SEG_HEADER_LEN;
+        }
+        if sync && core.opts.sync == SyncPolicy::Always {
+            let (file, end) = {
+                let st = self.state.read();
+                (st.active.file.clone(), st.active.end())
+            };
+            let flushed = pending.as_ref().map_or(0, |p| p.data.len() as u64);
+            self.lay_out(core, io, &file, end, flushed, cap);
         }
         let to_sync = sync.then(|| {
             let mut files = std::mem::take(&mut io.unsynced);

@@ -70,6 +70,12 @@ impl Shard {
             }
             (st.active.file.clone(), st.active.buf_start)
         };
+        if io.laid > len {
+            // The zeros laid out past the data go, durably, before the hint says the
+            // file ends at `len`.
+            self.cut_layout(core, &mut io, &file, len)?;
+            self.sync_file(core, &file)?;
+        }
         if len <= SEG_HEADER_LEN {
             return Ok(());
         }
