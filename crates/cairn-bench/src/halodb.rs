@@ -112,7 +112,8 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
                 format!("fill random, {w} writers"),
             ),
         };
-        let p = one(ctx.run(&[Group {
+        let syncs_before = crate::synccount::syncs();
+        let mut p = one(ctx.run(&[Group {
             test,
             title,
             kind: Kind::Write,
@@ -120,6 +121,13 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
             ops: Some(n),
             op: &fill,
         }])?);
+        if cfg.sync {
+            if let (Ok(a), Ok(b)) = (syncs_before, crate::synccount::syncs()) {
+                let syncs = b.saturating_sub(a);
+                p.syncs = Some(syncs);
+                p.writes_per_sync = (syncs > 0).then(|| p.ops as f64 / syncs as f64);
+            }
+        }
         Ok((db, p))
     };
     if cfg.sync {

@@ -45,6 +45,7 @@ mod measure;
 mod memlimit;
 mod mmcmap;
 mod plot;
+mod synccount;
 mod table;
 
 use std::collections::VecDeque;
@@ -832,6 +833,8 @@ pub fn child(spec_path: &Path) -> Result<()> {
 }
 
 fn run_child_process(spec_path: &Path) -> Result<()> {
+    // Before any engine starts a thread, so that all of them are counted.
+    synccount::start();
     let spec: ChildSpec = serde_json::from_slice(
         &fs::read(spec_path).with_context(|| format!("reading {}", spec_path.display()))?,
     )?;

@@ -100,6 +100,11 @@ pub struct Phase {
     pub peak_anon_rss_bytes: Option<u64>,
     /// Seconds to close and reopen the store after this phase.
     pub reopen_secs: Option<f64>,
+    /// `fsync` and `fdatasync` calls by the engine's process during the phase (the
+    /// durable fills of `--sync`; counted by the kernel, `synccount`).
+    pub syncs: Option<u64>,
+    /// `ops / syncs`: how many durable writes shared one sync.
+    pub writes_per_sync: Option<f64>,
 }
 
 /// A small fast random number generator (SplitMix64).

@@ -168,20 +168,22 @@ pub fn markdown(report: &Report) -> String {
              after\" is the time the flush after a write phase took, which the phase's own \
              figures leave out; \"peak RSS\" (VmHWM) includes file pages the engine maps (LMDB, \
              cairn's sealed segments), \"peak anon RSS\" is the heap alone, sampled once per \
-             interval.\n",
+             interval; \"writes per fsync\" (durable fills of --sync) is the fill's writes over \
+             the fsync and fdatasync calls of the engine's process meanwhile, counted by the \
+             kernel's syscall tracepoints (– where they cannot be counted: not root).\n",
             report.config.interval_ms
         );
         let _ = writeln!(
             md,
-            "| test | engine | ops/s | MB/s | % of disk | p50 | p99 | p99.9 | max | slowest interval | flush after | write amp | space amp | peak RSS | peak anon RSS | reopen |"
+            "| test | engine | ops/s | MB/s | % of disk | p50 | p99 | p99.9 | max | slowest interval | flush after | write amp | space amp | peak RSS | peak anon RSS | reopen | writes per fsync |"
         );
-        let _ = writeln!(md, "|---|---|{}", "---:|".repeat(14));
+        let _ = writeln!(md, "|---|---|{}", "---:|".repeat(15));
         for (test, title) in tests_of(&runs) {
             for run in &runs {
                 let Some(p) = find(run, &test) else { continue };
                 let _ = writeln!(
                     md,
-                    "| {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     title,
                     run.engine,
                     count(p.ops_per_sec),
@@ -201,6 +203,7 @@ pub fn markdown(report: &Report) -> String {
                     p.peak_rss_bytes.map_or("–".into(), bytes),
                     p.peak_anon_rss_bytes.map_or("–".into(), bytes),
                     p.reopen_secs.map_or("–".into(), |s| format!("{:.3} s", s)),
+                    p.writes_per_sync.map_or("–".into(), |w| format!("{w:.2}")),
                 );
             }
         }
