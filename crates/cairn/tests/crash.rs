@@ -29,6 +29,8 @@
 //! acknowledged before the thread's last `@@F` are. Batches must be all-or-nothing,
 //! `verify` must find nothing, and a scan must agree with point reads.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -37,6 +39,7 @@ use std::sync::{mpsc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cairn::{Db, Options, SyncPolicy, WriteBatch};
+use common::snapshot;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -764,28 +767,6 @@ fn crash_during_compaction_sync_never_with_flushes() {
 // and idle is exactly what a SIGKILL at that moment leaves behind (the page cache
 // survives, the process's buffers do not).
 // ---------------------------------------------------------------------------------------
-
-fn snapshot(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for e in std::fs::read_dir(src).unwrap() {
-        let e = e.unwrap();
-        let to = dst.join(e.file_name());
-        match e.file_type() {
-            Ok(t) if t.is_dir() => snapshot(&e.path(), &to),
-            // A file the store removes while the copy is taken (a segment compaction
-            // retired, a hint's temporary file) is gone at the moment of the "SIGKILL"
-            // either way.
-            Ok(_) => match std::fs::copy(e.path(), to) {
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-                r => {
-                    r.unwrap();
-                }
-            },
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-            Err(err) => panic!("{}: {err}", e.path().display()),
-        }
-    }
-}
 
 /// Whether any file under `dir` holds `needle` (a file removed while it is looked at,
 /// such as a retired segment, holds nothing).

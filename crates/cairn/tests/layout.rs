@@ -3,9 +3,12 @@
 //! records, a crash leaves them as a clean end, and they are gone from every segment
 //! that is sealed or closed.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use cairn::{Db, Options, SyncPolicy};
+use common::snapshot;
 
 /// Every segment file under the store `dir`, with its length.
 fn segments(dir: &Path) -> Vec<(PathBuf, u64)> {
@@ -21,20 +24,6 @@ fn segments(dir: &Path) -> Vec<(PathBuf, u64)> {
     }
     out.sort();
     out
-}
-
-/// What a SIGKILL leaves: a copy of the files of an open, idle store.
-fn snapshot(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for e in std::fs::read_dir(src).unwrap() {
-        let e = e.unwrap();
-        let to = dst.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            snapshot(&e.path(), &to);
-        } else {
-            std::fs::copy(e.path(), to).unwrap();
-        }
-    }
 }
 
 fn key(i: u32) -> String {
