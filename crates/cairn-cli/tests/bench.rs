@@ -348,3 +348,44 @@ fn unknown_suite_is_refused() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("unknown suite nope"));
 }
+
+/// `--sync` fills count the engine's fsyncs: a single durable writer into cairn makes one
+/// `fdatasync` per write (no other writer to share it with), and the report shows the
+/// column. Where the kernel's counters are out of reach (not root) the figure is absent
+/// and the test says so instead of checking it.
+#[test]
+fn sync_run_reports_writes_per_fsync() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let output = cairn()
+        .args(["bench", "--smoke", "--sync", "--suites", "halodb", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "bench --smoke --sync failed: {stderr}"
+    );
+    let json: Value = serde_json::from_slice(&fs::read(out.join("results.json")).unwrap()).unwrap();
+    let halodb = phases(&json, "halodb");
+    let one = phase(halodb, "fill_random");
+    let md = fs::read_to_string(out.join("results.md")).unwrap();
+    assert!(md.contains("writes per fsync"), "{md}");
+    if one["writes_per_sync"].is_null() {
+        // SAFETY: geteuid has no preconditions.
+        assert_ne!(unsafe { libc::geteuid() }, 0, "root, yet no fsync count");
+        eprintln!("skipped the count: not root");
+        return;
+    }
+    let wps = num(one, "writes_per_sync");
+    assert!(
+        (0.8..=1.25).contains(&wps),
+        "1 durable writer: {wps} writes per fsync"
+    );
+    for test in ["fill_random_4_writers", "fill_random_32_writers"] {
+        let p = phase(halodb, test);
+        assert!(num(p, "syncs") >= 1.0, "{test}: {}", p["syncs"]);
+        assert!(num(p, "writes_per_sync") > 0.0, "{test}");
+    }
+}
