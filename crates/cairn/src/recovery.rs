@@ -190,13 +190,8 @@ fn load_segment(
     let file = Arc::new(file);
     let start = out.recs.len();
     let push = |out: &mut Loaded, kind, seq, batch_total, off: u32, rlen: u32, key: &[u8]| {
-        let mut p = [0u8; 24];
-        let n = key.len().min(24);
-        p[..n].copy_from_slice(&key[..n]);
-        let word =
-            |i: usize| u64::from_be_bytes(p[i * 8..i * 8 + 8].try_into().unwrap_or_default());
         out.recs.push(Rec {
-            prefix: [word(0), word(1), word(2)],
+            prefix: segment::key_prefix(key),
             key_off: out.arena.len(),
             key_len: key.len() as u32,
             kind,
@@ -488,7 +483,9 @@ fn group_end(recs: &[Rec], arena: &[u8], i: usize) -> usize {
 pub(crate) fn settle(l: &mut Loaded, seqstate: &crate::manifest::SeqState, hashed: bool) {
     let arena = std::mem::take(&mut l.arena);
     let mut recs = std::mem::take(&mut l.recs);
-    recs.sort_unstable_by(|a, b| {
+    // A stable sort finds the runs already in order — each sealed segment's hint lists
+    // its records in key order — and merges them, instead of sorting every record.
+    recs.sort_by(|a, b| {
         a.prefix
             .cmp(&b.prefix)
             .then_with(|| a.key(&arena).cmp(b.key(&arena)))

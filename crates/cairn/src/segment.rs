@@ -681,9 +681,38 @@ fn walk_mapped(seg: &SegmentFile, file_len: u64) -> Option<Vec<Entry>> {
 /// ([`scan_entries_mapped`]).
 const SCAN_AHEAD: usize = 4 << 20;
 
-/// Writes the hint file of a segment: every record's metadata and key, checksummed.
-/// Written to a temporary file, synced and renamed into place.
+/// The first 24 bytes of `key` as three big-endian words, zero-padded: they order keys
+/// as their bytes do, up to ties that the whole keys settle.
+pub(crate) fn key_prefix(key: &[u8]) -> [u64; 3] {
+    let mut p = [0u8; 24];
+    let n = key.len().min(24);
+    p[..n].copy_from_slice(&key[..n]);
+    let word = |i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&p[i * 8..i * 8 + 8]);
+        u64::from_be_bytes(w)
+    };
+    [word(0), word(1), word(2)]
+}
+
+/// Writes the hint file of a segment: every record's metadata and key, checksummed, in
+/// key order (a key's records newest first), so that open merges each segment's hint as
+/// one sorted run instead of sorting every record of a shard. Written to a temporary
+/// file, synced and renamed into place.
 pub fn write_hint(fs: &Fs, dir: &Path, id: u32, data_len: u64, entries: &[Entry]) -> Result<u64> {
+    // Sorted by the keys' first 24 bytes held inline (most comparisons end there without
+    // following a key's pointer), then the keys, then newest first.
+    let mut order: Vec<([u64; 3], u32)> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (key_prefix(&e.key), i as u32))
+        .collect();
+    order.sort_unstable_by(|(pa, a), (pb, b)| {
+        let (a, b) = (&entries[*a as usize], &entries[*b as usize]);
+        pa.cmp(pb)
+            .then_with(|| a.key.cmp(&b.key))
+            .then(b.seq.cmp(&a.seq))
+    });
     let mut b = Vec::with_capacity(
         HINT_HEADER_LEN
             + entries
@@ -697,7 +726,7 @@ pub fn write_hint(fs: &Fs, dir: &Path, id: u32, data_len: u64, entries: &[Entry]
     b.extend_from_slice(&id.to_le_bytes());
     b.extend_from_slice(&(entries.len() as u64).to_le_bytes());
     b.extend_from_slice(&data_len.to_le_bytes());
-    for e in entries {
+    for e in order.iter().map(|&(_, i)| &entries[i as usize]) {
         b.push(e.kind as u8);
         b.extend_from_slice(&e.seq.to_le_bytes());
         b.extend_from_slice(&e.batch_total.to_le_bytes());
@@ -712,8 +741,8 @@ pub fn write_hint(fs: &Fs, dir: &Path, id: u32, data_len: u64, entries: &[Entry]
     Ok(b.len() as u64)
 }
 
-/// Reads and checks a hint file; returns its entries and the segment data length it
-/// covers.
+/// Reads and checks a hint file; returns its entries in file order and the segment data
+/// length it covers.
 pub fn read_hint_entries(path: &Path, id: u32) -> Result<(Vec<Entry>, u64)> {
     let mut entries = Vec::new();
     let (data_len, _) = read_hint(path, id, |kind, seq, batch_total, off, len, key| {
@@ -726,6 +755,8 @@ pub fn read_hint_entries(path: &Path, id: u32) -> Result<(Vec<Entry>, u64)> {
             key: key.to_vec(),
         })
     })?;
+    // In file order, as a scan lists them (hints are written in key order).
+    entries.sort_unstable_by_key(|e| e.off);
     Ok((entries, data_len))
 }
 
@@ -858,6 +889,51 @@ mod tests {
         let len = SEG_HEADER_LEN + buf.len() as u64;
         seg.map_for_append(len);
         (seg, len)
+    }
+
+    /// A hint lists its entries in key order, a key's records newest first (open merges
+    /// hints as sorted runs), and `read_hint_entries` gives them back in file order.
+    #[test]
+    fn hints_are_in_key_order_and_read_back_in_file_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = Fs::new(None, None);
+        // File order: keys out of order, and "b" written three times.
+        let keys = ["m", "b", "z", "b", "a", "b", "c"];
+        let entries: Vec<Entry> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| Entry {
+                kind: Kind::Put,
+                seq: 10 + i as u64,
+                batch_total: 1,
+                off: 40 + 100 * i as u32,
+                len: 100,
+                key: k.as_bytes().to_vec(),
+            })
+            .collect();
+        write_hint(&fs, dir.path(), 9, 740, &entries).unwrap();
+        let mut listed = Vec::new();
+        let (data_len, _) = read_hint(&hint_path(dir.path(), 9), 9, |_, seq, _, off, _, key| {
+            listed.push((String::from_utf8(key.to_vec()).unwrap(), seq, off))
+        })
+        .unwrap();
+        assert_eq!(data_len, 740);
+        let want = [
+            ("a", 14, 440),
+            ("b", 15, 540),
+            ("b", 13, 340),
+            ("b", 11, 140),
+            ("c", 16, 640),
+            ("m", 10, 40),
+            ("z", 12, 240),
+        ];
+        let want: Vec<(String, u64, u32)> = want
+            .iter()
+            .map(|&(k, s, o)| (k.to_string(), s, o))
+            .collect();
+        assert_eq!(listed, want);
+        let (back, _) = read_hint_entries(&hint_path(dir.path(), 9), 9).unwrap();
+        assert_eq!(back, entries);
     }
 
     /// Sealing's quick scan lists the same entries as the full scan, and gives up (for the
