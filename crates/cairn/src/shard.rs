@@ -839,14 +839,16 @@ impl Shard {
             io.unsynced.push(r.clone());
             io.rotated.push(r.id);
         }
-        if let Some(p) = &pending {
-            self.write_pending(core, p)?;
-        }
         if let Some((r, end)) = &rotated {
-            // Its last bytes are in (the pending write went to it): its zeros go now,
-            // before the sealer reads its length. The new active holds its header.
+            // Its zeros past `end` (which the pending write, to it, reaches) go before the
+            // sealer reads its length, and before that write, so that a failed write
+            // (retried later) leaves no zeros behind either. The new active holds its
+            // header.
             self.cut_layout(core, io, r, *end)?;
             io.laid = SEG_HEADER_LEN;
+        }
+        if let Some(p) = &pending {
+            self.write_pending(core, p)?;
         }
         if sync && core.opts.sync == SyncPolicy::Always {
             let (file, end) = {
