@@ -12,6 +12,13 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=$root/target/peers
 if [[ ${1:-} == --release-rocksdb ]]; then
+  # bindgen (librocksdb-sys' bindings) needs libclang; say so now, not after minutes of
+  # compiling. LIBCLANG_PATH, when set, is where bindgen looks.
+  if [[ -z ${LIBCLANG_PATH:-} ]] && ! compgen -G "/usr/lib/llvm-*/lib/libclang*.so*" >/dev/null \
+      && ! compgen -G "/usr/lib/*/libclang*.so*" >/dev/null; then
+    echo "build-peers: libclang not found (bindgen needs it): run scripts/install-bench-deps.sh" >&2
+    exit 1
+  fi
   export ROCKSDB_COMPILE=1
   dir=$root/target/peers-release
 fi
