@@ -269,23 +269,21 @@ fn load_segment(
         });
     }
     let mut size = len;
-    if let Some(tail) = outcome.tail {
-        // Nothing intact follows: a write torn by a crash. Cut it off.
+    if outcome.tail.is_some() || outcome.zero_tail > 0 {
+        // Nothing intact follows: a write torn by a crash, or zeros laid out ahead of
+        // durable appends by the last run. Cut it off, so that appends go on where the
+        // data ends and the length is the data's end again.
         fs.set_len(&file.file, &path, outcome.valid_end)?;
         fs.sync_data(&file.file, &path)?;
-        log::warn!(
-            "{}: truncated torn tail of {} bytes at offset {} ({})",
-            path.display(),
-            len - outcome.valid_end,
-            tail.offset,
-            tail.detail
-        );
-        size = outcome.valid_end;
-    } else if outcome.zero_tail > 0 {
-        // Zeros laid out ahead of durable appends by the last run: cut off, so that
-        // appends go on where the data ends and the length is the data's end again.
-        fs.set_len(&file.file, &path, outcome.valid_end)?;
-        fs.sync_data(&file.file, &path)?;
+        if let Some(tail) = outcome.tail {
+            log::warn!(
+                "{}: truncated torn tail of {} bytes at offset {} ({})",
+                path.display(),
+                len - outcome.valid_end,
+                tail.offset,
+                tail.detail
+            );
+        }
         size = outcome.valid_end;
     }
     out.segs.insert(

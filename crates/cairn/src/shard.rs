@@ -833,13 +833,11 @@ impl Shard {
             let cap = self.segment_cap(core, st.active.id);
             (pending, rotated, st.taken_seq, cap)
         };
-        if let Some((r, _)) = &rotated {
+        if let Some((r, end)) = &rotated {
             self.note_write(SEG_HEADER_LEN);
             core.add_disk_used(SEG_HEADER_LEN);
             io.unsynced.push(r.clone());
             io.rotated.push(r.id);
-        }
-        if let Some((r, end)) = &rotated {
             // Its zeros past `end` (which the pending write, to it, reaches) go before the
             // sealer reads its length, and before that write, so that a failed write
             // (retried later) leaves no zeros behind either. The new active holds its
