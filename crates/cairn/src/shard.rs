@@ -849,9 +849,11 @@ impl Shard {
             self.write_pending(core, p)?;
         }
         if sync && core.opts.sync == SyncPolicy::Always {
+            // The end of what is in the file: records appended meanwhile by other
+            // writers (buffered, `io` is held here) are not.
             let (file, end) = {
                 let st = self.state.read();
-                (st.active.file.clone(), st.active.end())
+                (st.active.file.clone(), st.active.buf_start)
             };
             let flushed = pending.as_ref().map_or(0, |p| p.data.len() as u64);
             self.lay_out(core, io, &file, end, flushed, cap);
