@@ -1,5 +1,5 @@
 //! The store's own background threads: the maintenance thread (seals rotated
-//! segments, makes spare segments, runs the periodic sync of `SyncPolicy::Every`) and the
+//! segments, makes spare segments, frees full commit log files, runs the periodic sync of `SyncPolicy::Every`) and the
 //! compaction threads. They sit above the store and compaction; `Db::open` starts them
 //! and the last handle's drop (or `Db::close`) stops and joins them.
 
@@ -19,6 +19,10 @@ pub(crate) fn maintenance_loop(core: &Core) {
     while !core.is_shutdown() {
         // Spares first: a writer is about to need one, while a seal only frees
         // memory maps and makes a segment compactable.
+        // A full commit log file next: writers append past its size until it is free.
+        if let Err(e) = core.checkpoint_log() {
+            log::error!("checkpointing the commit log failed: {e}");
+        }
         if let Err(e) = core.seal_queued_with(|| core.make_spares()) {
             log::error!("sealing a segment failed: {e}");
             core.wait(Duration::from_millis(500), true);

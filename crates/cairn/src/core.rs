@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::batch::WriteBatch;
+use crate::commitlog::{CommitLog, MAX_LOGGED_BYTES};
 use crate::ctx::StoreCtx;
 use crate::damage::Damage;
 use crate::keys::check_value;
@@ -39,6 +40,8 @@ pub(crate) struct Core {
     /// (`SeqState::dropped`): every `SEQSTATE` written meanwhile lists them.
     pub dropping: Mutex<Vec<(u32, u32, u64)>>,
     pub open_damage: Vec<Damage>,
+    /// The commit log of durable writes (`SyncPolicy::Always` with a log size).
+    pub log: Option<CommitLog>,
     /// State of the layers above, by type.
     pub extensions: Extensions,
     pub _lock: File,
@@ -67,6 +70,11 @@ impl Core {
 
     /// Makes every acknowledged write durable and advances the batch watermark.
     pub fn flush(&self) -> Result<()> {
+        // After a failed sync (of a shard or of the commit log) what was acknowledged
+        // may not be on disk: no flush can say it is.
+        if let Some(f) = self.failure() {
+            return Err(Error::ReadOnly(f));
+        }
         let upto = self.current_seq().saturating_sub(1);
         for s in &self.shards {
             s.flush(self, true)?;
@@ -84,7 +92,39 @@ impl Core {
             s.drop_spare(self)?;
             s.hint_active(self)?;
         }
-        self.persist_watermark(self.durable_seq())
+        self.persist_watermark(self.durable_seq())?;
+        // Every logged record is durable in its shard (the close flushed): the next
+        // open reads no frame.
+        match &self.log {
+            Some(log) => log.new_generations(),
+            None => Ok(()),
+        }
+    }
+
+    /// Frees a commit log file that appends moved away from: makes every shard
+    /// durable, after which each of its records is in its segment. Returns whether
+    /// there was one. Run by the maintenance thread.
+    pub(crate) fn checkpoint_log(&self) -> Result<bool> {
+        let Some(log) = &self.log else {
+            return Ok(false);
+        };
+        self.checkpoint_wanted.store(false, Ordering::SeqCst);
+        let Some(i) = log.full_file() else {
+            return Ok(false);
+        };
+        // Every record framed in file `i` was appended to its shard before appends
+        // moved away from it, so this flush covers them.
+        self.flush()?;
+        log.freed(i);
+        Ok(true)
+    }
+
+    /// Whether this write goes to the commit log: a durable write under
+    /// `SyncPolicy::Always` of at most `MAX_LOGGED_BYTES`.
+    fn logs(&self, sync: bool, bytes: u64) -> bool {
+        sync && self.log.is_some()
+            && self.opts.sync == SyncPolicy::Always
+            && bytes <= MAX_LOGGED_BYTES
     }
 
     /// Ensures `SEQSTATE` records a watermark of at least `seq`, flushing first if the
@@ -186,23 +226,25 @@ impl Core {
     pub fn put(&self, ikey: &[u8], value: &[u8], sync: bool) -> Result<()> {
         check_value(value)?;
         let shard = self.shard_of(ikey);
-        let seq = self.write_one(Prepared::new(Kind::Put, ikey, value))?;
-        self.after_write(seq, sync, shard)
+        let w = self.write_one(Prepared::new(Kind::Put, ikey, value), sync)?;
+        self.after_write(w, sync, shard)
     }
 
     /// Deletes an internal key.
     pub fn delete(&self, ikey: &[u8], sync: bool) -> Result<()> {
         let shard = self.shard_of(ikey);
-        let seq = self.write_one(Prepared::new(Kind::Delete, ikey, &[]))?;
-        self.after_write(seq, sync, shard)
+        let w = self.write_one(Prepared::new(Kind::Delete, ikey, &[]), sync)?;
+        self.after_write(w, sync, shard)
     }
 
-    /// After a write numbered `seq` (`None`: nothing was written): under
-    /// `SyncPolicy::Always` with `sync`, waits until it is durable.
-    /// `shard`: the (first) shard written, synced first.
-    fn after_write(&self, seq: Option<u64>, sync: bool, shard: usize) -> Result<()> {
-        match seq {
-            Some(seq) if sync && self.opts.sync == SyncPolicy::Always => self.sync_upto(seq, shard),
+    /// After a write (its sequence number, and its end in the commit log if it went
+    /// there; `None`: nothing was written): under `SyncPolicy::Always` with `sync`,
+    /// waits until it is durable. `shard`: the (first) shard written, synced first.
+    fn after_write(&self, w: Option<(u64, Option<u64>)>, sync: bool, shard: usize) -> Result<()> {
+        match w {
+            Some((seq, lsn)) if sync && self.opts.sync == SyncPolicy::Always => {
+                self.sync_upto_logged(seq, shard, lsn)
+            }
             _ => Ok(()),
         }
     }
@@ -213,7 +255,27 @@ impl Core {
     /// writer syncs its own shard first, so concurrent writers sync different shards in
     /// parallel and then find the others' shards synced (or join their fsync).
     pub fn sync_upto(&self, seq: u64, first: usize) -> Result<()> {
+        self.sync_upto_logged(seq, first, None)
+    }
+
+    /// Like [`Core::sync_upto`], where the write numbered `seq` ends at log position
+    /// `lsn` if it went to the commit log. With the log, every logged write numbered
+    /// up to `seq` is in the log before that position (each takes its number while it
+    /// holds the log), so one sync of the log makes them durable; the writes that are
+    /// not logged are synced in their shards, which are synced only if they hold one.
+    fn sync_upto_logged(&self, seq: u64, first: usize, lsn: Option<u64>) -> Result<()> {
         if self.durable_seq() >= seq {
+            return Ok(());
+        }
+        if let Some(log) = &self.log {
+            let upto = lsn.unwrap_or_else(|| log.appended());
+            log.wait(upto, |msg| self.fail(msg))?;
+            let n = self.shards.len();
+            for i in 0..n {
+                self.shards[(first + i) % n].sync_unlogged(self, seq)?;
+            }
+            // Not `durable_seq`: that counts writes durable in their shards (the
+            // watermark written to SEQSTATE, below which open reads no log).
             return Ok(());
         }
         // A write numbered below `seq` finished its append before its shard's lock was
@@ -236,9 +298,9 @@ impl Core {
         Ok(())
     }
 
-    /// Appends one record; returns its sequence number, or `None` for the delete of an
-    /// absent key (nothing written).
-    fn write_one(&self, op: Prepared<'_>) -> Result<Option<u64>> {
+    /// Appends one record; returns its sequence number and, if it went to the commit
+    /// log, its end there; `None` for the delete of an absent key (nothing written).
+    fn write_one(&self, op: Prepared<'_>, sync: bool) -> Result<Option<(u64, Option<u64>)>> {
         if self.is_closed() {
             return Err(Error::Closed);
         }
@@ -264,10 +326,23 @@ impl Core {
                 self.sub_disk_used(len);
                 return Ok(None);
             }
+            let mut log = match &self.log {
+                Some(l) if self.logs(sync, len) => Some(l.lock()),
+                _ => None,
+            };
+            let start = st.active.buf.len();
             let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
-            st.append(&op, seq, 1);
-            seq
+            st.append(&op, seq, 1, log.is_some());
+            let lsn = log.as_mut().map(|l| {
+                l.append(shard.id, &st.active.buf[start..]);
+                l.end()
+            });
+            (seq, lsn, log.is_some_and(|l| l.switched()))
         };
+        let (seq, switched) = ((seq.0, seq.1), seq.2);
+        if switched {
+            self.want_checkpoint();
+        }
         shard.note_user((op.key.len() + op.value.len()) as u64);
         Ok(Some(seq))
     }
@@ -362,18 +437,35 @@ impl Core {
                 guards[guard_of(*s)].index.prefetch(p.key);
             }
         }
+        let mut log = match &self.log {
+            Some(l) if self.logs(sync, used) => Some(l.lock()),
+            _ => None,
+        };
+        let starts: Vec<usize> = guards.iter().map(|g| g.active.buf.len()).collect();
         let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
         for ((s, p), &k) in prepared.iter().zip(&keep) {
             if k {
-                guards[guard_of(*s)].append(p, seq, effective as u32);
+                guards[guard_of(*s)].append(p, seq, effective as u32, log.is_some());
             }
         }
+        let lsn = log.as_mut().map(|l| {
+            for (g, (&s, &start)) in guards.iter().zip(shards.iter().zip(&starts)) {
+                if g.active.buf.len() > start {
+                    l.append(s as u32, &g.active.buf[start..]);
+                }
+            }
+            l.end()
+        });
+        let switched = log.is_some_and(|l| l.switched());
         drop(guards);
+        if switched {
+            self.want_checkpoint();
+        }
         self.sub_disk_used(reserved - used);
         for (s, p) in &prepared {
             self.shards[*s].note_user((p.key.len() + p.value.len()) as u64);
         }
-        self.after_write(Some(seq), sync, shards[0])
+        self.after_write(Some((seq, lsn)), sync, shards[0])
     }
 
     /// Seals the queued segments now (used by `compact` and the background thread).
@@ -400,7 +492,9 @@ impl Core {
     /// spare segment asked for), shutdown or `timeout`.
     pub(crate) fn wait(&self, timeout: Duration, spares: bool) {
         let mut q = self.seal_queue.lock();
-        let spare_wanted = spares && self.spare_wanted.load(Ordering::SeqCst);
+        let spare_wanted = spares
+            && (self.spare_wanted.load(Ordering::SeqCst)
+                || self.checkpoint_wanted.load(Ordering::SeqCst));
         if q.is_empty() && !self.is_shutdown() && !spare_wanted {
             self.wake.wait_for(&mut q, timeout);
         }

@@ -30,6 +30,8 @@ pub(crate) struct StoreCtx {
     pub(crate) seal_queue: Mutex<VecDeque<(u32, u32)>>,
     /// A shard asked the maintenance thread for a spare segment.
     pub(crate) spare_wanted: AtomicBool,
+    /// A commit log file is full and waits for the maintenance thread's checkpoint.
+    pub(crate) checkpoint_wanted: AtomicBool,
     pub(crate) wake: Condvar,
     /// Set after a failed fsync: the whole store refuses writes until reopened.
     failed: Mutex<Option<String>>,
@@ -66,6 +68,7 @@ impl StoreCtx {
             durable_seq: AtomicU64::new(durable_seq),
             seal_queue: Mutex::new(to_seal.into()),
             spare_wanted: AtomicBool::new(false),
+            checkpoint_wanted: AtomicBool::new(false),
             wake: Condvar::new(),
             failed: Mutex::new(None),
             found_damage: Mutex::new(Vec::new()),
@@ -174,6 +177,13 @@ impl StoreCtx {
     /// Asks the maintenance thread to create the spare segments shards asked for.
     pub fn want_spare(&self) {
         self.spare_wanted.store(true, Ordering::SeqCst);
+        let _q = self.seal_queue.lock();
+        self.wake.notify_all();
+    }
+
+    /// Asks the maintenance thread to checkpoint a full commit log file.
+    pub fn want_checkpoint(&self) {
+        self.checkpoint_wanted.store(true, Ordering::SeqCst);
         let _q = self.seal_queue.lock();
         self.wake.notify_all();
     }

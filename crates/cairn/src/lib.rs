@@ -37,6 +37,7 @@ mod background;
 mod batch;
 mod bloom;
 mod cache;
+mod commitlog;
 mod compaction;
 mod core;
 mod ctx;

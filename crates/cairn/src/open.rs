@@ -1,6 +1,7 @@
 //! Opening a store: the lock, the manifest (creating a new store in an empty
 //! directory), loading every shard in parallel, cutting the writes after a crash back to
-//! a prefix (`recovery::find_cut`), and rebuilding the indexes.
+//! a prefix (`recovery::find_cut`), and rebuilding the indexes; records only the commit
+//! log held are written back into their shards first.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -8,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
+use crate::commitlog::{self, CommitLog};
 use crate::core::Core;
 use crate::ctx::StoreCtx;
 use crate::damage::Damage;
@@ -16,7 +18,7 @@ use crate::manifest;
 use crate::recovery;
 use crate::segment::{SegKind, SegmentFile};
 use crate::shard::Shard;
-use crate::{Error, Options, Result};
+use crate::{Error, Options, Result, SyncPolicy};
 
 /// Runs `f` over `items` on up to the machine's parallelism, keeping order.
 fn par_map<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> Result<R> + Sync) -> Result<Vec<R>> {
@@ -99,11 +101,20 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
         }
     }
     finish_drops(&fs, dir, nshards, &mut seqstate)?;
-    // Phase 1: load every shard's entries in parallel, and settle the keys phase 2
-    // cannot change.
+    // The commit log's frames: durable writes whose records may be missing from
+    // their shards.
+    let logged = commitlog::recover(dir, nshards)?;
+    // Phase 1: load every shard's entries in parallel, put back what only the commit
+    // log held, and settle the keys phase 2 cannot change.
     let hashed = opts.hash_index;
     let loaded = par_map((0..nshards).collect(), |i| {
-        let mut l = recovery::load(&fs, i, &shard_dir(dir, i))?;
+        let sdir = shard_dir(dir, i);
+        let mut l = recovery::load(&fs, i, &sdir)?;
+        let mut missing = l.missing(&logged.by_shard[i as usize], &seqstate);
+        if !missing.is_empty() {
+            recovery::write_replayed(&fs, i, &sdir, l.next_seg(), &mut missing)?;
+            l = recovery::load(&fs, i, &sdir)?;
+        }
         recovery::settle(&mut l, &seqstate, hashed);
         Ok(l)
     })?;
@@ -178,15 +189,28 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
         watermark,
         to_seal,
     );
-    Ok(Core {
+    let mut core = Core {
         ctx,
         shards,
         seqstate: Mutex::new(seqstate),
         dropping: Mutex::new(Vec::new()),
         open_damage: damage,
+        log: None,
         extensions: Default::default(),
         _lock: lock,
-    })
+    };
+    // Records found in the segments after a crash may be in the page cache only, and
+    // the log is about to forget them: they are made durable first.
+    if logged.frames > 0 {
+        core.flush()?;
+    }
+    let size = core.opts.commit_log_size;
+    if core.opts.sync == SyncPolicy::Always && size > 0 {
+        core.log = Some(CommitLog::start(&core.fs, dir, size, logged.max_gen)?);
+    } else if logged.exists {
+        commitlog::remove(&core.fs, dir)?;
+    }
+    Ok(core)
 }
 
 /// Removes the segments a crash left that were being dropped whole when it happened

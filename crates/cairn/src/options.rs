@@ -59,6 +59,7 @@ pub struct Options {
     pub(crate) write_buffer: usize,
     pub(crate) hash_index: bool,
     pub(crate) close_budget: Duration,
+    pub(crate) commit_log_size: u64,
     pub(crate) fault: Option<Arc<FaultInjector>>,
     pub(crate) power: Option<Arc<PowerLoss>>,
 }
@@ -83,6 +84,7 @@ impl std::fmt::Debug for Options {
             .field("write_buffer", &self.write_buffer)
             .field("hash_index", &self.hash_index)
             .field("close_budget", &self.close_budget)
+            .field("commit_log_size", &self.commit_log_size)
             .finish()
     }
 }
@@ -103,6 +105,7 @@ impl Options {
             write_buffer: 256 << 10,
             hash_index: true,
             close_budget: DEFAULT_CLOSE_BUDGET,
+            commit_log_size: crate::commitlog::DEFAULT_COMMIT_LOG_SIZE,
             fault: None,
             power: None,
         }
@@ -193,6 +196,29 @@ impl Options {
     /// (default 256 KiB).
     pub fn write_buffer(mut self, bytes: usize) -> Options {
         self.write_buffer = bytes;
+        self
+    }
+
+    /// Size of each of the two commit log files (default 64 MiB) that make durable
+    /// writes durable under [`SyncPolicy::Always`]: one `fdatasync` of the shared log
+    /// serves every writer waiting at that moment, whichever shards their writes went
+    /// to. When one file fills, appends move to the other and the store makes every
+    /// shard durable in the background so the full file can be reused. `0` turns the
+    /// log off: a durable write then syncs the segments of every shard holding a write
+    /// made before it (more `fdatasync`s with many concurrent writers). Other policies
+    /// do not use the log.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = cairn::Options::new()
+    ///     .sync(cairn::SyncPolicy::Always)
+    ///     .commit_log_size(16 << 20)
+    ///     .open(dir.path())?;
+    /// db.put("k", "v")?; // durable when it returns
+    /// # Ok::<(), cairn::Error>(())
+    /// ```
+    pub fn commit_log_size(mut self, bytes: u64) -> Options {
+        self.commit_log_size = bytes;
         self
     }
 

@@ -20,6 +20,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::commitlog::LoggedRecord;
 use crate::damage::Damage;
 use crate::fsutil::Fs;
 use crate::index::{Index, Loc};
@@ -298,7 +299,64 @@ fn load_segment(
     Ok(())
 }
 
+/// Writes `recs` (records from the commit log that shard `shard` lost) into a new
+/// segment `id` of the shard, in the order of their numbers, synced; the caller then
+/// loads the shard again. The segment says it was created at the lowest of them, so
+/// compaction counts it as possibly holding versions that old.
+pub(crate) fn write_replayed(
+    fs: &Fs,
+    shard: u32,
+    dir: &Path,
+    id: u32,
+    recs: &mut Vec<&LoggedRecord>,
+) -> Result<()> {
+    recs.sort_by_key(|r| r.seq);
+    let created = recs.first().map_or(0, |r| r.seq);
+    let seg = SegmentFile::create(fs, dir, shard, id, SegKind::Data, created)?;
+    let bytes: Vec<u8> = recs.iter().flat_map(|r| r.bytes.iter().copied()).collect();
+    fs.write_at(&seg.file, &seg.path, &bytes, SEG_HEADER_LEN)?;
+    fs.sync_data(&seg.file, &seg.path)?;
+    log::warn!(
+        "shard {shard}: {} durable write(s) missing from the segments were restored from the commit log",
+        recs.len()
+    );
+    Ok(())
+}
+
 impl Loaded {
+    /// The id a new segment of this shard would take.
+    pub fn next_seg(&self) -> u32 {
+        self.next_seg
+    }
+
+    /// Of `logged` (this shard's records found in the commit log), those newer than
+    /// the watermark, not ignored, that this shard does not hold: a write acknowledged
+    /// durable through the log whose record never reached the segment. Call before
+    /// [`settle`].
+    pub fn missing<'a>(
+        &self,
+        logged: &'a [LoggedRecord],
+        seqstate: &crate::manifest::SeqState,
+    ) -> Vec<&'a LoggedRecord> {
+        let wanted = |r: &&LoggedRecord| r.seq > seqstate.watermark && !seqstate.ignored(r.seq);
+        if !logged.iter().any(|r| wanted(&r)) {
+            return Vec::new();
+        }
+        let held: HashSet<(u64, &[u8])> = self
+            .recs
+            .iter()
+            .filter(|r| r.seq > seqstate.watermark)
+            .map(|r| (r.seq, r.key(&self.arena)))
+            .collect();
+        let mut seen = HashSet::new();
+        logged
+            .iter()
+            .filter(|r| wanted(r) && !held.contains(&(r.seq, &r.key[..])))
+            // The same record framed twice (never written so, but harmless) goes back once.
+            .filter(|r| seen.insert((r.seq, &r.key[..])))
+            .collect()
+    }
+
     /// Adds (sequence number, records in its batch) of each of this shard's records
     /// newer than `watermark` to `out`.
     pub fn seqs_above(&self, watermark: u64, out: &mut Vec<(u64, u32)>) {
@@ -627,6 +685,8 @@ pub(crate) fn build(
             appended_seq: l.max_seq,
             taken_seq: l.max_seq,
             first_unsynced: u64::MAX,
+            first_unlogged: u64::MAX,
+            taken_unlogged: 0,
             kept_hint,
         },
         to_seal,

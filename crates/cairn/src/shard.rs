@@ -196,6 +196,11 @@ pub(crate) struct ShardState {
     /// Lowest sequence number appended since the last sync took the buffer
     /// (`u64::MAX`: none).
     pub first_unsynced: u64,
+    /// Like `first_unsynced`, for the records not in the commit log (`commitlog`):
+    /// those a durable write must find synced in this shard.
+    pub first_unlogged: u64,
+    /// `taken_seq` of the last sync that took records not in the commit log.
+    pub taken_unlogged: u64,
     /// The active segment whose hint file, written at the last clean close, was kept
     /// by open because it still describes the file exactly. The hint goes (its removal
     /// made durable) before the first byte that changes the file; a close that finds it
@@ -258,9 +263,16 @@ impl ShardState {
         self.live_by_ns.sub(ns, loc.len as u64);
     }
 
-    /// Appends one record to the write buffer and updates the index. Returns the end
+    /// Appends one record to the write buffer and updates the index. `logged`: the
+    /// record also goes to the commit log, which makes it durable. Returns the end
     /// position of the record.
-    pub fn append(&mut self, op: &Prepared<'_>, seq: u64, batch_total: u32) -> (u32, u64) {
+    pub fn append(
+        &mut self,
+        op: &Prepared<'_>,
+        seq: u64,
+        batch_total: u32,
+        logged: bool,
+    ) -> (u32, u64) {
         let off = self.active.end();
         let len = record::encode(
             &mut self.active.buf,
@@ -286,6 +298,9 @@ impl ShardState {
         meta.max_seq = meta.max_seq.max(seq);
         self.appended_seq = self.appended_seq.max(seq);
         self.first_unsynced = self.first_unsynced.min(seq);
+        if !logged {
+            self.first_unlogged = self.first_unlogged.min(seq);
+        }
         match op.kind {
             Kind::Put => {
                 self.live_bytes += len;
@@ -512,6 +527,27 @@ impl Shard {
     pub fn durable_upto(&self, seq: u64) -> bool {
         let st = self.state.read();
         st.first_unsynced > seq && self.synced_seq.load(Ordering::SeqCst) >= st.taken_seq.min(seq)
+    }
+
+    /// Whether every record of this shard numbered up to `seq` that is not in the commit
+    /// log is durable (as [`Shard::durable_upto`], for those records only).
+    fn unlogged_durable_upto(&self, seq: u64) -> bool {
+        let st = self.state.read();
+        st.first_unlogged > seq
+            && self.synced_seq.load(Ordering::SeqCst) >= st.taken_unlogged.min(seq)
+    }
+
+    /// Like [`Shard::sync_seq`] for the records not in the commit log: a durable write
+    /// under the log syncs a shard only if it holds such a record numbered before it.
+    pub fn sync_unlogged(&self, core: &StoreCtx, seq: u64) -> Result<()> {
+        if self.unlogged_durable_upto(seq) {
+            return Ok(());
+        }
+        let _sync = self.sync.lock();
+        if self.unlogged_durable_upto(seq) {
+            return Ok(());
+        }
+        self.flush_and_sync(core)
     }
 
     /// Group commit: returns once every record of this shard numbered up to `seq` is
@@ -805,6 +841,10 @@ impl Shard {
             if sync {
                 st.taken_seq = st.appended_seq;
                 st.first_unsynced = u64::MAX;
+                if st.first_unlogged != u64::MAX {
+                    st.taken_unlogged = st.appended_seq;
+                    st.first_unlogged = u64::MAX;
+                }
             }
             let data = std::mem::take(&mut st.active.buf);
             let pending = (!data.is_empty()).then(|| Pending {

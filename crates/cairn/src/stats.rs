@@ -46,6 +46,13 @@ pub struct Stats {
     pub shards: Vec<ShardStats>,
     /// Each keyspace that holds records, in keyspace order (0: `Db`'s own keys).
     pub keyspaces: Vec<KeyspaceStats>,
+    /// `fdatasync` calls on the commit log since open (see
+    /// [`crate::Options::commit_log_size`]); durable writes made through it over this
+    /// is the writes each sync served.
+    pub commit_log_syncs: u64,
+    /// Bytes written to the commit log since open (counted in the total's
+    /// `disk_bytes_written` too).
+    pub commit_log_bytes: u64,
 }
 
 impl Stats {
@@ -139,9 +146,16 @@ pub(crate) fn collect(core: &Core) -> Stats {
         })
         .filter(|k| k.disk_bytes > 0 || k.keys > 0)
         .collect();
+    let (commit_log_syncs, commit_log_bytes) = core
+        .log
+        .as_ref()
+        .map_or((0, 0), |l| (l.syncs(), l.bytes_written()));
+    total.disk_bytes_written += commit_log_bytes;
     Stats {
         total: total.finish(),
         shards,
         keyspaces,
+        commit_log_syncs,
+        commit_log_bytes,
     }
 }

@@ -828,8 +828,18 @@ fn compaction_keeps_durable_version_until_successor_is_durable() {
 /// at that moment does the same). Compaction drops the old versions because the index
 /// already points at the batch; the crash leaves the batch incomplete, so recovery
 /// rightly ignores it — and the batch's keys are gone instead of holding their old values.
+///
+/// Run without the commit log (the failed write is shard 1's) and with it (the failed
+/// write is the log's: the batch is in both shards' buffers, unacknowledged, and the
+/// compaction's sync makes it whole).
 #[test]
 fn compaction_during_in_flight_batch_keeps_old_versions() {
+    for log_size in [0, 64 << 20] {
+        in_flight_batch_during_compaction(log_size);
+    }
+}
+
+fn in_flight_batch_during_compaction(log_size: u64) {
     use cairn::fault::{FaultInjector, IoOp};
     use std::sync::Arc;
     let dir = tempfile::tempdir().unwrap();
@@ -839,6 +849,7 @@ fn compaction_during_in_flight_batch_keeps_old_versions() {
         .shards(2)
         .segment_size(4 << 10)
         .sync(SyncPolicy::Always)
+        .commit_log_size(log_size)
         .background_compaction(false)
         .fault_injector(f.clone());
     let db = o.clone().open(dir.path()).unwrap();
@@ -863,7 +874,9 @@ fn compaction_during_in_flight_batch_keeps_old_versions() {
         })
         .collect();
     assert!(in_shard0.iter().any(|&b| b) && in_shard0.iter().any(|&b| !b));
-    f.fail_after(IoOp::Write, 1, libc::ENOSPC); // shard 0's write succeeds, shard 1's fails
+    // Without the log, shard 0's write succeeds and shard 1's fails; with it, the log's
+    // write of the batch fails. Either way the batch is refused.
+    f.fail_after(IoOp::Write, if log_size == 0 { 1 } else { 0 }, libc::ENOSPC);
     let mut b = WriteBatch::new();
     for k in &keys {
         b.put(k, format!("NEW-{k}"));
