@@ -19,11 +19,18 @@ pub(crate) fn maintenance_loop(core: &Core) {
     while !core.is_shutdown() {
         // Spares first: a writer is about to need one, while a seal only frees
         // memory maps and makes a segment compactable.
-        // A full commit log file next: writers append past its size until it is free.
-        if let Err(e) = core.checkpoint_log() {
-            log::error!("checkpointing the commit log failed: {e}");
-        }
-        if let Err(e) = core.seal_queued_with(|| core.make_spares()) {
+        // A full commit log file next (writers append past its size until it is
+        // free), and between seals too.
+        let log_work = || {
+            if let Err(e) = core.checkpoint_log() {
+                log::error!("checkpointing the commit log failed: {e}");
+            }
+        };
+        log_work();
+        if let Err(e) = core.seal_queued_with(|| {
+            core.make_spares();
+            log_work();
+        }) {
             log::error!("sealing a segment failed: {e}");
             core.wait(Duration::from_millis(500), true);
         }

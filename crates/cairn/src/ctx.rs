@@ -183,8 +183,9 @@ impl StoreCtx {
 
     /// Asks the maintenance thread to checkpoint a full commit log file.
     pub fn want_checkpoint(&self) {
-        self.checkpoint_wanted.store(true, Ordering::SeqCst);
-        let _q = self.seal_queue.lock();
-        self.wake.notify_all();
+        if !self.checkpoint_wanted.swap(true, Ordering::SeqCst) {
+            let _q = self.seal_queue.lock();
+            self.wake.notify_all();
+        }
     }
 }
