@@ -506,6 +506,8 @@ impl CommitLog {
                     let msg = format!("commit log sync failed: {e}");
                     g.failed = Some(msg.clone());
                     on_fail(msg);
+                    // No sync follows: every waiter must wake to see the failure.
+                    self.waits[((g.round + 1) % 2) as usize].notify_all();
                     return Err(e);
                 }
             }

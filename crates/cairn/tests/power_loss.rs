@@ -109,6 +109,9 @@ struct Config {
     segment_size: u64,
     write_buffer: Option<usize>,
     always: bool,
+    /// `Options::commit_log_size` (under `always`): 0 (off), small (appends move
+    /// between the two files and the full one is checkpointed often), the default.
+    commit_log: u64,
     background: bool,
     loss: Loss,
 }
@@ -120,6 +123,7 @@ impl Config {
             segment_size: [4 << 10, 8 << 10, 32 << 10][rng.random_range(0..3)],
             write_buffer: [None, Some(512), Some(4 << 10)][rng.random_range(0..3)],
             always: rng.random_bool(0.5),
+            commit_log: [0, 16 << 10, 64 << 20][rng.random_range(0..3)],
             background: rng.random_bool(0.5),
             loss: Loss::ALL[rng.random_range(0..4)],
         }
@@ -137,6 +141,7 @@ impl Config {
             } else {
                 SyncPolicy::Never
             })
+            .commit_log_size(self.commit_log)
             .power_loss(power.clone());
         if let Some(b) = self.write_buffer {
             o = o.write_buffer(b);
@@ -523,6 +528,7 @@ fn threads_run(seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let always = rng.random_bool(0.5);
     let loss = [Loss::Unsynced, Loss::Prefix, Loss::Torn][rng.random_range(0..3)];
+    let log = [0, 16 << 10, 64 << 20][rng.random_range(0..3)];
     let opts = |power: &Arc<PowerLoss>| {
         Options::new()
             .shards(8)
@@ -535,13 +541,14 @@ fn threads_run(seed: u64) {
             } else {
                 SyncPolicy::Never
             })
+            .commit_log_size(log)
             .power_loss(power.clone())
     };
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("db");
     let power = Arc::new(PowerLoss::new(tmp.path().join("stash")).unwrap());
     for cycle in 0..3 {
-        let ctx = format!("seed {seed} cycle {cycle} always={always} {loss:?}");
+        let ctx = format!("seed {seed} cycle {cycle} always={always} log={log} {loss:?}");
         let db = opts(&power).open(&dir).unwrap();
         let starts: Vec<u64> = (0..THREADS)
             .map(|t| highest(&db, t).map_or(0, |m| m + 1))
