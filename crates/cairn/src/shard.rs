@@ -540,26 +540,24 @@ impl Shard {
     /// Like [`Shard::sync_seq`] for the records not in the commit log: a durable write
     /// under the log syncs a shard only if it holds such a record numbered before it.
     pub fn sync_unlogged(&self, core: &StoreCtx, seq: u64) -> Result<()> {
-        if self.unlogged_durable_upto(seq) {
-            return Ok(());
-        }
-        let _sync = self.sync.lock();
-        if self.unlogged_durable_upto(seq) {
-            return Ok(());
-        }
-        self.flush_and_sync(core)
+        self.sync_unless(core, || self.unlogged_durable_upto(seq))
     }
 
     /// Group commit: returns once every record of this shard numbered up to `seq` is
     /// durable, sharing the fsync with other writers.
     pub fn sync_seq(&self, core: &StoreCtx, seq: u64) -> Result<()> {
-        if self.durable_upto(seq) {
+        self.sync_unless(core, || self.durable_upto(seq))
+    }
+
+    /// Syncs the shard unless `durable` says what the caller needs already is, checked
+    /// again once `sync` is held: writers arriving while a sync runs wait for it there
+    /// and then find their records durable (group commit).
+    fn sync_unless(&self, core: &StoreCtx, durable: impl Fn() -> bool) -> Result<()> {
+        if durable() {
             return Ok(());
         }
-        // Writers arriving while a sync runs wait here and then find their records
-        // durable (group commit).
         let _sync = self.sync.lock();
-        if self.durable_upto(seq) {
+        if durable() {
             return Ok(());
         }
         self.flush_and_sync(core)
