@@ -38,7 +38,6 @@
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
@@ -201,10 +200,33 @@ fn split_records(mut b: &[u8]) -> Option<Vec<LoggedRecord>> {
     Some(out)
 }
 
-/// One log file while the store is open.
-struct LogFile {
+/// One log file, open for the store's lifetime (outside the lock: a sync's leader
+/// writes through it with the lock released).
+struct LogHandle {
     path: PathBuf,
-    file: Arc<File>,
+    file: File,
+}
+
+impl LogHandle {
+    /// Opens log file `i` of the store at `dir`, creating it if missing; says whether
+    /// it did (the directory then needs a sync).
+    fn open(fs: &Fs, dir: &Path, i: usize) -> Result<(LogHandle, bool)> {
+        let path = log_path(dir, i);
+        if !path.exists() {
+            let file = fs.create_new(&path)?;
+            return Ok((LogHandle { path, file }, true));
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io(&path, e))?;
+        Ok((LogHandle { path, file }, false))
+    }
+}
+
+/// Where one log file stands, behind the log's lock.
+struct LogFile {
     /// Generation of the frames written to it now.
     gen: u64,
     /// Where the next frame goes.
@@ -246,6 +268,7 @@ struct Inner {
 /// The shared log of durable writes (see the module documentation).
 pub(crate) struct CommitLog {
     fs: Fs,
+    handles: [LogHandle; 2],
     inner: Mutex<Inner>,
     /// Writers whose records the running sync covers wait on `waits[round % 2]`; those
     /// that came after it took the buffer, on the other one, and the first of them is
@@ -324,32 +347,23 @@ impl CommitLog {
     /// a new generation in each, numbered above `max_gen`. The caller has made every
     /// record the files held durable in its shard.
     pub fn start(fs: &Fs, dir: &Path, size: u64, max_gen: u64) -> Result<CommitLog> {
+        let (h0, created0) = LogHandle::open(fs, dir, 0)?;
+        let (h1, created1) = LogHandle::open(fs, dir, 1)?;
+        let handles = [h0, h1];
         let mut files = Vec::with_capacity(2);
-        let mut created = false;
-        for i in 0..2 {
-            let path = log_path(dir, i);
-            let file = if path.exists() {
-                OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(&path)
-                    .map_err(|e| Error::io(&path, e))?
-            } else {
-                created = true;
-                fs.create_new(&path)?
-            };
-            let len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+        for h in &handles {
+            let len = h.file.metadata().map_err(|e| Error::io(&h.path, e))?.len();
             files.push(LogFile {
-                path,
-                file: Arc::new(file),
                 gen: 0,
                 pos: LOG_HEADER_LEN,
                 laid: len.max(LOG_HEADER_LEN),
                 full: false,
             });
         }
+        let created = created0 || created1;
         let log = CommitLog {
             fs: fs.clone(),
+            handles,
             inner: Mutex::new(Inner {
                 files,
                 active: 0,
@@ -393,14 +407,14 @@ impl CommitLog {
             let gen = g.next_gen;
             g.next_gen += 1;
             let f = &mut g.files[i];
-            let h = header(gen);
-            self.fs.write_at(&f.file, &f.path, &h, 0)?;
+            let h = &self.handles[i];
+            self.fs.write_at(&h.file, &h.path, &header(gen), 0)?;
             if f.laid < LOG_HEADER_LEN + LAY_AHEAD {
                 let zeros = vec![0u8; (LOG_HEADER_LEN + LAY_AHEAD - f.laid) as usize];
-                self.fs.write_at(&f.file, &f.path, &zeros, f.laid)?;
+                self.fs.write_at(&h.file, &h.path, &zeros, f.laid)?;
                 f.laid = LOG_HEADER_LEN + LAY_AHEAD;
             }
-            self.fs.sync_data(&f.file, &f.path)?;
+            self.fs.sync_data(&h.file, &h.path)?;
             f.gen = gen;
             f.pos = LOG_HEADER_LEN;
             f.full = false;
@@ -479,12 +493,7 @@ impl CommitLog {
                     f.laid = end + LAY_AHEAD;
                 }
             }
-            let files: Vec<(Arc<File>, PathBuf)> = g
-                .files
-                .iter()
-                .map(|f| (f.file.clone(), f.path.clone()))
-                .collect();
-            let res = MutexGuard::unlocked(&mut g, || self.write_and_sync(&chunks, &files));
+            let res = MutexGuard::unlocked(&mut g, || self.write_and_sync(&chunks));
             g.syncing = false;
             // The writers this sync covered (and those of a failed one, to retry or
             // fail), and the first of the next group, to lead its sync.
@@ -516,30 +525,26 @@ impl CommitLog {
 
     /// Writes `chunks`, then syncs the files written; an error says whether it was the
     /// sync's.
-    fn write_and_sync(
-        &self,
-        chunks: &[Chunk],
-        files: &[(Arc<File>, PathBuf)],
-    ) -> std::result::Result<(), (Error, bool)> {
-        self.write_chunks(chunks, files).map_err(|e| (e, false))?;
+    fn write_and_sync(&self, chunks: &[Chunk]) -> std::result::Result<(), (Error, bool)> {
+        self.write_chunks(chunks).map_err(|e| (e, false))?;
         let mut touched = [false; 2];
         for c in chunks {
             touched[c.file] = true;
         }
         for (i, &t) in touched.iter().enumerate() {
             if t {
-                let (f, p) = &files[i];
-                self.fs.sync_data(f, p).map_err(|e| (e, true))?;
+                let h = &self.handles[i];
+                self.fs.sync_data(&h.file, &h.path).map_err(|e| (e, true))?;
                 self.syncs.fetch_add(1, Ordering::Relaxed);
             }
         }
         Ok(())
     }
 
-    fn write_chunks(&self, chunks: &[Chunk], files: &[(Arc<File>, PathBuf)]) -> Result<()> {
+    fn write_chunks(&self, chunks: &[Chunk]) -> Result<()> {
         for c in chunks {
-            let (f, p) = &files[c.file];
-            self.fs.write_at(f, p, &c.bytes, c.off)?;
+            let h = &self.handles[c.file];
+            self.fs.write_at(&h.file, &h.path, &c.bytes, c.off)?;
             self.written
                 .fetch_add(c.bytes.len() as u64, Ordering::Relaxed);
         }

@@ -311,7 +311,7 @@ impl Core {
         let len = op.record_len();
         let delete = op.kind == Kind::Delete;
         self.reserve(len, delete)?;
-        let seq = {
+        let (seq, lsn, switched) = {
             let mut st = shard.state.write();
             if let Some(f) = &st.failed {
                 let e = Error::ReadOnly(f.clone());
@@ -339,12 +339,11 @@ impl Core {
             });
             (seq, lsn, log.is_some_and(|l| l.switched()))
         };
-        let (seq, switched) = ((seq.0, seq.1), seq.2);
         if switched {
             self.want_checkpoint();
         }
         shard.note_user((op.key.len() + op.value.len()) as u64);
-        Ok(Some(seq))
+        Ok(Some((seq, lsn)))
     }
 
     /// Applies a batch atomically; `sync` as for [`Core::put`].

@@ -177,6 +177,12 @@ impl StoreCtx {
     /// Asks the maintenance thread to create the spare segments shards asked for.
     pub fn want_spare(&self) {
         self.spare_wanted.store(true, Ordering::SeqCst);
+        self.wake_maintenance();
+    }
+
+    /// Wakes the background threads waiting in `Core::wait` (under the queue's lock,
+    /// so that a thread about to wait cannot miss it).
+    fn wake_maintenance(&self) {
         let _q = self.seal_queue.lock();
         self.wake.notify_all();
     }
@@ -184,8 +190,7 @@ impl StoreCtx {
     /// Asks the maintenance thread to checkpoint a full commit log file.
     pub fn want_checkpoint(&self) {
         if !self.checkpoint_wanted.swap(true, Ordering::SeqCst) {
-            let _q = self.seal_queue.lock();
-            self.wake.notify_all();
+            self.wake_maintenance();
         }
     }
 }

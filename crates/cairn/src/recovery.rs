@@ -348,12 +348,9 @@ impl Loaded {
             .filter(|r| r.seq > seqstate.watermark)
             .map(|r| (r.seq, r.key(&self.arena)))
             .collect();
-        let mut seen = HashSet::new();
         logged
             .iter()
             .filter(|r| wanted(r) && !held.contains(&(r.seq, &r.key[..])))
-            // The same record framed twice (never written so, but harmless) goes back once.
-            .filter(|r| seen.insert((r.seq, &r.key[..])))
             .collect()
     }
 
