@@ -5,10 +5,8 @@
 
 mod common;
 
-use std::path::Path;
-
 use cairn::{Db, Options, SyncPolicy, WriteBatch};
-use common::snapshot;
+use common::{on_disk, snapshot};
 
 fn key(i: u32) -> String {
     format!("key{i:05}")
@@ -16,21 +14,6 @@ fn key(i: u32) -> String {
 
 fn value(i: u32) -> Vec<u8> {
     format!("value-{i:05}-").repeat(4).into_bytes()
-}
-
-/// Whether any segment file of the store at `dir` contains `needle`.
-fn in_segments(dir: &Path, needle: &[u8]) -> bool {
-    let mut found = false;
-    for shard in std::fs::read_dir(dir.join("shards")).unwrap() {
-        for f in std::fs::read_dir(shard.unwrap().path()).unwrap() {
-            let p = f.unwrap().path();
-            if p.extension().is_some_and(|e| e == "seg") {
-                let b = std::fs::read(&p).unwrap();
-                found |= b.windows(needle.len()).any(|w| w == needle);
-            }
-        }
-    }
-    found
 }
 
 fn check_all(db: &Db, n: u32) {
@@ -64,7 +47,7 @@ fn acknowledged_writes_only_in_the_log_survive_a_kill() {
     let stats = db.stats();
     assert!(stats.commit_log_syncs >= 1 && stats.commit_log_syncs <= 201);
     assert!(
-        !in_segments(dir.path(), &value(5)),
+        !on_disk(&dir.path().join("shards"), &value(5)),
         "the write reached its segment: this test would not show the log's replay"
     );
     snapshot(dir.path(), crash.path()); // SIGKILL now
@@ -75,7 +58,7 @@ fn acknowledged_writes_only_in_the_log_survive_a_kill() {
     assert!(db.open_damage().is_empty(), "{:?}", db.open_damage());
     // The replayed records are in the segments now, durable: a second kill right after
     // the open loses nothing either.
-    assert!(in_segments(crash.path(), &value(5)));
+    assert!(on_disk(&crash.path().join("shards"), &value(5)));
     let again = tempfile::tempdir().unwrap();
     snapshot(crash.path(), again.path());
     drop(db);

@@ -39,7 +39,7 @@ use std::sync::{mpsc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cairn::{Db, Options, SyncPolicy, WriteBatch};
-use common::snapshot;
+use common::{on_disk, snapshot};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -767,24 +767,6 @@ fn crash_during_compaction_sync_never_with_flushes() {
 // and idle is exactly what a SIGKILL at that moment leaves behind (the page cache
 // survives, the process's buffers do not).
 // ---------------------------------------------------------------------------------------
-
-/// Whether any file under `dir` holds `needle` (a file removed while it is looked at,
-/// such as a retired segment, holds nothing).
-fn on_disk(dir: &Path, needle: &[u8]) -> bool {
-    std::fs::read_dir(dir).unwrap().any(|e| {
-        let e = e.unwrap();
-        match e.file_type() {
-            Ok(t) if t.is_dir() => on_disk(&e.path(), needle),
-            Ok(_) => match std::fs::read(e.path()) {
-                Ok(b) => b.windows(needle.len()).any(|w| w == needle),
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => false,
-                Err(err) => panic!("{}: {err}", e.path().display()),
-            },
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => false,
-            Err(err) => panic!("{}: {err}", e.path().display()),
-        }
-    })
-}
 
 /// Compaction drops a record once the index points at a newer version, even when that
 /// newer version is still only in the write buffer. A crash then loses both: the key

@@ -26,3 +26,23 @@ pub fn snapshot(src: &Path, dst: &Path) {
         }
     }
 }
+
+/// Whether any file under `dir` holds `needle` (a file removed while it is looked at,
+/// such as a retired segment, holds nothing).
+// Not every test crate that includes this module looks for bytes.
+#[allow(dead_code)]
+pub fn on_disk(dir: &Path, needle: &[u8]) -> bool {
+    std::fs::read_dir(dir).unwrap().any(|e| {
+        let e = e.unwrap();
+        match e.file_type() {
+            Ok(t) if t.is_dir() => on_disk(&e.path(), needle),
+            Ok(_) => match std::fs::read(e.path()) {
+                Ok(b) => b.windows(needle.len()).any(|w| w == needle),
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => false,
+                Err(err) => panic!("{}: {err}", e.path().display()),
+            },
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => false,
+            Err(err) => panic!("{}: {err}", e.path().display()),
+        }
+    })
+}
