@@ -30,10 +30,17 @@
 //! judged; then every shard is synced and both files start new generations. A clean
 //! close does the same last step, so the next open reads no frame.
 //!
-//! Writes larger than [`MAX_LOGGED_BYTES`] are not logged (their shards are synced, as
-//! without the log): logging them would write their bytes twice. Writes made with
-//! `WriteOptions::defer_sync` are not logged either; a durable write after them syncs
-//! the shards that hold them (`Shard::sync_unlogged`).
+//! Writes made with `WriteOptions::defer_sync` of at most [`MAX_DEFERRED_LOGGED_BYTES`]
+//! are logged too, without waiting: their frames wait in the buffer until a durable
+//! write or `Db::sync_written` syncs the log (or, past [`MAX_STAGED_BYTES`] of frames
+//! waiting, the deferred writer itself does). A server that applies each request with
+//! deferred writes and syncs once per group thus pays one `fdatasync` of the log per
+//! group, whatever shards its rows fell in.
+//!
+//! Writes larger than [`MAX_LOGGED_BYTES`] (deferred: [`MAX_DEFERRED_LOGGED_BYTES`])
+//! are not logged (their shards are synced, as without the log): logging them would
+//! write their bytes twice. A durable write after them syncs the shards that hold them
+//! (`Shard::sync_unlogged`).
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -58,6 +65,14 @@ const LAY_AHEAD: u64 = 1 << 20;
 pub const DEFAULT_COMMIT_LOG_SIZE: u64 = 64 << 20;
 /// Writes whose records are larger than this are not logged.
 pub(crate) const MAX_LOGGED_BYTES: u64 = 1 << 20;
+/// Deferred writes (`WriteOptions::defer_sync`) whose records are larger than this are
+/// not logged: below it lie metadata rows and small values, above it a file's data
+/// chunks (64 KiB in the file system, 128 KiB in the file store), which would be
+/// written twice for nothing (their layers sync their shards).
+pub(crate) const MAX_DEFERRED_LOGGED_BYTES: u64 = 16 << 10;
+/// A deferred write that finds more than this appended to the log and not yet taken by
+/// a sync waits for one (bounding the memory of writers that never ask for durability).
+pub(crate) const MAX_STAGED_BYTES: u64 = 4 << 20;
 /// Largest frame payload a reader accepts (a logged write of one shard).
 const MAX_FRAME: usize = (MAX_LOGGED_BYTES as usize) + (1 << 20);
 
@@ -436,6 +451,12 @@ impl CommitLog {
     /// The log position after everything appended so far.
     pub fn appended(&self) -> u64 {
         self.inner.lock().appended
+    }
+
+    /// Bytes of frames appended and not yet taken by a sync.
+    pub fn staged(&self) -> u64 {
+        let g = self.inner.lock();
+        g.appended - if g.syncing { g.target } else { g.synced }
     }
 
     /// `fdatasync` calls made on the log since open.

@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::batch::WriteBatch;
-use crate::commitlog::{CommitLog, MAX_LOGGED_BYTES};
+use crate::commitlog::{CommitLog, MAX_DEFERRED_LOGGED_BYTES, MAX_LOGGED_BYTES, MAX_STAGED_BYTES};
 use crate::ctx::StoreCtx;
 use crate::damage::Damage;
 use crate::keys::check_value;
@@ -119,12 +119,18 @@ impl Core {
         Ok(true)
     }
 
-    /// Whether this write goes to the commit log: a durable write under
-    /// `SyncPolicy::Always` of at most `MAX_LOGGED_BYTES`.
+    /// Whether this write goes to the commit log: under `SyncPolicy::Always`, a durable
+    /// write of at most `MAX_LOGGED_BYTES`, or a deferred one (`defer_sync`) of at most
+    /// `MAX_DEFERRED_LOGGED_BYTES` (a later `sync_written` then syncs the log once for
+    /// it instead of the shards it touched; larger deferred writes, such as a file's
+    /// chunks, are synced in their shards rather than written twice).
     fn logs(&self, sync: bool, bytes: u64) -> bool {
-        sync && self.log.is_some()
-            && self.opts.sync == SyncPolicy::Always
-            && bytes <= MAX_LOGGED_BYTES
+        let max = if sync {
+            MAX_LOGGED_BYTES
+        } else {
+            MAX_DEFERRED_LOGGED_BYTES
+        };
+        self.log.is_some() && self.opts.sync == SyncPolicy::Always && bytes <= max
     }
 
     /// Ensures `SEQSTATE` records a watermark of at least `seq`, flushing first if the
@@ -240,11 +246,23 @@ impl Core {
     /// After a write (its sequence number, and its end in the commit log if it went
     /// there; `None`: nothing was written): under `SyncPolicy::Always` with `sync`,
     /// waits until it is durable. `shard`: the (first) shard written, synced first.
+    /// A deferred write that went to the log waits for a sync only when the log holds
+    /// more than `MAX_STAGED_BYTES` not yet written: that bounds the memory of a caller
+    /// who defers many writes and never asks for durability.
     fn after_write(&self, w: Option<(u64, Option<u64>)>, sync: bool, shard: usize) -> Result<()> {
         match w {
             Some((seq, lsn)) if sync && self.opts.sync == SyncPolicy::Always => {
                 self.sync_upto_logged(seq, shard, lsn)
             }
+            // A durable write that changed nothing (the delete of an absent key) still
+            // returns only once every earlier write is durable.
+            None if sync && self.opts.sync == SyncPolicy::Always => {
+                self.sync_upto(self.current_seq().saturating_sub(1), shard)
+            }
+            Some((_, Some(lsn))) => match &self.log {
+                Some(log) if log.staged() > MAX_STAGED_BYTES => log.wait(lsn, |msg| self.fail(msg)),
+                _ => Ok(()),
+            },
             _ => Ok(()),
         }
     }
@@ -346,14 +364,9 @@ impl Core {
         Ok(Some((seq, lsn)))
     }
 
-    /// Applies a batch atomically; `sync` as for [`Core::put`].
-    pub fn write_batch(&self, batch: WriteBatch, sync: bool) -> Result<()> {
-        self.write_batch_inner(batch, sync, false)
-    }
-
-    /// Like [`Core::write_batch`]; with `frees`, for a batch that frees space though it
-    /// holds a small put (a file remove): it may use the delete reserve beyond
-    /// `max_size`.
+    /// Applies a batch atomically; `sync` as for [`Core::put`]; with `frees`, for a
+    /// batch that frees space though it holds a small put (a file remove): it may use
+    /// the delete reserve beyond `max_size`.
     pub fn write_batch_opts(&self, batch: WriteBatch, sync: bool, frees: bool) -> Result<()> {
         self.write_batch_inner(batch, sync, frees)
     }
@@ -426,7 +439,7 @@ impl Core {
         if effective == 0 {
             drop(guards);
             self.sub_disk_used(reserved);
-            return Ok(());
+            return self.after_write(None, sync, shards[0]);
         }
         // Every put's hash-side bucket is asked for at once, so that the inserts below
         // overlap their cache misses (one per key in a large shard) instead of taking

@@ -20,6 +20,7 @@ use crate::core::Core;
 use crate::damage::Damage;
 use crate::iter::Iter;
 use crate::keys::{as_bytes, check_key, ikey, ns_bounds, ns_prefix_bounds, NS_USER};
+use crate::keyspace::WriteOptions;
 use crate::open::open_core;
 use crate::stats::Stats;
 use crate::value::Value;
@@ -351,9 +352,30 @@ impl Db {
 
     /// Sets `key` to `value`.
     pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        self.put_with(key, value, WriteOptions::new())
+    }
+
+    /// Sets `key` to `value`, waiting for durability as `opts` says.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = cairn::Options::new().sync(cairn::SyncPolicy::Always).open(dir.path())?;
+    /// for i in 0..100u32 {
+    ///     db.put_with(i.to_be_bytes(), "v", cairn::WriteOptions::new().defer_sync())?;
+    /// }
+    /// db.sync_written()?; // one sync for the hundred writes
+    /// # Ok::<(), cairn::Error>(())
+    /// ```
+    pub fn put_with(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        opts: WriteOptions,
+    ) -> Result<()> {
         let k = key.as_ref();
         check_key(k)?;
-        self.core().put(&ikey(NS_USER, k), value.as_ref(), true)
+        self.core()
+            .put(&ikey(NS_USER, k), value.as_ref(), opts.sync())
     }
 
     /// Reads the value of `key`: at most one disk read, checksum verified.
@@ -367,9 +389,14 @@ impl Db {
 
     /// Deletes `key` (a no-op when it is absent).
     pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
+        self.delete_with(key, WriteOptions::new())
+    }
+
+    /// Deletes `key`, waiting for durability as `opts` says.
+    pub fn delete_with(&self, key: impl AsRef<[u8]>, opts: WriteOptions) -> Result<()> {
         let k = key.as_ref();
         check_key(k)?;
-        self.core().delete(&ikey(NS_USER, k), true)
+        self.core().delete(&ikey(NS_USER, k), opts.sync())
     }
 
     /// Whether `key` has a value (answered from memory, no disk read).
@@ -381,7 +408,13 @@ impl Db {
     /// Applies every operation of `batch` atomically: readers and a crash see all of it
     /// or none of it. Within a batch, the last operation on a key wins.
     pub fn write(&self, batch: WriteBatch) -> Result<()> {
-        self.core().write_batch(batch, true)
+        self.write_with(batch, WriteOptions::new())
+    }
+
+    /// Applies `batch` atomically, waiting for durability as `opts` says.
+    pub fn write_with(&self, batch: WriteBatch, opts: WriteOptions) -> Result<()> {
+        self.core()
+            .write_batch_opts(batch, opts.sync(), opts.frees_space_set())
     }
 
     /// Every key and value in key order. Reverse with `.rev()`.

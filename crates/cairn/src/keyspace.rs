@@ -47,9 +47,12 @@ impl WriteOptions {
     }
 
     /// Returns without waiting for durability even under `SyncPolicy::Always`; the
-    /// caller makes the write durable later ([`Db::flush`], [`Db::flush_shards`]).
-    /// Order is kept: the write is still numbered before every later write, so a crash
-    /// never keeps a later write without it.
+    /// caller makes the write durable later ([`Db::sync_written`], [`Db::flush`],
+    /// [`Db::flush_shards`]). Order is kept: the write is still numbered before every
+    /// later write, so a crash never keeps a later write without it. Under
+    /// `SyncPolicy::Always` with the commit log, a deferred write of at most 16 KiB goes
+    /// to the log (without waiting), so that [`Db::sync_written`] makes many of them
+    /// durable with one `fdatasync` of the log, whatever shards they fell in.
     pub fn defer_sync(mut self) -> WriteOptions {
         self.sync = false;
         self
@@ -61,6 +64,16 @@ impl WriteOptions {
     pub fn frees_space(mut self) -> WriteOptions {
         self.frees_space = true;
         self
+    }
+
+    /// Whether the write waits for durability (under `SyncPolicy::Always`).
+    pub(crate) fn sync(&self) -> bool {
+        self.sync
+    }
+
+    /// Whether the write was marked with [`WriteOptions::frees_space`].
+    pub(crate) fn frees_space_set(&self) -> bool {
+        self.frees_space
     }
 }
 

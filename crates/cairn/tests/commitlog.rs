@@ -5,7 +5,7 @@
 
 mod common;
 
-use cairn::{Db, Options, SyncPolicy, WriteBatch};
+use cairn::{Db, Options, SyncPolicy, WriteBatch, WriteOptions};
 use common::{on_disk, snapshot};
 
 fn key(i: u32) -> String {
@@ -208,5 +208,123 @@ fn full_files_are_freed_so_the_log_stays_small() {
         // Each file: its size, a frame past it, and the 1 MiB laid out ahead; a
         // checkpoint late by a few MiB of writes is allowed for, not one never done.
         assert!(len < 6 << 20, "{f} is {len} bytes after {logged} logged");
+    }
+}
+
+/// Deferred writes (`defer_sync`) go to the log without waiting; one `sync_written`
+/// syncs the log once for all of them, whatever shards they fell in, and a SIGKILL
+/// right after it keeps them though their segments never got them.
+#[test]
+fn deferred_writes_are_made_durable_by_one_log_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let crash = tempfile::tempdir().unwrap();
+    let o = Options::new().shards(4).sync(SyncPolicy::Always);
+    let db = o.clone().open(dir.path()).unwrap();
+    let before = db.stats().commit_log_syncs;
+    for i in 0..500 {
+        db.put_with(key(i), value(i), WriteOptions::new().defer_sync())
+            .unwrap();
+    }
+    assert_eq!(
+        db.stats().commit_log_syncs,
+        before,
+        "a deferred write waited for a sync"
+    );
+    db.sync_written().unwrap();
+    let stats = db.stats();
+    assert_eq!(
+        stats.commit_log_syncs,
+        before + 1,
+        "one sync for 500 writes"
+    );
+    assert!(stats.commit_log_bytes > 500 * value(0).len() as u64);
+    assert!(
+        !on_disk(&dir.path().join("shards"), &value(5)),
+        "sync_written synced the shards, not the log"
+    );
+    snapshot(dir.path(), crash.path()); // SIGKILL now
+    drop(db);
+    let db = o.open(crash.path()).unwrap();
+    check_all(&db, 500);
+    assert!(db.verify().unwrap().is_clean());
+}
+
+/// A durable write after deferred ones, even one that changes nothing (the delete of
+/// an absent key), returns only once they are durable too.
+#[test]
+fn a_durable_write_makes_earlier_deferred_writes_durable() {
+    for noop in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let crash = tempfile::tempdir().unwrap();
+        let o = Options::new().shards(4).sync(SyncPolicy::Always);
+        let db = o.clone().open(dir.path()).unwrap();
+        for i in 0..300 {
+            db.put_with(key(i), value(i), WriteOptions::new().defer_sync())
+                .unwrap();
+        }
+        if noop {
+            db.delete("absent").unwrap();
+            let mut b = WriteBatch::new();
+            b.delete("absent too");
+            db.write(b).unwrap();
+        } else {
+            db.put(key(300), value(300)).unwrap();
+        }
+        snapshot(dir.path(), crash.path());
+        drop(db);
+        let db = o.open(crash.path()).unwrap();
+        check_all(&db, if noop { 300 } else { 301 });
+    }
+}
+
+/// A writer that defers its syncs and never asks for durability does not make the log
+/// hold its frames in memory without bound: past a few MiB waiting, it syncs.
+#[test]
+fn deferred_frames_waiting_in_memory_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Options::new()
+        .sync(SyncPolicy::Always)
+        .open(dir.path())
+        .unwrap();
+    let before = db.stats().commit_log_syncs;
+    let v = vec![7u8; 4000];
+    for i in 0..4000u32 {
+        // 16 MB of frames in all.
+        db.put_with(key(i), &v, WriteOptions::new().defer_sync())
+            .unwrap();
+    }
+    let syncs = db.stats().commit_log_syncs - before;
+    assert!(
+        (2..=8).contains(&syncs),
+        "{syncs} log syncs for 16 MB of deferred frames (bound: one per 4 MiB)"
+    );
+}
+
+/// Deferred writes larger than 16 KiB (a file's data chunks) are not written twice:
+/// they stay out of the log, and `sync_written` syncs their shards.
+#[test]
+fn large_deferred_writes_stay_out_of_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let crash = tempfile::tempdir().unwrap();
+    let o = Options::new().shards(2).sync(SyncPolicy::Always);
+    let db = o.clone().open(dir.path()).unwrap();
+    let logged = db.stats().commit_log_bytes;
+    let big = |i: u8| vec![i; 64 << 10];
+    for i in 0..8u8 {
+        db.put_with([b'b', i], big(i), WriteOptions::new().defer_sync())
+            .unwrap();
+    }
+    assert_eq!(
+        db.stats().commit_log_bytes,
+        logged,
+        "a 64 KiB deferred write was logged"
+    );
+    db.sync_written().unwrap();
+    assert!(on_disk(&dir.path().join("shards"), &big(3)));
+    snapshot(dir.path(), crash.path());
+    drop(db);
+    let db = o.open(crash.path()).unwrap();
+    for i in 0..8u8 {
+        assert_eq!(db.get([b'b', i]).unwrap().as_deref(), Some(&big(i)[..]));
     }
 }

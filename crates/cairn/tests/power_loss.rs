@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn::fault::{seeds, Loss, PowerLoss};
-use cairn::{Db, Error, Options, SyncPolicy, WriteBatch};
+use cairn::{Db, Error, Options, SyncPolicy, WriteBatch, WriteOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -317,15 +317,24 @@ fn workload(
         };
         let k = key(rng.random_range(0..40));
         let roll = rng.random_range(0..100);
+        // Under `Always`, a third of the writes defer their sync (small ones go to the
+        // commit log without waiting): they are guaranteed only once a later durable
+        // write, a `sync_written` or a flush returns.
+        let deferred = cfg.always && rng.random_bool(0.33);
+        let wo = if deferred {
+            WriteOptions::new().defer_sync()
+        } else {
+            WriteOptions::new()
+        };
         let res = match roll {
             0..45 => {
                 let v = value(op, pad);
                 h.push(Change::Put(k.clone(), v.clone()));
-                db.put(&k, &v)
+                db.put_with(&k, &v, wo)
             }
             45..60 => {
                 h.push(Change::Delete(k.clone()));
-                db.delete(&k)
+                db.delete_with(&k, wo)
             }
             60..75 => {
                 let mut ops = Vec::new();
@@ -342,11 +351,19 @@ fn workload(
                     }
                 }
                 h.push(Change::Batch(ops));
-                db.write(b)
+                db.write_with(b, wo)
             }
-            75..82 => {
+            75..79 => {
                 let n = h.changes.len();
                 db.flush().map(|()| h.floor = n)
+            }
+            79..82 => {
+                let n = h.changes.len();
+                db.sync_written().map(|()| {
+                    if cfg.always {
+                        h.floor = n
+                    }
+                })
             }
             82..84 => db.compact(),
             // Whole drops of segments not sealed yet (the active one rotated out).
@@ -380,7 +397,9 @@ fn workload(
             assert!(power.is_cut(), "operation failed with the power on: {e}");
             return Some(db);
         }
-        if cfg.always {
+        // A durable write (even one that changed nothing) returns once it and every
+        // earlier write are durable.
+        if cfg.always && !deferred && roll < 75 {
             h.floor = h.changes.len();
         }
     }
