@@ -221,6 +221,47 @@ fn copy_out(r: &mut FileReader, out: &mut impl Write, len: u64, bar: &ProgressBa
     Ok(())
 }
 
+/// A writer that moves the progress bar and remembers whether it failed, so that a
+/// streamed copy's error can be told as the output's or the store's.
+struct Out<'a, W: Write> {
+    inner: &'a mut W,
+    bar: &'a ProgressBar,
+    failed: bool,
+}
+
+impl<W: Write> Write for Out<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let r = self.inner.write(buf);
+        match &r {
+            Ok(n) => self.bar.inc(*n as u64),
+            Err(_) => self.failed = true,
+        }
+        r
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let r = self.inner.flush();
+        self.failed |= r.is_err();
+        r
+    }
+}
+
+/// Streams the whole of `r` to `out`, its chunks read ahead on several threads
+/// ([`FileReader::copy_to`]); read errors (the store's) come back as the store's error,
+/// write errors (the output's, such as a closed pipe) as `io::Error`.
+fn stream_out(r: &mut FileReader, out: &mut impl Write, bar: &ProgressBar) -> Result<()> {
+    let mut o = Out {
+        inner: out,
+        bar,
+        failed: false,
+    };
+    match r.copy_to(&mut o, 0) {
+        Ok(_) => Ok(()),
+        Err(e) if o.failed => Err(e.into()),
+        Err(e) => Err(unwrap_io(e).context(format!("reading file {}", escape(r.key())))),
+    }
+}
+
 /// `file get KEY [PATH|-]`.
 fn get(dir: &Path, key: &OsStr, path: Option<&OsStr>) -> Result<()> {
     let db = open_existing(dir)?;
@@ -233,7 +274,7 @@ fn get(dir: &Path, key: &OsStr, path: Option<&OsStr>) -> Result<()> {
     match path.filter(|p| *p != "-") {
         None => {
             let mut out = stdout();
-            copy_out(&mut r, &mut out, size, &bar)?;
+            stream_out(&mut r, &mut out, &bar)?;
             out.flush()?;
         }
         Some(p) => {
@@ -247,13 +288,9 @@ fn get(dir: &Path, key: &OsStr, path: Option<&OsStr>) -> Result<()> {
                 let f = File::create(&tmp)
                     .with_context(|| format!("cannot create {}", tmp.display()))?;
                 let mut w = io::BufWriter::with_capacity(BUF, f);
-                copy_out(&mut r, &mut w, size, &bar).map_err(|e| {
-                    match e.downcast::<io::Error>() {
-                        Ok(io) => {
-                            anyhow::Error::new(io).context(format!("writing {}", tmp.display()))
-                        }
-                        Err(e) => e,
-                    }
+                stream_out(&mut r, &mut w, &bar).map_err(|e| match e.downcast::<io::Error>() {
+                    Ok(io) => anyhow::Error::new(io).context(format!("writing {}", tmp.display())),
+                    Err(e) => e,
                 })?;
                 let f = w
                     .into_inner()

@@ -47,6 +47,7 @@
 mod gc;
 mod layout;
 mod reader;
+mod stream;
 mod writer;
 
 use std::collections::hash_map::RandomState;

@@ -106,6 +106,16 @@ impl FileReader {
         Ok(v)
     }
 
+    /// Moves the position (for [`FileReader::copy_to`]).
+    pub(crate) fn set_position(&mut self, pos: u64) {
+        self.pos = pos;
+    }
+
+    /// Asks the kernel to start reading chunk row `key`, without waiting.
+    pub(crate) fn store_prefetch(&self, key: Vec<u8>) {
+        self.store.ks.prefetch(key);
+    }
+
     /// Has the kernel start reading the chunks after `from`, up to the read-ahead
     /// window, so that a sequential reader keeps several disk reads in flight.
     fn read_ahead(&mut self, from: u64) {

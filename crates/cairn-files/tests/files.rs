@@ -699,6 +699,66 @@ fn flip_stored_bytes(dir: &Path, needle: &[u8]) {
     std::fs::write(p, b).unwrap();
 }
 
+/// A streamed read (`copy_to`: chunks read ahead on several threads, written in
+/// order) gives exactly the file's bytes from any position, for files of 0 to many
+/// chunks and any number of threads; an output that fails part way stops it (the
+/// workers end, nothing hangs) with the output's error.
+#[test]
+fn streamed_reads_give_the_whole_file_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = opts().open(dir.path()).unwrap();
+    let files = db.files();
+    for (i, size) in [0, 1, CS - 1, CS, CS + 1, 37 * CS + 123, 300 * CS]
+        .into_iter()
+        .enumerate()
+    {
+        let data = content(i as u64, size);
+        let key = format!("f{i}");
+        files.put(&key, &data).unwrap();
+        for threads in [0, 1, 2, 7] {
+            for from in [0, 1, size / 2, size.saturating_sub(1), size] {
+                let from = from.min(size);
+                let mut r = files.open(&key).unwrap().unwrap();
+                r.seek(SeekFrom::Start(from as u64)).unwrap();
+                let mut out = Vec::new();
+                let n = r.copy_to(&mut out, threads).unwrap();
+                assert_eq!(
+                    n as usize,
+                    size - from,
+                    "{key} from {from}, {threads} threads"
+                );
+                assert!(out == data[from..], "{key} from {from}, {threads} threads");
+                // The reader is at the end afterwards.
+                let mut rest = Vec::new();
+                r.read_to_end(&mut rest).unwrap();
+                assert!(rest.is_empty());
+            }
+        }
+    }
+    /// Accepts `left` bytes, then fails.
+    struct Failing {
+        left: usize,
+    }
+    impl Write for Failing {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.left == 0 {
+                return Err(io::Error::new(io::ErrorKind::BrokenPipe, "closed"));
+            }
+            let n = buf.len().min(self.left);
+            self.left -= n;
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut r = files.open("f6").unwrap().unwrap();
+    let err = r
+        .copy_to(&mut Failing { left: 10 * CS + 5 }, 3)
+        .unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
+}
+
 #[test]
 fn corrupted_chunk_fails_reads_and_is_reported_by_verify() {
     let dir = tempfile::tempdir().unwrap();
@@ -725,6 +785,20 @@ fn corrupted_chunk_fails_reads_and_is_reported_by_verify() {
         ),
         "{err:?}"
     );
+    // So does a streamed read (chunks read ahead on several threads), whatever the
+    // number of threads, and it writes nothing past the damage.
+    for threads in [1, 2, 5] {
+        let mut r = files.open("victim").unwrap().unwrap();
+        let mut out = Vec::new();
+        let err = r.copy_to(&mut out, threads).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err:?}");
+        assert!(
+            out.len() <= 17 * CS,
+            "{} bytes written past the damage",
+            out.len()
+        );
+        assert_eq!(out[..], data[..out.len()]);
+    }
     assert!(matches!(
         files.read_range("victim", 17 * CS as u64, 10),
         Err(Error::Corruption { .. })
