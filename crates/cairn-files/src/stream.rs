@@ -40,6 +40,8 @@ struct Shared {
     cv: Condvar,
     /// Next chunk index for a worker to take.
     take: AtomicU64,
+    /// Chunks below this index have been asked of the kernel ahead of the workers.
+    prefetched: AtomicU64,
     /// Set when the writer stops early (an error): workers then stop too.
     stop: AtomicBool,
 }
@@ -47,7 +49,7 @@ struct Shared {
 impl FileReader {
     /// Writes the rest of the file, from the current position to its end, to `out`,
     /// and returns the bytes written. Chunks are read ahead on `threads` threads
-    /// (`0`: one per CPU, at least two), each checked against its checksum, and written
+    /// (`0`: one per CPU, two to eight), each checked against its checksum, and written
     /// in order from the calling thread; at most 32 chunks are held at once. Damage is an
     /// `io::Error` of kind `InvalidData`; an error writing to `out` is returned as is.
     ///
@@ -75,7 +77,7 @@ impl FileReader {
         let first = start / cs;
         let last = size.div_ceil(cs); // one past the last chunk
         let threads = if threads == 0 {
-            std::thread::available_parallelism().map_or(2, |n| n.get().max(2))
+            std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8))
         } else {
             threads
         }
@@ -88,6 +90,7 @@ impl FileReader {
             }),
             cv: Condvar::new(),
             take: AtomicU64::new(first),
+            prefetched: AtomicU64::new(first),
             stop: AtomicBool::new(false),
         };
         let this = &*self;
@@ -128,10 +131,14 @@ fn work(r: &FileReader, sh: &Shared, last: u64) {
         if sh.stop.load(Ordering::SeqCst) {
             return;
         }
-        // Keep the disk busy ahead of the workers: every so often, ask the kernel for
-        // the chunks up to `ahead` past this one (without waiting for them).
-        if idx % (ahead / 4).max(1) == 0 {
-            for i in idx + 1..(idx + ahead).min(last) {
+        // Keep the disk busy ahead of the workers: when fewer than `ahead` chunks past
+        // this one have been asked for, ask the kernel for the next quarter of them
+        // (without waiting), each chunk once.
+        let end = (idx + ahead).min(last);
+        let from = sh.prefetched.load(Ordering::SeqCst).max(idx + 1);
+        if end >= from + (ahead / 4).max(1) || (end == last && from < end) {
+            let from = sh.prefetched.fetch_max(end, Ordering::SeqCst).max(idx + 1);
+            for i in from..end {
                 r.store_prefetch(layout::chunk_key(r.stat().version, i as u32));
             }
         }
