@@ -260,6 +260,7 @@ impl log::Log for StderrLogger {
 static LOGGER: StderrLogger = StderrLogger;
 
 fn main() -> ExitCode {
+    allocator::no_transparent_huge_pages();
     if log::set_logger(&LOGGER).is_ok() {
         log::set_max_level(log::LevelFilter::Warn);
     }

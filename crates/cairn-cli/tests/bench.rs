@@ -104,6 +104,13 @@ fn smoke_run_writes_sane_results() {
         allocator.starts_with("Rust code (cairn, sled, fjall, redb): mimalloc "),
         "{allocator}"
     );
+    // The binary turns transparent huge pages off unless told otherwise.
+    if cfg!(target_os = "linux") && std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
+        assert!(
+            allocator.ends_with("transparent huge pages off (PR_SET_THP_DISABLE)"),
+            "{allocator}"
+        );
+    }
     let engines = json["engines"].as_array().unwrap();
     assert_eq!(engines.len(), 1, "smoke runs cairn alone");
     assert_eq!(engines[0]["name"], "cairn");
