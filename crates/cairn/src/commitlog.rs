@@ -63,6 +63,9 @@ pub(crate) const FRAME_HEADER_LEN: usize = 20;
 const LAY_AHEAD: u64 = 1 << 20;
 /// Default size of each log file before appends move to the other.
 pub const DEFAULT_COMMIT_LOG_SIZE: u64 = 64 << 20;
+/// A sync's leader yields once before taking the buffer when the last sync covered at
+/// least this many writers.
+const YIELD_GROUP: usize = 4;
 /// Writes whose records are larger than this are not logged.
 pub(crate) const MAX_LOGGED_BYTES: u64 = 1 << 20;
 /// Deferred writes (`WriteOptions::defer_sync`) whose records are larger than this are
@@ -278,6 +281,10 @@ struct Inner {
     failed: Option<String>,
     /// A frame was appended since the files last started a generation.
     used: bool,
+    /// Writers inside `wait` now.
+    waiting: usize,
+    /// Writers waiting when the last sync took the buffer.
+    last_group: usize,
 }
 
 /// The shared log of durable writes (see the module documentation).
@@ -391,6 +398,8 @@ impl CommitLog {
                 next_gen: max_gen + 1,
                 failed: None,
                 used: true,
+                waiting: 0,
+                last_group: 0,
             }),
             waits: [Condvar::new(), Condvar::new()],
             size: size.max(2 * LOG_HEADER_LEN),
@@ -487,6 +496,19 @@ impl CommitLog {
     /// every wait fails (`Error::ReadOnly`).
     pub fn wait(&self, upto: u64, on_fail: impl Fn(String)) -> Result<()> {
         let mut g = self.inner.lock();
+        g.waiting += 1;
+        let res = self.wait_locked(&mut g, upto, on_fail);
+        g.waiting -= 1;
+        res
+    }
+
+    fn wait_locked(
+        &self,
+        g: &mut MutexGuard<'_, Inner>,
+        upto: u64,
+        on_fail: impl Fn(String),
+    ) -> Result<()> {
+        let mut yielded = false;
         loop {
             if let Some(f) = &g.failed {
                 return Err(Error::ReadOnly(f.clone()));
@@ -497,10 +519,19 @@ impl CommitLog {
             if g.syncing {
                 let covered = upto <= g.target;
                 let cv = &self.waits[((g.round + u64::from(!covered)) % 2) as usize];
-                cv.wait(&mut g);
+                cv.wait(g);
+                continue;
+            }
+            // Under load (the last group was large), let writers that are about to
+            // append do so before taking the buffer: on few cores they are runnable
+            // but not running, and each sync then covers more of them.
+            if !yielded && g.last_group >= YIELD_GROUP {
+                yielded = true;
+                MutexGuard::unlocked(g, std::thread::yield_now);
                 continue;
             }
             g.syncing = true;
+            g.last_group = g.waiting;
             g.round += 1;
             let target = g.appended;
             g.target = target;
@@ -514,7 +545,7 @@ impl CommitLog {
                     f.laid = end + LAY_AHEAD;
                 }
             }
-            let res = MutexGuard::unlocked(&mut g, || self.write_and_sync(&chunks));
+            let res = MutexGuard::unlocked(g, || self.write_and_sync(&chunks));
             g.syncing = false;
             // The writers this sync covered (and those of a failed one, to retry or
             // fail), and the first of the next group, to lead its sync.
