@@ -14,28 +14,28 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Turns transparent huge pages off for this process (`prctl(PR_SET_THP_DISABLE)`),
 /// unless `MIMALLOC_ALLOW_THP` is set in the environment (then mimalloc does as it
-/// says). Returns whether it did.
+/// says). The reports read the flag back ([`describe`]).
 ///
 /// mimalloc advises its 1 GiB arenas `MADV_HUGEPAGE`, so under the kernel's default
 /// `madvise` mode every first touch of a fresh 2 MiB region of the heap is a huge-page
 /// fault that zeroes 2 MiB. Short-lived threads that each grow buffers (32 durable
 /// writers) paid ~160 such faults per 20,000-record fill, half the fill's CPU, for
 /// 2.1× fewer durable writes per second than with huge pages off; file-system creates,
-/// stats and the HaloDB suite measured no worse without them (DESIGN.md, "Memory").
+/// stats and the HaloDB suite measured no worse without them (DESIGN.md,
+/// "Transparent huge pages are off in the binary").
 /// Called first thing in `main`: mimalloc reserves its arena before `main` runs, so
 /// its own option would come too late, while the process flag governs every later
 /// fault.
-pub fn no_transparent_huge_pages() -> bool {
+pub fn no_transparent_huge_pages() {
     if std::env::var_os("MIMALLOC_ALLOW_THP").is_some() {
-        return false;
+        return;
     }
+    // SAFETY: prctl with integer arguments changes only this process's flag; a failure
+    // leaves huge pages as they were, which `describe` then reports.
     #[cfg(target_os = "linux")]
-    {
-        // SAFETY: prctl with integer arguments changes only this process's flag.
-        unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0 }
+    unsafe {
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
     }
-    #[cfg(not(target_os = "linux"))]
-    false
 }
 
 /// One sentence for the benchmark reports: the allocator of Rust code (cairn, sled,

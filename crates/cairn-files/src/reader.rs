@@ -111,26 +111,38 @@ impl FileReader {
         self.pos = pos;
     }
 
-    /// Asks the kernel to start reading chunk row `key`, without waiting.
-    pub(crate) fn store_prefetch(&self, key: Vec<u8>) {
-        self.store.ks.prefetch(key);
+    /// Chunks in a read-ahead window of `bytes` (at least one, at most
+    /// `READ_AHEAD_MAX_CHUNKS`).
+    pub(crate) fn read_ahead_window(&self, bytes: u64) -> u64 {
+        (bytes / self.stat.chunk_size).clamp(1, READ_AHEAD_MAX_CHUNKS)
     }
 
-    /// Has the kernel start reading the chunks after `from`, up to the read-ahead
-    /// window, so that a sequential reader keeps several disk reads in flight.
-    fn read_ahead(&mut self, from: u64) {
-        let window = (READ_AHEAD_BYTES / self.stat.chunk_size).clamp(1, READ_AHEAD_MAX_CHUNKS);
-        let end = (from + window).min(self.stat.chunks);
-        let start = self.prefetched.max(from);
-        // Top up in steps of a quarter window, not one chunk at a time.
-        if start >= end || (end - start < (window / 4).max(1) && end < self.stat.chunks) {
-            return;
-        }
+    /// Whether chunks `start..end` of a read-ahead `window` are worth asking for now:
+    /// the window is topped up in steps of a quarter, not one chunk at a time, except
+    /// for the file's last chunks.
+    pub(crate) fn worth_reading_ahead(&self, start: u64, end: u64, window: u64) -> bool {
+        start < end && (end - start >= (window / 4).max(1) || end >= self.stat.chunks)
+    }
+
+    /// Asks the kernel to start reading chunks `start..end`, without waiting.
+    pub(crate) fn prefetch_chunks(&self, start: u64, end: u64) {
         for idx in start..end {
             self.store
                 .ks
                 .prefetch(layout::chunk_key(self.stat.version, idx as u32));
         }
+    }
+
+    /// Has the kernel start reading the chunks after `from`, up to the read-ahead
+    /// window, so that a sequential reader keeps several disk reads in flight.
+    fn read_ahead(&mut self, from: u64) {
+        let window = self.read_ahead_window(READ_AHEAD_BYTES);
+        let end = (from + window).min(self.stat.chunks);
+        let start = self.prefetched.max(from);
+        if !self.worth_reading_ahead(start, end, window) {
+            return;
+        }
+        self.prefetch_chunks(start, end);
         self.prefetched = end;
     }
 

@@ -19,7 +19,7 @@ use parking_lot::{Condvar, Mutex};
 
 use cairn::{Result, Value};
 
-use crate::{layout, to_io, FileReader};
+use crate::{to_io, FileReader};
 
 /// Chunks read ahead of the one being written, at most.
 const WINDOW: u64 = 32;
@@ -112,8 +112,7 @@ impl FileReader {
 /// A worker: takes chunk indexes in turn and reads them, waiting while its chunk is a
 /// window or more ahead of the one being written.
 fn work(r: &FileReader, sh: &Shared, last: u64) {
-    let cs = r.stat().chunk_size;
-    let ahead = (READ_AHEAD_BYTES / cs).clamp(1, 64);
+    let ahead = r.read_ahead_window(READ_AHEAD_BYTES);
     loop {
         if sh.stop.load(Ordering::SeqCst) {
             return;
@@ -131,16 +130,13 @@ fn work(r: &FileReader, sh: &Shared, last: u64) {
         if sh.stop.load(Ordering::SeqCst) {
             return;
         }
-        // Keep the disk busy ahead of the workers: when fewer than `ahead` chunks past
-        // this one have been asked for, ask the kernel for the next quarter of them
-        // (without waiting), each chunk once.
+        // Keep the disk busy ahead of the workers: top the window past this chunk up
+        // as a sequential reader does (without waiting), each chunk asked for once.
         let end = (idx + ahead).min(last);
         let from = sh.prefetched.load(Ordering::SeqCst).max(idx + 1);
-        if end >= from + (ahead / 4).max(1) || (end == last && from < end) {
+        if r.worth_reading_ahead(from, end, ahead) {
             let from = sh.prefetched.fetch_max(end, Ordering::SeqCst).max(idx + 1);
-            for i in from..end {
-                r.store_prefetch(layout::chunk_key(r.stat().version, i as u32));
-            }
+            r.prefetch_chunks(from, end);
         }
         let v = r.load_chunk(idx);
         let mut g = sh.ready.lock();

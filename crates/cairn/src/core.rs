@@ -256,9 +256,7 @@ impl Core {
             }
             // A durable write that changed nothing (the delete of an absent key) still
             // returns only once every earlier write is durable.
-            None if sync && self.opts.sync == SyncPolicy::Always => {
-                self.sync_upto(self.current_seq().saturating_sub(1), shard)
-            }
+            None if sync && self.opts.sync == SyncPolicy::Always => self.sync_written(shard),
             Some((_, Some(lsn))) => match &self.log {
                 Some(log) if log.staged() > MAX_STAGED_BYTES => log.wait(lsn, |msg| self.fail(msg)),
                 _ => Ok(()),
@@ -274,6 +272,12 @@ impl Core {
     /// parallel and then find the others' shards synced (or join their fsync).
     pub fn sync_upto(&self, seq: u64, first: usize) -> Result<()> {
         self.sync_upto_logged(seq, first, None)
+    }
+
+    /// Makes every write numbered so far durable ([`Core::sync_upto`] of the last
+    /// number taken), syncing shard `first` first.
+    pub fn sync_written(&self, first: usize) -> Result<()> {
+        self.sync_upto(self.current_seq().saturating_sub(1), first)
     }
 
     /// Like [`Core::sync_upto`], where the write numbered `seq` ends at log position

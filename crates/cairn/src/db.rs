@@ -471,9 +471,7 @@ impl Db {
     /// # Ok::<(), cairn::Error>(())
     /// ```
     pub fn sync_written(&self) -> Result<()> {
-        let c = self.core();
-        let seq = c.current_seq().saturating_sub(1);
-        c.sync_upto(seq, 0)
+        self.core().sync_written(0)
     }
 
     /// Runs compaction now: seals every segment whose stale fraction is at or above the
