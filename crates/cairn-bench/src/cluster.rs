@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use cairn_cluster::client::{Client, ClientOptions};
+use cairn_cluster::client::{Client, ClientOptions, Creates};
 use cairn_cluster::ClusterConfig;
 use cairn_fs::{Cred, FileSystem, Fs, ROOT};
 use clap::Args;
@@ -76,10 +76,11 @@ pub struct ClusterBenchArgs {
     /// Connections: tls, insecure (plain TCP), or both (tls,insecure: interleaved)
     #[arg(long, value_delimiter = ',', default_value = "tls")]
     pub security: Vec<String>,
-    /// Batched creates (a client sends the creates queued while a request to their
-    /// server is in flight as one request): on, off, or both (on,off: interleaved)
-    #[arg(long, value_delimiter = ',', default_value = "on")]
-    pub batch: Vec<String>,
+    /// How clients send creates: stream (messages on one open call per server, the
+    /// default), batch (the creates queued while four requests to their server are in
+    /// flight go as one request), single (a request each); several: interleaved
+    #[arg(long, value_delimiter = ',', default_value = "stream")]
+    pub creates: Vec<String>,
     /// Runs of each server count and security mode (interleaved)
     #[arg(long, default_value_t = 1)]
     pub rounds: u32,
@@ -106,9 +107,9 @@ pub struct ClientArgs {
     /// Threads creating at once
     #[arg(long, default_value_t = 1)]
     pub threads: u32,
-    /// Each create in a request of its own (no `MakeBatch`)
-    #[arg(long)]
-    pub no_batch: bool,
+    /// How creates travel: stream, batch or single
+    #[arg(long, default_value = "stream")]
+    pub creates: String,
 }
 
 /// One client process's outcome.
@@ -134,9 +135,11 @@ struct Run {
     files: u64,
     sync: String,
     security: String,
-    batch: bool,
-    /// Creates per request to a server (batches and creates that went alone).
-    creates_per_request: f64,
+    /// How the clients sent creates: stream, batch or single.
+    creates: String,
+    /// Creates per request to a server (batches and creates that went alone; none for
+    /// streamed creates, which are messages on a call, not requests).
+    creates_per_request: Option<f64>,
     creates_per_sec: f64,
     wall_secs: f64,
     server_cpu_secs: f64,
@@ -293,11 +296,11 @@ fn run_one(
     exe: &Path,
     args: &ClusterBenchArgs,
     n: u32,
-    (security, batch): (&str, bool),
+    (security, how): (&str, &str),
     round: u32,
 ) -> Result<Run> {
     let insecure = security == "insecure";
-    let work = args.dir.join(format!("s{n}-{security}-{batch}-{round}"));
+    let work = args.dir.join(format!("s{n}-{security}-{how}-{round}"));
     std::fs::create_dir(&work).with_context(|| format!("creating {}", work.display()))?;
     let (servers, file, cfg) = start_servers(exe, args, n, &work, insecure)?;
     let client = Client::with_config(cfg.clone(), ClientOptions::default())?;
@@ -315,7 +318,8 @@ fn run_one(
         let child = Command::new(exe)
             .arg(CLIENT_COMMAND)
             .args(insecure.then_some("--insecure"))
-            .args((!batch).then_some("--no-batch"))
+            .arg("--creates")
+            .arg(how)
             .arg("--cluster")
             .arg(&file)
             .arg("--dir-ino")
@@ -398,9 +402,9 @@ fn run_one(
         files: args.files,
         sync: args.sync.clone(),
         security: security.to_string(),
-        batch,
-        creates_per_request: creates as f64
-            / (creates - batched.min(creates) + batches).max(1) as f64,
+        creates: how.to_string(),
+        creates_per_request: (how != "stream")
+            .then(|| creates as f64 / (creates - batched.min(creates) + batches).max(1) as f64),
         creates_per_sec: creates as f64 / wall,
         wall_secs: wall,
         server_cpu_secs: cpu1 - cpu0,
@@ -499,23 +503,23 @@ pub fn run(args: &ClusterBenchArgs) -> Result<()> {
         "--security takes tls and/or insecure"
     );
     ensure!(
-        !args.batch.is_empty() && args.batch.iter().all(|s| s == "on" || s == "off"),
-        "--batch takes on and/or off"
+        !args.creates.is_empty() && args.creates.iter().all(|s| parse_creates(s).is_some()),
+        "--creates takes stream, batch and/or single"
     );
     ensure!(args.rounds > 0, "--rounds must be positive");
     let mut runs = Vec::new();
     for &s in &args.servers {
         for round in 0..args.rounds {
             for security in &args.security {
-                for batch in &args.batch {
+                for how in &args.creates {
                     eprintln!(
-                        "cluster-bench: {s} server(s), {} client(s) x {} thread(s), {} files each, sync {}, {security}, batch {batch}, round {}",
+                        "cluster-bench: {s} server(s), {} client(s) x {} thread(s), {} files each, sync {}, {security}, creates {how}, round {}",
                         args.clients, args.threads, args.files, args.sync, round + 1
                     );
-                    let r = run_one(&exe, args, s, (security, batch == "on"), round)?;
+                    let r = run_one(&exe, args, s, (security, how), round)?;
                     eprintln!(
-                        "  {:.0} creates/s, {:.0} creates per server-CPU-second, {:.1} creates per request, {:.4} redirects per create (late), {} partitions",
-                        r.creates_per_sec, r.creates_per_server_cpu_sec, r.creates_per_request, r.redirects_per_create_late, r.partitions
+                        "  {:.0} creates/s, {:.0} creates per server-CPU-second, {} creates per request, {:.4} redirects per create (late), {} partitions",
+                        r.creates_per_sec, r.creates_per_server_cpu_sec, per_request(r.creates_per_request), r.redirects_per_create_late, r.partitions
                     );
                     runs.push(r);
                 }
@@ -562,24 +566,39 @@ pub fn run(args: &ClusterBenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// `--creates`' words.
+fn parse_creates(s: &str) -> Option<Creates> {
+    match s {
+        "stream" => Some(Creates::Stream),
+        "batch" => Some(Creates::Batch),
+        "single" => Some(Creates::Single),
+        _ => None,
+    }
+}
+
+/// Creates per request, or "—" for streamed creates.
+fn per_request(x: Option<f64>) -> String {
+    x.map_or_else(|| "—".to_string(), |x| format!("{x:.1}"))
+}
+
 fn markdown(r: &Report) -> String {
     let mut s = String::new();
     s.push_str(&format!("`{}`\n\n{}\n\n", r.command, r.machine));
-    s.push_str("| servers | clients × threads, files each | sync | security | batched | creates per request | creates/s | creates per server-CPU-s | redirects per create (last half) | partitions | entries per server (max / mean) |\n|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|\n");
+    s.push_str("| servers | clients × threads, files each | sync | security | creates sent | creates per request | creates/s | creates per server-CPU-s | redirects per create (last half) | partitions | entries per server (max / mean) |\n|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|\n");
     for x in &r.runs {
         let max = x.per_server_entries.iter().copied().max().unwrap_or(0) as f64;
         let mean = x.per_server_entries.iter().sum::<u64>() as f64
             / x.per_server_entries.len().max(1) as f64;
         s.push_str(&format!(
-            "| {} | {} × {}, {} | {} | {} | {} | {:.1} | {:.0} | {:.0} | {:.4} | {} | {:.2} |\n",
+            "| {} | {} × {}, {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.4} | {} | {:.2} |\n",
             x.servers,
             x.clients,
             x.threads,
             x.files,
             x.sync,
             x.security,
-            if x.batch { "yes" } else { "no" },
-            x.creates_per_request,
+            x.creates,
+            per_request(x.creates_per_request),
             x.creates_per_sec,
             x.creates_per_server_cpu_sec,
             x.redirects_per_create_late,
@@ -623,7 +642,8 @@ pub fn client(args: &ClientArgs) -> Result<()> {
     let mut cfg = ClusterConfig::load(&args.cluster)?;
     cfg.set_insecure(args.insecure);
     let opts = ClientOptions {
-        batch_creates: !args.no_batch,
+        creates: parse_creates(&args.creates)
+            .ok_or_else(|| anyhow::anyhow!("--creates takes stream, batch or single"))?,
         ..ClientOptions::default()
     };
     let c = Client::with_config(cfg, opts)?;

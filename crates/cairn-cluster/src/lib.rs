@@ -27,6 +27,7 @@ mod error;
 pub mod giga;
 mod rows;
 pub mod server;
+mod stream;
 pub mod tls;
 pub mod transport;
 
@@ -36,7 +37,7 @@ pub mod proto {
     tonic::include_proto!("cairn.cluster.v1");
 }
 
-pub use client::{Client, ClientOptions};
+pub use client::{Client, ClientOptions, Creates};
 pub use config::{ClusterConfig, ConfigError, ServerInfo, TlsPaths};
 pub use error::{ClientError, ServerError};
 pub use tls::TlsError;

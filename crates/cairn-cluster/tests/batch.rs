@@ -1,13 +1,18 @@
-//! Batched creates (`MakeBatch`): creates that one client's threads make while requests
-//! to their server are in flight go together, and each still gets its own answer —
-//! its own inode, EEXIST for a name another create took, a redirect while the
-//! directory splits, a permission error for a caller who may not write there.
+//! Creates sent together — in batches (`MakeBatch`: what one client's threads make
+//! while requests to their server are in flight) or as messages on a stream
+//! (`MakeStream`, made by the server in groups of what arrived together): each still
+//! gets its own answer — its own inode, EEXIST for a name another create took, a
+//! redirect while the directory splits, a permission error for a caller who may not
+//! write there.
 
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
+use std::time::Duration;
+
+use cairn_cluster::Creates;
 use cairn_fs::{Cred, FileSystem, ROOT};
 use common::Cluster;
 
@@ -18,11 +23,21 @@ const DUPS: usize = 40;
 
 #[test]
 fn creates_from_many_threads_go_in_batches_each_with_its_own_answer() {
+    each_create_gets_its_own_answer(Creates::Batch);
+}
+
+#[test]
+fn creates_from_many_threads_go_on_streams_each_with_its_own_answer() {
+    each_create_gets_its_own_answer(Creates::Stream);
+}
+
+fn each_create_gets_its_own_answer(how: Creates) {
     // `--sync always`: each request waits for a sync, so with 16 threads creates queue
-    // behind the 4 requests a client keeps in flight to a server. A low
-    // split threshold: the directory splits while the batches go.
+    // behind the 4 requests a client keeps in flight to a server (and arrive at a
+    // server's stream while it syncs the group before). A low split threshold: the
+    // directory splits while they go.
     let c = Cluster::start(2, 64);
-    let fs = c.client();
+    let fs = c.client_with(Duration::from_secs(10), how);
     let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap().ino;
     // A directory only root may write into.
     let locked = fs.mkdir(&R, ROOT, b"locked", 0o755).unwrap().ino;
@@ -61,10 +76,25 @@ fn creates_from_many_threads_go_in_batches_each_with_its_own_answer() {
         }
     });
     let (batches, batched) = fs.batches();
-    assert!(
-        batches > 0 && batched >= 2 * batches,
-        "no creates went together: {batches} batches of {batched}"
-    );
+    let (streams, streamed) = fs.streams();
+    // Every create but the two mkdirs (mkdirs always go alone).
+    let creates = (THREADS * (EACH + DUPS + EACH.div_ceil(50))) as u64;
+    match how {
+        Creates::Batch => {
+            assert!(
+                batches > 0 && batched >= 2 * batches,
+                "no creates went together: {batches} batches of {batched}"
+            );
+            assert_eq!(streams, 0);
+        }
+        _ => {
+            assert_eq!(batches, 0, "no batches beside streams");
+            // One stream per server, opened at the first create there.
+            assert_eq!(streams, 2, "one stream per server");
+            // Redirected creates are sent again: at least one message per create.
+            assert!(streamed >= creates, "{streamed} streamed of {creates}");
+        }
+    }
     let made = made.into_inner().unwrap();
     let mut wins = dup_wins.into_inner().unwrap();
     wins.sort();

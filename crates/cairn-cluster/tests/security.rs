@@ -103,7 +103,7 @@ fn only_certificates_of_the_cluster_ca_get_in() {
         ClientOptions {
             timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(1),
-            batch_creates: true,
+            creates: cairn_cluster::Creates::Stream,
         },
     ) {
         Ok(p) => assert!(p.lookup(&R, ROOT, b"before").is_err()),

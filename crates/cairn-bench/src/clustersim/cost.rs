@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use cairn_cluster::server::{self, ServerOptions, SyncMode};
-use cairn_cluster::{Client, ClientOptions, ClusterConfig};
+use cairn_cluster::{Client, ClientOptions, ClusterConfig, Creates};
 use cairn_fs::{Cred, FileSystem, ROOT};
 use serde::Serialize;
 
@@ -25,6 +25,13 @@ pub struct Costs {
     /// Callers at once (the simulation's `--window`), each create in a request of its
     /// own.
     pub window: u32,
+    /// Clients (connections) the callers are spread over: in the simulation a server's
+    /// creates in flight come from as many clients as it has creates in flight (each
+    /// client spreads its window over every server), so by default each caller is a
+    /// client of its own and no request shares a read or a write with another.
+    pub clients: u32,
+    /// How the clients sent their creates (`stream` or `single`).
+    pub creates: String,
     /// Server CPU per create into a directory that does not split.
     pub create_us: f64,
     /// Server CPU per lookup: the estimate of a redirect's cost (a redirect takes the
@@ -103,8 +110,15 @@ fn free_addr() -> Result<SocketAddr> {
 
 /// One server on a new store in `dir` with `threshold`; creates `ops` files in a new
 /// directory from `window` threads, then looks each up the same way.
-fn one_run(dir: &Path, threshold: u64, ops: u64, window: u32) -> Result<Run> {
+fn one_run(
+    dir: &Path,
+    threshold: u64,
+    ops: u64,
+    (window, clients): (u32, u32),
+    how: Creates,
+) -> Result<Run> {
     let window = window.max(1);
+    let clients = clients.clamp(1, window);
     let addr = free_addr()?;
     // Certificates for this run: the server and client talk mutual TLS, the default.
     let servers = ClusterConfig::parse(&format!("[[server]]\nid = 0\naddr = \"{addr}\"\n"))?
@@ -123,26 +137,30 @@ fn one_run(dir: &Path, threshold: u64, ops: u64, window: u32) -> Result<Run> {
     // its partitions must go on splitting however few servers it has.
     opts.partitions_per_server = 0;
     let h = server::start(opts).context("starting the measuring server")?;
-    // Unbatched: in the simulation a server's creates in flight come from many clients,
-    // each with --window / N of them to it, fewer than a client keeps in flight before
-    // it batches (DESIGN.md, "Batched creates"), so batching does not happen there.
+    // The clients' default (streamed creates), as the simulated clients send them: a
+    // server's creates in flight there come from many clients, each with fewer than
+    // the four in flight a client keeps before it would batch (DESIGN.md, "Batched
+    // creates"), so batches would not form either.
     let opts = ClientOptions {
-        batch_creates: false,
+        creates: how,
         ..ClientOptions::default()
     };
-    let client = Client::with_config(cfg.clone(), opts)?;
+    let clients: Vec<Client> = (0..clients)
+        .map(|_| Client::with_config(cfg.clone(), opts.clone()))
+        .collect::<Result<_, _>>()?;
     let cred = Cred::ROOT;
-    let d = client
+    let d = clients[0]
         .mkdir(&cred, ROOT, b"costs", 0o755)
         .map_err(|e| anyhow!("mkdir: {e:?}"))?
         .ino;
     // `window` callers at once, as the simulation's clients keep `--window` creates in
     // flight (their threads are named like the client's, so their CPU is not counted).
     let each = |op: &'static str| -> Result<()> {
-        let (client, cred) = (&client, &cred);
+        let (clients, cred) = (&clients, &cred);
         std::thread::scope(|sc| {
             let workers: Vec<_> = (0..window)
                 .map(|j| {
+                    let client = &clients[j as usize % clients.len()];
                     std::thread::Builder::new()
                         .name("cairn-client-load".into())
                         .spawn_scoped(sc, move || -> Result<()> {
@@ -172,7 +190,7 @@ fn one_run(dir: &Path, threshold: u64, ops: u64, window: u32) -> Result<Run> {
     let t2 = server_cpu();
     let status = cairn_cluster::admin::status(&cfg, Duration::from_secs(10));
     let splits = status.servers.first().map_or(0, |s| s.splits_done);
-    drop(client);
+    drop(clients);
     h.shutdown()?;
     Ok(Run {
         create_cpu: t1 - t0,
@@ -188,22 +206,43 @@ struct Run {
     splits: u64,
 }
 
-/// Measures [`Costs`] with `ops` creates per run from `window` callers at once, stores
-/// under `work`.
-pub fn measure(work: &Path, ops: u64, split_threshold: u64, window: u32) -> Result<Costs> {
+/// Measures [`Costs`] with `ops` creates per run from `window` callers at once spread
+/// over `clients` clients, sent as `how` says, stores under `work`.
+pub fn measure(
+    work: &Path,
+    ops: u64,
+    split_threshold: u64,
+    (window, clients): (u32, u32),
+    how: Creates,
+) -> Result<Costs> {
+    let clients = clients.clamp(1, window.max(1));
     let ops = ops.max(1);
     let base = work.join(format!("costs-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
     std::fs::create_dir_all(&base)?;
     let res = (|| {
-        let flat = one_run(&base.join("flat"), u64::MAX / 4, ops, window)?;
-        let split = one_run(&base.join("split"), split_threshold, ops, window)?;
+        let flat = one_run(
+            &base.join("flat"),
+            u64::MAX / 4,
+            ops,
+            (window, clients),
+            how,
+        )?;
+        let split = one_run(
+            &base.join("split"),
+            split_threshold,
+            ops,
+            (window, clients),
+            how,
+        )?;
         let (create, lookup, splits) = (flat.create_cpu, flat.lookup_cpu, split.splits);
         let moved = splits * split_threshold.saturating_add(1) / 2;
         let extra = (split.create_cpu - create).max(0.0);
         Ok(Costs {
             ops,
             window,
+            clients,
+            creates: format!("{how:?}").to_lowercase(),
             create_us: create / ops as f64 * 1e6,
             redirect_us: lookup / ops as f64 * 1e6,
             split_entry_us: if moved == 0 {

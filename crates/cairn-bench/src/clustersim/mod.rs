@@ -68,6 +68,16 @@ pub struct ClusterSimArgs {
     /// Creates each client keeps in flight
     #[arg(long, default_value_t = 16)]
     pub window: u32,
+    /// Clients the cost measurement spreads its `--window` callers over (default: one
+    /// each, as a server of a large simulated cluster sees its creates in flight come
+    /// from that many clients; fewer share connections, and requests then share reads
+    /// and writes)
+    #[arg(long)]
+    pub cost_clients: Option<u32>,
+    /// How the cost measurement's clients send creates: stream (the default, as the
+    /// simulated clients do) or single (a request each, as before streams)
+    #[arg(long, default_value = "stream")]
+    pub cost_creates: String,
     /// Creates (and lookups) per run of the cost measurement (default 50,000)
     #[arg(long)]
     pub cost_ops: Option<u64>,
@@ -176,7 +186,19 @@ pub fn run(args: &ClusterSimArgs) -> Result<()> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     eprintln!("measuring per-operation server CPU costs ({cost_ops} creates per run)");
-    let costs = measure(&work, cost_ops, threshold.max(2), args.window)?;
+    let cost_clients = args.cost_clients.unwrap_or(args.window);
+    let how = match args.cost_creates.as_str() {
+        "stream" => cairn_cluster::Creates::Stream,
+        "single" => cairn_cluster::Creates::Single,
+        other => anyhow::bail!("--cost-creates takes stream or single, not {other}"),
+    };
+    let costs = measure(
+        &work,
+        cost_ops,
+        threshold.max(2),
+        (args.window, cost_clients),
+        how,
+    )?;
     let mut runs = Vec::new();
     for &n in &args.servers {
         eprintln!(
@@ -237,14 +259,16 @@ pub fn markdown(r: &Report, args: &ClusterSimArgs) -> String {
     );
     let _ = writeln!(
         m,
-        "| create | redirect (≈ lookup) | per entry a split moves | runs of | callers at once (unbatched) |\n|---|---|---|---|---|\n| {:.2} µs | {:.2} µs | {:.3} µs ({} splits at threshold {}) | {} ops | {} |\n",
+        "| create | redirect (≈ lookup) | per entry a split moves | runs of | callers at once | over clients | sent |\n|---|---|---|---|---|---|---|\n| {:.2} µs | {:.2} µs | {:.3} µs ({} splits at threshold {}) | {} ops | {} | {} | {} |\n",
         c.create_us,
         c.redirect_us,
         c.split_entry_us,
         c.splits,
         c.split_threshold,
         c.ops,
-        c.window
+        c.window,
+        c.clients,
+        c.creates
     );
     let _ = writeln!(m, "## Simulations\n");
     let _ = writeln!(

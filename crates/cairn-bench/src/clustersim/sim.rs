@@ -368,7 +368,7 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
             let opts = ClientOptions {
                 timeout: Duration::from_secs(600),
                 connect_timeout: Duration::from_secs(2),
-                batch_creates: true,
+                creates: cairn_cluster::Creates::Stream,
             };
             let client = Client::in_runtime(cfg, opts, dialer())?;
             shared.clients.borrow_mut().push(client.clone());

@@ -32,6 +32,7 @@ use crate::giga::{home_of, name_hash, rev, rev_range, server_of, Bitmap};
 use crate::proto;
 use crate::proto::meta_client::MetaClient;
 use crate::server::node::{cred_msg, msg_attr};
+use crate::stream::Streams;
 use crate::transport::{Dialer, Reach};
 
 mod route;
@@ -43,9 +44,25 @@ pub struct ClientOptions {
     pub timeout: Duration,
     /// Longest wait to open a connection to a server.
     pub connect_timeout: Duration,
-    /// Whether creates made while a request to their server is in flight go together
-    /// in one request when it returns (`MakeBatch`; DESIGN.md, "Batched creates").
-    pub batch_creates: bool,
+    /// How creates, mknods and symlinks travel to their server (mkdirs always go alone).
+    pub creates: Creates,
+}
+
+/// How a client sends its creates (and mknods and symlinks) to a server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Creates {
+    /// As messages on one long-lived stream per server (`MakeStream`; DESIGN.md,
+    /// "Streamed creates"): no request of their own, and what is made while others are
+    /// on the wire leaves in the same write. A server without streams gets
+    /// [`Creates::Batch`].
+    #[default]
+    Stream,
+    /// Each in a request of its own while fewer than four are in flight to the server;
+    /// beyond, those made meanwhile go together in one request (`MakeBatch`;
+    /// DESIGN.md, "Batched creates").
+    Batch,
+    /// Each in a request of its own (`Make`).
+    Single,
 }
 
 impl Default for ClientOptions {
@@ -53,7 +70,7 @@ impl Default for ClientOptions {
         ClientOptions {
             timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(2),
-            batch_creates: true,
+            creates: Creates::Stream,
         }
     }
 }
@@ -76,6 +93,8 @@ struct Inner {
     checks: AtomicBool,
     /// Creates queued while a request to their server is in flight (`crate::batch`).
     batcher: Arc<Batcher>,
+    /// Streams of creates, one per server (`crate::stream`).
+    streams: Arc<Streams>,
 }
 
 impl Drop for Inner {
@@ -124,6 +143,7 @@ impl Client {
             Client::channels(&cfg, &opts, &reach)?
         };
         let batcher = Arc::new(Batcher::new(conns.len(), handle.clone()));
+        let streams = Arc::new(Streams::new(conns.len(), handle.clone()));
         let c = Client {
             inner: Arc::new(Inner {
                 rt: Some(rt),
@@ -135,6 +155,7 @@ impl Client {
                 redirects: AtomicU64::new(0),
                 checks: AtomicBool::new(true),
                 batcher,
+                streams,
             }),
         };
         c.probe()?;
@@ -178,6 +199,7 @@ impl Client {
         let conns = Client::channels(&cfg, &opts, &reach)?;
         let handle = tokio::runtime::Handle::current();
         let batcher = Arc::new(Batcher::new(conns.len(), handle.clone()));
+        let streams = Arc::new(Streams::new(conns.len(), handle.clone()));
         Ok(Client {
             inner: Arc::new(Inner {
                 rt: None,
@@ -189,6 +211,7 @@ impl Client {
                 redirects: AtomicU64::new(0),
                 checks: AtomicBool::new(true),
                 batcher,
+                streams,
             }),
         })
     }
@@ -240,6 +263,12 @@ impl Client {
     /// request to their server was in flight), and the creates they carried.
     pub fn batches(&self) -> (u64, u64) {
         self.inner.batcher.stats()
+    }
+
+    /// Streams of creates opened so far (one per server, again after one ended), and
+    /// the creates sent on them.
+    pub fn streams(&self) -> (u64, u64) {
+        self.inner.streams.stats()
     }
 
     /// The cluster this client talks to.
@@ -325,8 +354,12 @@ impl Client {
         let h = self.header(cred);
         let (name, target) = (name.to_vec(), target.to_vec());
         let hash = name_hash(&name);
-        // Everything but a mkdir may go in a batch (`crate::batch`).
-        let batched = self.inner.opts.batch_creates && mode & libc::S_IFMT != libc::S_IFDIR;
+        // Everything but a mkdir may go on a stream or in a batch.
+        let how = if mode & libc::S_IFMT == libc::S_IFDIR {
+            Creates::Single
+        } else {
+            self.inner.opts.creates
+        };
         let (home, n) = (home_of(parent), self.inner.cfg.len());
         let rep = self
             .named(parent, hash, false, d, |mut c, t, i| {
@@ -338,14 +371,25 @@ impl Client {
                     rdev,
                     target: target.clone(),
                 };
-                let b = self.inner.batcher.clone();
+                let (b, st) = (self.inner.batcher.clone(), self.inner.streams.clone());
+                let s = server_of(home, i, n);
                 async move {
-                    if batched {
-                        b.make(server_of(home, i, n), c, req, t).await
-                    } else {
-                        let mut r = tonic::Request::new(req);
-                        r.set_timeout(t);
-                        c.make(r).await
+                    match how {
+                        Creates::Stream if st.supported(s) => {
+                            match st.make(s, &c, req.clone(), t).await {
+                                // A server without streams (it made nothing).
+                                Err(e) if e.code() == tonic::Code::Unimplemented => {
+                                    b.make(s, c, req, t).await
+                                }
+                                r => r,
+                            }
+                        }
+                        Creates::Stream | Creates::Batch => b.make(s, c, req, t).await,
+                        Creates::Single => {
+                            let mut r = tonic::Request::new(req);
+                            r.set_timeout(t);
+                            c.make(r).await
+                        }
                     }
                 }
             })

@@ -12,6 +12,7 @@ pub(crate) mod node;
 mod peer;
 mod rename;
 mod split;
+mod stream;
 mod svc;
 
 use std::collections::HashMap;
@@ -211,6 +212,8 @@ impl ServerHandle {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+        // Streams of creates are never done on their own: they end now.
+        self.node.stop_streams.send_replace(true);
         // Requests in flight get SHUTDOWN_GRACE to finish; connections still open then
         // (a client that keeps an idle connection and never answers the GOAWAY) are
         // dropped with the runtime rather than waited for.
@@ -524,6 +527,7 @@ fn open_node(
         crashed: AtomicBool::new(false),
         counters: Default::default(),
         wake: tokio::sync::Notify::new(),
+        stop_streams: tokio::sync::watch::channel(false).0,
         bitmaps: Mutex::new(HashMap::new()),
         inline_store,
     });

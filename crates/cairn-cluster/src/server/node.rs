@@ -198,6 +198,8 @@ pub(crate) struct Node {
     pub counters: Counters,
     /// Wakes the background task that drives unfinished intents.
     pub wake: tokio::sync::Notify,
+    /// Set when the server stops: its streams of creates end (`super::stream`).
+    pub stop_streams: tokio::sync::watch::Sender<bool>,
     /// Directory bitmaps learnt from peers' redirects (for a rename's destination).
     pub bitmaps: Mutex<HashMap<u64, giga::Bitmap>>,
     /// Store calls run in the calling task instead of the blocking pool (the

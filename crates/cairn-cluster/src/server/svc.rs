@@ -107,16 +107,77 @@ fn who<T>(req: Request<T>) -> (Caller, T) {
     (who, req.into_inner())
 }
 
+/// Makes `items` (creates, mknods, symlinks; a mkdir is refused with `EINVAL`) in order
+/// on the store's thread, with one sync ([`Node::ack`]) for all of them before the
+/// reply, and starts the splits they call for: one reply per item. A batch and a group
+/// of streamed creates both go through here.
+pub(crate) async fn make_items(
+    n: NodeRef,
+    items: Vec<(bool, Cred, proto::MakeReq)>,
+) -> R<Vec<proto::EntryReply>> {
+    let made = n
+        .op(move |n| {
+            let mut made = Vec::with_capacity(items.len());
+            for (checks, cred, r) in items {
+                let res = if r.mode & libc::S_IFMT == libc::S_IFDIR {
+                    // A directory takes the path across servers: never batched.
+                    errno(libc::EINVAL)
+                } else {
+                    n.make_applied(checks, &cred, r.dir, &r.name, r.mode, r.rdev, &r.target)
+                };
+                match res {
+                    Err(Fail::Crashed) => return Err(Fail::Crashed),
+                    res => made.push((r.dir, res)),
+                }
+            }
+            if made.iter().any(|(_, r)| r.is_ok()) {
+                n.ack()?;
+            }
+            Ok(made)
+        })
+        .await?;
+    let mut out = Vec::with_capacity(made.len());
+    let mut splits = std::collections::BTreeSet::new();
+    for (dir, res) in made {
+        out.push(match res {
+            Ok((a, split)) => {
+                if let Some(idx) = split {
+                    splits.insert((dir, idx));
+                }
+                entry_reply(&a)
+            }
+            Err(f) => proto::EntryReply {
+                status: Some(f.to_status()),
+                ..Default::default()
+            },
+        });
+    }
+    for (dir, idx) in splits {
+        n.spawn_split(dir, idx);
+    }
+    Ok(out)
+}
+
+/// The credential and checks flag a client's request runs with, once its cluster id is
+/// right: the header's, limited by the caller's certificate (see [`Caller::apply`]).
+pub(crate) fn header(
+    node: &Node,
+    who: &Caller,
+    h: Option<&proto::Header>,
+) -> Result<(bool, Cred), Status> {
+    match h {
+        Some(h) if h.cluster_id == node.cluster_id => {
+            Ok(who.apply(!h.no_checks, msg_cred(h.cred.as_ref())))
+        }
+        _ => Err(mismatch()),
+    }
+}
+
 impl MetaSvc {
     /// The credential and checks flag a request runs with, once its cluster id is
     /// right: the header's, limited by the caller's certificate (see [`Caller::apply`]).
     fn hdr(&self, who: &Caller, h: Option<&proto::Header>) -> Result<(bool, Cred), Status> {
-        match h {
-            Some(h) if h.cluster_id == self.0.cluster_id => {
-                Ok(who.apply(!h.no_checks, msg_cred(h.cred.as_ref())))
-            }
-            _ => Err(mismatch()),
-        }
+        header(&self.0, who, h)
     }
 
     /// Refuses a caller that may not read the server's rows or status.
@@ -268,55 +329,31 @@ impl Meta for MetaSvc {
         let count = items.len() as u64;
         let n = self.0.clone();
         let rep = run(&self.0, "make_batch", async move {
-            // In order, on the store's thread; one sync for all of them before the reply.
-            let made = n
-                .op(move |n| {
-                    let mut made = Vec::with_capacity(items.len());
-                    for (checks, cred, r) in items {
-                        let res = if r.mode & libc::S_IFMT == libc::S_IFDIR {
-                            // A directory takes the path across servers: never batched.
-                            errno(libc::EINVAL)
-                        } else {
-                            n.make_applied(checks, &cred, r.dir, &r.name, r.mode, r.rdev, &r.target)
-                        };
-                        match res {
-                            Err(Fail::Crashed) => return Err(Fail::Crashed),
-                            res => made.push((r.dir, res)),
-                        }
-                    }
-                    if made.iter().any(|(_, r)| r.is_ok()) {
-                        n.ack()?;
-                    }
-                    Ok(made)
-                })
-                .await?;
-            let mut out = Vec::with_capacity(made.len());
-            let mut splits = std::collections::BTreeSet::new();
-            for (dir, res) in made {
-                out.push(match res {
-                    Ok((a, split)) => {
-                        if let Some(idx) = split {
-                            splits.insert((dir, idx));
-                        }
-                        entry_reply(&a)
-                    }
-                    Err(f) => proto::EntryReply {
-                        status: Some(f.to_status()),
-                        ..Default::default()
-                    },
-                });
-            }
-            for (dir, idx) in splits {
-                n.spawn_split(dir, idx);
-            }
             Ok(proto::MakeBatchReply {
                 status: None,
-                items: out,
+                items: make_items(n, items).await?,
             })
         })
         .await;
         metrics::counter!("cairn_ops_total", "op" => "create").increment(count);
         rep
+    }
+
+    type MakeStreamStream = super::stream::Replies;
+
+    async fn make_stream(
+        &self,
+        req: Request<Streaming<proto::StreamedMake>>,
+    ) -> Result<Response<Self::MakeStreamStream>, Status> {
+        if self.0.is_crashed() {
+            return Err(Status::unavailable("server stopping"));
+        }
+        let (who, inbound) = who(req);
+        Ok(Response::new(super::stream::serve(
+            self.0.clone(),
+            who,
+            inbound,
+        )))
     }
 
     async fn link(

@@ -145,12 +145,17 @@ impl Cluster {
     }
 
     pub fn client_timeout(&self, t: Duration) -> Client {
+        self.client_with(t, cairn_cluster::Creates::Stream)
+    }
+
+    /// A client that sends its creates as `how` says.
+    pub fn client_with(&self, t: Duration, how: cairn_cluster::Creates) -> Client {
         Client::with_config(
             self.cfg.clone(),
             ClientOptions {
                 timeout: t,
                 connect_timeout: Duration::from_secs(1),
-                batch_creates: true,
+                creates: how,
             },
         )
         .unwrap()

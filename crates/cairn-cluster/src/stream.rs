@@ -1,0 +1,224 @@
+//! The client's side of streamed creates (DESIGN.md, "Streamed creates"). A client keeps
+//! one `MakeStream` call open to each server it creates on, opened at its first create
+//! there and opened again after it ends; its callers' creates (and mknods and symlinks;
+//! never mkdirs) go on it as numbered messages, and a task reads the replies and hands
+//! each to the caller waiting for that number. Nothing waits to be grouped: a create is
+//! sent the moment it is made, and creates made while others are on the wire leave in
+//! the same write (and are made by the server in one group).
+//!
+//! A server that does not know `MakeStream` (an older one) is asked by `MakeBatch` from
+//! then on. A create whose stream ends before its reply gets the stream's error, as a
+//! unary request gets its connection's: if the stream never opened because the server
+//! could not be reached, the create was not sent and may be sent again (see
+//! `route::not_sent`); otherwise whether it was made is unknown, and the caller gets `EIO`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::transport::Channel;
+use tonic::{Code, Request, Response, Status};
+
+use crate::proto;
+use crate::proto::meta_client::MetaClient;
+
+type Outcome = Result<proto::EntryReply, Status>;
+
+/// One open `MakeStream` call.
+struct Link {
+    /// Messages to send (the call's request stream).
+    tx: mpsc::UnboundedSender<proto::StreamedMake>,
+    state: Mutex<LinkState>,
+}
+
+#[derive(Default)]
+struct LinkState {
+    /// The number of the next create.
+    next: u64,
+    /// Creates sent and not answered, by number.
+    waiting: HashMap<u64, oneshot::Sender<Outcome>>,
+    /// Why the stream ended (set once; nothing is added after).
+    ended: Option<Status>,
+}
+
+/// One server's stream.
+#[derive(Default)]
+struct Slot {
+    link: Option<Arc<Link>>,
+}
+
+/// The streams of a client, one per server.
+pub(crate) struct Streams {
+    slots: Vec<Mutex<Slot>>,
+    /// Servers that answered `MakeStream` with UNIMPLEMENTED.
+    unsupported: Vec<AtomicBool>,
+    handle: tokio::runtime::Handle,
+    /// Streams opened, creates sent on them.
+    opened: AtomicU64,
+    sent: AtomicU64,
+}
+
+impl Streams {
+    /// Streams to `servers` servers; their reading tasks run on `handle`.
+    pub(crate) fn new(servers: usize, handle: tokio::runtime::Handle) -> Streams {
+        Streams {
+            slots: (0..servers).map(|_| Mutex::new(Slot::default())).collect(),
+            unsupported: (0..servers).map(|_| AtomicBool::new(false)).collect(),
+            handle,
+            opened: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+        }
+    }
+
+    /// Streams opened so far, and the creates sent on them.
+    pub(crate) fn stats(&self) -> (u64, u64) {
+        (
+            self.opened.load(Ordering::Relaxed),
+            self.sent.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Whether server `s` takes streamed creates (as far as this client knows).
+    pub(crate) fn supported(&self, s: u32) -> bool {
+        self.unsupported
+            .get(s as usize)
+            .is_some_and(|u| !u.load(Ordering::Relaxed))
+    }
+
+    /// The open stream to server `s`, opened over `conn` if there is none.
+    fn link(self: &Arc<Self>, s: usize, conn: &MetaClient<Channel>) -> Arc<Link> {
+        let mut slot = self.slots[s].lock();
+        if let Some(l) = &slot.link {
+            if l.state.lock().ended.is_none() {
+                return l.clone();
+            }
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let link = Arc::new(Link {
+            tx,
+            state: Mutex::new(LinkState::default()),
+        });
+        slot.link = Some(link.clone());
+        self.opened.fetch_add(1, Ordering::Relaxed);
+        let (this, l, conn) = (self.clone(), link.clone(), conn.clone());
+        self.handle.spawn(async move {
+            this.read(s, conn, UnboundedReceiverStream::new(rx), l)
+                .await
+        });
+        link
+    }
+
+    /// Opens the call and hands each reply to its caller until the stream ends; then
+    /// every create still waiting gets the reason.
+    async fn read(
+        self: Arc<Self>,
+        s: usize,
+        mut conn: MetaClient<Channel>,
+        out: UnboundedReceiverStream<proto::StreamedMake>,
+        link: Arc<Link>,
+    ) {
+        let why = match conn.make_stream(Request::new(out)).await {
+            Ok(rep) => {
+                let mut inbound = rep.into_inner();
+                loop {
+                    match inbound.message().await {
+                        Ok(Some(m)) => {
+                            let tx = link.state.lock().waiting.remove(&m.id);
+                            if let Some(tx) = tx {
+                                let _ = tx.send(m.rep.ok_or_else(|| {
+                                    Status::internal("a streamed reply without its entry")
+                                }));
+                            }
+                        }
+                        Ok(None) => break Status::unavailable("the server ended the stream"),
+                        Err(st) => break st,
+                    }
+                }
+            }
+            Err(st) => {
+                if st.code() == Code::Unimplemented {
+                    tracing::info!("server {s}: no streamed creates; sending batches");
+                    self.unsupported[s].store(true, Ordering::Relaxed);
+                }
+                st
+            }
+        };
+        let waiting = {
+            let mut st = link.state.lock();
+            st.ended = Some(why.clone());
+            std::mem::take(&mut st.waiting)
+        };
+        for (_, tx) in waiting {
+            let _ = tx.send(Err(why.clone()));
+        }
+    }
+
+    /// Sends `req` (not a mkdir) to server `s` on its stream (opened over `conn` if
+    /// needed) and waits for its reply at most `timeout`. UNIMPLEMENTED: the server
+    /// takes no streams, and the create was not made.
+    pub(crate) async fn make(
+        self: &Arc<Self>,
+        s: u32,
+        conn: &MetaClient<Channel>,
+        req: proto::MakeReq,
+        timeout: Duration,
+    ) -> Result<Response<proto::EntryReply>, Status> {
+        let s = s as usize;
+        if s >= self.slots.len() {
+            return Err(Status::invalid_argument("no such server"));
+        }
+        let deadline = Instant::now() + timeout;
+        let (tx, rx) = oneshot::channel();
+        let (mut tx, mut req) = (Some(tx), Some(req));
+        // A stream found ended before the create went on it: the create was not sent,
+        // so it goes on a new one (once; a second ended stream is the answer).
+        let mut tries = 0;
+        let (link, id) = loop {
+            tries += 1;
+            let link = self.link(s, conn);
+            let mut st = link.state.lock();
+            if let Some(why) = &st.ended {
+                if tries > 1 {
+                    return Err(why.clone());
+                }
+                continue;
+            }
+            let id = st.next;
+            st.next += 1;
+            let m = proto::StreamedMake {
+                id,
+                req: req.take(),
+            };
+            // Sent under the state's lock: the reader cannot end the stream between the
+            // number and the message (it takes this lock to end it).
+            match link.tx.send(m) {
+                Ok(()) => {
+                    st.waiting.insert(id, tx.take().expect("sender unused"));
+                    drop(st);
+                    break (link, id);
+                }
+                Err(back) => {
+                    // The call is over (its reader is about to say why): not sent.
+                    req = back.0.req;
+                    if tries > 1 {
+                        return Err(Status::unavailable("the stream of creates closed"));
+                    }
+                }
+            }
+        };
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        match tokio::time::timeout_at(deadline, rx).await {
+            Ok(Ok(out)) => out.map(Response::new),
+            Ok(Err(_)) => Err(Status::cancelled("the stream of creates was dropped")),
+            Err(_) => {
+                link.state.lock().waiting.remove(&id);
+                Err(Status::deadline_exceeded("no answer within the timeout"))
+            }
+        }
+    }
+}
