@@ -625,3 +625,136 @@ fn malformed_make_batches() {
     assert_eq!(names(&fs, d).len(), 3);
     c.check();
 }
+
+/// `MakeStream` from a raw client: each message gets its own answer by its number (a
+/// message without its create: EINVAL; an over-long name, a directory, a name that
+/// exists: their errors) while the good ones are made; a message of another cluster
+/// ends the stream with FAILED_PRECONDITION, bytes that are no message end it with an
+/// error; the server keeps serving and nothing else changes.
+#[test]
+fn malformed_make_streams() {
+    use tokio_stream::StreamExt;
+    let c = Cluster::start(1, 8192);
+    let fs = c.client();
+    let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap().ino;
+    fs.create(&R, d, b"taken", 0o644).unwrap();
+    let s0 = c.cfg.servers()[0].addr;
+    let item = |id: u64, name: &[u8], mode: u32| proto::StreamedMake {
+        id,
+        req: Some(proto::MakeReq {
+            h: header(&c),
+            dir: d,
+            name: name.to_vec(),
+            mode,
+            ..Default::default()
+        }),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Sends `msgs` (message bytes) on one stream and closes it; the replies, and how the
+    // stream ended.
+    let stream = |msgs: Vec<Vec<u8>>| {
+        rt.block_on(async {
+            let ch = common::endpoint(&c.cfg, s0, Some("client-admin"))
+                .timeout(Duration::from_secs(5))
+                .connect()
+                .await
+                .unwrap();
+            let mut g = tonic::client::Grpc::new(ch);
+            g.ready().await.unwrap();
+            let out = tokio_stream::iter(msgs);
+            let mut replies = Vec::new();
+            let end = match g
+                .streaming(
+                    tonic::Request::new(out),
+                    PathAndQuery::from_static("/cairn.cluster.v1.Meta/MakeStream"),
+                    Raw,
+                )
+                .await
+            {
+                Ok(r) => {
+                    let mut s = r.into_inner();
+                    loop {
+                        match tokio::time::timeout(Duration::from_secs(10), s.next()).await {
+                            Ok(Some(Ok(b))) => {
+                                replies.push(proto::StreamedEntry::decode(b.as_slice()).unwrap())
+                            }
+                            Ok(Some(Err(st))) => break Err(st),
+                            Ok(None) => break Ok(()),
+                            Err(_) => panic!("the stream hung"),
+                        }
+                    }
+                }
+                Err(st) => Err(st),
+            };
+            (replies, end)
+        })
+    };
+    let errno_of = |replies: &[proto::StreamedEntry], id: u64| {
+        let r: Vec<_> = replies.iter().filter(|r| r.id == id).collect();
+        assert_eq!(r.len(), 1, "one reply for {id}: {replies:?}");
+        let rep = r[0].rep.as_ref().expect("an entry");
+        rep.status.as_ref().map_or(0, |s| s.errno)
+    };
+    let (replies, end) = stream(vec![
+        item(7, b"good1", libc::S_IFREG | 0o644).encode_to_vec(),
+        proto::StreamedMake { id: 8, req: None }.encode_to_vec(),
+        item(9, &[b'x'; 300], libc::S_IFREG | 0o644).encode_to_vec(),
+        item(10, b"sub", libc::S_IFDIR | 0o755).encode_to_vec(),
+        item(11, b"taken", libc::S_IFREG | 0o644).encode_to_vec(),
+        item(12, b"good2", libc::S_IFREG | 0o644).encode_to_vec(),
+    ]);
+    end.unwrap();
+    assert_eq!(replies.len(), 6, "{replies:?}");
+    assert_eq!(errno_of(&replies, 7), 0);
+    assert_eq!(errno_of(&replies, 8), libc::EINVAL as u32);
+    assert_eq!(errno_of(&replies, 9), libc::ENAMETOOLONG as u32);
+    assert_eq!(errno_of(&replies, 10), libc::EINVAL as u32);
+    assert_eq!(errno_of(&replies, 11), libc::EEXIST as u32);
+    assert_eq!(errno_of(&replies, 12), 0);
+    let want = vec![b"good1".to_vec(), b"good2".to_vec(), b"taken".to_vec()];
+    assert_eq!(names(&fs, d), want);
+    // Another cluster's header: the stream ends with FAILED_PRECONDITION, unmade.
+    let mut other = item(13, b"intruder", libc::S_IFREG | 0o644);
+    other.req.as_mut().unwrap().h.as_mut().unwrap().cluster_id ^= 1;
+    let (_, end) = stream(vec![other.encode_to_vec()]);
+    assert_eq!(end.unwrap_err().code(), tonic::Code::FailedPrecondition);
+    // Bytes that are no message, after a good one: that one is made and answered,
+    // then the stream ends with an error.
+    let (replies, end) = stream(vec![
+        item(14, b"good3", libc::S_IFREG | 0o644).encode_to_vec(),
+        vec![0xff; 17],
+    ]);
+    assert!(end.is_err(), "garbage ends the stream with an error");
+    assert!(replies.iter().all(|r| r.id == 14), "{replies:?}");
+    assert_eq!(names(&fs, d).len(), 3 + replies.len());
+    // The server serves on.
+    fs.create(&R, d, b"after", 0o644).unwrap();
+    c.check();
+}
+
+/// A server stops promptly although clients keep streams of creates open to it (it
+/// ends them rather than wait for them), and those clients go on creating once it is
+/// back.
+#[test]
+fn shutdown_ends_open_streams() {
+    let mut c = Cluster::start(1, 8192);
+    let fs = c.client();
+    let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap().ino;
+    fs.create(&R, d, b"a", 0o644).unwrap();
+    assert_eq!(fs.streams().0, 1, "the create opened a stream");
+    let t = std::time::Instant::now();
+    c.shutdown_one(0);
+    let took = t.elapsed();
+    assert!(
+        took < server::SHUTDOWN_GRACE / 2,
+        "shutdown waited for the open stream: {took:?}"
+    );
+    c.restart(0, None);
+    fs.create(&R, d, b"b", 0o644).unwrap();
+    assert_eq!(fs.streams().0, 2, "a new stream after the restart");
+    assert_eq!(names(&fs, d), vec![b"a".to_vec(), b"b".to_vec()]);
+    c.check();
+}

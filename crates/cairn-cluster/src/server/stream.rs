@@ -72,17 +72,29 @@ pub(crate) fn serve(
                 }
                 m = inbound.message() => match m {
                     Ok(Some(m)) => m,
-                    // The client closed its side, or the stream broke.
-                    Ok(None) | Err(_) => return,
+                    // The client closed its side.
+                    Ok(None) => return,
+                    // A message that does not decode, or the stream broke: the client
+                    // (if still there) hears why.
+                    Err(st) => {
+                        let _ = tx.send(Err(st)).await;
+                        return;
+                    }
                 },
             };
             let mut group = vec![first];
-            let mut ended = false;
+            let (mut ended, mut bad) = (false, None);
             while group.len() < MAX_BATCH {
                 match now_or_never(inbound.message()) {
                     Some(Ok(Some(m))) => group.push(m),
-                    Some(_) => {
+                    // The end, or a bad message after good ones: the good ones are
+                    // made and answered first.
+                    Some(Ok(None)) => {
                         ended = true;
+                        break;
+                    }
+                    Some(Err(st)) => {
+                        bad = Some(st);
                         break;
                     }
                     None => break,
@@ -140,6 +152,10 @@ pub(crate) fn serve(
                 if tx.send(Ok(r)).await.is_err() {
                     return;
                 }
+            }
+            if let Some(st) = bad {
+                let _ = tx.send(Err(st)).await;
+                return;
             }
             if ended {
                 return;
