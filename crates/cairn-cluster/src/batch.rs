@@ -26,7 +26,7 @@ use crate::proto::meta_client::MetaClient;
 /// Most items of one `MakeBatch` request (the server refuses more).
 pub(crate) const MAX_BATCH: usize = 1024;
 /// Requests a client keeps in flight to one server before creates queue for a batch.
-/// Measured (`cairn cluster-bench --clients 2 --batch on,off`, DESIGN.md): with 1 or 2,
+/// Measured (`cairn cluster-bench --clients 2 --creates batch,single`, DESIGN.md): with 1 or 2,
 /// four callers per client under `--sync always` lost 12–31% of their creates/s to
 /// batching (the server's group commit already shared their fsyncs); with 4 they lose
 /// nothing, and sixteen callers still get 1.7× the creates/s under `--sync never` and
