@@ -12,7 +12,7 @@
 //! could not be reached, the create was not sent and may be sent again (see
 //! `route::not_sent`); otherwise whether it was made is unknown, and the caller gets `EIO`.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,8 +40,9 @@ struct Link {
 struct LinkState {
     /// The number of the next create.
     next: u64,
-    /// Creates sent and not answered, by number.
-    waiting: HashMap<u64, oneshot::Sender<Outcome>>,
+    /// Creates sent and not answered, by number (ordered: when the stream ends, its
+    /// callers hear in the order they sent, so that a simulation replays the same).
+    waiting: BTreeMap<u64, oneshot::Sender<Outcome>>,
     /// Why the stream ended (set once; nothing is added after).
     ended: Option<Status>,
 }
