@@ -7,10 +7,12 @@
 //! the same write (and are made by the server in one group).
 //!
 //! A server that does not know `MakeStream` (an older one) is asked by `MakeBatch` from
-//! then on. A create whose stream ends before its reply gets the stream's error, as a
+//! then on. A create whose stream ends before its reply: if the server ended it without
+//! an error, it had answered every message it read, so the create was not read and is
+//! sent again (as after a "busy" answer); otherwise it gets the stream's error, as a
 //! unary request gets its connection's: if the stream never opened because the server
 //! could not be reached, the create was not sent and may be sent again (see
-//! `route::not_sent`); otherwise whether it was made is unknown, and the caller gets `EIO`.
+//! `route::not_sent`); else whether it was made is unknown, and the caller gets `EIO`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -62,6 +64,26 @@ pub(crate) struct Streams {
     /// Streams opened, creates sent on them.
     opened: AtomicU64,
     sent: AtomicU64,
+}
+
+/// Marks `link` ended (`why`: what a create that finds it so is told) and takes the
+/// creates that wait on it, in the order they were sent.
+fn end(link: &Link, why: Status) -> BTreeMap<u64, oneshot::Sender<Outcome>> {
+    let mut st = link.state.lock();
+    st.ended = Some(why);
+    std::mem::take(&mut st.waiting)
+}
+
+/// The answer to a create its server never read: busy, try again.
+fn not_read() -> proto::EntryReply {
+    proto::EntryReply {
+        status: Some(proto::Status {
+            errno: libc::EAGAIN as u32,
+            retry: true,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 impl Streams {
@@ -136,7 +158,17 @@ impl Streams {
                                 }));
                             }
                         }
-                        Ok(None) => break Status::unavailable("the server ended the stream"),
+                        // A stream the server ends without an error has answered every
+                        // message it read (a stopping server answers what it read and did
+                        // not make "busy"): what still waits was not read, so not made,
+                        // and its callers try again.
+                        Ok(None) => {
+                            let waiting = end(&link, Status::unavailable("the stream ended"));
+                            for (_, tx) in waiting {
+                                let _ = tx.send(Ok(not_read()));
+                            }
+                            return;
+                        }
                         Err(st) => break st,
                     }
                 }
@@ -149,12 +181,7 @@ impl Streams {
                 st
             }
         };
-        let waiting = {
-            let mut st = link.state.lock();
-            st.ended = Some(why.clone());
-            std::mem::take(&mut st.waiting)
-        };
-        for (_, tx) in waiting {
+        for (_, tx) in end(&link, why.clone()) {
             let _ = tx.send(Err(why.clone()));
         }
     }
@@ -177,39 +204,38 @@ impl Streams {
         let (tx, rx) = oneshot::channel();
         let (mut tx, mut req) = (Some(tx), Some(req));
         // A stream found ended before the create went on it: the create was not sent,
-        // so it goes on a new one (once; a second ended stream is the answer).
+        // so it goes on a new one (up to three streams; then the last one's reason).
         let mut tries = 0;
         let (link, id) = loop {
             tries += 1;
             let link = self.link(s, conn);
             let mut st = link.state.lock();
-            if let Some(why) = &st.ended {
-                if tries > 1 {
-                    return Err(why.clone());
-                }
-                continue;
-            }
-            let id = st.next;
-            st.next += 1;
-            let m = proto::StreamedMake {
-                id,
-                req: req.take(),
-            };
-            // Sent under the state's lock: the reader cannot end the stream between the
-            // number and the message (it takes this lock to end it).
-            match link.tx.send(m) {
-                Ok(()) => {
-                    st.waiting.insert(id, tx.take().expect("sender unused"));
-                    drop(st);
-                    break (link, id);
-                }
-                Err(back) => {
-                    // The call is over (its reader is about to say why): not sent.
-                    req = back.0.req;
-                    if tries > 1 {
-                        return Err(Status::unavailable("the stream of creates closed"));
+            if st.ended.is_none() {
+                let id = st.next;
+                st.next += 1;
+                let m = proto::StreamedMake {
+                    id,
+                    req: req.take(),
+                };
+                // Sent under the state's lock: the reader cannot end the stream between
+                // the number and the message (it takes this lock to end it).
+                match link.tx.send(m) {
+                    Ok(()) => {
+                        st.waiting.insert(id, tx.take().expect("sender unused"));
+                        drop(st);
+                        break (link, id);
+                    }
+                    Err(back) => {
+                        // The call is over and its reader about to say why: this create
+                        // was not sent, and the next goes on a new stream.
+                        req = back.0.req;
+                        st.ended = Some(Status::unavailable("the stream of creates closed"));
                     }
                 }
+            }
+            if tries >= 3 {
+                let why = st.ended.clone();
+                return Err(why.unwrap_or_else(|| Status::unavailable("no stream of creates")));
             }
         };
         self.sent.fetch_add(1, Ordering::Relaxed);

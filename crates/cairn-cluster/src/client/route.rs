@@ -50,11 +50,29 @@ reps!(
     proto::StatFsReply
 );
 
-/// Whether a transport error happened before the request could be sent (the
-/// connection could not be opened): then any request may be repeated.
+/// Whether a transport error says the request never reached the server: the
+/// connection could not be opened (`tonic::ConnectError`, a refused or reset connect or
+/// TLS handshake), the request was dropped before it was handed to a connection (hyper's
+/// "canceled", as happens to one made while its connection closes), or the server
+/// refused its stream unprocessed (RFC 9113 §8.7: above the last stream id of a GOAWAY
+/// it sent, or REFUSED_STREAM). Then any request may be repeated.
 fn not_sent(s: &tonic::Status) -> bool {
     let mut e: Option<&dyn std::error::Error> = std::error::Error::source(s);
     while let Some(x) = e {
+        if x.is::<tonic::ConnectError>()
+            || x.downcast_ref::<hyper::Error>()
+                .is_some_and(hyper::Error::is_canceled)
+        {
+            return true;
+        }
+        if let Some(h) = x.downcast_ref::<h2::Error>() {
+            let refused = h.reason() == Some(h2::Reason::REFUSED_STREAM);
+            let above_goaway =
+                h.is_go_away() && h.is_remote() && h.reason() == Some(h2::Reason::NO_ERROR);
+            if refused || above_goaway {
+                return true;
+            }
+        }
         if let Some(io) = x.downcast_ref::<std::io::Error>() {
             if matches!(
                 io.kind(),
@@ -120,7 +138,9 @@ impl Client {
                         tracing::error!("server {s}: {}", e.message());
                         return Err(CallErr::Errno(libc::EIO));
                     }
-                    tonic::Code::Unavailable | tonic::Code::Unknown if idem || not_sent(&e) => {}
+                    // Never reached the server (whatever code the transport gave it).
+                    _ if not_sent(&e) => {}
+                    tonic::Code::Unavailable | tonic::Code::Unknown if idem => {}
                     tonic::Code::Cancelled if idem => {}
                     _ => {
                         tracing::warn!("server {s}: {}", e.message());

@@ -46,12 +46,24 @@ fn status_only(id: u64, st: proto::Status) -> proto::StreamedEntry {
     }
 }
 
+/// Armed while a group is being made: dropped by a panic, it ends the stream with an
+/// error rather than silently.
+struct Unanswered<'a>(&'a mpsc::Sender<Result<proto::StreamedEntry, Status>>);
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.try_send(Err(Status::internal(
+            "the server failed while making creates",
+        )));
+    }
+}
+
 /// Serves one stream of creates from `who` in a task of its own (a client going away
 /// cannot cut a group in the middle: the task finishes the group and ends when it finds
 /// the stream closed). Ends the stream when the server stops; the creates that had
 /// arrived but were not made are then answered "busy, retry" (they were not made, so a
 /// client may send them again, to this server once it is back or wherever it routes
-/// them).
+/// them). The stream ends without an error only when every message read was answered.
 pub(crate) fn serve(
     n: NodeRef,
     who: Caller,
@@ -127,7 +139,13 @@ pub(crate) fn serve(
             }
             let count = items.len() as u64;
             let start = Instant::now();
-            match make_items(n.clone(), items).await {
+            // Ending the stream without an error promises the client that every
+            // message read was answered (it sends the others again): if making the
+            // group panics, the stream ends with an error instead.
+            let guard = Unanswered(&tx);
+            let made = make_items(n.clone(), items).await;
+            std::mem::forget(guard);
+            match made {
                 Ok(reps) => {
                     for (id, rep) in ids.into_iter().zip(reps) {
                         replies.push(proto::StreamedEntry { id, rep: Some(rep) });
