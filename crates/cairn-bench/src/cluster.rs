@@ -135,6 +135,8 @@ struct Run {
     files: u64,
     sync: String,
     security: String,
+    /// Round of this run (from 0).
+    round: u32,
     /// How the clients sent creates: stream, batch or single.
     creates: String,
     /// Creates per request to a server (batches and creates that went alone; none for
@@ -148,7 +150,15 @@ struct Run {
     redirects_per_create_late: f64,
     partitions: u64,
     per_server_entries: Vec<u64>,
-    timeline: Vec<(f64, f64)>,
+    /// Highest aggregate creates/s over a window of 2 s (of half the run if it is
+    /// shorter than 4 s; progress lines come every half second, so shorter windows
+    /// would alias).
+    peak_creates_per_sec: f64,
+    /// Aggregate creates/s over the run's last 10% of creates (the seed's steadiness:
+    /// it lost up to 25% of its peak as the stores grew).
+    last_tenth_creates_per_sec: f64,
+    /// `(seconds, creates so far, creates/s over the half second before)`, all clients.
+    timeline: Vec<(f64, u64, f64)>,
 }
 
 #[derive(Debug, Serialize)]
@@ -393,6 +403,7 @@ fn run_one(
     let creates: u64 = results.iter().map(|r| r.creates).sum();
     let late_c: u64 = results.iter().map(|r| r.late_creates).sum();
     let late_r: u64 = results.iter().map(|r| r.late_redirects).sum();
+    let timeline = merge_timelines(&progress);
     let batches: u64 = results.iter().map(|r| r.batches).sum();
     let batched: u64 = results.iter().map(|r| r.batched).sum();
     Ok(Run {
@@ -402,6 +413,7 @@ fn run_one(
         files: args.files,
         sync: args.sync.clone(),
         security: security.to_string(),
+        round,
         creates: how.to_string(),
         creates_per_request: (how != "stream")
             .then(|| creates as f64 / (creates - batched.min(creates) + batches).max(1) as f64),
@@ -413,27 +425,105 @@ fn run_one(
         redirects_per_create_late: late_r as f64 / late_c.max(1) as f64,
         partitions,
         per_server_entries,
-        timeline: merge_timelines(&progress),
+        peak_creates_per_sec: peak_rate(&progress),
+        last_tenth_creates_per_sec: last_tenth_rate(&progress),
+        timeline,
     })
 }
 
-/// Aggregate creates/s in half-second steps from the clients' progress lines.
-fn merge_timelines(progress: &[Vec<(f64, u64)>]) -> Vec<(f64, f64)> {
+/// Creates of all clients made by `t`: each client's count interpolated between its
+/// progress lines (from none at its start; its last count after its end).
+fn made_by(progress: &[Vec<(f64, u64)>], t: f64) -> f64 {
+    progress
+        .iter()
+        .map(|p| {
+            let (mut t0, mut n0) = (0.0, 0.0);
+            for &(t1, n1) in p {
+                let n1 = n1 as f64;
+                if t1 >= t {
+                    return if t1 > t0 {
+                        n0 + (n1 - n0) * (t - t0) / (t1 - t0)
+                    } else {
+                        n1
+                    };
+                }
+                (t0, n0) = (t1, n1);
+            }
+            n0
+        })
+        .sum()
+}
+
+/// Highest aggregate creates/s over a sliding window (see `Run::peak_creates_per_sec`).
+fn peak_rate(progress: &[Vec<(f64, u64)>]) -> f64 {
     let end = progress
         .iter()
         .filter_map(|p| p.last().map(|x| x.0))
         .fold(0.0, f64::max);
-    let at = |p: &Vec<(f64, u64)>, t: f64| -> u64 {
-        p.iter().take_while(|x| x.0 <= t).last().map_or(0, |x| x.1)
+    let window = if end >= 4.0 { 2.0 } else { end / 2.0 };
+    if window <= 0.0 {
+        return 0.0;
+    }
+    let mut peak: f64 = 0.0;
+    let mut t = 0.0;
+    while t + window <= end + 1e-9 {
+        let n = made_by(progress, t + window) - made_by(progress, t);
+        peak = peak.max(n / window);
+        t += 0.25;
+    }
+    peak
+}
+
+/// Aggregate creates/s over the last 10% of the creates: from the moment 90% were made
+/// (interpolated between progress lines) to the last client's end.
+fn last_tenth_rate(progress: &[Vec<(f64, u64)>]) -> f64 {
+    let mut times: Vec<f64> = progress.iter().flatten().map(|x| x.0).collect();
+    times.sort_by(f64::total_cmp);
+    let Some(&end) = times.last() else {
+        return 0.0;
     };
+    let total = made_by(progress, end);
+    let goal = 0.9 * total;
+    let (mut t0, mut n0) = (0.0, 0.0);
+    for &t in &times {
+        let n = made_by(progress, t);
+        if n >= goal {
+            let t90 = if n > n0 {
+                t0 + (goal - n0) / (n - n0) * (t - t0)
+            } else {
+                t
+            };
+            return if end > t90 {
+                (total - goal) / (end - t90)
+            } else {
+                0.0
+            };
+        }
+        (t0, n0) = (t, n);
+    }
+    0.0
+}
+
+/// Aggregate creates so far and creates/s in half-second steps from the clients'
+/// progress lines (a last, shorter step ends at the last client's end).
+fn merge_timelines(progress: &[Vec<(f64, u64)>]) -> Vec<(f64, u64, f64)> {
+    let end = progress
+        .iter()
+        .filter_map(|p| p.last().map(|x| x.0))
+        .fold(0.0, f64::max);
     let mut out = Vec::new();
     let step = 0.5;
-    let mut t = step;
-    while t <= end + step {
-        let n1: u64 = progress.iter().map(|p| at(p, t)).sum();
-        let n0: u64 = progress.iter().map(|p| at(p, t - step)).sum();
-        out.push((t, (n1 - n0) as f64 / step));
-        t += step;
+    let mut t0 = 0.0;
+    while t0 < end {
+        // A last step shorter than half of one joins the one before.
+        let t = if end - t0 < 1.5 * step {
+            end
+        } else {
+            t0 + step
+        };
+        let (n0, n1) = (made_by(progress, t0), made_by(progress, t));
+        out.push((t, n1.round() as u64, (n1 - n0) / (t - t0)));
+        t0 = t;
     }
     out
 }
@@ -473,6 +563,12 @@ fn lib_rate(args: &ClusterBenchArgs) -> Result<f64> {
 
 /// Runs `cairn cluster-bench`.
 pub fn run(args: &ClusterBenchArgs) -> Result<()> {
+    let load_at_start = std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split(' ')
+        .next()
+        .unwrap_or("?")
+        .to_string();
     ensure!(
         args.clients > 0 && args.files > 0 && args.threads > 0,
         "--clients, --files and --threads must be positive"
@@ -542,11 +638,7 @@ pub fn run(args: &ClusterBenchArgs) -> Result<()> {
                 m.cpus,
                 m.memory_bytes.unwrap_or(0) >> 30,
                 m.kernel.unwrap_or_default(),
-                std::fs::read_to_string("/proc/loadavg")
-                    .unwrap_or_default()
-                    .split(' ')
-                    .next()
-                    .unwrap_or("?")
+                load_at_start
             )
         },
         runs,
@@ -559,11 +651,87 @@ pub fn run(args: &ClusterBenchArgs) -> Result<()> {
     )?;
     let md = markdown(&report);
     std::fs::write(args.out.join("results.md"), &md)?;
+    plots(&report, &args.out)?;
     print!("{md}");
     std::io::stdout().flush()?;
     // Empty now (each run removed its stores); left in place if anything else appeared.
     let _ = std::fs::remove_dir(&args.dir);
     Ok(())
+}
+
+/// The plots, like the seed's figures: aggregate creates/s over time, a line per run of
+/// the first round (log scale), into `creates-over-time.png`; creates per
+/// server-CPU-second against the server count (the median of the rounds, a bar per way
+/// of sending and security mode), into `creates-per-server-cpu.png`.
+fn plots(r: &Report, out: &Path) -> Result<()> {
+    let modes = crate::chart::distinct(
+        r.runs
+            .iter()
+            .map(|x| (x.creates.as_str(), x.security.as_str())),
+    );
+    let label = |x: &Run| {
+        let s = if x.servers == 1 { "server" } else { "servers" };
+        if modes.len() > 1 {
+            format!("{} {s}, {} {}", x.servers, x.creates, x.security)
+        } else {
+            format!("{} {s}", x.servers)
+        }
+    };
+    let first: Vec<&Run> = r.runs.iter().filter(|x| x.round == 0).collect();
+    let labels: Vec<String> = first.iter().map(|x| label(x)).collect();
+    let series: Vec<crate::fsplot::Series<'_>> = first
+        .iter()
+        .zip(&labels)
+        .map(|(x, l)| crate::fsplot::Series {
+            label: l,
+            average: x.creates_per_sec,
+            points: &x.timeline,
+        })
+        .collect();
+    let x = &r.runs[0];
+    let heading = format!(
+        "creates/s into one directory, {} x {} callers, sync {}",
+        x.clients, x.threads, x.sync
+    );
+    crate::fsplot::create_rate(
+        &out.join("creates-over-time.png"),
+        &heading,
+        crate::fsplot::XAxis::Seconds,
+        &series,
+    )?;
+    let counts = crate::chart::distinct(r.runs.iter().map(|x| x.servers));
+    let rows: Vec<String> = counts
+        .iter()
+        .map(|n| format!("{n} server{}", if *n == 1 { "" } else { "s" }))
+        .collect();
+    let names: Vec<String> = modes.iter().map(|(c, s)| format!("{c} {s}")).collect();
+    let bars: Vec<(&str, Vec<Option<f64>>)> = modes
+        .iter()
+        .zip(&names)
+        .map(|(&(c, s), name)| {
+            let per_count = counts
+                .iter()
+                .map(|&n| {
+                    let mut v: Vec<f64> = r
+                        .runs
+                        .iter()
+                        .filter(|x| x.servers == n && x.creates == c && x.security == s)
+                        .map(|x| x.creates_per_server_cpu_sec)
+                        .collect();
+                    v.sort_by(f64::total_cmp);
+                    v.get(v.len() / 2).copied()
+                })
+                .collect();
+            (name.as_str(), per_count)
+        })
+        .collect();
+    crate::fsplot::bars(
+        &out.join("creates-per-server-cpu.png"),
+        "creates per server-CPU-second (median of the rounds)",
+        "creates/CPU-s",
+        &rows,
+        &bars,
+    )
 }
 
 /// `--creates`' words.
@@ -584,13 +752,13 @@ fn per_request(x: Option<f64>) -> String {
 fn markdown(r: &Report) -> String {
     let mut s = String::new();
     s.push_str(&format!("`{}`\n\n{}\n\n", r.command, r.machine));
-    s.push_str("| servers | clients × threads, files each | sync | security | creates sent | creates per request | creates/s | creates per server-CPU-s | redirects per create (last half) | partitions | entries per server (max / mean) |\n|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|\n");
+    s.push_str("| servers | clients × threads, files each | sync | security | creates sent | creates per request | creates/s | peak creates/s (2 s) | last 10% ÷ peak | creates per server-CPU-s | redirects per create (last half) | partitions | entries per server (max / mean) |\n|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for x in &r.runs {
         let max = x.per_server_entries.iter().copied().max().unwrap_or(0) as f64;
         let mean = x.per_server_entries.iter().sum::<u64>() as f64
             / x.per_server_entries.len().max(1) as f64;
         s.push_str(&format!(
-            "| {} | {} × {}, {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.4} | {} | {:.2} |\n",
+            "| {} | {} × {}, {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.4} | {} | {:.2} |\n",
             x.servers,
             x.clients,
             x.threads,
@@ -600,6 +768,8 @@ fn markdown(r: &Report) -> String {
             x.creates,
             per_request(x.creates_per_request),
             x.creates_per_sec,
+            x.peak_creates_per_sec,
+            x.last_tenth_creates_per_sec / x.peak_creates_per_sec.max(1e-9),
             x.creates_per_server_cpu_sec,
             x.redirects_per_create_late,
             x.partitions,

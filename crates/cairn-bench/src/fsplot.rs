@@ -1,6 +1,7 @@
-//! PNG plots of `cairn fs-bench`: the create rate of every target over the run, a line
-//! per target, on a logarithmic rate axis (like the throughput timeline of the TableFS
-//! paper, seed 002), against elapsed time and against files created.
+//! PNG plots of `cairn fs-bench` (and of `cairn cluster-bench`, which draws its runs the
+//! same way): the create rate of every target over the run, a line per target, on a
+//! logarithmic rate axis (like the throughput timeline of the TableFS paper, seed 002),
+//! against elapsed time and against files created.
 //!
 //! No system font is needed: text is drawn from the 8×8 bitmap font of `font8x8`,
 //! scaled, pixel by pixel; plotters draws only lines and rectangles.
@@ -20,12 +21,15 @@ const TOP: i32 = 76;
 const BOTTOM: i32 = 80;
 
 /// Line colours by target: lib, fuse, plain, then others.
-const COLORS: [RGBColor; 5] = [
+const COLORS: [RGBColor; 8] = [
     RGBColor(214, 39, 40),
     RGBColor(31, 119, 180),
     RGBColor(44, 160, 44),
     RGBColor(148, 103, 189),
     RGBColor(255, 127, 14),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(23, 190, 207),
 ];
 
 /// One target's create rate: `(seconds since the start, files created, creates/s)` at
@@ -140,7 +144,7 @@ pub fn create_rate(path: &Path, heading: &str, x_axis: XAxis, series: &[Series<'
             "fuse-classic" | "xfs" => COLORS[3],
             "btrfs" => COLORS[4],
             "plain" => COLORS[2],
-            _ => COLORS[3 + i % 2],
+            _ => COLORS[i % COLORS.len()],
         };
         let style = ShapeStyle::from(color).stroke_width(3);
         let points: Vec<(i32, i32)> = s.points.iter().map(|p| (px(x_of(p)), py(p.2))).collect();

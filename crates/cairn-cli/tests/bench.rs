@@ -396,3 +396,52 @@ fn sync_run_reports_writes_per_fsync() {
         assert!(num(p, "writes_per_sync") > 0.0, "{test}");
     }
 }
+
+/// `cairn cluster-bench` through the binary: server and client processes, every way of
+/// sending creates interleaved, a sane JSON (each run's creates/s, its peak and its
+/// last tenth, per server CPU), a table whose rows fit, and both plots.
+#[test]
+fn cluster_bench_writes_sane_results() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (work, out) = (tmp.path().join("work"), tmp.path().join("out"));
+    let t = Instant::now();
+    let o = cairn()
+        .args(["cluster-bench", "--servers", "1,2", "--clients", "1"])
+        .args(["--threads", "4", "--files", "3000", "--no-lib"])
+        .args(["--creates", "stream,batch,single"])
+        .arg("--dir")
+        .arg(&work)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        t.elapsed() < Duration::from_secs(120),
+        "took {:?}",
+        t.elapsed()
+    );
+    let json: Value =
+        serde_json::from_str(&fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let runs = json["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 6, "2 server counts × 3 ways");
+    for r in runs {
+        let rate = num(r, "creates_per_sec");
+        let peak = num(r, "peak_creates_per_sec");
+        let last = num(r, "last_tenth_creates_per_sec");
+        assert!(rate > 0.0 && peak >= rate * 0.5, "{r}");
+        assert!(last > 0.0 && last <= peak * 3.0, "{r}");
+        assert!(num(r, "creates_per_server_cpu_sec") > 0.0, "{r}");
+        let tl = r["timeline"].as_array().unwrap();
+        let made = tl.last().unwrap()[1].as_u64().unwrap();
+        assert_eq!(made, 3000, "the timeline ends with every create: {r}");
+        match r["creates"].as_str().unwrap() {
+            "stream" => assert!(r["creates_per_request"].is_null()),
+            _ => assert!(num(r, "creates_per_request") >= 1.0),
+        }
+    }
+    let md = fs::read_to_string(out.join("results.md")).unwrap();
+    check_tables(&md);
+    check_png(&out.join("creates-over-time.png"));
+    check_png(&out.join("creates-per-server-cpu.png"));
+}
