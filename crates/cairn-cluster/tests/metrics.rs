@@ -64,6 +64,8 @@ fn prometheus_text_on_the_metrics_port() {
         "cairn_splits_total",
         "cairn_splits_in_flight",
         "cairn_tls_refused_total{reason=\"handshake\"} 1",
+        // The client's stream of creates, still open.
+        "cairn_create_streams 1",
     ] {
         assert!(body.contains(want), "{want} missing from:\n{body}");
     }

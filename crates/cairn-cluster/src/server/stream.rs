@@ -58,6 +58,22 @@ impl Drop for Unanswered<'_> {
     }
 }
 
+/// Counts an open stream of creates (`cairn_create_streams`) for as long as it lives.
+struct Open;
+
+impl Open {
+    fn new() -> Open {
+        metrics::gauge!("cairn_create_streams").increment(1.0);
+        Open
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        metrics::gauge!("cairn_create_streams").decrement(1.0);
+    }
+}
+
 /// Serves one stream of creates from `who` in a task of its own (a client going away
 /// cannot cut a group in the middle: the task finishes the group and ends when it finds
 /// the stream closed). Ends the stream when the server stops; the creates that had
@@ -71,7 +87,9 @@ pub(crate) fn serve(
 ) -> Replies {
     let (tx, rx) = mpsc::channel(MAX_BATCH);
     let mut stop = n.stop_streams.subscribe();
+    let open = Open::new();
     tokio::spawn(async move {
+        let _open = open;
         loop {
             let first = tokio::select! {
                 biased;
