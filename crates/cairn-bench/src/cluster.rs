@@ -431,6 +431,14 @@ fn run_one(
     })
 }
 
+/// When the last client ended (its last progress line).
+fn run_end(progress: &[Vec<(f64, u64)>]) -> f64 {
+    progress
+        .iter()
+        .filter_map(|p| p.last().map(|x| x.0))
+        .fold(0.0, f64::max)
+}
+
 /// Creates of all clients made by `t`: each client's count interpolated between its
 /// progress lines (from none at its start; its last count after its end).
 fn made_by(progress: &[Vec<(f64, u64)>], t: f64) -> f64 {
@@ -456,10 +464,7 @@ fn made_by(progress: &[Vec<(f64, u64)>], t: f64) -> f64 {
 
 /// Highest aggregate creates/s over a sliding window (see `Run::peak_creates_per_sec`).
 fn peak_rate(progress: &[Vec<(f64, u64)>]) -> f64 {
-    let end = progress
-        .iter()
-        .filter_map(|p| p.last().map(|x| x.0))
-        .fold(0.0, f64::max);
+    let end = run_end(progress);
     let window = if end >= 4.0 { 2.0 } else { end / 2.0 };
     if window <= 0.0 {
         return 0.0;
@@ -507,10 +512,7 @@ fn last_tenth_rate(progress: &[Vec<(f64, u64)>]) -> f64 {
 /// Aggregate creates so far and creates/s in half-second steps from the clients'
 /// progress lines (a last, shorter step ends at the last client's end).
 fn merge_timelines(progress: &[Vec<(f64, u64)>]) -> Vec<(f64, u64, f64)> {
-    let end = progress
-        .iter()
-        .filter_map(|p| p.last().map(|x| x.0))
-        .fold(0.0, f64::max);
+    let end = run_end(progress);
     let mut out = Vec::new();
     let step = 0.5;
     let mut t0 = 0.0;
@@ -599,7 +601,7 @@ pub fn run(args: &ClusterBenchArgs) -> Result<()> {
         "--security takes tls and/or insecure"
     );
     ensure!(
-        !args.creates.is_empty() && args.creates.iter().all(|s| parse_creates(s).is_some()),
+        !args.creates.is_empty() && args.creates.iter().all(|s| s.parse::<Creates>().is_ok()),
         "--creates takes stream, batch and/or single"
     );
     ensure!(args.rounds > 0, "--rounds must be positive");
@@ -712,14 +714,13 @@ fn plots(r: &Report, out: &Path) -> Result<()> {
             let per_count = counts
                 .iter()
                 .map(|&n| {
-                    let mut v: Vec<f64> = r
-                        .runs
-                        .iter()
-                        .filter(|x| x.servers == n && x.creates == c && x.security == s)
-                        .map(|x| x.creates_per_server_cpu_sec)
-                        .collect();
-                    v.sort_by(f64::total_cmp);
-                    v.get(v.len() / 2).copied()
+                    median(
+                        r.runs
+                            .iter()
+                            .filter(|x| x.servers == n && x.creates == c && x.security == s)
+                            .map(|x| x.creates_per_server_cpu_sec)
+                            .collect(),
+                    )
                 })
                 .collect();
             (name.as_str(), per_count)
@@ -734,14 +735,10 @@ fn plots(r: &Report, out: &Path) -> Result<()> {
     )
 }
 
-/// `--creates`' words.
-fn parse_creates(s: &str) -> Option<Creates> {
-    match s {
-        "stream" => Some(Creates::Stream),
-        "batch" => Some(Creates::Batch),
-        "single" => Some(Creates::Single),
-        _ => None,
-    }
+/// The median of `v` (the upper one of an even count), none if empty.
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
 }
 
 /// Creates per request, or "—" for streamed creates.
@@ -780,17 +777,16 @@ fn markdown(r: &Report) -> String {
     let mut counts: Vec<u32> = r.runs.iter().map(|x| x.servers).collect();
     counts.dedup();
     for n in counts {
-        let median = |mode: &str| {
-            let mut v: Vec<f64> = r
-                .runs
-                .iter()
-                .filter(|x| x.servers == n && x.security == mode)
-                .map(|x| x.creates_per_sec)
-                .collect();
-            v.sort_by(f64::total_cmp);
-            v.get(v.len() / 2).copied()
+        let of_mode = |mode: &str| {
+            median(
+                r.runs
+                    .iter()
+                    .filter(|x| x.servers == n && x.security == mode)
+                    .map(|x| x.creates_per_sec)
+                    .collect(),
+            )
         };
-        if let (Some(t), Some(p)) = (median("tls"), median("insecure")) {
+        if let (Some(t), Some(p)) = (of_mode("tls"), of_mode("insecure")) {
             s.push_str(&format!(
                 "\n{n} server(s): TLS {t:.0} creates/s, insecure {p:.0} (medians): TLS is {:.1}% slower\n",
                 (1.0 - t / p) * 100.0
@@ -812,8 +808,10 @@ pub fn client(args: &ClientArgs) -> Result<()> {
     let mut cfg = ClusterConfig::load(&args.cluster)?;
     cfg.set_insecure(args.insecure);
     let opts = ClientOptions {
-        creates: parse_creates(&args.creates)
-            .ok_or_else(|| anyhow::anyhow!("--creates takes stream, batch or single"))?,
+        creates: args
+            .creates
+            .parse()
+            .map_err(|_| anyhow::anyhow!("--creates takes stream, batch or single"))?,
         ..ClientOptions::default()
     };
     let c = Client::with_config(cfg, opts)?;

@@ -7,9 +7,10 @@
 //! the same write (and are made by the server in one group).
 //!
 //! A server that does not know `MakeStream` (an older one) is asked by `MakeBatch` from
-//! then on. A create whose stream ends before its reply: if the server ended it without
-//! an error, it had answered every message it read, so the create was not read and is
-//! sent again (as after a "busy" answer); otherwise it gets the stream's error, as a
+//! then on: its creates on the stream are answered "busy" (none was made) and sent
+//! again that way. A create whose stream ends before its reply: if the server ended it
+//! without an error, it had answered every message it read, so the create was not read
+//! and is sent again (as after a "busy" answer); otherwise it gets the stream's error, as a
 //! unary request gets its connection's: if the stream never opened because the server
 //! could not be reached, the create was not sent and may be sent again (see
 //! `route::not_sent`); else whether it was made is unknown, and the caller gets `EIO`.
@@ -28,6 +29,7 @@ use tonic::{Code, Request, Response, Status};
 
 use crate::proto;
 use crate::proto::meta_client::MetaClient;
+use crate::server::node::Fail;
 
 type Outcome = Result<proto::EntryReply, Status>;
 
@@ -49,15 +51,10 @@ struct LinkState {
     ended: Option<Status>,
 }
 
-/// One server's stream.
-#[derive(Default)]
-struct Slot {
-    link: Option<Arc<Link>>,
-}
-
 /// The streams of a client, one per server.
 pub(crate) struct Streams {
-    slots: Vec<Mutex<Slot>>,
+    /// Each server's stream, if one was opened.
+    slots: Vec<Mutex<Option<Arc<Link>>>>,
     /// Servers that answered `MakeStream` with UNIMPLEMENTED.
     unsupported: Vec<AtomicBool>,
     handle: tokio::runtime::Handle,
@@ -66,22 +63,11 @@ pub(crate) struct Streams {
     sent: AtomicU64,
 }
 
-/// Marks `link` ended (`why`: what a create that finds it so is told) and takes the
-/// creates that wait on it, in the order they were sent.
-fn end(link: &Link, why: Status) -> BTreeMap<u64, oneshot::Sender<Outcome>> {
-    let mut st = link.state.lock();
-    st.ended = Some(why);
-    std::mem::take(&mut st.waiting)
-}
-
-/// The answer to a create its server never read: busy, try again.
+/// The answer to a create its server never read (or never could: a server without
+/// streams): busy, try again.
 fn not_read() -> proto::EntryReply {
     proto::EntryReply {
-        status: Some(proto::Status {
-            errno: libc::EAGAIN as u32,
-            retry: true,
-            ..Default::default()
-        }),
+        status: Some(Fail::Busy.to_status()),
         ..Default::default()
     }
 }
@@ -90,7 +76,7 @@ impl Streams {
     /// Streams to `servers` servers; their reading tasks run on `handle`.
     pub(crate) fn new(servers: usize, handle: tokio::runtime::Handle) -> Streams {
         Streams {
-            slots: (0..servers).map(|_| Mutex::new(Slot::default())).collect(),
+            slots: (0..servers).map(|_| Mutex::new(None)).collect(),
             unsupported: (0..servers).map(|_| AtomicBool::new(false)).collect(),
             handle,
             opened: AtomicU64::new(0),
@@ -116,7 +102,7 @@ impl Streams {
     /// The open stream to server `s`, opened over `conn` if there is none.
     fn link(self: &Arc<Self>, s: usize, conn: &MetaClient<Channel>) -> Arc<Link> {
         let mut slot = self.slots[s].lock();
-        if let Some(l) = &slot.link {
+        if let Some(l) = &*slot {
             if l.state.lock().ended.is_none() {
                 return l.clone();
             }
@@ -126,7 +112,7 @@ impl Streams {
             tx,
             state: Mutex::new(LinkState::default()),
         });
-        slot.link = Some(link.clone());
+        *slot = Some(link.clone());
         self.opened.fetch_add(1, Ordering::Relaxed);
         let (this, l, conn) = (self.clone(), link.clone(), conn.clone());
         self.handle.spawn(async move {
@@ -137,7 +123,7 @@ impl Streams {
     }
 
     /// Opens the call and hands each reply to its caller until the stream ends; then
-    /// every create still waiting gets the reason.
+    /// every create still waiting is told the outcome.
     async fn read(
         self: Arc<Self>,
         s: usize,
@@ -145,7 +131,8 @@ impl Streams {
         out: UnboundedReceiverStream<proto::StreamedMake>,
         link: Arc<Link>,
     ) {
-        let why = match conn.make_stream(Request::new(out)).await {
+        // What the creates still waiting when the stream ends are told.
+        let left: Outcome = match conn.make_stream(Request::new(out)).await {
             Ok(rep) => {
                 let mut inbound = rep.into_inner();
                 loop {
@@ -162,33 +149,36 @@ impl Streams {
                         // message it read (a stopping server answers what it read and did
                         // not make "busy"): what still waits was not read, so not made,
                         // and its callers try again.
-                        Ok(None) => {
-                            let waiting = end(&link, Status::unavailable("the stream ended"));
-                            for (_, tx) in waiting {
-                                let _ = tx.send(Ok(not_read()));
-                            }
-                            return;
-                        }
-                        Err(st) => break st,
+                        Ok(None) => break Ok(not_read()),
+                        Err(st) => break Err(st),
                     }
                 }
             }
-            Err(st) => {
-                if st.code() == Code::Unimplemented {
-                    tracing::info!("server {s}: no streamed creates; sending batches");
-                    self.unsupported[s].store(true, Ordering::Relaxed);
-                }
-                st
+            // None was made: they go again, as batches.
+            Err(st) if st.code() == Code::Unimplemented => {
+                tracing::info!("server {s}: no streamed creates; sending batches");
+                self.unsupported[s].store(true, Ordering::Relaxed);
+                Ok(not_read())
             }
+            Err(st) => Err(st),
         };
-        for (_, tx) in end(&link, why.clone()) {
-            let _ = tx.send(Err(why.clone()));
+        let waiting = {
+            let mut st = link.state.lock();
+            st.ended = Some(match &left {
+                Ok(_) => Status::unavailable("the stream ended"),
+                Err(why) => why.clone(),
+            });
+            std::mem::take(&mut st.waiting)
+        };
+        for (_, tx) in waiting {
+            let _ = tx.send(left.clone());
         }
     }
 
     /// Sends `req` (not a mkdir) to server `s` on its stream (opened over `conn` if
-    /// needed) and waits for its reply at most `timeout`. UNIMPLEMENTED: the server
-    /// takes no streams, and the create was not made.
+    /// needed) and waits for its reply at most `timeout`. A server without streams
+    /// answers "busy" (the create was not made; the caller sends it again, as a batch
+    /// once [`Streams::supported`] says no).
     pub(crate) async fn make(
         self: &Arc<Self>,
         s: u32,
@@ -207,6 +197,9 @@ impl Streams {
         // so it goes on a new one (up to three streams; then the last one's reason).
         let mut tries = 0;
         let (link, id) = loop {
+            if !self.supported(s as u32) {
+                return Ok(Response::new(not_read()));
+            }
             tries += 1;
             let link = self.link(s, conn);
             let mut st = link.state.lock();

@@ -109,7 +109,8 @@ fn free_addr() -> Result<SocketAddr> {
 }
 
 /// One server on a new store in `dir` with `threshold`; creates `ops` files in a new
-/// directory from `window` threads, then looks each up the same way.
+/// directory from `window` threads over `clients` clients (1 ..= `window`, as
+/// [`measure`] makes it), then looks each up the same way.
 fn one_run(
     dir: &Path,
     threshold: u64,
@@ -118,7 +119,6 @@ fn one_run(
     how: Creates,
 ) -> Result<Run> {
     let window = window.max(1);
-    let clients = clients.clamp(1, window);
     let addr = free_addr()?;
     // Certificates for this run: the server and client talk mutual TLS, the default.
     let servers = ClusterConfig::parse(&format!("[[server]]\nid = 0\naddr = \"{addr}\"\n"))?
@@ -242,7 +242,7 @@ pub fn measure(
             ops,
             window,
             clients,
-            creates: format!("{how:?}").to_lowercase(),
+            creates: how.word().to_string(),
             create_us: create / ops as f64 * 1e6,
             redirect_us: lookup / ops as f64 * 1e6,
             split_entry_us: if moved == 0 {

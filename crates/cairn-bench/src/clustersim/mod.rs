@@ -187,10 +187,13 @@ pub fn run(args: &ClusterSimArgs) -> Result<()> {
         .with_context(|| format!("creating {}", args.out.display()))?;
     eprintln!("measuring per-operation server CPU costs ({cost_ops} creates per run)");
     let cost_clients = args.cost_clients.unwrap_or(args.window);
-    let how = match args.cost_creates.as_str() {
-        "stream" => cairn_cluster::Creates::Stream,
-        "single" => cairn_cluster::Creates::Single,
-        other => anyhow::bail!("--cost-creates takes stream or single, not {other}"),
+    use cairn_cluster::Creates;
+    let how = match args.cost_creates.parse() {
+        Ok(how @ (Creates::Stream | Creates::Single)) => how,
+        _ => anyhow::bail!(
+            "--cost-creates takes stream or single, not {}",
+            args.cost_creates
+        ),
     };
     let costs = measure(
         &work,

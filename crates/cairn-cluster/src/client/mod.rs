@@ -65,6 +65,29 @@ pub enum Creates {
     Single,
 }
 
+impl Creates {
+    /// The word for it on a command line and in reports.
+    pub fn word(self) -> &'static str {
+        match self {
+            Creates::Stream => "stream",
+            Creates::Batch => "batch",
+            Creates::Single => "single",
+        }
+    }
+}
+
+impl std::str::FromStr for Creates {
+    type Err = String;
+
+    /// `stream`, `batch` or `single` ([`Creates::word`]).
+    fn from_str(s: &str) -> Result<Creates, String> {
+        [Creates::Stream, Creates::Batch, Creates::Single]
+            .into_iter()
+            .find(|c| c.word() == s)
+            .ok_or_else(|| format!("{s}: not stream, batch or single"))
+    }
+}
+
 impl Default for ClientOptions {
     fn default() -> ClientOptions {
         ClientOptions {
@@ -375,15 +398,9 @@ impl Client {
                 let s = server_of(home, i, n);
                 async move {
                     match how {
-                        Creates::Stream if st.supported(s) => {
-                            match st.make(s, &c, req.clone(), t).await {
-                                // A server without streams (it made nothing).
-                                Err(e) if e.code() == tonic::Code::Unimplemented => {
-                                    b.make(s, c, req, t).await
-                                }
-                                r => r,
-                            }
-                        }
+                        // A server without streams answers "busy" once: the retry comes
+                        // back here and goes as a batch.
+                        Creates::Stream if st.supported(s) => st.make(s, &c, req, t).await,
                         Creates::Stream | Creates::Batch => b.make(s, c, req, t).await,
                         Creates::Single => {
                             let mut r = tonic::Request::new(req);

@@ -46,8 +46,9 @@ fn status_only(id: u64, st: proto::Status) -> proto::StreamedEntry {
     }
 }
 
-/// Armed while a group is being made: dropped by a panic, it ends the stream with an
-/// error rather than silently.
+/// Armed while a group is being made: dropped before it is disarmed (a panic, or the
+/// task dropped with the runtime), it ends the stream with an error rather than
+/// silently.
 struct Unanswered<'a>(&'a mpsc::Sender<Result<proto::StreamedEntry, Status>>);
 
 impl Drop for Unanswered<'_> {

@@ -174,8 +174,7 @@ pub(crate) fn header(
 }
 
 impl MetaSvc {
-    /// The credential and checks flag a request runs with, once its cluster id is
-    /// right: the header's, limited by the caller's certificate (see [`Caller::apply`]).
+    /// [`header`] on this service's node.
     fn hdr(&self, who: &Caller, h: Option<&proto::Header>) -> Result<(bool, Cred), Status> {
         header(&self.0, who, h)
     }
