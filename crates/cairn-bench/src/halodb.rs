@@ -67,6 +67,8 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
     let vsize = cfg.value_size;
     let rec = KEY_SIZE + vsize as u64;
     let values = Values::new(vsize, cfg.seed);
+    // Operations of each phase after the fills (reads, updates, read while writing).
+    let ops = cfg.ops.unwrap_or(n);
     let mut out = Vec::new();
 
     // 1. Fill sequential, into a store of its own.
@@ -163,7 +165,7 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
             title: format!("random read, {threads} threads"),
             kind: Kind::Read,
             threads,
-            ops: Some(n),
+            ops: Some(ops),
             op: &read,
         }])?);
         p.write_bytes = None;
@@ -182,10 +184,10 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
         title: "random update".into(),
         kind: Kind::Write,
         threads: 1,
-        ops: Some(n),
+        ops: Some(ops),
         op: &update,
     }])?);
-    measure::after_write(&mut p, || db.flush(), &dir, n * rec, n * rec)?;
+    measure::after_write(&mut p, || db.flush(), &dir, ops * rec, n * rec)?;
     out.push(p);
     ctx.progress("random update");
 
@@ -201,7 +203,7 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
             title: format!("read while writing: reads, {} threads", cfg.threads),
             kind: Kind::Read,
             threads: cfg.threads,
-            ops: Some(n),
+            ops: Some(ops),
             op: &read,
         },
         Group {

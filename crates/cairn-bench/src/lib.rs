@@ -112,6 +112,13 @@ pub struct BenchArgs {
     /// Records of the HaloDB suite [default: 1000000; --quick 20000; --smoke 2000]
     #[arg(long, value_name = "N")]
     records: Option<u64>,
+    /// Operations of each of the HaloDB suite's random-read, random-update and
+    /// read-while-writing phases [default: --records]. The fills always write every
+    /// record; with a store far larger than memory each random read is a disk read, so
+    /// at 40,000,000 records a phase of --records reads would take 20 minutes or more
+    /// at this kind of disk's IOPS
+    #[arg(long, value_name = "N")]
+    ops: Option<u64>,
     /// Reader threads of the HaloDB suite's random read and read-while-writing tests
     #[arg(long, value_name = "T", default_value_t = 4)]
     threads: usize,
@@ -168,6 +175,9 @@ pub(crate) struct Config {
     pub mode: String,
     /// Records of the HaloDB suite.
     pub records: u64,
+    /// Operations of each HaloDB-suite phase after the fills (`None`: `records`).
+    #[serde(default)]
+    pub ops: Option<u64>,
     /// Bytes of a HaloDB-suite value.
     pub value_size: usize,
     /// Threads of the HaloDB suite's reads.
@@ -244,6 +254,10 @@ impl Config {
         Ok(Config {
             mode: mode.into(),
             records: args.records.unwrap_or(records),
+            ops: match args.ops {
+                Some(0) => bail!("--ops must be positive"),
+                ops => ops,
+            },
             value_size: 1024,
             threads: args.threads,
             many_threads: 32,

@@ -602,10 +602,17 @@ fn suite_title(suite: &str, report: &Report) -> String {
     let c = &report.config;
     match suite {
         "halodb" => format!(
-            "HaloDB suite (seed 004): {} records, 8-byte keys, {}-byte values, {} reader threads",
+            "HaloDB suite (seed 004): {} records, 8-byte keys, {}-byte values, {} reader threads{}",
             count(c.records as f64),
             c.value_size,
-            c.threads
+            c.threads,
+            match c.ops {
+                Some(ops) if ops != c.records => format!(
+                    ", {} operations per phase after the fills",
+                    count(ops as f64)
+                ),
+                _ => String::new(),
+            }
         ),
         "mmcmap" => format!(
             "mmcmap suite (seed 003): 32-byte a–z keys equal to values, {} threads",

@@ -397,6 +397,56 @@ fn sync_run_reports_writes_per_fsync() {
     }
 }
 
+/// `--ops` caps the HaloDB suite's phases after the fills (what makes a store far
+/// larger than memory measurable in a session): the fills still write every record, the
+/// reads, updates and reads-while-writing make `--ops` operations, and the report says so;
+/// `--ops 0` is refused.
+#[test]
+fn ops_caps_the_phases_after_the_fills() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let output = cairn()
+        .args([
+            "bench",
+            "--smoke",
+            "--suites",
+            "halodb",
+            "--records",
+            "3000",
+        ])
+        .args(["--ops", "500", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "bench --ops failed: {stderr}");
+    let json: Value = serde_json::from_slice(&fs::read(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(json["config"]["ops"], 500);
+    let halodb = phases(&json, "halodb");
+    for (test, ops) in [
+        ("fill_sequential", 3000.0),
+        ("fill_random", 3000.0),
+        ("random_read_4", 500.0),
+        ("random_read_32", 500.0),
+        ("random_update", 500.0),
+        ("read_while_writing.reads", 500.0),
+    ] {
+        assert_eq!(num(phase(halodb, test), "ops"), ops, "{test}");
+    }
+    let md = fs::read_to_string(out.join("results.md")).unwrap();
+    assert!(
+        md.contains("500 operations per phase after the fills"),
+        "{md}"
+    );
+    let refused = cairn()
+        .args(["bench", "--smoke", "--ops", "0", "--out"])
+        .arg(dir.path().join("zero"))
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--ops must be positive"));
+}
+
 /// `cairn cluster-bench` through the binary: server and client processes, every way of
 /// sending creates interleaved, a sane JSON (each run's creates/s, its peak and its
 /// last tenth, per server CPU), a table whose rows fit, and both plots.
