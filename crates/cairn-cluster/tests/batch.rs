@@ -113,3 +113,51 @@ fn each_create_gets_its_own_answer(how: Creates) {
     assert!(fresh.redirects() > 0, "the directory split");
     c.check();
 }
+
+/// A server built before streamed creates answers `MakeStream` UNIMPLEMENTED (as a
+/// tonic server without the method does): a client that streams by default then sends
+/// that server its creates as requests and batches — none lost, none made twice — and
+/// goes on streaming to the server that takes streams.
+#[test]
+fn a_server_without_streams_gets_its_creates_as_batches() {
+    let mut c = Cluster::start(2, 64);
+    c.shutdown_one(1);
+    let mut o = c.opts(1, None);
+    o.without_streams = true;
+    c.servers[1] = Some(cairn_cluster::server::start(o).unwrap());
+    let fs = c.client_with(Duration::from_secs(10), Creates::Stream);
+    let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap().ino;
+    let made: Mutex<BTreeMap<Vec<u8>, u64>> = Mutex::new(BTreeMap::new());
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (fs, made) = (&fs, &made);
+            s.spawn(move || {
+                for k in 0..EACH {
+                    let name = format!("t{t}-{k}").into_bytes();
+                    let a = fs.create(&R, d, &name, 0o644).unwrap();
+                    made.lock().unwrap().insert(name, a.ino);
+                }
+            });
+        }
+    });
+    let made = made.into_inner().unwrap();
+    assert_eq!(made.len(), THREADS * EACH);
+    let inos: BTreeSet<u64> = made.values().copied().collect();
+    assert_eq!(inos.len(), made.len(), "every create its own inode");
+    let (streams, _) = fs.streams();
+    let (batches, batched) = fs.batches();
+    // One stream to each server: server 1 refused its one, and no other was tried.
+    assert_eq!(streams, 2, "streams opened");
+    assert!(
+        batches > 0 && batched >= 2 * batches,
+        "server 1's creates went in batches: {batches} of {batched}"
+    );
+    let status = cairn_cluster::admin::status(&c.cfg, Duration::from_secs(5));
+    let held: Vec<u64> = status.servers.iter().map(|s| s.entries).collect();
+    assert!(held.iter().all(|&e| e > 0), "entries per server {held:?}");
+    let fresh = c.client();
+    for (name, ino) in &made {
+        assert_eq!(fresh.lookup(&R, d, name).unwrap().ino, *ino, "{name:?}");
+    }
+    c.check();
+}

@@ -100,6 +100,10 @@ pub struct ServerOptions {
     /// killed (the simulation's kills inside splits, `cairn cluster-sim`).
     #[doc(hidden)]
     pub crash_hook: Option<CrashHook>,
+    /// Test hook: answer `MakeStream` UNIMPLEMENTED, as a server built before streamed
+    /// creates does (its clients then send their creates as batches).
+    #[doc(hidden)]
+    pub without_streams: bool,
 }
 
 /// Test hook of [`ServerOptions::crash_hook`]: called with the server's id and the
@@ -161,6 +165,7 @@ impl ServerOptions {
             workers: 1,
             crash_at: None,
             crash_hook: None,
+            without_streams: false,
         }
     }
 }
@@ -524,6 +529,7 @@ fn open_node(
         peers,
         crash_at: opts.crash_at.clone(),
         crash_hook: opts.crash_hook.clone(),
+        without_streams: opts.without_streams,
         crashed: AtomicBool::new(false),
         counters: Default::default(),
         wake: tokio::sync::Notify::new(),

@@ -194,6 +194,9 @@ pub(crate) struct Node {
     pub peers: Vec<super::peer::PeerConn>,
     pub crash_at: Option<String>,
     pub crash_hook: Option<super::CrashHook>,
+    /// Test hook ([`super::ServerOptions::without_streams`]): `MakeStream` answers
+    /// UNIMPLEMENTED.
+    pub without_streams: bool,
     pub crashed: AtomicBool,
     pub counters: Counters,
     /// Wakes the background task that drives unfinished intents.
