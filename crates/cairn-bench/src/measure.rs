@@ -227,6 +227,15 @@ pub struct Group<'a> {
 #[derive(Default)]
 struct Padded(AtomicU64);
 
+/// What a phase adds to the run's seed for its workers' generators: its test name,
+/// hashed (FNV-1a), so that every phase draws its own keys — the same for every engine —
+/// and a phase does not read what an earlier one just read (its pages still cached).
+fn phase_salt(test: &str) -> u64 {
+    test.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// Runs `groups` at once and measures each.
 pub fn run(groups: &[Group<'_>], interval: Duration, seed: u64) -> Result<Vec<Phase>> {
     let counters: Vec<Vec<Padded>> = groups
@@ -273,7 +282,9 @@ pub fn run(groups: &[Group<'_>], interval: Duration, seed: u64) -> Result<Vec<Ph
                                 thread: t,
                                 threads: group.threads,
                                 index: 0,
-                                rng: Rng::new(mix64(seed ^ ((gi as u64) << 32) ^ t as u64)),
+                                rng: Rng::new(mix64(
+                                    seed ^ phase_salt(&group.test) ^ ((gi as u64) << 32) ^ t as u64,
+                                )),
                                 buf: Vec::with_capacity(4096),
                             };
                             let mine = match group.ops {
@@ -576,6 +587,38 @@ mod tests {
                 seen[x as usize] = true;
             }
         }
+    }
+
+    /// The keys a phase's workers draw: the same for the same phase and seed (every
+    /// engine gets the same work), different from another phase's (a read phase does not
+    /// find the pages an earlier one read still cached).
+    #[test]
+    fn each_phase_draws_its_own_keys() {
+        let draws = |test: &str| -> Vec<u64> {
+            let seen = Mutex::new(Vec::new());
+            let op = |w: &mut Worker| -> Result<u64> {
+                seen.lock().unwrap().push(w.rng.below(1 << 40));
+                Ok(1)
+            };
+            let g = Group {
+                test: test.into(),
+                title: test.into(),
+                kind: Kind::Read,
+                threads: 1,
+                ops: Some(8),
+                op: &op,
+            };
+            run(&[g], Duration::from_millis(10), 42).unwrap();
+            seen.into_inner().unwrap()
+        };
+        let a = draws("random_read_4");
+        assert_eq!(a.len(), 8);
+        assert_eq!(a, draws("random_read_4"), "same phase, same keys");
+        assert_ne!(
+            a,
+            draws("read_while_writing.reads"),
+            "another phase, other keys"
+        );
     }
 
     #[test]
