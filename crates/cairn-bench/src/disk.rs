@@ -1,7 +1,9 @@
 //! The disk's own limits, measured in the same run: sequential write and read bandwidth
 //! (1 MiB blocks, direct I/O), random 4 KiB direct reads from 1, T and 32 threads (each
 //! with one read in flight, as the HaloDB suite's readers: what one disk read per lookup
-//! can reach), and the latency of an append followed by fdatasync. With `fio` on the
+//! can reach) over a file as large as the HaloDB suite's store ([`Config::rand_span`]:
+//! a virtual disk serves a small span faster, from its host's cache), and the latency
+//! of an append followed by fdatasync. With `fio` on the
 //! PATH it does the measuring; otherwise a built-in equivalent.
 
 use std::fs::{self, File, OpenOptions};
@@ -43,13 +45,14 @@ fn rand_read_threads(config: &Config) -> Vec<usize> {
     t
 }
 
-/// The phase name and title of random reads from `threads` threads.
-fn rand_read_names(threads: usize, how: &str) -> (String, String) {
+/// The phase name and title of random reads from `threads` threads over `span` bytes.
+fn rand_read_names(threads: usize, span: u64, how: &str) -> (String, String) {
     (
         format!("rand_read_{threads}"),
         format!(
-            "random read, 4 KiB blocks, direct, {threads} thread{}{how}",
-            if threads == 1 { "" } else { "s" }
+            "random read, 4 KiB blocks, direct, {threads} thread{}, over {}{how}",
+            if threads == 1 { "" } else { "s" },
+            super::table::bytes(span)
         ),
     )
 }
@@ -143,8 +146,24 @@ fn built_in(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
     )?);
     ctx.progress("sequential read");
 
-    // Random 4 KiB reads, direct, each thread with one in flight.
-    let pages = (blocks * BLOCK as u64 / RAND_READ as u64).max(1);
+    // Random 4 KiB reads, direct, each thread with one in flight, over the span: the
+    // file grown to it first (written, not allocated: a hole or an unwritten extent
+    // would be read without touching the disk).
+    let span = ctx.config.rand_span();
+    drop(file);
+    let file = open_direct(&path, false)?;
+    if span > blocks * BLOCK as u64 {
+        let grow = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path)
+            .or_else(|_| OpenOptions::new().write(true).open(&path))?;
+        for b in blocks..span.div_ceil(BLOCK as u64) {
+            grow.write_all_at(block.bytes(), b * BLOCK as u64)?;
+        }
+        grow.sync_all()?;
+    }
+    let pages = (span.max(blocks * BLOCK as u64) / RAND_READ as u64).max(1);
     let rand_read = |w: &mut Worker| -> Result<u64> {
         if w.buf.len() < 2 * RAND_READ {
             w.buf.resize(2 * RAND_READ, 0);
@@ -155,7 +174,7 @@ fn built_in(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
         Ok(RAND_READ as u64)
     };
     for threads in rand_read_threads(ctx.config) {
-        let (test, title) = rand_read_names(threads, "");
+        let (test, title) = rand_read_names(threads, pages * RAND_READ as u64, "");
         let mut p = super::halodb::one(ctx.run(&[Group {
             test,
             title: title.clone(),
@@ -286,13 +305,23 @@ fn with_fio(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
         });
         ctx.progress(title);
     }
+    // The random reads' own file, as large as the span (fio writes it before the first
+    // job and reuses it).
+    let span = ctx.config.rand_span();
+    let rand_file = ctx.dir.join("fio-rand.dat");
+    let rand_arg = format!("--filename={}", rand_file.display());
+    let rand_common = [
+        rand_arg.as_str(),
+        "--ioengine=psync",
+        "--output-format=json",
+    ];
     for threads in rand_read_threads(ctx.config) {
-        let (test, title) = rand_read_names(threads, " (fio)");
+        let (test, title) = rand_read_names(threads, span, " (fio)");
         let per_job = (ctx.config.disk_rand_reads / threads as u64).max(1);
         let jobs = format!("--numjobs={threads}");
         let ios = format!("--number_ios={per_job}");
         let json = fio(
-            &common,
+            &rand_common,
             &[
                 "--name=rand_read",
                 "--rw=randread",
@@ -304,7 +333,7 @@ fn with_fio(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
                 &jobs,
                 &ios,
             ],
-            &format!("--size={size}"),
+            &format!("--size={span}"),
         )?;
         let stats = &json["jobs"][0]["read"];
         let secs = stats["runtime"].as_f64().unwrap_or(0.0) / 1000.0;
@@ -323,6 +352,7 @@ fn with_fio(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
         });
         ctx.progress(&title);
     }
+    let _ = fs::remove_file(&rand_file);
     let sync_size = format!("--size={}", ctx.config.fsyncs * SYNC_WRITE as u64);
     let json = fio(
         &common,

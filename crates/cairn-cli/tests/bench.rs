@@ -447,6 +447,43 @@ fn ops_caps_the_phases_after_the_fills() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--ops must be positive"));
 }
 
+/// The disk suite's random reads span as many bytes as the HaloDB suite's store
+/// (`--records` × 1,032 B) when that is more than its own file: a virtual disk serves a
+/// small span from its host's cache, so the disk's IOPS next to a large store's reads
+/// must be read over a span as large.
+#[test]
+fn disk_random_reads_span_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let output = cairn()
+        .args([
+            "bench",
+            "--smoke",
+            "--suites",
+            "disk",
+            "--records",
+            "20000",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let json: Value = serde_json::from_slice(&fs::read(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(json["config"]["disk_rand_span"], 20_000 * 1_032);
+    let disk = phases(&json, "disk");
+    for t in [1, 4, 32] {
+        let p = phase(disk, &format!("rand_read_{t}"));
+        let title = p["title"].as_str().unwrap();
+        assert!(title.contains("over 19.7 MiB"), "{title}");
+        check_phase(p);
+    }
+}
+
 /// `cairn cluster-bench` through the binary: server and client processes, every way of
 /// sending creates interleaved, a sane JSON (each run's creates/s, its peak and its
 /// last tenth, per server CPU), a table whose rows fit, and both plots.
