@@ -448,6 +448,17 @@ pub fn cold_method() -> &'static str {
     }
 }
 
+/// Writes back every dirty page of the file system `dir` is on (`syncfs`), and waits.
+pub fn write_back(dir: &Path) -> Result<()> {
+    let f = std::fs::File::open(dir).with_context(|| format!("opening {}", dir.display()))?;
+    // SAFETY: syncfs takes a descriptor we own, open for the call's duration.
+    if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&f)) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("syncfs of {}", dir.display()));
+    }
+    Ok(())
+}
+
 /// Drops the page cache so that the next reads of the files under `dir` reach the
 /// disk, the way [`cold_method`] says; dirty data is written back first.
 pub fn drop_page_cache(dir: &Path) -> Result<()> {
