@@ -150,8 +150,6 @@ fn built_in(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
     // file grown to it first (written, not allocated: a hole or an unwritten extent
     // would be read without touching the disk).
     let span = ctx.config.rand_span();
-    drop(file);
-    let file = open_direct(&path, false)?;
     if span > blocks * BLOCK as u64 {
         let grow = OpenOptions::new()
             .write(true)

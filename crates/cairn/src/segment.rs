@@ -44,21 +44,27 @@ pub struct SegmentFile {
     pub created_seq: u64,
     /// A read-only map of the file once it is sealed (immutable).
     map: OnceLock<memmap2::Mmap>,
-    /// Moving share of recent multi-page reads that went to the disk, in 1/65536ths.
+    /// Moving share of recent reads that went to the disk, in 1/65536ths.
     cold_reads: AtomicU32,
 }
 
 /// Records spanning more pages than this are always read with `pread`.
 pub const MAP_MAX_PAGES: u64 = 4;
 
-/// A multi-page read slower than this went to the disk (a warm one takes a few
-/// microseconds, a disk read 20 or more even when the device has it cached).
+/// A read slower than this went to the disk (a warm one takes a few microseconds, a
+/// disk read 20 or more even when the device has it cached).
 pub const COLD_READ: std::time::Duration = std::time::Duration::from_micros(20);
 
-/// Above this share of cold reads (1/64, in 1/65536ths) a segment's records spanning
-/// 2–[`MAP_MAX_PAGES`] pages are read with `pread`: a cold page costs ~100 µs, the copy
-/// and system call of a warm `pread` ~1.5 µs more than the map, so `pread` wins once
-/// more than about one multi-page read in 70 is cold.
+/// Above this share of cold reads (1/64, in 1/65536ths) a segment's records within
+/// [`MAP_MAX_PAGES`] pages are read with `pread`: a cold page costs ~100 µs through the
+/// map per page the record spans, the copy and system call of a warm `pread` ~1.5 µs
+/// more than the map, so `pread` wins once more than about one read in 70 is cold. A
+/// record within one page too: a store far larger than memory keeps the page cache full,
+/// and every page faulted into the map must later be unmapped to be reclaimed (a walk of
+/// the page's mappings and a TLB flush on every CPU), which `pread`'s pages, never
+/// mapped, do not need — at 40M records of 1 KiB (41 GB in 24 GiB) random reads ran
+/// 1.3–2× faster by `pread` from 4 and 32 threads (DESIGN.md, "Reads that reach the
+/// disk").
 const COLD_SHARE_PREAD: u32 = 1 << 10;
 
 /// Path of segment `id` in `dir`.
@@ -199,29 +205,24 @@ impl SegmentFile {
     /// The map is advised `MADV_RANDOM` (a point lookup faults in only the page it
     /// needs), so a record spanning P pages costs P disk round trips through it when it
     /// is cold, and one through `pread`; when it is warm the map serves it without a copy
-    /// or a system call. So: a record within one page always uses the map; one spanning
-    /// more than [`MAP_MAX_PAGES`] pages always uses `pread` (warm, the copy costs about
-    /// what the map's checksum pass does); in between, the map unless recent reads of
-    /// this segment were cold (see [`SegmentFile::note_read`]). Measured in DESIGN.md,
+    /// or a system call. So: a record spanning more than [`MAP_MAX_PAGES`] pages always
+    /// uses `pread` (warm, the copy costs about what the map's checksum pass does); a
+    /// smaller one the map unless recent reads of this segment were cold (see
+    /// [`SegmentFile::note_read`] and [`COLD_SHARE_PREAD`]). Measured in DESIGN.md,
     /// "Reads that reach the disk".
     pub fn prefer_pread(&self, off: u64, len: u64) -> bool {
         let page = page_size();
         let pages = (off + len.max(1) - 1) / page - off / page + 1;
         match pages {
-            1 => false,
             p if p > MAP_MAX_PAGES => true,
             _ => self.cold_reads.load(Ordering::Relaxed) > COLD_SHARE_PREAD,
         }
     }
 
-    /// Records how long a read of a record spanning several pages took: longer than
-    /// [`COLD_READ`] means it went to the disk. Keeps a moving share of cold reads
-    /// (about the last 32) that [`SegmentFile::prefer_pread`] consults.
-    pub fn note_read(&self, off: u64, len: u64, took: std::time::Duration) {
-        let page = page_size();
-        if (off + len.max(1) - 1) / page == off / page {
-            return;
-        }
+    /// Records how long a read of a record took: longer than [`COLD_READ`] means it went
+    /// to the disk. Keeps a moving share of cold reads (about the last 32) that
+    /// [`SegmentFile::prefer_pread`] consults.
+    pub fn note_read(&self, took: std::time::Duration) {
         let sample = if took > COLD_READ { 1u32 << 16 } else { 0 };
         let old = self.cold_reads.load(Ordering::Relaxed);
         // Lossy under races, which only blurs the average.

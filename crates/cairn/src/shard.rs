@@ -992,7 +992,7 @@ pub(crate) fn read_value(src: Source, loc: Loc, key: &[u8]) -> Result<Value> {
                 None
             };
             if let Some(v) = value {
-                f.note_read(off, len, t.elapsed());
+                f.note_read(t.elapsed());
                 return Ok(v);
             }
         }
