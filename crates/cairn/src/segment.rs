@@ -208,7 +208,7 @@ impl SegmentFile {
     /// or a system call. So: a record spanning more than [`MAP_MAX_PAGES`] pages always
     /// uses `pread` (warm, the copy costs about what the map's checksum pass does); a
     /// smaller one the map unless recent reads of this segment were cold (see
-    /// [`SegmentFile::note_read`] and [`COLD_SHARE_PREAD`]). Measured in DESIGN.md,
+    /// [`SegmentFile::note_read`]: more than 1/64 of them). Measured in DESIGN.md,
     /// "Reads that reach the disk".
     pub fn prefer_pread(&self, off: u64, len: u64) -> bool {
         let page = page_size();
