@@ -257,14 +257,16 @@ impl Config {
         if kfs_trials == 0 {
             bail!("--trials must be positive");
         }
+        let records = args.records.unwrap_or(records);
+        let value_size = 1024;
         Ok(Config {
             mode: mode.into(),
-            records: args.records.unwrap_or(records),
+            records,
             ops: match args.ops {
                 Some(0) => bail!("--ops must be positive"),
                 ops => ops,
             },
-            value_size: 1024,
+            value_size,
             threads: args.threads,
             many_threads: 32,
             sync: args.sync,
@@ -273,11 +275,7 @@ impl Config {
             mmcmap_threads: args.mmcmap_threads,
             interval_ms: args.interval_ms.unwrap_or(interval).max(1),
             disk_bytes: disk,
-            disk_rand_span: {
-                let records = args.records.unwrap_or(records);
-                let store = records.saturating_mul(halodb::KEY_SIZE + 1024);
-                disk.max(store)
-            },
+            disk_rand_span: disk.max(records.saturating_mul(halodb::KEY_SIZE + value_size as u64)),
             fsyncs,
             use_fio: !args.no_fio && !args.smoke,
             seed: args.seed,

@@ -37,6 +37,20 @@ fn num(v: &Value, field: &str) -> f64 {
         .unwrap_or_else(|| panic!("{field} of {} is not a number", v["test"]))
 }
 
+/// Runs `cairn bench ARGS --out OUT`, which must succeed, and returns its results.json.
+fn bench_json(args: &[&str], out: &Path) -> Value {
+    let output = cairn()
+        .arg("bench")
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "bench {args:?} failed: {stderr}");
+    serde_json::from_slice(&fs::read(out.join("results.json")).unwrap()).unwrap()
+}
+
 /// Checks the figures every measured phase must have.
 fn check_phase(p: &Value) {
     let name = &p["test"];
@@ -364,17 +378,7 @@ fn unknown_suite_is_refused() {
 fn sync_run_reports_writes_per_fsync() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let output = cairn()
-        .args(["bench", "--smoke", "--sync", "--suites", "halodb", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "bench --smoke --sync failed: {stderr}"
-    );
-    let json: Value = serde_json::from_slice(&fs::read(out.join("results.json")).unwrap()).unwrap();
+    let json = bench_json(&["--smoke", "--sync", "--suites", "halodb"], &out);
     let halodb = phases(&json, "halodb");
     let one = phase(halodb, "fill_random");
     let md = fs::read_to_string(out.join("results.md")).unwrap();
@@ -405,22 +409,16 @@ fn sync_run_reports_writes_per_fsync() {
 fn ops_caps_the_phases_after_the_fills() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let output = cairn()
-        .args([
-            "bench",
-            "--smoke",
-            "--suites",
-            "halodb",
-            "--records",
-            "3000",
-        ])
-        .args(["--ops", "500", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "bench --ops failed: {stderr}");
-    let json: Value = serde_json::from_slice(&fs::read(out.join("results.json")).unwrap()).unwrap();
+    let args = [
+        "--smoke",
+        "--suites",
+        "halodb",
+        "--records",
+        "3000",
+        "--ops",
+        "500",
+    ];
+    let json = bench_json(&args, &out);
     assert_eq!(json["config"]["ops"], 500);
     let halodb = phases(&json, "halodb");
     for (test, ops) in [
@@ -455,25 +453,7 @@ fn ops_caps_the_phases_after_the_fills() {
 fn disk_random_reads_span_the_store() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let output = cairn()
-        .args([
-            "bench",
-            "--smoke",
-            "--suites",
-            "disk",
-            "--records",
-            "20000",
-            "--out",
-        ])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let json: Value = serde_json::from_slice(&fs::read(out.join("results.json")).unwrap()).unwrap();
+    let json = bench_json(&["--smoke", "--suites", "disk", "--records", "20000"], &out);
     assert_eq!(json["config"]["disk_rand_span"], 20_000 * 1_032);
     let disk = phases(&json, "disk");
     for t in [1, 4, 32] {
