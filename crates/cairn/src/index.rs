@@ -537,6 +537,9 @@ impl Index {
         let mut locs: Vec<Loc> = Vec::with_capacity(BULK_FILL);
         let mut len = 0;
         let mut entries = entries.into_iter();
+        // The hash side's tags, taken from the input keys as they pass (a second walk
+        // over the leaves would rebuild every key of a fixed leaf).
+        let mut tagged = Vec::with_capacity(if hashed { entries.size_hint().0 } else { 0 });
         // The first entry out of order, if any: it and the rest are inserted one by one.
         let mut unsorted = None;
         for (key, loc) in entries.by_ref() {
@@ -560,6 +563,9 @@ impl Index {
             keys.extend_from_slice(k);
             ends.push(offset(keys.len()));
             locs.push(loc);
+            if hashed {
+                tagged.push((tag_of(k), loc));
+            }
             len += 1;
         }
         if !locs.is_empty() {
@@ -574,17 +580,22 @@ impl Index {
             len,
             hashes: None,
         };
-        if let Some(first) = unsorted {
+        if let Some(first) = unsorted.take() {
+            // Out of order: the rest one by one (a later entry for a key replaces an
+            // earlier one), then the tags from the index itself.
             for (key, loc) in std::iter::once(first).chain(entries.by_ref()) {
                 index.insert(key.as_ref(), loc);
+            }
+            tagged.clear();
+            if hashed {
+                tagged.reserve_exact(index.len);
+                index.for_each(|key, loc| tagged.push((tag_of(key), loc)));
             }
         }
         // The input (a whole shard's keys and locations at open) is freed before the
         // hash side's build takes its buffers.
         drop(entries);
         if hashed {
-            let mut tagged = Vec::with_capacity(index.len);
-            index.for_each(|key, loc| tagged.push((tag_of(key), loc)));
             index.hashes = Some(HashIndex::from_tagged(tagged));
         }
         index

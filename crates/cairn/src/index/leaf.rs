@@ -42,12 +42,36 @@ pub(super) const FIXED_REST: usize = 2 * HEAD_BYTES;
 /// The `HEAD_BYTES` bytes of `key` from `skip` on, as a big-endian integer padded with
 /// zero bytes. For keys sharing their first `skip` bytes, a smaller head means a smaller
 /// key (equal heads decide nothing: the keys are compared).
+#[inline]
 pub(super) fn head(key: &[u8], skip: usize) -> u32 {
     let rest = key.get(skip..).unwrap_or(&[]);
+    if let Some(bytes) = rest.first_chunk::<HEAD_BYTES>() {
+        return u32::from_be_bytes(*bytes);
+    }
     let mut bytes = [0u8; HEAD_BYTES];
-    let n = rest.len().min(HEAD_BYTES);
-    bytes[..n].copy_from_slice(&rest[..n]);
+    bytes[..rest.len()].copy_from_slice(rest);
     u32::from_be_bytes(bytes)
+}
+
+/// The `FIXED_REST` bytes of `key` from `skip` on, as a big-endian integer padded with
+/// zero bytes: a fixed leaf's head (high half) and tail (low half) at once.
+#[inline]
+fn rest_word(key: &[u8], skip: usize) -> u64 {
+    let rest = key.get(skip..).unwrap_or(&[]);
+    if let Some(bytes) = rest.first_chunk::<FIXED_REST>() {
+        return u64::from_be_bytes(*bytes);
+    }
+    // Fewer than 8 bytes: a short loop rather than a call to memcpy.
+    rest.iter()
+        .enumerate()
+        .fold(0, |w, (i, &b)| w | u64::from(b) << (56 - 8 * i))
+}
+
+/// A fixed leaf's (head, tail) of `key` after `skip` bytes.
+#[inline]
+fn head_tail(key: &[u8], skip: usize) -> (u32, u32) {
+    let w = rest_word(key, skip);
+    ((w >> 32) as u32, w as u32)
 }
 
 /// Length of the longest common prefix of `a` and `b`.
@@ -140,10 +164,16 @@ impl Leaf {
         };
         let klen = ends.first().map_or(0, |&e| e as usize);
         if fits_fixed(ends, klen, skip) {
+            let (mut heads, mut tails) = (Vec::with_capacity(n), Vec::with_capacity(n));
+            for i in 0..n {
+                let (h, t) = head_tail(&keys[i * klen..(i + 1) * klen], skip);
+                heads.push(h);
+                tails.push(t);
+            }
             return Leaf {
                 keys: keys[..skip].to_vec(),
-                heads: (0..n).map(|i| head(key(i), skip)).collect(),
-                ends: (0..n).map(|i| head(key(i), skip + HEAD_BYTES)).collect(),
+                heads,
+                ends: tails,
                 locs: locs.to_vec(),
                 skip: offset(skip),
                 fixed: Some(offset(klen)),
@@ -174,10 +204,7 @@ impl Leaf {
             let skip = common_prefix(&first, &self.fixed_key(n - 1, klen));
             if skip > old {
                 for i in 0..n {
-                    let (h, t) = {
-                        let k = self.fixed_key(i, klen);
-                        (head(&k, skip), head(&k, skip + HEAD_BYTES))
-                    };
+                    let (h, t) = head_tail(&self.fixed_key(i, klen), skip);
                     self.heads[i] = h;
                     self.ends[i] = t;
                 }
@@ -196,14 +223,19 @@ impl Leaf {
         let klen = self.ends.first().map_or(0, |&e| e as usize);
         let fits = fits_fixed(&self.ends, klen, skip);
         let mut heads = Vec::with_capacity(cap);
-        heads.extend((0..n).map(|i| head(self.packed_key(i), skip)));
         if fits {
             let mut tails = Vec::with_capacity(cap);
-            tails.extend((0..n).map(|i| head(self.packed_key(i), skip + HEAD_BYTES)));
+            for i in 0..n {
+                let (h, t) = head_tail(self.packed_key(i), skip);
+                heads.push(h);
+                tails.push(t);
+            }
             self.keys.truncate(skip);
             self.keys.shrink_to_fit();
             self.ends = tails;
             self.fixed = Some(offset(klen));
+        } else {
+            heads.extend((0..n).map(|i| head(self.packed_key(i), skip)));
         }
         self.heads = heads;
     }
@@ -345,7 +377,7 @@ impl Leaf {
             Some(klen) => {
                 // (head, tail) is the whole rest of an entry's key, padded: pairs are
                 // distinct and ordered as the keys are.
-                let t = head(key, skip + HEAD_BYTES);
+                let t = rest_word(key, skip) as u32;
                 while i < n && self.heads[i] == h {
                     match self.ends[i].cmp(&t) {
                         Ordering::Less => i += 1,
@@ -415,8 +447,9 @@ impl Leaf {
         if let Some(klen) = self.fixed {
             if key.len() == klen as usize && key[..skip] == self.keys[..skip] {
                 self.reserve_for(0);
-                self.heads.insert(i, head(key, skip));
-                self.ends.insert(i, head(key, skip + HEAD_BYTES));
+                let (h, t) = head_tail(key, skip);
+                self.heads.insert(i, h);
+                self.ends.insert(i, t);
                 self.locs.insert(i, loc);
                 return;
             }

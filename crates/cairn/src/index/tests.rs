@@ -738,3 +738,62 @@ fn fixed_leaves_and_their_edges() {
     assert!(index.leaves.values().any(|l| l.fixed == Some(4)));
     assert!(index.leaves.values().any(|l| l.fixed.is_none()));
 }
+
+/// Timing of whole-index scans in chunks of 512 (as a cursor fetches them) over 2M keys
+/// of the file system's entry shape (`D`, parent, name of one length) and 8-byte keys:
+/// `cargo test --release -p cairn --lib timing_scan -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn timing_scan() {
+    const N: u64 = 2_000_000;
+    let fs_key = |i: u64| {
+        let mut k = vec![b'D'];
+        k.extend_from_slice(&7u64.to_be_bytes());
+        k.extend_from_slice(format!("f{i:010}").as_bytes());
+        k
+    };
+    let sets: [(&str, Vec<Vec<u8>>); 2] = [
+        ("entry-shaped", (0..N).map(fs_key).collect()),
+        ("8-byte", (0..N).map(|i| i.to_be_bytes().to_vec()).collect()),
+    ];
+    for (what, keys) in &sets {
+        let index = Index::from_sorted(
+            keys.iter()
+                .enumerate()
+                .map(|(i, k)| (k.clone(), loc(i as u32))),
+            true,
+        );
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let t = Instant::now();
+            let mut out = Vec::with_capacity(512);
+            let mut last: Option<Vec<u8>> = None;
+            let mut seen = 0;
+            loop {
+                out.clear();
+                let lower = match &last {
+                    Some(k) => Bound::Excluded(&k[..]),
+                    None => Bound::Unbounded,
+                };
+                index.scan_forward(lower, Bound::Unbounded, 512, &mut out);
+                if out.is_empty() {
+                    break;
+                }
+                seen += out.len();
+                last = Some(out.last().unwrap().0.clone());
+            }
+            assert_eq!(seen as u64, N);
+            best = best.min(ns_per(t, N as usize));
+        }
+        let t = Instant::now();
+        let bulk = Index::from_sorted(
+            keys.iter()
+                .enumerate()
+                .map(|(i, k)| (k.clone(), loc(i as u32))),
+            true,
+        );
+        let load = ns_per(t, N as usize);
+        assert_eq!(bulk.len(), N as usize);
+        println!("{what}: scan {best:.1} ns/entry (best of 5), from_sorted {load:.0} ns/entry");
+    }
+}
