@@ -11,7 +11,7 @@
 //!   and `heads` and `ends` hold each key's next 4 and 4 bytes after it (zero-padded), so
 //!   the pair is the whole rest of the key. An entry costs its 8 bytes and its location
 //!   instead of the key's length + 8 and its location: 20 bytes rather than 28 for
-//!   HaloDB's 8-byte keys, 21 rather than 29 for the file system's inode keys. A search
+//!   HaloDB's 8-byte keys and 29 for the file system's 9-byte inode keys. A search
 //!   is the same binary search over the heads, and a tie is settled by the `ends` word
 //!   without reading any key.
 //!
