@@ -38,7 +38,7 @@ use std::ops::Bound;
 
 use crate::hash_index::{tag_of, HashIndex};
 pub use crate::loc::Loc;
-use leaf::{offset, Leaf, LeafKey};
+use leaf::{key_at, offset, Leaf, LeafKey};
 
 mod leaf;
 
@@ -440,18 +440,15 @@ impl Index {
             .range::<[u8], _>((start, Bound::Unbounded))
             .map(|(_, l)| l)
         {
-            let mut done = false;
-            leaf.visit_from(pos, |key, loc| {
+            let went_on = leaf.visit_from(pos, |key, loc| {
                 if !below(key, upper) {
-                    done = true;
                     return false;
                 }
                 out.push((key.to_vec(), loc));
                 taken += 1;
-                done = taken == limit;
-                !done
+                taken < limit
             });
-            if done {
+            if !went_on {
                 return;
             }
             pos = 0;
@@ -552,9 +549,7 @@ impl Index {
             }
             let prev = match ends.len() {
                 0 => leaves.last().map(|(_, leaf)| leaf.last_key()),
-                n => Some(LeafKey::Packed(
-                    &keys[if n == 1 { 0 } else { ends[n - 2] as usize }..],
-                )),
+                n => Some(LeafKey::Packed(key_at(&keys, &ends, n - 1))),
             };
             if prev.is_some_and(|prev| &*prev >= k) {
                 unsorted = Some((key, loc));
@@ -580,7 +575,7 @@ impl Index {
             len,
             hashes: None,
         };
-        if let Some(first) = unsorted.take() {
+        if let Some(first) = unsorted {
             // Out of order: the rest one by one (a later entry for a key replaces an
             // earlier one), then the tags from the index itself.
             for (key, loc) in std::iter::once(first).chain(entries.by_ref()) {
@@ -593,7 +588,8 @@ impl Index {
             }
         }
         // The input (a whole shard's keys and locations at open) is freed before the
-        // hash side's build takes its buffers.
+        // hash side's build takes its buffers (the tags, 16 bytes a key, were taken
+        // beside it).
         drop(entries);
         if hashed {
             index.hashes = Some(HashIndex::from_tagged(tagged));

@@ -97,6 +97,51 @@ fn fits_fixed(ends: &[u32], klen: usize, skip: usize) -> bool {
             .all(|(i, &e)| e as usize == (i + 1) * klen)
 }
 
+/// Key `i` of packed keys: `keys` concatenated, `ends` their end offsets.
+pub(super) fn key_at<'a>(keys: &'a [u8], ends: &[u32], i: usize) -> &'a [u8] {
+    let start = if i == 0 { 0 } else { ends[i - 1] as usize };
+    &keys[start..ends[i] as usize]
+}
+
+/// How packed keys (`keys` concatenated, `ends` their end offsets) are laid out: the
+/// prefix they all share, their heads, and, when they fit a fixed leaf, their length and
+/// tails. The vectors are allocated for `cap` entries.
+struct Layout {
+    skip: usize,
+    heads: Vec<u32>,
+    fixed: Option<(usize, Vec<u32>)>,
+}
+
+fn layout_of(keys: &[u8], ends: &[u32], cap: usize) -> Layout {
+    let n = ends.len();
+    let key = |i| key_at(keys, ends, i);
+    let skip = match n {
+        0 => 0,
+        _ => common_prefix(key(0), key(n - 1)),
+    };
+    let klen = ends.first().map_or(0, |&e| e as usize);
+    let mut heads = Vec::with_capacity(cap);
+    if !fits_fixed(ends, klen, skip) {
+        heads.extend((0..n).map(|i| head(key(i), skip)));
+        return Layout {
+            skip,
+            heads,
+            fixed: None,
+        };
+    }
+    let mut tails = Vec::with_capacity(cap);
+    for i in 0..n {
+        let (h, t) = head_tail(key(i), skip);
+        heads.push(h);
+        tails.push(t);
+    }
+    Layout {
+        skip,
+        heads,
+        fixed: Some((klen, tails)),
+    }
+}
+
 /// Converts a key offset into the `u32` stored in `Leaf::ends`.
 pub(super) fn offset(n: usize) -> u32 {
     u32::try_from(n).expect("leaf key bytes exceed u32::MAX")
@@ -156,36 +201,18 @@ impl Leaf {
     /// A leaf holding the given packed parts (`ends` relative to `keys`), laid out anew
     /// (fixed if the keys allow it, without copying the keys first).
     pub(super) fn from_parts(keys: &[u8], ends: &[u32], locs: &[Loc]) -> Leaf {
-        let n = ends.len();
-        let key = |i: usize| &keys[if i == 0 { 0 } else { ends[i - 1] as usize }..ends[i] as usize];
-        let skip = match n {
-            0 => 0,
-            _ => common_prefix(key(0), key(n - 1)),
+        let Layout { skip, heads, fixed } = layout_of(keys, ends, ends.len());
+        let (keys, ends, fixed) = match fixed {
+            Some((klen, tails)) => (keys[..skip].to_vec(), tails, Some(offset(klen))),
+            None => (keys.to_vec(), ends.to_vec(), None),
         };
-        let klen = ends.first().map_or(0, |&e| e as usize);
-        if fits_fixed(ends, klen, skip) {
-            let (mut heads, mut tails) = (Vec::with_capacity(n), Vec::with_capacity(n));
-            for i in 0..n {
-                let (h, t) = head_tail(&keys[i * klen..(i + 1) * klen], skip);
-                heads.push(h);
-                tails.push(t);
-            }
-            return Leaf {
-                keys: keys[..skip].to_vec(),
-                heads,
-                ends: tails,
-                locs: locs.to_vec(),
-                skip: offset(skip),
-                fixed: Some(offset(klen)),
-            };
-        }
         Leaf {
-            keys: keys.to_vec(),
-            heads: (0..n).map(|i| head(key(i), skip)).collect(),
-            ends: ends.to_vec(),
+            keys,
+            ends,
             locs: locs.to_vec(),
+            heads,
             skip: offset(skip),
-            fixed: None,
+            fixed,
         }
     }
 
@@ -214,29 +241,14 @@ impl Leaf {
             }
             return;
         }
-        self.skip = match n {
-            0 => 0,
-            _ => offset(common_prefix(self.packed_key(0), self.packed_key(n - 1))),
-        };
-        let skip = self.skip as usize;
-        let cap = self.locs.capacity();
-        let klen = self.ends.first().map_or(0, |&e| e as usize);
-        let fits = fits_fixed(&self.ends, klen, skip);
-        let mut heads = Vec::with_capacity(cap);
-        if fits {
-            let mut tails = Vec::with_capacity(cap);
-            for i in 0..n {
-                let (h, t) = head_tail(self.packed_key(i), skip);
-                heads.push(h);
-                tails.push(t);
-            }
+        let Layout { skip, heads, fixed } = layout_of(&self.keys, &self.ends, self.locs.capacity());
+        if let Some((klen, tails)) = fixed {
             self.keys.truncate(skip);
             self.keys.shrink_to_fit();
             self.ends = tails;
             self.fixed = Some(offset(klen));
-        } else {
-            heads.extend((0..n).map(|i| head(self.packed_key(i), skip)));
         }
+        self.skip = offset(skip);
         self.heads = heads;
     }
 
@@ -272,7 +284,13 @@ impl Leaf {
 
     /// Key `i` of a packed leaf.
     fn packed_key(&self, i: usize) -> &[u8] {
-        &self.keys[self.start(i)..self.ends[i] as usize]
+        key_at(&self.keys, &self.ends, i)
+    }
+
+    /// The rest of key `i` of a fixed leaf after the shared prefix: its head and tail,
+    /// as [`rest_word`] reads them.
+    fn rest(&self, i: usize) -> u64 {
+        u64::from(self.heads[i]) << 32 | u64::from(self.ends[i])
     }
 
     /// Key `i` of a fixed leaf whose keys are `klen` bytes long.
@@ -281,8 +299,7 @@ impl Leaf {
         let skip = self.skip as usize;
         let mut bytes = [0u8; FIXED_KEY_MAX];
         bytes[..skip].copy_from_slice(&self.keys[..skip]);
-        let rest = (u64::from(self.heads[i]) << 32 | u64::from(self.ends[i])).to_be_bytes();
-        bytes[skip..klen].copy_from_slice(&rest[..klen - skip]);
+        bytes[skip..klen].copy_from_slice(&self.rest(i).to_be_bytes()[..klen - skip]);
         LeafKey::Fixed(klen as u8, bytes)
     }
 
@@ -303,28 +320,20 @@ impl Leaf {
     }
 
     /// Calls `f` with the entries from the `from`th on, in ascending order, until it
-    /// returns `false`. A fixed leaf's keys are rebuilt in one buffer that holds the
-    /// shared prefix throughout, so a visit costs an 8-byte store per entry.
-    pub(super) fn visit_from(&self, from: usize, mut f: impl FnMut(&[u8], Loc) -> bool) {
+    /// returns `false`; returns whether every entry was visited. A fixed leaf's keys are
+    /// rebuilt in one buffer that holds the shared prefix throughout, so a visit costs an
+    /// 8-byte store per entry.
+    pub(super) fn visit_from(&self, from: usize, mut f: impl FnMut(&[u8], Loc) -> bool) -> bool {
         match self.fixed {
-            None => {
-                for i in from..self.len() {
-                    if !f(self.packed_key(i), self.locs[i]) {
-                        return;
-                    }
-                }
-            }
+            None => (from..self.len()).all(|i| f(self.packed_key(i), self.locs[i])),
             Some(klen) => {
                 let (skip, klen) = (self.skip as usize, klen as usize);
                 let mut buf = [0u8; FIXED_KEY_MAX + FIXED_REST];
                 buf[..skip].copy_from_slice(&self.keys[..skip]);
-                for i in from..self.len() {
-                    let rest = u64::from(self.heads[i]) << 32 | u64::from(self.ends[i]);
-                    buf[skip..skip + FIXED_REST].copy_from_slice(&rest.to_be_bytes());
-                    if !f(&buf[..klen], self.locs[i]) {
-                        return;
-                    }
-                }
+                (from..self.len()).all(|i| {
+                    buf[skip..skip + FIXED_REST].copy_from_slice(&self.rest(i).to_be_bytes());
+                    f(&buf[..klen], self.locs[i])
+                })
             }
         }
     }
