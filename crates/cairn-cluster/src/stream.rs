@@ -99,13 +99,21 @@ impl Streams {
             .is_some_and(|u| !u.load(Ordering::Relaxed))
     }
 
-    /// The open stream to server `s`, opened over `conn` if there is none.
-    fn link(self: &Arc<Self>, s: usize, conn: &MetaClient<Channel>) -> Arc<Link> {
+    /// The open stream to server `s`, opened over `conn` if there is none; `None` once
+    /// the server is known not to take streams.
+    fn link(self: &Arc<Self>, s: usize, conn: &MetaClient<Channel>) -> Option<Arc<Link>> {
         let mut slot = self.slots[s].lock();
         if let Some(l) = &*slot {
             if l.state.lock().ended.is_none() {
-                return l.clone();
+                return Some(l.clone());
             }
+        }
+        // Asked again under the slot's lock: a caller that found the server supported
+        // may get here after the stream it would have used ended UNIMPLEMENTED (its
+        // reader marks the server before it ends the stream, and the stream's lock
+        // orders the two), and must not open another.
+        if !self.supported(s as u32) {
+            return None;
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let link = Arc::new(Link {
@@ -119,7 +127,7 @@ impl Streams {
             this.read(s, conn, UnboundedReceiverStream::new(rx), l)
                 .await
         });
-        link
+        Some(link)
     }
 
     /// Opens the call and hands each reply to its caller until the stream ends; then
@@ -201,7 +209,9 @@ impl Streams {
                 return Ok(Response::new(not_read()));
             }
             tries += 1;
-            let link = self.link(s, conn);
+            let Some(link) = self.link(s, conn) else {
+                return Ok(Response::new(not_read()));
+            };
             let mut st = link.state.lock();
             if st.ended.is_none() {
                 let id = st.next;
