@@ -91,8 +91,8 @@ pub fn cache_full() -> bool {
     }
     // SAFETY: sysinfo fills the struct it is given.
     let mut si: libc::sysinfo = unsafe { std::mem::zeroed() };
-    let ok = unsafe { libc::sysinfo(&mut si) } == 0;
-    let machine = ok.then_some((si.freeram as u64, si.totalram as u64));
+    let machine =
+        (unsafe { libc::sysinfo(&mut si) } == 0).then(|| (si.freeram as u64, si.totalram as u64));
     let full = is_full(machine, cgroup_memory());
     LAST.store(now << 1 | full as u64, Ordering::Relaxed);
     full
