@@ -46,8 +46,6 @@ pub struct SegmentFile {
     map: OnceLock<memmap2::Mmap>,
     /// Moving share of recent reads that went to the disk, in 1/65536ths.
     cold_reads: AtomicU32,
-    /// The descriptor for reads around the page cache, opened at the first one.
-    direct: direct::Direct,
 }
 
 /// Records spanning more pages than this are always read with `pread`.
@@ -116,7 +114,6 @@ impl SegmentFile {
             created_seq,
             map: OnceLock::new(),
             cold_reads: AtomicU32::new(0),
-            direct: direct::Direct::default(),
         })
     }
 
@@ -177,7 +174,6 @@ impl SegmentFile {
                 created_seq,
                 map: OnceLock::new(),
                 cold_reads: AtomicU32::new(0),
-                direct: direct::Direct::default(),
             },
             len,
             damage,
@@ -203,29 +199,6 @@ impl SegmentFile {
         fsutil::read_exact_at(&self.file, &self.path, off, len)
     }
 
-    /// Reads the record of `len` bytes at `off` (within [`MAP_MAX_PAGES`] pages) for a
-    /// point lookup, without letting it into a full page cache if it is not there: from
-    /// the cache when every page is cached, else — while the cache is full — from the
-    /// disk around the cache, unless a page of it missed recently, which is read through
-    /// the cache this time (see `segment/direct.rs`). Returns the buffer and where the record starts in it.
-    pub fn read_point(&self, off: u64, len: usize) -> Result<(Vec<u8>, usize)> {
-        let cold = self
-            .map
-            .get()
-            .and_then(|m| direct::resident(m, off, len))
-            .is_some_and(|cached| !cached);
-        if cold && direct::cache_full() {
-            let page = off / direct::ALIGN;
-            let me = self as *const SegmentFile as usize;
-            if !direct::Ghosts::get().missed_again(me, page) {
-                if let Some(read) = self.direct.read(&self.file, &self.path, off, len) {
-                    return Ok(read);
-                }
-            }
-        }
-        fsutil::read_exact_at(&self.file, &self.path, off, len).map(|b| (b, 0))
-    }
-
     /// Whether the record of `len` bytes at `off` of this sealed segment is better read
     /// with one `pread` than through the map.
     ///
@@ -238,16 +211,12 @@ impl SegmentFile {
     /// [`SegmentFile::note_read`]: more than 1/64 of them). Measured in DESIGN.md,
     /// "Reads that reach the disk".
     pub fn prefer_pread(&self, off: u64, len: u64) -> bool {
-        match self.pages(off, len) {
+        let page = page_size();
+        let pages = (off + len.max(1) - 1) / page - off / page + 1;
+        match pages {
             p if p > MAP_MAX_PAGES => true,
             _ => self.cold_reads.load(Ordering::Relaxed) > COLD_SHARE_PREAD,
         }
-    }
-
-    /// The pages that `len` bytes at `off` span.
-    pub fn pages(&self, off: u64, len: u64) -> u64 {
-        let page = page_size();
-        (off + len.max(1) - 1) / page - off / page + 1
     }
 
     /// Records how long a read of a record took: longer than [`COLD_READ`] means it went
@@ -866,8 +835,6 @@ pub fn read_hint(
     }
     Ok((data_len, b.len() as u64))
 }
-
-mod direct;
 
 #[cfg(test)]
 mod tests;

@@ -19,7 +19,7 @@ use crate::ctx::StoreCtx;
 use crate::index::{Index, Loc};
 use crate::options::SyncPolicy;
 use crate::record::{self, Kind};
-use crate::segment::{self, SegKind, SegmentFile, MAP_MAX_PAGES, SEG_HEADER_LEN};
+use crate::segment::{self, SegKind, SegmentFile, SEG_HEADER_LEN};
 use crate::tally::Tally;
 use crate::value::Value;
 use crate::{Error, Result};
@@ -978,16 +978,9 @@ pub(crate) fn read_value(src: Source, loc: Loc, key: &[u8]) -> Result<Value> {
             let (off, len) = (loc.off as u64, loc.len as u64);
             let t = std::time::Instant::now();
             let value = if f.prefer_pread(off, len) {
-                // Point reads stay out of the page cache when they miss it; large
-                // records (file chunks, which readers prefetch into the cache) go
-                // through it.
-                let (buf, at) = if f.pages(off, len) <= MAP_MAX_PAGES {
-                    f.read_point(off, len as usize)?
-                } else {
-                    (f.pread_at(off, len as usize)?, 0)
-                };
-                let start = check_record(&buf[at..], loc, key, || f.path.clone())?;
-                Some(Value::new(buf, at + start))
+                let buf = f.pread_at(off, len as usize)?;
+                let start = check_record(&buf, loc, key, || f.path.clone())?;
+                Some(Value::new(buf, start))
             } else if let Some(bytes) = m.get(off as usize..(off + len) as usize) {
                 let start = check_record(bytes, loc, key, || f.path.clone())?;
                 Some(Value::mapped(

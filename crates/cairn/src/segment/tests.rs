@@ -154,59 +154,6 @@ fn a_cold_mapped_scan_reads_ahead() {
     );
 }
 
-/// A point read of a record that left a full page cache goes around it (`O_DIRECT`) at
-/// its first miss and through it at the second: the record's bytes either way, and its
-/// page enters the cache only at the second miss (a hot key of a store larger than
-/// memory gets cached; a page read once displaces nothing).
-#[test]
-fn cold_point_reads_go_around_a_full_cache_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let (seg, _) = puts(dir.path(), 100);
-    seg.file.sync_all().unwrap();
-    // SAFETY: an advisory call on an open descriptor.
-    unsafe {
-        use std::os::unix::io::AsRawFd;
-        libc::posix_fadvise(seg.file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
-    }
-    direct::FORCE_FULL.store(true, Ordering::Relaxed);
-    let rec = (HEADER_LEN + 8 + 1000) as u64;
-    let off = SEG_HEADER_LEN + 50 * rec;
-    // Whether the record's pages are cached (`None`: the kernel cannot say).
-    let cached = || direct::resident(seg.mapped().unwrap(), off, rec as usize);
-    let check = |(buf, at): (Vec<u8>, usize)| {
-        let r = record::decode(&buf[at..]).unwrap();
-        assert_eq!(r.key, 50u64.to_be_bytes());
-        assert_eq!(r.value, &[7u8; 1000][..]);
-        assert_eq!(buf.len(), at + rec as usize);
-    };
-    assert_ne!(cached(), Some(true), "evicted");
-    check(seg.read_point(off, rec as usize).unwrap());
-    // Every file system but tmpfs (before Linux 6.6) takes O_DIRECT.
-    // SAFETY: statfs fills the struct it is given; the path is a C string.
-    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
-    let p = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).unwrap();
-    let tmpfs = unsafe { libc::statfs(p.as_ptr(), &mut sf) } == 0 && sf.f_type == 0x0102_1994;
-    assert!(
-        seg.direct.opened() || tmpfs,
-        "a first miss reads around the cache"
-    );
-    if seg.direct.opened() {
-        assert_eq!(
-            cached(),
-            Some(false),
-            "a first miss leaves the cache as it was"
-        );
-    }
-    check(seg.read_point(off, rec as usize).unwrap());
-    assert_ne!(
-        cached(),
-        Some(false),
-        "a second miss reads through the cache"
-    );
-    check(seg.read_point(off, rec as usize).unwrap());
-    direct::FORCE_FULL.store(false, Ordering::Relaxed);
-}
-
 /// Resident bytes of this process's mapping that starts at `addr` (`/proc/self/smaps`),
 /// or `None` where that can't be read.
 fn mapped_rss(addr: usize) -> Option<u64> {
