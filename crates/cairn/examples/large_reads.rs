@@ -3,7 +3,9 @@
 //! (N records, 8-byte big-endian keys, 1 KiB values, written in key order) unless it
 //! holds them already, then reads random keys from T threads for S seconds and reports
 //! reads/s, the process's major page faults per read and the bytes it read from the disk
-//! per read (`/proc/self/io` `read_bytes`: page-cache misses, mapped or not).
+//! per read (`/proc/self/io` `read_bytes`: page-cache misses, mapped or not), and the
+//! machine's busy CPU time per read (`/proc/stat`: the kernel's reclaim included). Each
+//! run draws its own random keys.
 //!
 //! ```text
 //! cargo run --release -p cairn --example large_reads -- DIR [N] [THREADS,...] [SECS]
@@ -32,6 +34,25 @@ fn read_bytes() -> u64 {
         .and_then(|s| {
             s.lines()
                 .find_map(|l| l.strip_prefix("read_bytes: ")?.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// CPU time busy on the whole machine so far (all CPUs, kernel threads such as
+/// `kswapd` included), in clock ticks, from `/proc/stat`.
+fn busy_ticks() -> u64 {
+    std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| {
+            let f: Vec<u64> = s
+                .lines()
+                .next()?
+                .split_whitespace()
+                .skip(1)
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            // user nice system idle iowait irq softirq steal: busy = all but idle, iowait.
+            Some(f.iter().sum::<u64>() - f.get(3)? - f.get(4)?)
         })
         .unwrap_or(0)
 }
@@ -65,18 +86,27 @@ fn main() -> cairn::Result<()> {
         db.flush()?;
         println!("filled {n} records in {:.1} s", t.elapsed().as_secs_f64());
     }
-    println!("| threads | reads/s | major faults per read | disk bytes per read |");
-    println!("|---:|---:|---:|---:|");
+    // Each run draws its own keys: a second run must not find the first one's reads in
+    // the page cache.
+    let salt = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let tick_us = 1e6 / 100.0; // USER_HZ
+    println!("| threads | reads/s | major faults per read | disk bytes per read | machine CPU µs per read |");
+    println!("|---:|---:|---:|---:|---:|");
     for &th in &threads {
         let stop = AtomicBool::new(false);
         let reads = AtomicU64::new(0);
-        let (f0, b0) = (majflt(), read_bytes());
+        let (f0, b0, c0) = (majflt(), read_bytes(), busy_ticks());
         let t = Instant::now();
         std::thread::scope(|s| {
             for j in 0..th {
                 let (db, stop, reads) = (&db, &stop, &reads);
                 s.spawn(move || {
-                    let mut rng = rand::rngs::StdRng::seed_from_u64(1000 + j as u64 + th as u64);
+                    let mut rng = rand::rngs::StdRng::seed_from_u64(
+                        salt ^ (1000 + j as u64 + ((th as u64) << 32)),
+                    );
                     let mut mine = 0;
                     while !stop.load(Ordering::Relaxed) {
                         let k: u64 = rng.random_range(0..n);
@@ -94,10 +124,11 @@ fn main() -> cairn::Result<()> {
         let el = t.elapsed().as_secs_f64();
         let r = reads.load(Ordering::Relaxed).max(1);
         println!(
-            "| {th} | {:.0} | {:.2} | {:.0} |",
+            "| {th} | {:.0} | {:.2} | {:.0} | {:.1} |",
             r as f64 / el,
             (majflt() - f0) as f64 / r as f64,
-            (read_bytes() - b0) as f64 / r as f64
+            (read_bytes() - b0) as f64 / r as f64,
+            (busy_ticks() - c0) as f64 * tick_us / r as f64
         );
     }
     db.close()?;
