@@ -97,10 +97,17 @@ fn fits_fixed(ends: &[u32], klen: usize, skip: usize) -> bool {
             .all(|(i, &e)| e as usize == (i + 1) * klen)
 }
 
+/// Where key `i` of packed keys starts, given their end offsets.
+fn start_at(ends: &[u32], i: usize) -> usize {
+    match i {
+        0 => 0,
+        _ => ends[i - 1] as usize,
+    }
+}
+
 /// Key `i` of packed keys: `keys` concatenated, `ends` their end offsets.
 pub(super) fn key_at<'a>(keys: &'a [u8], ends: &[u32], i: usize) -> &'a [u8] {
-    let start = if i == 0 { 0 } else { ends[i - 1] as usize };
-    &keys[start..ends[i] as usize]
+    &keys[start_at(ends, i)..ends[i] as usize]
 }
 
 /// How packed keys (`keys` concatenated, `ends` their end offsets) are laid out: the
@@ -276,10 +283,7 @@ impl Leaf {
 
     /// Start offset of key `i` in `keys` (packed).
     fn start(&self, i: usize) -> usize {
-        match i {
-            0 => 0,
-            _ => self.ends[i - 1] as usize,
-        }
+        start_at(&self.ends, i)
     }
 
     /// Key `i` of a packed leaf.
