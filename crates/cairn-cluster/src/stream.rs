@@ -168,6 +168,14 @@ impl Streams {
                 self.unsupported[s].store(true, Ordering::Relaxed);
                 Ok(not_read())
             }
+            // Refused by the server before its handler read any message (a status it
+            // sent, as a stopping server does, not a broken connection, which carries
+            // its cause): none was made, and they go again.
+            Err(st)
+                if st.code() == Code::Unavailable && std::error::Error::source(&st).is_none() =>
+            {
+                Ok(not_read())
+            }
             Err(st) => Err(st),
         };
         let waiting = {
