@@ -4,7 +4,7 @@
 //! Open runs in three phases so that batch atomicity can be checked across shards:
 //! 1. [`load`] (per shard, in parallel): read every segment's entries (key, sequence
 //!    number, location) from its hint file, or by scanning it; then [`settle`] them:
-//!    sort by key and newest first, and bulk-load the index from the winners of every
+//!    merge them into key order, newest first, and bulk-load the index from the winners of every
 //!    key none of whose records is newer than the durable watermark (phase 2 cannot
 //!    change what those are), accounting dead and tombstone bytes. Only the records of
 //!    the other keys (those written since the last sync) are kept for phase 3, so the
@@ -31,6 +31,7 @@ use crate::tally::Tally;
 use crate::{Error, Result};
 
 /// One record's metadata gathered at open.
+#[derive(Clone, Copy)]
 struct Rec {
     /// The key's first 24 bytes as three big-endian words, zero-padded: comparing these
     /// orders keys as their bytes do, and most comparisons end here without reading the
@@ -528,23 +529,124 @@ fn group_end(recs: &[Rec], arena: &[u8], i: usize) -> usize {
     j
 }
 
-/// End of phase 1: sorts the shard's records by key and newest first, bulk-loads the
-/// index from the winners of every key none of whose records is newer than
-/// `seqstate.watermark` (phase 2 only ever ignores records newer than it, so these are
-/// final), accounts their bytes, and keeps only the records of the other keys (with
-/// their keys) for [`build`]. `hashed`: whether the index keeps its hash side.
+/// The order open settles records in: by key, then newest first (a later segment
+/// first among equal numbers, which only a damaged store can hold).
+fn rec_order(a: &Rec, b: &Rec, arena: &[u8]) -> std::cmp::Ordering {
+    a.prefix
+        .cmp(&b.prefix)
+        .then_with(|| a.key(arena).cmp(b.key(arena)))
+        .then(b.seq.cmp(&a.seq))
+        .then(b.loc.seg.cmp(&a.loc.seg))
+}
+
+/// The records of a shard in [`rec_order`], as a merge of its segments' runs.
+///
+/// Each segment's records are contiguous in `recs` (loaded segment by segment), and a
+/// sealed segment's hint lists them in key order; a run found out of order (a segment
+/// scanned without a hint, an older hint) is sorted in place first. The runs are then
+/// merged through a binary heap of their heads: each record is read once, in order,
+/// and never moved, where a sort of the whole shard moved every 64-byte record once per
+/// level of merging, through scratch memory of half the shard's records.
+struct Merge<'a> {
+    recs: &'a [Rec],
+    arena: &'a [u8],
+    /// Per run: (next record, end).
+    cursors: Vec<(usize, usize)>,
+    /// Runs not exhausted, a min-heap on their next records.
+    heap: Vec<u32>,
+}
+
+impl<'a> Merge<'a> {
+    fn new(recs: &'a mut [Rec], arena: &'a [u8]) -> Merge<'a> {
+        let mut cursors = Vec::new();
+        let mut start = 0;
+        while start < recs.len() {
+            let seg = recs[start].loc.seg;
+            let mut end = start + 1;
+            let mut sorted = true;
+            while end < recs.len() && recs[end].loc.seg == seg {
+                sorted &= rec_order(&recs[end - 1], &recs[end], arena).is_lt();
+                end += 1;
+            }
+            if !sorted {
+                recs[start..end].sort_unstable_by(|a, b| rec_order(a, b, arena));
+            }
+            cursors.push((start, end));
+            start = end;
+        }
+        let mut m = Merge {
+            recs,
+            arena,
+            heap: (0..cursors.len() as u32).collect(),
+            cursors,
+        };
+        for i in (0..m.heap.len() / 2).rev() {
+            m.sift_down(i);
+        }
+        m
+    }
+
+    /// Whether run `a`'s next record comes before run `b`'s.
+    fn before(&self, a: u32, b: u32) -> bool {
+        let (x, y) = (self.cursors[a as usize].0, self.cursors[b as usize].0);
+        rec_order(&self.recs[x], &self.recs[y], self.arena).is_lt()
+    }
+
+    fn sift_down(&mut self, mut i: usize) {
+        let n = self.heap.len();
+        loop {
+            let (l, r) = (2 * i + 1, 2 * i + 2);
+            let mut least = i;
+            if l < n && self.before(self.heap[l], self.heap[least]) {
+                least = l;
+            }
+            if r < n && self.before(self.heap[r], self.heap[least]) {
+                least = r;
+            }
+            if least == i {
+                return;
+            }
+            self.heap.swap(i, least);
+            i = least;
+        }
+    }
+
+    /// The next record in order without taking it.
+    fn peek(&self) -> Option<&'a Rec> {
+        let &run = self.heap.first()?;
+        Some(&self.recs[self.cursors[run as usize].0])
+    }
+}
+
+impl<'a> Iterator for Merge<'a> {
+    type Item = &'a Rec;
+
+    fn next(&mut self) -> Option<&'a Rec> {
+        let &run = self.heap.first()?;
+        let c = &mut self.cursors[run as usize];
+        let rec = &self.recs[c.0];
+        c.0 += 1;
+        if c.0 == c.1 {
+            let last = self.heap.pop().expect("the heap holds this run");
+            if self.heap.is_empty() {
+                return Some(rec);
+            }
+            self.heap[0] = last;
+        }
+        self.sift_down(0);
+        Some(rec)
+    }
+}
+
+/// End of phase 1: merges the shard's records into key order, newest first
+/// ([`Merge`]), bulk-loads the index from the winners of every key none of whose
+/// records is newer than `seqstate.watermark` (phase 2 only ever ignores records newer
+/// than it, so these are final), accounts their bytes, and keeps only the records of
+/// the other keys (with their keys), sorted, for [`build`]. `hashed`: whether the index
+/// keeps its hash side.
 pub(crate) fn settle(l: &mut Loaded, seqstate: &crate::manifest::SeqState, hashed: bool) {
     let arena = std::mem::take(&mut l.arena);
     let mut recs = std::mem::take(&mut l.recs);
-    // A stable sort finds the runs already in order — each sealed segment's hint lists
-    // its records in key order — and merges them, instead of sorting every record.
-    recs.sort_by(|a, b| {
-        a.prefix
-            .cmp(&b.prefix)
-            .then_with(|| a.key(&arena).cmp(b.key(&arena)))
-            .then(b.seq.cmp(&a.seq))
-            .then(b.loc.seg.cmp(&a.loc.seg))
-    });
     let segs = l
         .segs
         .iter()
@@ -564,23 +666,31 @@ pub(crate) fn settle(l: &mut Loaded, seqstate: &crate::manifest::SeqState, hashe
     };
     let mut winners: Vec<(&[u8], Loc)> = Vec::with_capacity(recs.len());
     let (mut kept, mut kept_arena) = (Vec::new(), Vec::new());
-    let mut i = 0;
-    while i < recs.len() {
-        let end = group_end(&recs, &arena, i);
-        let group = &recs[i..end];
-        let key = group[0].key(&arena);
+    let mut merge = Merge::new(&mut recs, &arena);
+    let mut group: Vec<Rec> = Vec::new();
+    while let Some(first) = merge.next() {
+        let key = first.key(&arena);
+        group.clear();
+        group.push(*first);
+        while let Some(r) = merge.peek() {
+            if r.prefix != first.prefix || r.key(&arena) != key {
+                break;
+            }
+            group.push(*r);
+            merge.next();
+        }
         // Newest first: the group has a record newer than the watermark iff its first.
-        if group[0].seq > seqstate.watermark {
+        if first.seq > seqstate.watermark {
             let key_off = kept_arena.len();
             kept_arena.extend_from_slice(key);
             kept.extend(group.iter().map(|r| Rec { key_off, ..*r }));
-        } else if let Some(loc) = settled.account(key, group, seqstate) {
+        } else if let Some(loc) = settled.account(key, &group, seqstate) {
             winners.push((key, loc));
         }
-        i = end;
     }
     // The records are done with (the winners borrow only the keys): freed before the
     // index is built, so that a shard's records and its index are not in memory at once.
+    drop(merge);
     drop(recs);
     settled.index = Index::from_sorted(winners, hashed);
     drop(arena);
@@ -704,6 +814,62 @@ mod tests {
         SeqState {
             watermark,
             ..SeqState::default()
+        }
+    }
+
+    /// Records of `segs` segments (each a run in `recs`, in segment order) over keys
+    /// of 1..=40 bytes drawn from a small set, so keys repeat across segments and share
+    /// their first 24 bytes; `sorted` segments are in `rec_order`, the others not.
+    fn runs(seed: u64, segs: u32, per_seg: usize, sorted: bool) -> (Vec<Rec>, Vec<u8>) {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let (mut recs, mut arena) = (Vec::new(), Vec::new());
+        let mut seq = 0;
+        for seg in 1..=segs {
+            let start = recs.len();
+            for _ in 0..rng.random_range(0..=per_seg) {
+                let mut key = vec![b'k'; rng.random_range(1..=40)];
+                let i = key.len() - 1;
+                key[i] = rng.random_range(b'a'..=b'd');
+                seq += 1;
+                recs.push(Rec {
+                    prefix: segment::key_prefix(&key),
+                    key_off: arena.len(),
+                    key_len: key.len() as u32,
+                    kind: if rng.random_bool(0.8) {
+                        Kind::Put
+                    } else {
+                        Kind::Delete
+                    },
+                    batch_total: 1,
+                    seq,
+                    loc: Loc {
+                        seg,
+                        off: seq as u32,
+                        len: 1,
+                    },
+                });
+                arena.extend_from_slice(&key);
+            }
+            if sorted || rng.random_bool(0.5) {
+                recs[start..].sort_by(|a, b| rec_order(a, b, &arena));
+            }
+        }
+        (recs, arena)
+    }
+
+    #[test]
+    fn merging_the_segments_runs_orders_like_a_sort() {
+        for seed in 0..200 {
+            let (segs, per_seg) = (1 + seed as u32 % 17, [0, 1, 5, 60][seed as usize % 4]);
+            let (mut recs, arena) = runs(seed, segs, per_seg, seed % 3 == 0);
+            let mut sorted = recs.clone();
+            sorted.sort_by(|a, b| rec_order(a, b, &arena));
+            let want: Vec<(u32, u32)> = sorted.iter().map(|r| (r.loc.seg, r.loc.off)).collect();
+            let got: Vec<(u32, u32)> = Merge::new(&mut recs, &arena)
+                .map(|r| (r.loc.seg, r.loc.off))
+                .collect();
+            assert_eq!(got, want, "seed {seed}: {segs} segments of up to {per_seg}");
         }
     }
 
