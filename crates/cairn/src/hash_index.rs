@@ -265,12 +265,13 @@ fn place(buckets: &mut [Bucket], tag: u32, loc: Loc) -> bool {
 }
 
 /// `entries` sorted by the top 16 bits of their tags: two stable counting-sort passes,
-/// the lower of the two bytes first.
-fn by_top_bits(mut entries: Vec<(u32, Loc)>) -> Vec<(u32, Loc)> {
-    let mut aux = vec![(0u32, NO_LOC); entries.len()];
-    radix_pass(&entries, &mut aux, 16);
-    radix_pass(&aux, &mut entries, 24);
-    entries
+/// the lower of the two bytes first, through `aux` (emptied after; its room kept).
+fn by_top_bits(entries: &mut [(u32, Loc)], aux: &mut Vec<(u32, Loc)>) {
+    aux.clear();
+    aux.resize(entries.len(), (0u32, NO_LOC));
+    radix_pass(entries, aux, 16);
+    radix_pass(aux, entries, 24);
+    aux.clear();
 }
 
 /// One stable counting-sort pass of `src` into `dst` by the tag's byte at `shift`.
@@ -320,11 +321,13 @@ impl HashIndex {
     /// order), so sorted by their top 16 bits the inserts walk each part's buckets from
     /// start to end in windows of a few cache lines, instead of a cache and TLB miss per
     /// insert into a table of hundreds of MB (opening a store).
-    pub fn from_tagged(entries: Vec<(u32, Loc)>) -> HashIndex {
+    pub fn from_tagged(entries: &mut Vec<(u32, Loc)>, aux: &mut Vec<(u32, Loc)>) -> HashIndex {
         let mut table = HashIndex::with_capacity(entries.len());
-        for (tag, loc) in by_top_bits(entries) {
+        by_top_bits(entries, aux);
+        for &(tag, loc) in entries.iter() {
             table.insert(tag, loc);
         }
+        entries.clear();
         table
     }
 
@@ -447,15 +450,29 @@ mod tests {
             .map(|i| (i.wrapping_mul(2_654_435_761).max(2), loc(i)))
             .collect();
         entries.extend((0..100).map(|i| (7 << 26 | 3, loc(100_000 + i))));
-        let sorted = by_top_bits(entries.clone());
+        let mut aux = Vec::new();
+        let mut sorted = entries.clone();
+        by_top_bits(&mut sorted, &mut aux);
         assert_eq!(sorted.len(), entries.len());
         assert!(sorted.windows(2).all(|w| w[0].0 >> 16 <= w[1].0 >> 16));
-        let table = HashIndex::from_tagged(entries.clone());
-        assert_eq!(table.len(), entries.len());
-        for (tag, l) in entries {
-            assert!(table.contains(tag, l), "{tag:#x}");
+        let multiset = |v: &[(u32, Loc)]| {
+            let mut v: Vec<(u32, u32, u32, u32)> =
+                v.iter().map(|(t, l)| (*t, l.seg, l.off, l.len)).collect();
+            v.sort_unstable();
+            v
+        };
+        assert_eq!(multiset(&sorted), multiset(&entries));
+        // Built twice through the same buffers: each build empties them and keeps room.
+        for _ in 0..2 {
+            let mut input = entries.clone();
+            let table = HashIndex::from_tagged(&mut input, &mut aux);
+            assert!(input.is_empty() && aux.is_empty() && aux.capacity() >= entries.len());
+            assert_eq!(table.len(), entries.len());
+            for &(tag, l) in &entries {
+                assert!(table.contains(tag, l), "{tag:#x}");
+            }
         }
-        assert_eq!(HashIndex::from_tagged(Vec::new()).len(), 0);
+        assert_eq!(HashIndex::from_tagged(&mut Vec::new(), &mut aux).len(), 0);
     }
 
     proptest! {

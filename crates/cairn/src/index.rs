@@ -149,6 +149,16 @@ fn below(key: &[u8], upper: Bound<&[u8]>) -> bool {
     }
 }
 
+/// The buffers of a bulk load ([`Index::from_sorted_in`]): the hash side's tags, taken
+/// as the entries pass, and the radix passes' second buffer, 16 bytes a key each. Kept
+/// between builds, they are written into pages already mapped: fresh ones cost a page
+/// fault and a zeroed page per 4 KiB, every time.
+#[derive(Default)]
+pub struct BulkBuffers {
+    tagged: Vec<(u32, Loc)>,
+    aux: Vec<(u32, Loc)>,
+}
+
 /// The ordered index of one shard: every live key and the location of its newest record.
 ///
 /// Keys are byte strings (cairn limits them to 64 KiB; the index itself only needs a leaf's
@@ -515,6 +525,15 @@ impl Index {
             + self.hashes.as_ref().map_or(0, HashIndex::heap_bytes)
     }
 
+    /// [`Index::from_sorted_in`] with buffers of its own.
+    #[cfg(test)]
+    pub fn from_sorted<K: AsRef<[u8]>>(
+        entries: impl IntoIterator<Item = (K, Loc)>,
+        hashed: bool,
+    ) -> Index {
+        Self::from_sorted_in(entries, hashed, &mut BulkBuffers::default())
+    }
+
     /// Builds an index from entries whose keys are strictly ascending (bulk load at open:
     /// leaves filled to about 90 %, no per-entry searching).
     ///
@@ -523,9 +542,13 @@ impl Index {
     /// later entry for a key replacing an earlier one. Any input thus gives the index that
     /// inserting the entries in turn would, only slower when they are out of order.
     /// `hashed`: whether to keep the hash side (see [`Index::candidate`]).
-    pub fn from_sorted<K: AsRef<[u8]>>(
+    ///
+    /// `bufs` are left empty with their room kept for the next build (open builds one
+    /// index per shard on each of its threads).
+    pub fn from_sorted_in<K: AsRef<[u8]>>(
         entries: impl IntoIterator<Item = (K, Loc)>,
         hashed: bool,
+        bufs: &mut BulkBuffers,
     ) -> Index {
         let mut leaves: Vec<(Sep, Leaf)> = Vec::new();
         // The entries of the leaf being filled.
@@ -535,8 +558,14 @@ impl Index {
         let mut len = 0;
         let mut entries = entries.into_iter();
         // The hash side's tags, taken from the input keys as they pass (a second walk
-        // over the leaves would rebuild every key of a fixed leaf).
-        let mut tagged = Vec::with_capacity(if hashed { entries.size_hint().0 } else { 0 });
+        // over the leaves would rebuild every key of a fixed leaf), with room for as many
+        // as the input says it may hold (room not written to costs no memory).
+        let (least, most) = entries.size_hint();
+        let tagged = &mut bufs.tagged;
+        tagged.clear();
+        if hashed {
+            tagged.reserve(most.unwrap_or(least));
+        }
         // The first entry out of order, if any: it and the rest are inserted one by one.
         let mut unsorted = None;
         for (key, loc) in entries.by_ref() {
@@ -592,7 +621,7 @@ impl Index {
         // beside it).
         drop(entries);
         if hashed {
-            index.hashes = Some(HashIndex::from_tagged(tagged));
+            index.hashes = Some(HashIndex::from_tagged(tagged, &mut bufs.aux));
         }
         index
     }

@@ -22,6 +22,15 @@ use crate::{Error, Options, Result, SyncPolicy};
 
 /// Runs `f` over `items` on up to the machine's parallelism, keeping order.
 fn par_map<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> Result<R> + Sync) -> Result<Vec<R>> {
+    par_map_with(items, |_: &mut (), t| f(t))
+}
+
+/// [`par_map`] with a state per worker thread, `S::default()` at first, that `f` gets
+/// with every item the worker takes: buffers one item leaves for the next.
+fn par_map_with<T: Send, R: Send, S: Default>(
+    items: Vec<T>,
+    f: impl Fn(&mut S, T) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
     let n = items.len();
     let workers = std::thread::available_parallelism()
         .map(|p| p.get())
@@ -32,13 +41,16 @@ fn par_map<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> Result<R> + Sync) -
     let next = AtomicUsize::new(0);
     std::thread::scope(|s| {
         for _ in 0..workers {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::SeqCst);
-                if i >= n {
-                    break;
+            s.spawn(|| {
+                let mut state = S::default();
+                loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    if i >= n {
+                        break;
+                    }
+                    let item = slots[i].lock().take().expect("each item taken once");
+                    *results[i].lock() = Some(f(&mut state, item));
                 }
-                let item = slots[i].lock().take().expect("each item taken once");
-                *results[i].lock() = Some(f(item));
             });
         }
     });
@@ -107,17 +119,21 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
     // Phase 1: load every shard's entries in parallel, put back what only the commit
     // log held, and settle the keys phase 2 cannot change.
     let hashed = opts.hash_index;
-    let loaded = par_map((0..nshards).collect(), |i| {
-        let sdir = shard_dir(dir, i);
-        let mut l = recovery::load(&fs, i, &sdir)?;
-        let mut missing = l.missing(&logged.by_shard[i as usize], &seqstate);
-        if !missing.is_empty() {
-            recovery::write_replayed(&fs, i, &sdir, l.next_seg(), &mut missing)?;
-            l = recovery::load(&fs, i, &sdir)?;
-        }
-        recovery::settle(&mut l, &seqstate, hashed);
-        Ok(l)
-    })?;
+    // Each worker's record buffers serve every shard it loads (`LoadBuffers`).
+    let loaded = par_map_with(
+        (0..nshards).collect(),
+        |bufs: &mut recovery::LoadBuffers, i| {
+            let sdir = shard_dir(dir, i);
+            let mut l = recovery::load(&fs, i, &sdir, bufs)?;
+            let mut missing = l.missing(&logged.by_shard[i as usize], &seqstate);
+            if !missing.is_empty() {
+                recovery::write_replayed(&fs, i, &sdir, l.next_seg(), &mut missing)?;
+                l = recovery::load(&fs, i, &sdir, bufs)?;
+            }
+            recovery::settle(&mut l, &seqstate, hashed, bufs);
+            Ok(l)
+        },
+    )?;
     // Phase 2: the writes newer than the watermark that survive must be a prefix of
     // the writes made, each batch whole (see `recovery::find_cut`).
     let mut seqs = Vec::new();

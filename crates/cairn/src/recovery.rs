@@ -23,7 +23,7 @@ use std::sync::Arc;
 use crate::commitlog::LoggedRecord;
 use crate::damage::Damage;
 use crate::fsutil::Fs;
-use crate::index::{Index, Loc};
+use crate::index::{BulkBuffers, Index, Loc};
 use crate::record::Kind;
 use crate::segment::{self, SegKind, SegmentFile, SEG_HEADER_LEN};
 use crate::shard::{Active, SegMeta, ShardState};
@@ -89,8 +89,9 @@ fn parse_name(name: &str) -> Option<(u32, &str)> {
     Some((stem.parse().ok()?, ext))
 }
 
-/// Phase 1: reads the entries of every segment of a shard.
-pub(crate) fn load(fs: &Fs, shard: u32, dir: &Path) -> Result<Loaded> {
+/// Phase 1: reads the entries of every segment of a shard, into `bufs`' buffers (taken
+/// from it; [`settle`] gives them back).
+pub(crate) fn load(fs: &Fs, shard: u32, dir: &Path, bufs: &mut LoadBuffers) -> Result<Loaded> {
     let mut seg_ids = Vec::new();
     let mut hint_ids = HashSet::new();
     let mut max_id = 0u32;
@@ -120,8 +121,8 @@ pub(crate) fn load(fs: &Fs, shard: u32, dir: &Path) -> Result<Loaded> {
         shard,
         dir: dir.to_owned(),
         segs: BTreeMap::new(),
-        arena: Vec::new(),
-        recs: Vec::new(),
+        arena: std::mem::take(&mut bufs.arena),
+        recs: std::mem::take(&mut bufs.recs),
         settled: None,
         damage: Vec::new(),
         max_seq: 0,
@@ -473,13 +474,19 @@ pub(crate) struct Built {
 /// The index and accounting of a shard's settled keys (see [`settle`]).
 struct Settled {
     index: Index,
+    acct: Acct,
+}
+
+/// A shard's accounting: per segment, its bytes, dead and tombstone bytes; the live
+/// bytes and keys.
+struct Acct {
     segs: BTreeMap<u32, SegMeta>,
     live_bytes: u64,
     live_by_ns: Tally,
     keys_by_ns: Tally,
 }
 
-impl Settled {
+impl Acct {
     /// Accounts the records of one key, `group` (sorted newest first), ignoring those
     /// `seqstate` says to, and returns the location of the winner if it is a put.
     fn account(
@@ -638,13 +645,47 @@ impl<'a> Iterator for Merge<'a> {
     }
 }
 
+/// The large buffers a shard's load fills — its records and their keys, and the bulk
+/// load's — kept by the thread that loads shards for the next one. Each shard's are as large as its hint
+/// files say; fresh ones for every shard were the open's main cost after the index
+/// itself: a page fault and the zeroing of a page for every 4 KiB written, and the
+/// allocator handing the memory back between shards (a 100-million-file store: 20 of
+/// its 55 CPU-seconds to open were the kernel's, nearly all faults).
+#[derive(Default)]
+pub(crate) struct LoadBuffers {
+    recs: Vec<Rec>,
+    arena: Vec<u8>,
+    /// The index's bulk-load buffers.
+    bulk: BulkBuffers,
+}
+
+/// An iterator that says it yields at most `n` items: the winners of a shard, so the
+/// bulk load reserves room for its hash tags once.
+struct AtMost<I>(I, usize);
+
+impl<I: Iterator> Iterator for AtMost<I> {
+    type Item = I::Item;
+    fn next(&mut self) -> Option<I::Item> {
+        self.0.next()
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.1))
+    }
+}
+
 /// End of phase 1: merges the shard's records into key order, newest first
-/// ([`Merge`]), bulk-loads the index from the winners of every key none of whose
+/// ([`Merge`]), and bulk-loads the index from the winners of every key none of whose
 /// records is newer than `seqstate.watermark` (phase 2 only ever ignores records newer
-/// than it, so these are final), accounts their bytes, and keeps only the records of
-/// the other keys (with their keys), sorted, for [`build`]. `hashed`: whether the index
-/// keeps its hash side.
-pub(crate) fn settle(l: &mut Loaded, seqstate: &crate::manifest::SeqState, hashed: bool) {
+/// than it, so these are final) as the merge yields them, accounting their bytes; keeps
+/// only the records of the other keys (with their keys), sorted, for [`build`]. The
+/// shard's record buffers go back to `bufs`. `hashed`: whether the index keeps its
+/// hash side.
+pub(crate) fn settle(
+    l: &mut Loaded,
+    seqstate: &crate::manifest::SeqState,
+    hashed: bool,
+    bufs: &mut LoadBuffers,
+) {
     let arena = std::mem::take(&mut l.arena);
     let mut recs = std::mem::take(&mut l.recs);
     let segs = l
@@ -657,18 +698,19 @@ pub(crate) fn settle(l: &mut Loaded, seqstate: &crate::manifest::SeqState, hashe
             (id, m)
         })
         .collect();
-    let mut settled = Settled {
-        index: Index::new(),
+    let mut acct = Acct {
         segs,
         live_bytes: 0,
         live_by_ns: Tally::default(),
         keys_by_ns: Tally::default(),
     };
-    let mut winners: Vec<(&[u8], Loc)> = Vec::with_capacity(recs.len());
     let (mut kept, mut kept_arena) = (Vec::new(), Vec::new());
+    let n = recs.len();
     let mut merge = Merge::new(&mut recs, &arena);
     let mut group: Vec<Rec> = Vec::new();
-    while let Some(first) = merge.next() {
+    // The winners go straight into the bulk load: no list of them is made.
+    let winners = std::iter::from_fn(|| loop {
+        let first = merge.next()?;
         let key = first.key(&arena);
         group.clear();
         group.push(*first);
@@ -684,19 +726,18 @@ pub(crate) fn settle(l: &mut Loaded, seqstate: &crate::manifest::SeqState, hashe
             let key_off = kept_arena.len();
             kept_arena.extend_from_slice(key);
             kept.extend(group.iter().map(|r| Rec { key_off, ..*r }));
-        } else if let Some(loc) = settled.account(key, &group, seqstate) {
-            winners.push((key, loc));
+        } else if let Some(loc) = acct.account(key, &group, seqstate) {
+            return Some((key, loc));
         }
-    }
-    // The records are done with (the winners borrow only the keys): freed before the
-    // index is built, so that a shard's records and its index are not in memory at once.
-    drop(merge);
-    drop(recs);
-    settled.index = Index::from_sorted(winners, hashed);
-    drop(arena);
+    });
+    let index = Index::from_sorted_in(AtMost(winners, n), hashed, &mut bufs.bulk);
+    recs.clear();
+    let mut arena = arena;
+    arena.clear();
+    (bufs.recs, bufs.arena) = (recs, arena);
     l.recs = kept;
     l.arena = kept_arena;
-    l.settled = Some(settled);
+    l.settled = Some(Settled { index, acct });
 }
 
 /// Phase 3: builds the shard's in-memory state from what [`settle`] made of it in phase
@@ -718,7 +759,7 @@ pub(crate) fn build(
     while i < recs.len() {
         let end = group_end(&recs, &arena, i);
         let key = recs[i].key(&arena);
-        if let Some(loc) = st.account(key, &recs[i..end], seqstate) {
+        if let Some(loc) = st.acct.account(key, &recs[i..end], seqstate) {
             st.index.insert(key, loc);
         }
         i = end;
@@ -726,10 +767,13 @@ pub(crate) fn build(
     drop((arena, recs));
     let Settled {
         index,
-        mut segs,
-        live_bytes,
-        live_by_ns,
-        keys_by_ns,
+        acct:
+            Acct {
+                mut segs,
+                live_bytes,
+                live_by_ns,
+                keys_by_ns,
+            },
     } = st;
     // Whatever superseded a record at open is numbered at most the shard's highest.
     for m in segs.values_mut() {
