@@ -4,12 +4,12 @@
 //! Open runs in three phases so that batch atomicity can be checked across shards:
 //! 1. [`load`] (per shard, in parallel): read every segment's entries (key, sequence
 //!    number, location) from its hint file, or by scanning it; then [`settle`] them:
-//!    merge them into key order, newest first, and bulk-load the index from the winners of every
-//!    key none of whose records is newer than the durable watermark (phase 2 cannot
-//!    change what those are), accounting dead and tombstone bytes. Only the records of
+//!    merge them into key order, newest first, and bulk-load the index from the winners
+//!    of every key none of whose records is newer than the durable watermark (phase 2
+//!    cannot change what those are), accounting dead and tombstone bytes. Only the records of
 //!    the other keys (those written since the last sync) are kept for phase 3, so the
 //!    entries of a whole shard are in memory only while that shard loads, not those of
-//!    every shard at once (at 200 million keys, ~13 GB more than the indexes).
+//!    every shard at once (at 200 million keys, ~17 GB more than the indexes).
 //! 2. the caller counts, over all shards, the records of each batch newer than the
 //!    durable watermark, and declares the incomplete ones aborted.
 //! 3. [`build`] (per shard, in parallel): the kept keys' winners go into the index, and
@@ -646,11 +646,12 @@ impl<'a> Iterator for Merge<'a> {
 }
 
 /// The large buffers a shard's load fills — its records and their keys, and the bulk
-/// load's — kept by the thread that loads shards for the next one. Each shard's are as large as its hint
-/// files say; fresh ones for every shard were the open's main cost after the index
-/// itself: a page fault and the zeroing of a page for every 4 KiB written, and the
-/// allocator handing the memory back between shards (a 100-million-file store: 20 of
-/// its 55 CPU-seconds to open were the kernel's, nearly all faults).
+/// load's — kept by the thread that loads shards for the next one. Each shard's are as
+/// large as its hint files say; fresh ones for every shard were the open's main cost
+/// after the index itself: a page fault and the zeroing of a page for every 4 KiB
+/// written, and the allocator handing the memory back between shards (a
+/// 100-million-file store: 20 of its 55 CPU-seconds to open were the kernel's, nearly
+/// all faults).
 #[derive(Default)]
 pub(crate) struct LoadBuffers {
     recs: Vec<Rec>,
