@@ -616,9 +616,10 @@ impl Index {
                 index.for_each(|key, loc| tagged.push((tag_of(key), loc)));
             }
         }
-        // The input (a whole shard's keys and locations at open) is freed before the
-        // hash side's build takes its buffers (the tags, 16 bytes a key, were taken
-        // beside it).
+        // An input that owns its entries (a list of them) is freed before the hash
+        // side's build takes its buffers (the tags, 16 bytes a key, were taken beside
+        // it). Open's input owns nothing: it merges the shard's records, which open
+        // keeps for its next shard.
         drop(entries);
         if hashed {
             index.hashes = Some(HashIndex::from_tagged(tagged, &mut bufs.aux));

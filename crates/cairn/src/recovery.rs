@@ -526,11 +526,15 @@ impl Acct {
     }
 }
 
+/// Whether two records are of the same key (their inline prefixes first).
+fn same_key(a: &Rec, b: &Rec, arena: &[u8]) -> bool {
+    a.prefix == b.prefix && a.key(arena) == b.key(arena)
+}
+
 /// The end of the group of records of one key that starts at `i` in `recs` (sorted).
 fn group_end(recs: &[Rec], arena: &[u8], i: usize) -> usize {
-    let (p, k) = (recs[i].prefix, recs[i].key(arena));
     let mut j = i + 1;
-    while j < recs.len() && recs[j].prefix == p && recs[j].key(arena) == k {
+    while j < recs.len() && same_key(&recs[j], &recs[i], arena) {
         j += 1;
     }
     j
@@ -618,10 +622,14 @@ impl<'a> Merge<'a> {
         }
     }
 
-    /// The next record in order without taking it.
-    fn peek(&self) -> Option<&'a Rec> {
+    /// The next record in order if `pred` accepts it.
+    fn next_if(&mut self, pred: impl FnOnce(&Rec) -> bool) -> Option<&'a Rec> {
         let &run = self.heap.first()?;
-        Some(&self.recs[self.cursors[run as usize].0])
+        if pred(&self.recs[self.cursors[run as usize].0]) {
+            self.next()
+        } else {
+            None
+        }
     }
 }
 
@@ -687,7 +695,7 @@ pub(crate) fn settle(
     hashed: bool,
     bufs: &mut LoadBuffers,
 ) {
-    let arena = std::mem::take(&mut l.arena);
+    let mut arena = std::mem::take(&mut l.arena);
     let mut recs = std::mem::take(&mut l.recs);
     let segs = l
         .segs
@@ -715,12 +723,8 @@ pub(crate) fn settle(
         let key = first.key(&arena);
         group.clear();
         group.push(*first);
-        while let Some(r) = merge.peek() {
-            if r.prefix != first.prefix || r.key(&arena) != key {
-                break;
-            }
+        while let Some(r) = merge.next_if(|r| same_key(r, first, &arena)) {
             group.push(*r);
-            merge.next();
         }
         // Newest first: the group has a record newer than the watermark iff its first.
         if first.seq > seqstate.watermark {
@@ -733,7 +737,6 @@ pub(crate) fn settle(
     });
     let index = Index::from_sorted_in(AtMost(winners, n), hashed, &mut bufs.bulk);
     recs.clear();
-    let mut arena = arena;
     arena.clear();
     (bufs.recs, bufs.arena) = (recs, arena);
     l.recs = kept;
