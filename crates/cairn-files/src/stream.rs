@@ -99,8 +99,14 @@ impl FileReader {
                 s.spawn(|| work(this, &shared, last));
             }
             let res = write_in_order(&shared, out, first, last, start - first * cs);
-            // Whatever happened, the workers must end before the scope does.
-            shared.stop.store(true, Ordering::SeqCst);
+            // Whatever happened, the workers must end before the scope does. `stop` is
+            // set under the lock a worker holds from its check of `stop` to its wait, so
+            // the wake-up cannot fall between the two (a worker then waited forever:
+            // `cairn file get` hung when its reader went away).
+            {
+                let _g = shared.ready.lock();
+                shared.stop.store(true, Ordering::SeqCst);
+            }
             shared.cv.notify_all();
             res
         })?;
