@@ -305,6 +305,12 @@ impl Extras {
     }
 }
 
+/// How the running binary opens a store: it runs its argument (an open) inside what the
+/// binary sets up for opens. The `cairn` binary allows transparent huge pages only while
+/// a store opens (its `allocator` module), as its `mount` does; the `lib` target's reopen
+/// goes through this, so that it times the open a user's command does.
+pub type OpenWith = fn(&mut dyn FnMut());
+
 /// Runs one target in `work` (created and removed here).
 fn run_one(
     target: &str,
@@ -312,6 +318,7 @@ fn run_one(
     phases: &Phases,
     data: &Data,
     extras: &mut Extras,
+    open_with: OpenWith,
 ) -> Result<(Option<TargetRun>, Vec<fsdata::DataRun>)> {
     let n = phases.n;
     let mut data_runs = Vec::new();
@@ -328,6 +335,7 @@ fn run_one(
                 fs,
                 dir,
                 path: work.join("store"),
+                open_with,
             };
             let r = (n > 0)
                 .then(|| run_target("lib", &mut t, phases, None))
@@ -499,8 +507,8 @@ fn file_system_of(dir: &Path) -> String {
 /// `cairn fs-bench`: runs every target, prints the results as Markdown and writes them
 /// and the plots to `--out`. The fuse target runs `EXE mount STORE MOUNTPOINT` with the
 /// running executable (see the crate documentation). `allocator` says which memory
-/// allocator this binary uses, for the report.
-pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
+/// allocator this binary uses, for the report; `open_with` is how it opens a store.
+pub fn run(args: &FsBenchArgs, allocator: &str, open_with: OpenWith) -> Result<()> {
     let n = args
         .files
         .unwrap_or(if args.large { 10_000_000 } else { 1_000_000 });
@@ -588,7 +596,7 @@ pub fn run(args: &FsBenchArgs, allocator: &str) -> Result<()> {
                 args.time_limit
             );
         }
-        let r = run_one(target, &work, &phases, &data, &mut extras);
+        let r = run_one(target, &work, &phases, &data, &mut extras, open_with);
         let _ = std::fs::remove_dir_all(&work);
         let (r, d) = r?;
         runs.extend(r);

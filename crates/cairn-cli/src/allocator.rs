@@ -30,12 +30,58 @@ pub fn no_transparent_huge_pages() {
     if std::env::var_os("MIMALLOC_ALLOW_THP").is_some() {
         return;
     }
+    // A failure leaves huge pages as they were, which `describe` then reports.
+    set_thp_disabled(true);
+}
+
+/// Runs `open` — the opening of a store — with transparent huge pages allowed, and
+/// turns them off again after it (also if it panics), when [`no_transparent_huge_pages`]
+/// turned them off; otherwise it only runs `open`.
+///
+/// An open builds every shard's index from scratch into memory it keeps, through
+/// buffers it reuses from shard to shard: at 100 million files ~13 GB, which with
+/// 4 KiB pages is 4 million page faults, each zeroing its page; with mimalloc's arenas
+/// in huge pages 0.15 million. Memory faulted in during the open stays in huge pages
+/// after it; later first touches (the writers' fresh per-thread pages, for which huge
+/// pages were turned off) are 4 KiB faults again. The flag is the process's: the
+/// binary calls this where nothing else runs yet (a command's open, `mount`'s, the
+/// benchmark's timed reopen).
+///
+/// ```ignore
+/// let db = allocator::huge_pages_while(|| cairn::Db::open(dir))?;
+/// ```
+pub fn huge_pages_while<T>(open: impl FnOnce() -> T) -> T {
+    /// Turns huge pages off again when dropped.
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            set_thp_disabled(true);
+        }
+    }
+    if !thp_disabled() {
+        return open();
+    }
+    set_thp_disabled(false);
+    let _restore = Restore;
+    open()
+}
+
+/// [`huge_pages_while`] for a caller that takes a plain function (`cairn fs-bench`'s
+/// reopen, in the bench crate).
+pub fn huge_pages_while_dyn(open: &mut dyn FnMut()) {
+    huge_pages_while(open)
+}
+
+/// Sets or clears this process's `PR_SET_THP_DISABLE` flag.
+fn set_thp_disabled(off: bool) {
     // SAFETY: prctl with integer arguments changes only this process's flag; a failure
-    // leaves huge pages as they were, which `describe` then reports.
+    // leaves huge pages as they were (an open is then only slower).
     #[cfg(target_os = "linux")]
     unsafe {
-        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+        libc::prctl(libc::PR_SET_THP_DISABLE, libc::c_ulong::from(off), 0, 0, 0);
     }
+    #[cfg(not(target_os = "linux"))]
+    let _ = off;
 }
 
 /// One sentence for the benchmark reports: the allocator of Rust code (cairn, sled,
@@ -63,7 +109,7 @@ pub fn describe() -> String {
         CMalloc::Unknown(why) => format!("C and C++ code: unknown malloc ({why})"),
     };
     let thp = if thp_disabled() {
-        "transparent huge pages off (PR_SET_THP_DISABLE)"
+        "transparent huge pages off (PR_SET_THP_DISABLE), on while a store opens"
     } else {
         "transparent huge pages as the kernel and mimalloc decide"
     };
@@ -167,6 +213,33 @@ mod tests {
             text.contains("mimalloc too"),
             cfg!(feature = "peers"),
             "{text}"
+        );
+    }
+
+    /// Huge pages are allowed inside the closure and off again after it, also when the
+    /// closure panics; a process that has them on is left alone.
+    #[test]
+    fn huge_pages_are_on_only_while_a_store_opens() {
+        if !cfg!(target_os = "linux") {
+            return;
+        }
+        set_thp_disabled(true);
+        assert!(thp_disabled());
+        let inside = huge_pages_while(thp_disabled);
+        assert!(!inside, "huge pages stayed off inside the open");
+        assert!(thp_disabled(), "huge pages stayed on after the open");
+        let mut seen = None;
+        huge_pages_while_dyn(&mut || seen = Some(thp_disabled()));
+        assert_eq!(seen, Some(false));
+        assert!(thp_disabled());
+        let panicked = std::panic::catch_unwind(|| huge_pages_while(|| panic!("open failed")));
+        assert!(panicked.is_err());
+        assert!(thp_disabled(), "a panicking open left huge pages on");
+        set_thp_disabled(false);
+        assert!(huge_pages_while(|| !thp_disabled()));
+        assert!(
+            !thp_disabled(),
+            "huge pages were turned off in a process that had them on"
         );
     }
 }

@@ -330,7 +330,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::BenchChild { spec } => cairn_bench::child(&spec)?,
         Command::Mount(args) => mount(&args)?,
         Command::Umount(args) => cairn_fuse::umount(&args.mountpoint)?,
-        Command::FsBench(args) => cairn_bench::fsbench::run(&args, &allocator::describe())?,
+        Command::FsBench(args) => cairn_bench::fsbench::run(
+            &args,
+            &allocator::describe(),
+            allocator::huge_pages_while_dyn,
+        )?,
         Command::Serve(args) => cluster::serve(&args)?,
         Command::Cluster(args) => return cluster::run(&args, &mut stdout()),
         Command::ClusterBench(args) => cairn_bench::cluster::run(&args)?,
@@ -355,7 +359,8 @@ fn mount(args: &MountArgs) -> Result<()> {
         let file = args.cluster.as_deref().context("no mount point")?;
         return cluster::mount(file, &args.tls, &args.dir, args.timeout, &opts);
     };
-    let mount = cairn_fuse::mount(&args.dir, mountpoint, &opts)?;
+    // Huge pages while the store opens (and the mount is set up), off while it serves.
+    let mount = allocator::huge_pages_while(|| cairn_fuse::mount(&args.dir, mountpoint, &opts))?;
     eprintln!(
         "cairn: {} mounted on {} (Ctrl-C or `cairn umount {}` to unmount)",
         args.dir.display(),
@@ -621,7 +626,7 @@ fn open_or_create(dir: &Path) -> Result<cairn::Db> {
             );
         }
     }
-    Ok(cairn::Db::open(dir)?)
+    Ok(allocator::huge_pages_while(|| cairn::Db::open(dir))?)
 }
 
 /// Name of the manifest file that every cairn store has in its directory.
@@ -648,7 +653,7 @@ fn open_existing_raw(dir: &Path) -> Result<cairn::Result<cairn::Db>> {
             dir.display()
         );
     }
-    Ok(cairn::Db::open(dir))
+    Ok(allocator::huge_pages_while(|| cairn::Db::open(dir)))
 }
 
 /// Buffered standard output.

@@ -37,6 +37,8 @@ pub(super) struct Lib {
     pub(super) dir: u64,
     /// The store's directory.
     pub(super) path: PathBuf,
+    /// How the binary opens a store (the reopen is timed through it).
+    pub(super) open_with: super::OpenWith,
 }
 
 pub(super) const ME: Cred = Cred::ROOT;
@@ -58,9 +60,13 @@ impl Target for Lib {
             .map_err(std::io::Error::from)
             .context("lib: closing the store")?;
         let close = t0.elapsed();
+        let mut opened = None;
         let t0 = Instant::now();
-        let fs = Fs::open(&self.path).map_err(std::io::Error::from)?;
+        (self.open_with)(&mut || opened = Some(Fs::open(&self.path)));
         let open = t0.elapsed();
+        let fs = opened
+            .context("lib: the binary's open wrapper did not run the open")?
+            .map_err(std::io::Error::from)?;
         let spare_fs = std::mem::replace(&mut self.fs, fs);
         drop(spare_fs);
         let _ = std::fs::remove_dir_all(&spare);
