@@ -259,6 +259,8 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         opts.partitions_per_server = n;
     }
     opts.workers = usize::from(args.workers);
+    // Huge pages while the store opens, off while it serves.
+    opts.open_with = Some(crate::allocator::huge_pages_while_dyn);
     cairn_cluster::server::run_until_signal(opts)
         .with_context(|| format!("serving {} on {}", args.dir.display(), args.listen))?;
     Ok(())

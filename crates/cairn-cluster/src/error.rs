@@ -39,6 +39,10 @@ pub enum ServerError {
         /// Which row.
         what: String,
     },
+    /// The host's open wrapper ([`crate::server::ServerOptions::open_with`]) returned
+    /// without running the open.
+    #[error("the store was not opened: the host's open wrapper did not run the open")]
+    OpenSkipped,
     /// The listening socket could not be opened.
     #[error("listening on {addr}: {source}")]
     Listen {

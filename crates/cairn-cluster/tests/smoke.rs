@@ -32,3 +32,40 @@ fn smoke() {
     c.check();
     c.shutdown();
 }
+
+/// Opens the server's store through the host's wrapper counted here.
+static OPENS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn counting(open: &mut dyn FnMut()) {
+    OPENS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    open();
+}
+
+fn skipping(_open: &mut dyn FnMut()) {}
+
+/// A host's open wrapper (`ServerOptions::open_with`, what `cairn serve` allows huge
+/// pages in) runs the store's open once, and the server then serves the store it
+/// opened; a wrapper that does not run the open is an error, not a server without a
+/// store.
+#[test]
+fn a_host_runs_the_servers_open_through_its_wrapper() {
+    use cairn_cluster::{server, ServerError};
+    let mut c = Cluster::start(1, 8192);
+    let d = c.client().mkdir(&R, ROOT, b"d", 0o755).unwrap();
+    c.shutdown_one(0);
+    let mut o = c.opts(0, None);
+    o.open_with = Some(skipping);
+    let skipped = server::start(o.clone());
+    assert!(
+        matches!(skipped, Err(ServerError::OpenSkipped)),
+        "{:?}",
+        skipped.err()
+    );
+    o.open_with = Some(counting);
+    let h = server::start(o).unwrap();
+    assert_eq!(OPENS.load(std::sync::atomic::Ordering::SeqCst), 1);
+    c.servers[0] = Some(h);
+    assert_eq!(c.client().lookup(&R, ROOT, b"d").unwrap().ino, d.ino);
+    c.check();
+    c.shutdown();
+}

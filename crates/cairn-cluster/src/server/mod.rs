@@ -92,6 +92,10 @@ pub struct ServerOptions {
     /// per server-CPU-second (no request crosses threads; DESIGN.md, "A server"). A
     /// server with cores of its own may want more.
     pub workers: usize,
+    /// How the host opens the store: called with the open, which it runs inside what the
+    /// host sets up for opens (the `cairn` binary allows transparent huge pages only
+    /// while a store opens). `None`: the open runs as is.
+    pub open_with: Option<fn(&mut dyn FnMut())>,
     /// Test hook: stop as if killed when reaching this named point (see DESIGN.md,
     /// "Cluster", crash points).
     #[doc(hidden)]
@@ -164,6 +168,7 @@ impl ServerOptions {
             max_requests_per_connection: 128,
             workers: 1,
             crash_at: None,
+            open_with: None,
             crash_hook: None,
             without_streams: false,
         }
@@ -384,7 +389,19 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
         let _g = rt.enter();
         peers(&opts, &reach)?
     };
-    let node = open_node(&opts, id, engine, peers, false)?;
+    let node = match opts.open_with {
+        None => open_node(&opts, id, engine, peers, false)?,
+        Some(open_with) => {
+            let mut args = Some((engine, peers));
+            let mut node = None;
+            open_with(&mut || {
+                if let Some((engine, peers)) = args.take() {
+                    node = Some(open_node(&opts, id, engine, peers, false));
+                }
+            });
+            node.ok_or(ServerError::OpenSkipped)??
+        }
+    };
     let listener =
         std::net::TcpListener::bind(opts.listen).map_err(|source| ServerError::Listen {
             addr: opts.listen,
