@@ -268,6 +268,7 @@ fn place(buckets: &mut [Bucket], tag: u32, loc: Loc) -> bool {
 /// the lower of the two bytes first, through `aux` (emptied after; its room kept).
 fn by_top_bits(entries: &mut [(u32, Loc)], aux: &mut Vec<(u32, Loc)>) {
     aux.clear();
+    crate::room::make_room(aux, entries.len());
     aux.resize(entries.len(), (0u32, NO_LOC));
     radix_pass(entries, aux, 16);
     radix_pass(aux, entries, 24);

@@ -564,7 +564,7 @@ impl Index {
         let tagged = &mut bufs.tagged;
         tagged.clear();
         if hashed {
-            tagged.reserve(most.unwrap_or(least));
+            crate::room::make_room(tagged, most.unwrap_or(least));
         }
         // The first entry out of order, if any: it and the rest are inserted one by one.
         let mut unsorted = None;

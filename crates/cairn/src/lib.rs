@@ -58,6 +58,7 @@ mod options;
 mod powerloss;
 mod record;
 mod recovery;
+mod room;
 mod segment;
 mod shard;
 mod stats;

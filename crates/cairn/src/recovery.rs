@@ -25,6 +25,7 @@ use crate::damage::Damage;
 use crate::fsutil::Fs;
 use crate::index::{BulkBuffers, Index, Loc};
 use crate::record::Kind;
+use crate::room::make_room;
 use crate::segment::{self, SegKind, SegmentFile, SEG_HEADER_LEN};
 use crate::shard::{Active, SegMeta, ShardState};
 use crate::tally::Tally;
@@ -143,8 +144,8 @@ pub(crate) fn load(fs: &Fs, shard: u32, dir: &Path, bufs: &mut LoadBuffers) -> R
         .filter_map(|&id| fs::metadata(segment::hint_path(dir, id)).ok())
         .map(|m| m.len())
         .sum();
-    out.arena.reserve(hint_bytes as usize);
-    out.recs.reserve(hint_bytes as usize / 34);
+    make_room(&mut out.arena, hint_bytes as usize);
+    make_room(&mut out.recs, hint_bytes as usize / 34);
     for id in seg_ids {
         load_segment(fs, dir, shard, id, hint_ids.contains(&id), &mut out)?;
     }
