@@ -44,8 +44,8 @@ pub fn no_transparent_huge_pages() {
 /// in huge pages 0.15 million. Memory faulted in during the open stays in huge pages
 /// after it; later first touches (the writers' fresh per-thread pages, for which huge
 /// pages were turned off) are 4 KiB faults again. The flag is the process's: the
-/// binary calls this where nothing else runs yet (a command's open, `mount`'s, the
-/// benchmark's timed reopen).
+/// binary calls this where nothing else runs yet (a command's open, `mount`'s,
+/// `serve`'s, the benchmark's timed reopen).
 ///
 /// ```ignore
 /// let db = allocator::huge_pages_while(|| cairn::Db::open(dir))?;

@@ -33,7 +33,7 @@ fn smoke() {
     c.shutdown();
 }
 
-/// Opens the server's store through the host's wrapper counted here.
+/// How many times `counting` ran: the server's opens through it.
 static OPENS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 fn counting(open: &mut dyn FnMut()) {
