@@ -919,6 +919,25 @@ mod tests {
                 .map(|r| (r.loc.seg, r.loc.off))
                 .collect();
             assert_eq!(got, want, "seed {seed}: {segs} segments of up to {per_seg}");
+            // Taken key by key, as settle takes them: the same groups as the sort's.
+            let mut want_groups = Vec::new();
+            let mut i = 0;
+            while i < sorted.len() {
+                let j = group_end(&sorted, &arena, i);
+                want_groups.push(j - i);
+                i = j;
+            }
+            let mut merge = Merge::new(&mut recs, &arena);
+            let mut groups = Vec::new();
+            while let Some(first) = merge.next() {
+                let mut n = 1;
+                while merge.next_if(|r| same_key(r, first, &arena)).is_some() {
+                    n += 1;
+                }
+                groups.push(n);
+            }
+            assert_eq!(groups, want_groups, "seed {seed}");
+            assert!(merge.next().is_none() && merge.next_if(|_| true).is_none());
         }
     }
 
