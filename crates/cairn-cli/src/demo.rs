@@ -76,7 +76,7 @@ pub fn run(dir: &Path, args: &DemoArgs, out: &mut impl Write) -> Result<ExitCode
         "step", "count", "elapsed", "ops/s"
     )?;
 
-    let db = crate::allocator::huge_pages_while(|| cairn::Db::open(dir))?;
+    let db = crate::open_store(dir)?;
     mark_dir(dir)?;
     step(out, "put", true, || w.put_all(&db))?;
     step(out, "get (check values)", true, || w.get_all(&db))?;
@@ -103,7 +103,7 @@ pub fn run(dir: &Path, args: &DemoArgs, out: &mut impl Write) -> Result<ExitCode
 
     let mut reopened = None;
     step(out, "reopen", false, || {
-        reopened = Some(crate::allocator::huge_pages_while(|| cairn::Db::open(dir))?);
+        reopened = Some(crate::open_store(dir)?);
         Ok(Checked::ok(w.live()))
     })?;
     let db = reopened.context("the store was not reopened")?;

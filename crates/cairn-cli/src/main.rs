@@ -626,7 +626,13 @@ fn open_or_create(dir: &Path) -> Result<cairn::Db> {
             );
         }
     }
-    Ok(allocator::huge_pages_while(|| cairn::Db::open(dir))?)
+    Ok(open_store(dir)?)
+}
+
+/// Opens (creating if needed) the store in `dir` as the binary's commands do: with
+/// transparent huge pages on while it opens ([`allocator::huge_pages_while`]).
+fn open_store(dir: &Path) -> cairn::Result<cairn::Db> {
+    allocator::huge_pages_while(|| cairn::Db::open(dir))
 }
 
 /// Name of the manifest file that every cairn store has in its directory.
@@ -653,7 +659,7 @@ fn open_existing_raw(dir: &Path) -> Result<cairn::Result<cairn::Db>> {
             dir.display()
         );
     }
-    Ok(allocator::huge_pages_while(|| cairn::Db::open(dir)))
+    Ok(open_store(dir))
 }
 
 /// Buffered standard output.
