@@ -2,9 +2,11 @@
 //! drop incomplete batches, and rebuild the index from the newest version of each key.
 //!
 //! Open runs in three phases so that batch atomicity can be checked across shards:
-//! 1. [`load`] (per shard, in parallel): read every segment's entries (key, sequence
-//!    number, location) from its hint file, or by scanning it; then [`settle`] them:
-//!    merge them into key order, newest first, and bulk-load the index from the winners
+//! 1. [`load`] (per shard, in parallel): check every segment's hint file and keep its
+//!    map (a hint lists the segment's entries — key, sequence number, location — in key
+//!    order), or read the entries by scanning the segment; then [`settle`] them: merge
+//!    them into key order, newest first (hints straight from their maps), and bulk-load
+//!    the index from the winners
 //!    of every key none of whose records is newer than the durable watermark (phase 2
 //!    cannot change what those are), accounting dead and tombstone bytes. Only the records of
 //!    the other keys (those written since the last sync) are kept for phase 3, so the
@@ -25,12 +27,11 @@ use crate::damage::Damage;
 use crate::fsutil::Fs;
 use crate::index::{BulkBuffers, Index, Loc};
 use crate::record::Kind;
-use crate::room::make_room;
-use crate::segment::{self, SegKind, SegmentFile, SEG_HEADER_LEN};
+use crate::segment::{self, Hint, SegKind, SegmentFile, SEG_HEADER_LEN};
 use crate::shard::{Active, SegMeta, ShardState};
 use crate::tally::Tally;
 use crate::{Error, Result};
-use merge::Merge;
+use merge::{Item, Merge};
 
 mod merge;
 
@@ -72,9 +73,12 @@ pub(crate) struct Loaded {
     segs: BTreeMap<u32, LoadedSeg>,
     /// The keys of `recs`.
     arena: Vec<u8>,
-    /// Every record read, until [`settle`]; after it, only those of the keys with a
-    /// record newer than the watermark, sorted by key and newest first.
+    /// Every record read from a segment without a hint in key order, until [`settle`];
+    /// after it, only those of the keys (from any segment) with a record newer than the
+    /// watermark, sorted by key and newest first.
     recs: Vec<Rec>,
+    /// The checked hints in key order, until [`settle`] merges them from their maps.
+    hints: Vec<Hint>,
     /// What [`settle`] decided: the index and accounting of the other keys.
     settled: Option<Settled>,
     pub damage: Vec<Damage>,
@@ -127,6 +131,7 @@ pub(crate) fn load(fs: &Fs, shard: u32, dir: &Path, bufs: &mut LoadBuffers) -> R
         segs: BTreeMap::new(),
         arena: std::mem::take(&mut bufs.arena),
         recs: std::mem::take(&mut bufs.recs),
+        hints: Vec::new(),
         settled: None,
         damage: Vec::new(),
         max_seq: 0,
@@ -139,16 +144,6 @@ pub(crate) fn load(fs: &Fs, shard: u32, dir: &Path, bufs: &mut LoadBuffers) -> R
             fs.remove(&segment::hint_path(dir, id))?;
         }
     }
-    // Entries take about 26 bytes beside their key in a hint file: room for all of the
-    // shard's at once, not by doubling (each doubling copies every record read so far).
-    let hint_bytes: u64 = seg_ids
-        .iter()
-        .filter(|id| hint_ids.contains(id))
-        .filter_map(|&id| fs::metadata(segment::hint_path(dir, id)).ok())
-        .map(|m| m.len())
-        .sum();
-    make_room(&mut out.arena, hint_bytes as usize);
-    make_room(&mut out.recs, hint_bytes as usize / 34);
     for id in seg_ids {
         load_segment(fs, dir, shard, id, hint_ids.contains(&id), &mut out)?;
     }
@@ -195,7 +190,6 @@ fn load_segment(
         }
     };
     let file = Arc::new(file);
-    let start = out.recs.len();
     let push = |out: &mut Loaded, kind, seq, batch_total, off: u32, rlen: u32, key: &[u8]| {
         out.recs.push(Rec {
             prefix: segment::key_prefix(key),
@@ -213,35 +207,41 @@ fn load_segment(
         out.arena.extend_from_slice(key);
         out.max_seq = out.max_seq.max(seq);
     };
-    let arena_start = out.arena.len();
     if has_hint {
-        let mut outside = false;
-        match segment::read_hint(&hpath, id, |kind, seq, batch, off, rlen, key| {
-            outside |= (off as u64) < SEG_HEADER_LEN || off as u64 + rlen as u64 > len;
-            push(out, kind, seq, batch, off, rlen, key)
-        }) {
-            Ok(_) if outside => out.damage.push(Damage {
+        match Hint::open(&hpath, id) {
+            Ok(hint) if !hint.within(len) => out.damage.push(Damage {
                 path: hpath.clone(),
                 offset: None,
                 detail: "hint lists a record outside the segment; rescanning".into(),
             }),
-            Ok((data_len, hint_size)) if data_len == len => {
+            Ok(hint) if hint.data_len() == len => {
+                out.max_seq = out.max_seq.max(hint.max_seq());
                 out.segs.insert(
                     id,
                     LoadedSeg {
                         file,
                         size: len,
-                        hint_size,
+                        hint_size: hint.size(),
                         sealed: true,
                     },
                 );
+                if hint.in_order() {
+                    out.hints.push(hint);
+                } else {
+                    // An older version's hint, in file order: its records are sorted
+                    // with the scanned ones.
+                    for e in hint.entries() {
+                        push(out, e.kind, e.seq, e.batch_total, e.off, e.len, e.key);
+                    }
+                }
                 return Ok(());
             }
-            Ok((data_len, _)) => out.damage.push(Damage {
+            Ok(hint) => out.damage.push(Damage {
                 path: hpath.clone(),
                 offset: None,
                 detail: format!(
-                    "hint covers {data_len} bytes but the segment has {len}; rescanning"
+                    "hint covers {} bytes but the segment has {len}; rescanning",
+                    hint.data_len()
                 ),
             }),
             Err(e @ Error::Io { .. }) => return Err(e),
@@ -253,8 +253,6 @@ fn load_segment(
         }
         fs.remove(&hpath)?;
     }
-    out.recs.truncate(start);
-    out.arena.truncate(arena_start);
     let outcome = segment::scan(&file, len, |off, rec, _intact| {
         push(
             out,
@@ -348,11 +346,20 @@ impl Loaded {
         if !logged.iter().any(|r| wanted(&r)) {
             return Vec::new();
         }
+        let wm = seqstate.watermark;
+        let from_hints = self
+            .hints
+            .iter()
+            .filter(|h| h.max_seq() > wm)
+            .flat_map(|h| h.entries())
+            .filter(|e| e.seq > wm)
+            .map(|e| (e.seq, e.key));
         let held: HashSet<(u64, &[u8])> = self
             .recs
             .iter()
-            .filter(|r| r.seq > seqstate.watermark)
+            .filter(|r| r.seq > wm)
             .map(|r| (r.seq, r.key(&self.arena)))
+            .chain(from_hints)
             .collect();
         logged
             .iter()
@@ -554,13 +561,12 @@ fn rec_order(a: &Rec, b: &Rec, arena: &[u8]) -> std::cmp::Ordering {
         .then(b.loc.seg.cmp(&a.loc.seg))
 }
 
-/// The large buffers a shard's load fills — its records and their keys, and the bulk
-/// load's — kept by the thread that loads shards for the next one. Each shard's are as
-/// large as its hint files say; fresh ones for every shard were the open's main cost
-/// after the index itself: a page fault and the zeroing of a page for every 4 KiB
-/// written, and the allocator handing the memory back between shards (a
-/// 100-million-file store: 20 of its 55 CPU-seconds to open were the kernel's, nearly
-/// all faults).
+/// The large buffers a shard's load fills — the records and keys of its segments read
+/// without a hint in key order, and the bulk load's — kept by the thread that loads
+/// shards for the next one. Fresh ones for every shard were the open's main cost after
+/// the index itself: a page fault and the zeroing of a page for every 4 KiB written,
+/// and the allocator handing the memory back between shards (a 100-million-file store:
+/// 20 of its 55 CPU-seconds to open were the kernel's, nearly all faults).
 #[derive(Default)]
 pub(crate) struct LoadBuffers {
     recs: Vec<Rec>,
@@ -615,20 +621,21 @@ pub(crate) fn settle(
         keys_by_ns: Tally::default(),
     };
     let (mut kept, mut kept_arena) = (Vec::new(), Vec::new());
-    let n = recs.len();
-    let mut merge = Merge::new(&mut recs, &arena);
+    let hints = std::mem::take(&mut l.hints);
+    let n = recs.len() + hints.iter().map(|h| h.count() as usize).sum::<usize>();
+    let mut merge = Merge::new(&mut recs, &arena, &hints);
     let mut group: Vec<Rec> = Vec::new();
     // The winners go straight into the bulk load: no list of them is made.
     let winners = std::iter::from_fn(|| loop {
-        let first = merge.next()?;
-        let key = first.key(&arena);
+        let first: Item = merge.next()?;
+        let key = first.key;
         group.clear();
-        group.push(*first);
-        while let Some(r) = merge.next_if(|r| same_key(r, first, &arena)) {
-            group.push(*r);
+        group.push(first.rec);
+        while let Some(r) = merge.next_if(|r| r.same_key(&first)) {
+            group.push(r.rec);
         }
         // Newest first: the group has a record newer than the watermark iff its first.
-        if first.seq > seqstate.watermark {
+        if first.rec.seq > seqstate.watermark {
             let key_off = kept_arena.len();
             kept_arena.extend_from_slice(key);
             kept.extend(group.iter().map(|r| Rec { key_off, ..*r }));
@@ -637,6 +644,8 @@ pub(crate) fn settle(
         }
     });
     let index = Index::from_sorted_in(AtMost(winners, n), hashed, &mut bufs.bulk);
+    // The hints' maps go; the kept records hold copies of their keys.
+    drop(hints);
     recs.clear();
     arena.clear();
     (bufs.recs, bufs.arena) = (recs, arena);
@@ -807,6 +816,34 @@ mod tests {
         (recs, arena)
     }
 
+    /// Turns some of `recs`' segments into hint files in `dir` (every third one, from
+    /// `first`), taking their records out of `recs`; returns the hints.
+    fn some_as_hints(recs: &mut Vec<Rec>, arena: &[u8], dir: &Path, first: u32) -> Vec<Hint> {
+        let fs = Fs::new(None, None);
+        let segs: std::collections::BTreeSet<u32> = recs.iter().map(|r| r.loc.seg).collect();
+        let mut hints = Vec::new();
+        for seg in segs.into_iter().filter(|s| s % 3 == first % 3) {
+            let entries: Vec<segment::Entry> = recs
+                .iter()
+                .filter(|r| r.loc.seg == seg)
+                .map(|r| segment::Entry {
+                    kind: r.kind,
+                    seq: r.seq,
+                    batch_total: r.batch_total,
+                    off: r.loc.off,
+                    len: r.loc.len,
+                    key: r.key(arena).to_vec(),
+                })
+                .collect();
+            segment::write_hint(&fs, dir, seg, 1 << 20, &entries).unwrap();
+            let hint = Hint::open(&segment::hint_path(dir, seg), seg).unwrap();
+            assert!(hint.in_order());
+            hints.push(hint);
+            recs.retain(|r| r.loc.seg != seg);
+        }
+        hints
+    }
+
     #[test]
     fn merging_the_segments_runs_orders_like_a_sort() {
         for seed in 0..200 {
@@ -815,8 +852,15 @@ mod tests {
             let mut sorted = recs.clone();
             sorted.sort_by(|a, b| rec_order(a, b, &arena));
             let want: Vec<(u32, u32)> = sorted.iter().map(|r| (r.loc.seg, r.loc.off)).collect();
-            let got: Vec<(u32, u32)> = Merge::new(&mut recs, &arena)
-                .map(|r| (r.loc.seg, r.loc.off))
+            // Every third segment (from an offset the seed picks) comes as a hint read
+            // from its map, the rest from the record buffer; one seed in four, none.
+            let dir = tempfile::tempdir().unwrap();
+            let hints = match seed % 4 {
+                0 => Vec::new(),
+                k => some_as_hints(&mut recs, &arena, dir.path(), k as u32),
+            };
+            let got: Vec<(u32, u32)> = Merge::new(&mut recs, &arena, &hints)
+                .map(|r| (r.rec.loc.seg, r.rec.loc.off))
                 .collect();
             assert_eq!(got, want, "seed {seed}: {segs} segments of up to {per_seg}");
             // Taken key by key, as settle takes them: the same groups as the sort's.
@@ -827,11 +871,11 @@ mod tests {
                 want_groups.push(j - i);
                 i = j;
             }
-            let mut merge = Merge::new(&mut recs, &arena);
+            let mut merge = Merge::new(&mut recs, &arena, &hints);
             let mut groups = Vec::new();
             while let Some(first) = merge.next() {
                 let mut n = 1;
-                while merge.next_if(|r| same_key(r, first, &arena)).is_some() {
+                while merge.next_if(|r| r.same_key(&first)).is_some() {
                     n += 1;
                 }
                 groups.push(n);

@@ -12,12 +12,8 @@ use crate::{Error, Result, FORMAT_VERSION};
 
 /// Magic bytes at the start of every segment file.
 pub const SEG_MAGIC: &[u8; 8] = b"CAIRNSEG";
-/// Magic bytes at the start of every hint file.
-pub const HINT_MAGIC: &[u8; 8] = b"CAIRNHNT";
 /// Bytes of the segment header; the first record starts here.
 pub const SEG_HEADER_LEN: u64 = 40;
-const HINT_HEADER_LEN: usize = 32;
-const HINT_ENTRY_FIXED: usize = 25;
 
 /// Whether a segment was written by the write path or by compaction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -696,145 +692,8 @@ pub(crate) fn key_prefix(key: &[u8]) -> [u64; 3] {
     [word(0), word(1), word(2)]
 }
 
-/// Writes the hint file of a segment: every record's metadata and key, checksummed, in
-/// key order (a key's records newest first), so that open merges each segment's hint as
-/// one sorted run instead of sorting every record of a shard. Written to a temporary
-/// file, synced and renamed into place.
-pub fn write_hint(fs: &Fs, dir: &Path, id: u32, data_len: u64, entries: &[Entry]) -> Result<u64> {
-    // Sorted by the keys' first 24 bytes held inline (most comparisons end there without
-    // following a key's pointer), then the keys, then newest first.
-    let mut order: Vec<([u64; 3], u32)> = entries
-        .iter()
-        .enumerate()
-        .map(|(i, e)| (key_prefix(&e.key), i as u32))
-        .collect();
-    order.sort_unstable_by(|(pa, a), (pb, b)| {
-        let (a, b) = (&entries[*a as usize], &entries[*b as usize]);
-        pa.cmp(pb)
-            .then_with(|| a.key.cmp(&b.key))
-            .then(b.seq.cmp(&a.seq))
-    });
-    let mut b = Vec::with_capacity(
-        HINT_HEADER_LEN
-            + entries
-                .iter()
-                .map(|e| HINT_ENTRY_FIXED + e.key.len())
-                .sum::<usize>()
-            + 4,
-    );
-    b.extend_from_slice(HINT_MAGIC);
-    b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    b.extend_from_slice(&id.to_le_bytes());
-    b.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-    b.extend_from_slice(&data_len.to_le_bytes());
-    for e in order.iter().map(|&(_, i)| &entries[i as usize]) {
-        b.push(e.kind as u8);
-        b.extend_from_slice(&e.seq.to_le_bytes());
-        b.extend_from_slice(&e.batch_total.to_le_bytes());
-        b.extend_from_slice(&e.off.to_le_bytes());
-        b.extend_from_slice(&e.len.to_le_bytes());
-        b.extend_from_slice(&(e.key.len() as u32).to_le_bytes());
-        b.extend_from_slice(&e.key);
-    }
-    let crc = record::mask(crc32c::crc32c(&b));
-    b.extend_from_slice(&crc.to_le_bytes());
-    fs.write_atomic(&hint_path(dir, id), &b)?;
-    Ok(b.len() as u64)
-}
-
-/// Reads and checks a hint file; returns its entries in file order and the segment data
-/// length it covers.
-pub fn read_hint_entries(path: &Path, id: u32) -> Result<(Vec<Entry>, u64)> {
-    let mut entries = Vec::new();
-    let (data_len, _) = read_hint(path, id, |kind, seq, batch_total, off, len, key| {
-        entries.push(Entry {
-            kind,
-            seq,
-            batch_total,
-            off,
-            len,
-            key: key.to_vec(),
-        })
-    })?;
-    // In file order, as a scan lists them (hints are written in key order).
-    entries.sort_unstable_by_key(|e| e.off);
-    Ok((entries, data_len))
-}
-
-/// Reads and checks a hint file, calling `f` for each entry (key borrowed from the file
-/// buffer). Returns the segment data length the hint covers and the hint file's size.
-pub fn read_hint(
-    path: &Path,
-    id: u32,
-    mut f: impl FnMut(Kind, u64, u32, u32, u32, &[u8]),
-) -> Result<(u64, u64)> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
-    let bad = |d: &str| Err(Error::corruption(path, d.to_string()));
-    if len < (HINT_HEADER_LEN + 4) as u64 {
-        return bad("hint file too short");
-    }
-    // SAFETY: hint files are written once, to a temporary name, and renamed into place;
-    // nothing writes to them afterwards. Every access below is bounds-checked.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
-    let _ = map.advise(memmap2::Advice::Sequential);
-    let b: &[u8] = &map;
-    if b.len() < HINT_HEADER_LEN + 4 {
-        return bad("hint file too short");
-    }
-    if &b[0..8] != HINT_MAGIC {
-        return bad("bad hint magic");
-    }
-    let body = &b[..b.len() - 4];
-    if record::mask(crc32c::crc32c(body)) != u32_at(b, b.len() - 4) {
-        return bad("hint checksum mismatch");
-    }
-    if u32_at(b, 8) != FORMAT_VERSION {
-        return Err(Error::format(
-            path,
-            format!("hint format version {}", u32_at(b, 8)),
-        ));
-    }
-    if u32_at(b, 12) != id {
-        return bad("hint names another segment");
-    }
-    let count = u64_at(b, 16);
-    let data_len = u64_at(b, 24);
-    // Validate completely before handing out anything.
-    let mut pos = HINT_HEADER_LEN;
-    let mut n = 0u64;
-    while pos < body.len() {
-        if body.len() - pos < HINT_ENTRY_FIXED {
-            return bad("hint entry truncated");
-        }
-        let kl = u32_at(body, pos + 21) as usize;
-        if body[pos] != 1 && body[pos] != 2 || body.len() - pos - HINT_ENTRY_FIXED < kl {
-            return bad("hint entry invalid");
-        }
-        pos += HINT_ENTRY_FIXED + kl;
-        n += 1;
-    }
-    if n != count {
-        return bad("hint entry count mismatch");
-    }
-    let mut pos = HINT_HEADER_LEN;
-    while pos < body.len() {
-        let kind = if body[pos] == 1 {
-            Kind::Put
-        } else {
-            Kind::Delete
-        };
-        let seq = u64_at(body, pos + 1);
-        let batch = u32_at(body, pos + 9);
-        let off = u32_at(body, pos + 13);
-        let len = u32_at(body, pos + 17);
-        let kl = u32_at(body, pos + 21) as usize;
-        let key = &body[pos + HINT_ENTRY_FIXED..pos + HINT_ENTRY_FIXED + kl];
-        f(kind, seq, batch, off, len, key);
-        pos += HINT_ENTRY_FIXED + kl;
-    }
-    Ok((data_len, b.len() as u64))
-}
+mod hint;
+pub use hint::{read_hint, read_hint_entries, write_hint, Hint, HintEntries};
 
 #[cfg(test)]
 mod tests;

@@ -1,27 +1,94 @@
 //! The merge of a shard's segment runs at open.
 
 use super::{rec_order, Rec};
+use crate::index::Loc;
+use crate::segment::{self, Hint, HintEntries};
+
+/// A record as the merge yields it: its metadata, and its key, borrowed from the hint
+/// map or the arena it was read from (`rec.key_off` is meaningful only for the latter).
+#[derive(Clone, Copy)]
+pub(super) struct Item<'a> {
+    pub rec: Rec,
+    pub key: &'a [u8],
+}
+
+impl Item<'_> {
+    /// Whether two items are of the same key (their inline prefixes first).
+    pub(super) fn same_key(&self, other: &Item<'_>) -> bool {
+        self.rec.prefix == other.rec.prefix && self.key == other.key
+    }
+}
+
+/// [`rec_order`] on items: by key, then newest first, then the later segment first.
+fn item_order(a: &Item<'_>, b: &Item<'_>) -> std::cmp::Ordering {
+    a.rec
+        .prefix
+        .cmp(&b.rec.prefix)
+        .then_with(|| a.key.cmp(b.key))
+        .then(b.rec.seq.cmp(&a.rec.seq))
+        .then(b.rec.loc.seg.cmp(&a.rec.loc.seg))
+}
+
+/// Where a run's records come from.
+enum Source<'a> {
+    /// Records read into the shard's record buffer (segments scanned, or hints written
+    /// out of key order by an older version), sorted in place.
+    Recs(std::slice::Iter<'a, Rec>),
+    /// A hint in key order, walked straight from its map: the records are never copied.
+    Hint(HintEntries<'a>, u32),
+}
+
+struct Run<'a> {
+    /// The run's next record, not yet yielded.
+    head: Item<'a>,
+    source: Source<'a>,
+}
+
+/// The next record of `source` (keys of records in `recs` are in `arena`).
+fn pull<'a>(source: &mut Source<'a>, arena: &'a [u8]) -> Option<Item<'a>> {
+    match source {
+        Source::Recs(it) => it.next().map(|r| Item {
+            rec: *r,
+            key: r.key(arena),
+        }),
+        Source::Hint(it, seg) => it.next().map(|e| Item {
+            rec: Rec {
+                prefix: segment::key_prefix(e.key),
+                key_off: 0,
+                key_len: e.key.len() as u32,
+                kind: e.kind,
+                batch_total: e.batch_total,
+                seq: e.seq,
+                loc: Loc {
+                    seg: *seg,
+                    off: e.off,
+                    len: e.len,
+                },
+            },
+            key: e.key,
+        }),
+    }
+}
 
 /// The records of a shard in [`rec_order`], as a merge of its segments' runs.
 ///
-/// Each segment's records are contiguous in `recs` (loaded segment by segment), and a
-/// sealed segment's hint lists them in key order; a run found out of order (a segment
-/// scanned without a hint, an older hint) is sorted in place first. The runs are then
-/// merged through a binary heap of their heads: each record is read once, in order,
-/// and never moved, where a sort of the whole shard moved every 64-byte record once per
-/// level of merging, through scratch memory of half the shard's records.
+/// A sealed segment's hint lists its records in key order: such a hint is one run,
+/// read from its map as the merge goes. The other segments' records are contiguous in
+/// `recs` (loaded segment by segment); each segment's is a run, sorted in place first
+/// if out of order. The runs are merged through a binary heap of their heads, each
+/// record read once, in order: nothing is copied into a shard-wide buffer, and nothing
+/// sorted but what came without a sorted hint.
 pub(super) struct Merge<'a> {
-    recs: &'a [Rec],
     arena: &'a [u8],
-    /// Per run: (next record, end).
-    cursors: Vec<(usize, usize)>,
-    /// Runs not exhausted, a min-heap on their next records.
+    runs: Vec<Run<'a>>,
+    /// Runs not exhausted, a min-heap on their heads.
     heap: Vec<u32>,
 }
 
 impl<'a> Merge<'a> {
-    pub(super) fn new(recs: &'a mut [Rec], arena: &'a [u8]) -> Merge<'a> {
-        let mut cursors = Vec::new();
+    /// The merge of `recs` (keys in `arena`) and of `hints` (each in key order).
+    pub(super) fn new(recs: &'a mut [Rec], arena: &'a [u8], hints: &'a [Hint]) -> Merge<'a> {
+        let mut bounds = Vec::new();
         let mut start = 0;
         while start < recs.len() {
             let seg = recs[start].loc.seg;
@@ -34,14 +101,24 @@ impl<'a> Merge<'a> {
             if !sorted {
                 recs[start..end].sort_unstable_by(|a, b| rec_order(a, b, arena));
             }
-            cursors.push((start, end));
+            bounds.push((start, end));
             start = end;
         }
+        let recs: &'a [Rec] = recs;
+        let sources = bounds
+            .into_iter()
+            .map(|(s, e)| Source::Recs(recs[s..e].iter()))
+            .chain(hints.iter().map(|h| Source::Hint(h.entries(), h.id())));
+        let mut runs = Vec::new();
+        for mut source in sources {
+            if let Some(head) = pull(&mut source, arena) {
+                runs.push(Run { head, source });
+            }
+        }
         let mut m = Merge {
-            recs,
             arena,
-            heap: (0..cursors.len() as u32).collect(),
-            cursors,
+            heap: (0..runs.len() as u32).collect(),
+            runs,
         };
         for i in (0..m.heap.len() / 2).rev() {
             m.sift_down(i);
@@ -51,8 +128,7 @@ impl<'a> Merge<'a> {
 
     /// Whether run `a`'s next record comes before run `b`'s.
     fn before(&self, a: u32, b: u32) -> bool {
-        let (x, y) = (self.cursors[a as usize].0, self.cursors[b as usize].0);
-        rec_order(&self.recs[x], &self.recs[y], self.arena).is_lt()
+        item_order(&self.runs[a as usize].head, &self.runs[b as usize].head).is_lt()
     }
 
     fn sift_down(&mut self, mut i: usize) {
@@ -75,9 +151,9 @@ impl<'a> Merge<'a> {
     }
 
     /// The next record in order if `pred` accepts it.
-    pub(super) fn next_if(&mut self, pred: impl FnOnce(&Rec) -> bool) -> Option<&'a Rec> {
+    pub(super) fn next_if(&mut self, pred: impl FnOnce(&Item<'a>) -> bool) -> Option<Item<'a>> {
         let &run = self.heap.first()?;
-        if pred(&self.recs[self.cursors[run as usize].0]) {
+        if pred(&self.runs[run as usize].head) {
             self.next()
         } else {
             None
@@ -86,21 +162,23 @@ impl<'a> Merge<'a> {
 }
 
 impl<'a> Iterator for Merge<'a> {
-    type Item = &'a Rec;
+    type Item = Item<'a>;
 
-    fn next(&mut self) -> Option<&'a Rec> {
+    fn next(&mut self) -> Option<Item<'a>> {
         let &run = self.heap.first()?;
-        let c = &mut self.cursors[run as usize];
-        let rec = &self.recs[c.0];
-        c.0 += 1;
-        if c.0 == c.1 {
+        let arena = self.arena;
+        let r = &mut self.runs[run as usize];
+        let item = r.head;
+        if let Some(head) = pull(&mut r.source, arena) {
+            r.head = head;
+        } else {
             let last = self.heap.pop().expect("the heap holds this run");
             if self.heap.is_empty() {
-                return Some(rec);
+                return Some(item);
             }
             self.heap[0] = last;
         }
         self.sift_down(0);
-        Some(rec)
+        Some(item)
     }
 }
