@@ -54,18 +54,23 @@ pub fn write_hint(fs: &Fs, dir: &Path, id: u32, data_len: u64, entries: &[Entry]
     b.extend_from_slice(&(entries.len() as u64).to_le_bytes());
     b.extend_from_slice(&data_len.to_le_bytes());
     for e in order.iter().map(|&(_, i)| &entries[i as usize]) {
-        b.push(e.kind as u8);
-        b.extend_from_slice(&e.seq.to_le_bytes());
-        b.extend_from_slice(&e.batch_total.to_le_bytes());
-        b.extend_from_slice(&e.off.to_le_bytes());
-        b.extend_from_slice(&e.len.to_le_bytes());
-        b.extend_from_slice(&(e.key.len() as u32).to_le_bytes());
-        b.extend_from_slice(&e.key);
+        put_entry(&mut b, e);
     }
     let crc = record::mask(crc32c::crc32c(&b));
     b.extend_from_slice(&crc.to_le_bytes());
     fs.write_atomic(&super::hint_path(dir, id), &b)?;
     Ok(b.len() as u64)
+}
+
+/// Appends `e` to a hint file's bytes `b`, as FORMAT.md lays an entry out.
+pub(super) fn put_entry(b: &mut Vec<u8>, e: &Entry) {
+    b.push(e.kind as u8);
+    b.extend_from_slice(&e.seq.to_le_bytes());
+    b.extend_from_slice(&e.batch_total.to_le_bytes());
+    b.extend_from_slice(&e.off.to_le_bytes());
+    b.extend_from_slice(&e.len.to_le_bytes());
+    b.extend_from_slice(&(e.key.len() as u32).to_le_bytes());
+    b.extend_from_slice(&e.key);
 }
 
 /// Reads and checks a hint file; returns its entries in file order and the segment data

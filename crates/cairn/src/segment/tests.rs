@@ -151,13 +151,7 @@ fn hints_are_checked_whole_and_their_order_found() {
     let body_start = 32;
     let mut b = good[..body_start].to_vec();
     for e in &entries {
-        b.push(e.kind as u8);
-        b.extend_from_slice(&e.seq.to_le_bytes());
-        b.extend_from_slice(&e.batch_total.to_le_bytes());
-        b.extend_from_slice(&e.off.to_le_bytes());
-        b.extend_from_slice(&e.len.to_le_bytes());
-        b.extend_from_slice(&(e.key.len() as u32).to_le_bytes());
-        b.extend_from_slice(&e.key);
+        hint::put_entry(&mut b, e);
     }
     let crc = record::mask(crc32c::crc32c(&b));
     b.extend_from_slice(&crc.to_le_bytes());
