@@ -27,6 +27,17 @@ pub enum Kind {
     Delete = 2,
 }
 
+impl Kind {
+    /// The kind a byte on disk names (`Put` 1, `Delete` 2), if any.
+    pub fn from_byte(b: u8) -> Option<Kind> {
+        match b {
+            1 => Some(Kind::Put),
+            2 => Some(Kind::Delete),
+            _ => None,
+        }
+    }
+}
+
 const MASK_DELTA: u32 = 0xa282_ead8;
 
 /// Masks a CRC so that a CRC stored inside checksummed data does not checksum itself
@@ -125,10 +136,8 @@ pub fn decode_header(b: &[u8]) -> Result<Header, HeaderError> {
         return Err(HeaderError::Invalid);
     }
     let kl = u32_at(b, 12);
-    let kind = match kl >> 24 {
-        1 => Kind::Put,
-        2 => Kind::Delete,
-        _ => return Err(HeaderError::Invalid),
+    let Some(kind) = Kind::from_byte((kl >> 24) as u8) else {
+        return Err(HeaderError::Invalid);
     };
     let key_len = kl & 0x00ff_ffff;
     let val_len = u32_at(b, 16);

@@ -537,9 +537,16 @@ impl Acct {
     }
 }
 
-/// Whether two records are of the same key (their inline prefixes first).
+/// Whether two records, whose keys are `ak` and `bk`, are of the same key (their
+/// inline prefixes first).
+#[inline]
+fn same_key_of(a: &Rec, ak: &[u8], b: &Rec, bk: &[u8]) -> bool {
+    a.prefix == b.prefix && ak == bk
+}
+
+/// Whether two records are of the same key (their keys in `arena`).
 fn same_key(a: &Rec, b: &Rec, arena: &[u8]) -> bool {
-    a.prefix == b.prefix && a.key(arena) == b.key(arena)
+    same_key_of(a, a.key(arena), b, b.key(arena))
 }
 
 /// The end of the group of records of one key that starts at `i` in `recs` (sorted).
@@ -551,14 +558,21 @@ fn group_end(recs: &[Rec], arena: &[u8], i: usize) -> usize {
     j
 }
 
-/// The order open settles records in: by key, then newest first (a later segment
-/// first among equal numbers, which only a damaged store can hold).
-fn rec_order(a: &Rec, b: &Rec, arena: &[u8]) -> std::cmp::Ordering {
+/// The order open settles records in, of two records whose keys are `ak` and `bk`: by
+/// key (inline prefixes first), then newest first (a later segment first among equal
+/// numbers, which only a damaged store can hold).
+#[inline]
+fn order_of(a: &Rec, ak: &[u8], b: &Rec, bk: &[u8]) -> std::cmp::Ordering {
     a.prefix
         .cmp(&b.prefix)
-        .then_with(|| a.key(arena).cmp(b.key(arena)))
+        .then_with(|| ak.cmp(bk))
         .then(b.seq.cmp(&a.seq))
         .then(b.loc.seg.cmp(&a.loc.seg))
+}
+
+/// [`order_of`] two records whose keys are in `arena`.
+fn rec_order(a: &Rec, b: &Rec, arena: &[u8]) -> std::cmp::Ordering {
+    order_of(a, a.key(arena), b, b.key(arena))
 }
 
 /// The large buffers a shard's load fills — the records and keys of its segments read

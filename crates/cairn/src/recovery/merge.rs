@@ -1,6 +1,6 @@
 //! The merge of a shard's segment runs at open.
 
-use super::{rec_order, Rec};
+use super::{order_of, rec_order, same_key_of, Rec};
 use crate::index::Loc;
 use crate::segment::{self, Hint, HintEntries};
 
@@ -15,18 +15,13 @@ pub(super) struct Item<'a> {
 impl Item<'_> {
     /// Whether two items are of the same key (their inline prefixes first).
     pub(super) fn same_key(&self, other: &Item<'_>) -> bool {
-        self.rec.prefix == other.rec.prefix && self.key == other.key
+        same_key_of(&self.rec, self.key, &other.rec, other.key)
     }
 }
 
-/// [`rec_order`] on items: by key, then newest first, then the later segment first.
+/// [`order_of`] on items: the order [`rec_order`] sorts a buffer's runs in.
 fn item_order(a: &Item<'_>, b: &Item<'_>) -> std::cmp::Ordering {
-    a.rec
-        .prefix
-        .cmp(&b.rec.prefix)
-        .then_with(|| a.key.cmp(b.key))
-        .then(b.rec.seq.cmp(&a.rec.seq))
-        .then(b.rec.loc.seg.cmp(&a.rec.loc.seg))
+    order_of(&a.rec, a.key, &b.rec, b.key)
 }
 
 /// Where a run's records come from.

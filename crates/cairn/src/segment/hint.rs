@@ -278,34 +278,30 @@ impl Walk {
                 crc_to = to;
             }
         };
-        let mut prev: Option<(&[u8], u64)> = None;
+        let mut prev: Option<HintEntry<'_>> = None;
         let mut pos = HINT_HEADER_LEN;
         while pos < body.len() {
-            if body.len() - pos < HINT_ENTRY_FIXED {
-                w.error = Some("hint entry truncated");
-                break;
-            }
+            // The checksum first covers the entry's fixed part (its key length), then
+            // its key.
             crc_upto(&mut w, pos + HINT_ENTRY_FIXED);
-            let kl = u32_at(body, pos + 21) as usize;
-            if body[pos] != 1 && body[pos] != 2 || body.len() - pos - HINT_ENTRY_FIXED < kl {
-                w.error = Some("hint entry invalid");
-                break;
-            }
-            let end = pos + HINT_ENTRY_FIXED + kl;
+            let (e, end) = match entry_at(body, pos) {
+                Ok(found) => found,
+                Err(error) => {
+                    w.error = Some(error);
+                    break;
+                }
+            };
             crc_upto(&mut w, end);
-            let seq = u64_at(body, pos + 1);
-            let off = u64::from(u32_at(body, pos + 13));
-            let rec_end = off + u64::from(u32_at(body, pos + 17));
-            let key = &body[pos + HINT_ENTRY_FIXED..end];
-            w.max_seq = w.max_seq.max(seq);
+            let (off, rec_end) = (u64::from(e.off), u64::from(e.off) + u64::from(e.len));
+            w.max_seq = w.max_seq.max(e.seq);
             w.span = Some(
                 w.span
                     .map_or((off, rec_end), |(lo, hi)| (lo.min(off), hi.max(rec_end))),
             );
-            if let Some((pk, ps)) = prev {
-                w.in_order &= pk < key || pk == key && ps > seq;
+            if let Some(p) = prev {
+                w.in_order &= p.key < e.key || p.key == e.key && p.seq > e.seq;
             }
-            prev = Some((key, seq));
+            prev = Some(e);
             w.count += 1;
             pos = end;
         }
@@ -314,27 +310,35 @@ impl Walk {
     }
 }
 
+/// The entry at `pos` in a hint's `body` and where the next one starts, or what is
+/// wrong with it (the one decoding of the layout [`put_entry`] writes).
+fn entry_at(body: &[u8], pos: usize) -> std::result::Result<(HintEntry<'_>, usize), &'static str> {
+    let fixed = body
+        .get(pos..pos + HINT_ENTRY_FIXED)
+        .ok_or("hint entry truncated")?;
+    let kind = Kind::from_byte(fixed[0]).ok_or("hint entry invalid")?;
+    let end = pos + HINT_ENTRY_FIXED + u32_at(fixed, 21) as usize;
+    let key = body
+        .get(pos + HINT_ENTRY_FIXED..end)
+        .ok_or("hint entry invalid")?;
+    let e = HintEntry {
+        kind,
+        seq: u64_at(fixed, 1),
+        batch_total: u32_at(fixed, 9),
+        off: u32_at(fixed, 13),
+        len: u32_at(fixed, 17),
+        key,
+    };
+    Ok((e, end))
+}
+
 impl<'a> Iterator for HintEntries<'a> {
     type Item = HintEntry<'a>;
 
     fn next(&mut self) -> Option<HintEntry<'a>> {
-        let b = self.body;
-        let pos = self.pos;
-        let fixed = b.get(pos..pos + HINT_ENTRY_FIXED)?;
-        let kl = u32_at(fixed, 21) as usize;
-        let key = b.get(pos + HINT_ENTRY_FIXED..pos + HINT_ENTRY_FIXED + kl)?;
-        self.pos = pos + HINT_ENTRY_FIXED + kl;
-        Some(HintEntry {
-            kind: if fixed[0] == 1 {
-                Kind::Put
-            } else {
-                Kind::Delete
-            },
-            seq: u64_at(fixed, 1),
-            batch_total: u32_at(fixed, 9),
-            off: u32_at(fixed, 13),
-            len: u32_at(fixed, 17),
-            key,
-        })
+        // The hint was checked whole when opened: every entry decodes.
+        let (e, end) = entry_at(self.body, self.pos).ok()?;
+        self.pos = end;
+        Some(e)
     }
 }
