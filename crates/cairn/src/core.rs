@@ -217,14 +217,15 @@ impl Core {
         let _ = shard;
     }
 
-    /// Whether an internal key has a value.
+    /// Whether an internal key has a value: the index's hash side answers "absent"
+    /// with one bucket read (a create's check that its name is free), the ordered side
+    /// confirms "present".
     pub fn contains(&self, ikey: &[u8]) -> bool {
         self.shards[self.shard_of(ikey)]
             .state
             .read()
             .index
-            .get(ikey)
-            .is_some()
+            .contains(ikey)
     }
 
     /// Puts an internal key; `sync` false skips the sync of `SyncPolicy::Always` (the
