@@ -270,6 +270,9 @@ struct Extras {
     description: Option<String>,
     /// The file systems of the xfs and btrfs targets, by target.
     others: Vec<(String, String)>,
+    /// Targets asked for and not run here, and why (also in the report, so that a
+    /// missing row is explained where the rows are read).
+    skipped: Vec<(String, String)>,
     procs: Vec<u64>,
     procs_runs: Vec<crate::fsprocs::ProcsRun>,
     /// `--everyday`: the tarball and its number of files; the dd size, MiB; the steps
@@ -350,16 +353,18 @@ fn run_one(
             std::fs::create_dir_all(&mp)?;
             let stats = work.join("fuse-requests");
             if let Some(why) = cairn_fuse::unavailable() {
-                println!("fuse: skipped, FUSE is unavailable here: {why}");
+                let why = format!("FUSE is unavailable here: {why}");
+                println!("{target}: skipped, {why}");
+                extras.skipped.push((target.to_string(), why));
                 return Ok((None, data_runs));
             }
             match ChildMount::start(&work.join("store"), &mp, &stats, transport) {
                 // Only a refusal for lack of privilege means FUSE can't be used here;
                 // any other failure of the mount is a failure of the run.
                 Err(e) if cairn_fuse::is_refusal(&format!("{e:#}")) => {
-                    println!(
-                        "fuse: skipped, FUSE is unavailable here: the mount was refused: {e:#}"
-                    );
+                    let why = format!("FUSE is unavailable here: the mount was refused: {e:#}");
+                    println!("{target}: skipped, {why}");
+                    extras.skipped.push((target.to_string(), why));
                     None
                 }
                 Err(e) => return Err(e.context("fuse: the mount failed")),
@@ -421,7 +426,9 @@ fn run_one(
                 _ => match crate::fsimage::unavailable(kind) {
                     None => Some(make()?),
                     Some(why) => {
-                        println!("{target}: skipped, no fresh {kind} image here: {why}");
+                        let why = format!("no fresh {kind} image here: {why}");
+                        println!("{target}: skipped, {why}");
+                        extras.skipped.push((target.to_string(), why));
                         return Ok((None, data_runs));
                     }
                 },
@@ -566,6 +573,7 @@ pub fn run(args: &FsBenchArgs, allocator: &str, open_with: OpenWith) -> Result<(
         why_not: None,
         description: None,
         others: Vec::new(),
+        skipped: Vec::new(),
         procs: args.procs.clone(),
         procs_runs: Vec::new(),
         everyday: None,
@@ -611,6 +619,7 @@ pub fn run(args: &FsBenchArgs, allocator: &str, open_with: OpenWith) -> Result<(
         for (t, d) in &extras.others {
             md.push_str(&format!("- {t}: {d}\n"));
         }
+        md.push_str(&report::skipped(&extras.skipped));
         md.push_str(&match pin {
             Some(cpu) => format!(
                 "\nthe calling thread and the FUSE server's thread pinned to CPU {cpu} (--pin): \
@@ -637,6 +646,7 @@ pub fn run(args: &FsBenchArgs, allocator: &str, open_with: OpenWith) -> Result<(
         "pinned_cpu": pin,
         "plain_fs": extras.description,
         "other_fs": extras.others,
+        "skipped": extras.skipped,
         "shared_directory": extras.procs_runs,
         "everyday": extras.everyday_steps,
         "metadata": runs,
@@ -707,6 +717,24 @@ pub fn run(args: &FsBenchArgs, allocator: &str, open_with: OpenWith) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn skipped_targets_are_named_in_the_report() {
+        assert_eq!(report::skipped(&[]), "");
+        let s = report::skipped(&[
+            (
+                "xfs".into(),
+                "no fresh xfs image here: no mkfs.xfs (Debian's xfsprogs)".into(),
+            ),
+            (
+                "fuse".into(),
+                "FUSE is unavailable here: no /dev/fuse".into(),
+            ),
+        ]);
+        assert_eq!(s.lines().count(), 2);
+        assert!(s.starts_with("- xfs: asked for and not run: skipped, no fresh xfs image"));
+        assert!(s.contains("- fuse: asked for and not run: skipped, FUSE is unavailable"));
+    }
 
     fn run(target: &str, create_secs: f64) -> TargetRun {
         TargetRun {

@@ -79,6 +79,15 @@ pub(super) fn markdown(n: u64, runs: &[TargetRun], plain_fs: &str, allocator: &s
     s
 }
 
+/// The report's lines for targets asked for and not run (`(target, why)`): a row that
+/// is missing from the table is said to be missing, and why, beside it.
+pub(super) fn skipped(skipped: &[(String, String)]) -> String {
+    skipped
+        .iter()
+        .map(|(t, why)| format!("- {t}: asked for and not run: skipped, {why}\n"))
+        .collect()
+}
+
 /// What the figures of `runs` measure, beside them in the report: the lib target makes
 /// no system call, and FUSE phases that sent (almost) no requests were answered by the
 /// kernel's caches.
