@@ -283,6 +283,12 @@ struct Extras {
 }
 
 impl Extras {
+    /// Target `target` is not run here, for `why`: said now and in the report.
+    fn skip(&mut self, target: &str, why: String) {
+        println!("{target}: skipped, {why}");
+        self.skipped.push((target.to_string(), why));
+    }
+
     /// The everyday tools and the several-process phases on `target`, in new
     /// directories of `root`.
     fn run_on(&mut self, target: &str, root: &Path, n: u64) -> Result<()> {
@@ -353,18 +359,17 @@ fn run_one(
             std::fs::create_dir_all(&mp)?;
             let stats = work.join("fuse-requests");
             if let Some(why) = cairn_fuse::unavailable() {
-                let why = format!("FUSE is unavailable here: {why}");
-                println!("{target}: skipped, {why}");
-                extras.skipped.push((target.to_string(), why));
+                extras.skip(target, format!("FUSE is unavailable here: {why}"));
                 return Ok((None, data_runs));
             }
             match ChildMount::start(&work.join("store"), &mp, &stats, transport) {
                 // Only a refusal for lack of privilege means FUSE can't be used here;
                 // any other failure of the mount is a failure of the run.
                 Err(e) if cairn_fuse::is_refusal(&format!("{e:#}")) => {
-                    let why = format!("FUSE is unavailable here: the mount was refused: {e:#}");
-                    println!("{target}: skipped, {why}");
-                    extras.skipped.push((target.to_string(), why));
+                    extras.skip(
+                        target,
+                        format!("FUSE is unavailable here: the mount was refused: {e:#}"),
+                    );
                     None
                 }
                 Err(e) => return Err(e.context("fuse: the mount failed")),
@@ -426,9 +431,7 @@ fn run_one(
                 _ => match crate::fsimage::unavailable(kind) {
                     None => Some(make()?),
                     Some(why) => {
-                        let why = format!("no fresh {kind} image here: {why}");
-                        println!("{target}: skipped, {why}");
-                        extras.skipped.push((target.to_string(), why));
+                        extras.skip(target, format!("no fresh {kind} image here: {why}"));
                         return Ok((None, data_runs));
                     }
                 },
