@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::Channel;
@@ -38,6 +38,10 @@ struct Link {
     /// Messages to send (the call's request stream).
     tx: mpsc::UnboundedSender<proto::StreamedMake>,
     state: Mutex<LinkState>,
+    /// Set by the reader once it has recorded why the call ended (the server marked
+    /// unsupported if it was, `ended` set): a create that found the request stream
+    /// closed before that waits for it rather than guess.
+    told: watch::Sender<bool>,
 }
 
 #[derive(Default)]
@@ -61,6 +65,10 @@ pub(crate) struct Streams {
     /// Streams opened, creates sent on them.
     opened: AtomicU64,
     sent: AtomicU64,
+    /// Test hook: how long a reader waits, after its call ends, before it records why
+    /// (holds open the window in which creates find the request stream closed).
+    #[cfg(test)]
+    hold_reader: Duration,
 }
 
 /// The answer to a create its server never read (or never could: a server without
@@ -81,6 +89,8 @@ impl Streams {
             handle,
             opened: AtomicU64::new(0),
             sent: AtomicU64::new(0),
+            #[cfg(test)]
+            hold_reader: Duration::ZERO,
         }
     }
 
@@ -119,6 +129,7 @@ impl Streams {
         let link = Arc::new(Link {
             tx,
             state: Mutex::new(LinkState::default()),
+            told: watch::Sender::new(false),
         });
         *slot = Some(link.clone());
         self.opened.fetch_add(1, Ordering::Relaxed);
@@ -140,7 +151,10 @@ impl Streams {
         link: Arc<Link>,
     ) {
         // What the creates still waiting when the stream ends are told.
-        let left: Outcome = match conn.make_stream(Request::new(out)).await {
+        let called = conn.make_stream(Request::new(out)).await;
+        #[cfg(test)]
+        tokio::time::sleep(self.hold_reader).await;
+        let left: Outcome = match called {
             Ok(rep) => {
                 let mut inbound = rep.into_inner();
                 loop {
@@ -186,6 +200,7 @@ impl Streams {
             });
             std::mem::take(&mut st.waiting)
         };
+        link.told.send_replace(true);
         for (_, tx) in waiting {
             let _ = tx.send(left.clone());
         }
@@ -220,32 +235,52 @@ impl Streams {
             let Some(link) = self.link(s, conn) else {
                 return Ok(Response::new(not_read()));
             };
-            let mut st = link.state.lock();
-            if st.ended.is_none() {
-                let id = st.next;
-                st.next += 1;
-                let m = proto::StreamedMake {
-                    id,
-                    req: req.take(),
-                };
-                // Sent under the state's lock: the reader cannot end the stream between
-                // the number and the message (it takes this lock to end it).
-                match link.tx.send(m) {
-                    Ok(()) => {
-                        st.waiting.insert(id, tx.take().expect("sender unused"));
-                        drop(st);
-                        break (link, id);
+            // Whether the request stream was found closed before the reader told why.
+            let closed = {
+                let mut st = link.state.lock();
+                match st.ended {
+                    Some(_) => false,
+                    None => {
+                        let id = st.next;
+                        st.next += 1;
+                        let m = proto::StreamedMake {
+                            id,
+                            req: req.take(),
+                        };
+                        // Sent under the state's lock: the reader cannot end the stream
+                        // between the number and the message (it takes this lock to end
+                        // it).
+                        match link.tx.send(m) {
+                            Ok(()) => {
+                                st.waiting.insert(id, tx.take().expect("sender unused"));
+                                drop(st);
+                                break (link, id);
+                            }
+                            Err(back) => {
+                                req = back.0.req;
+                                true
+                            }
+                        }
                     }
-                    Err(back) => {
-                        // The call is over and its reader about to say why: this create
-                        // was not sent, and the next goes on a new stream.
-                        req = back.0.req;
-                        st.ended = Some(Status::unavailable("the stream of creates closed"));
-                    }
+                }
+            };
+            if closed {
+                // The call is over (its request stream dropped) and its reader about to
+                // say why: this create was not sent. Wait for the reader to record it —
+                // the server may have said it takes no streams, and then no other
+                // stream may be opened to it — before trying again.
+                let mut told = link.told.subscribe();
+                if tokio::time::timeout_at(deadline, told.wait_for(|t| *t))
+                    .await
+                    .is_err()
+                {
+                    return Err(Status::deadline_exceeded(
+                        "the stream of creates closed and its end was not told in time",
+                    ));
                 }
             }
             if tries >= 3 {
-                let why = st.ended.clone();
+                let why = link.state.lock().ended.clone();
                 return Err(why.unwrap_or_else(|| Status::unavailable("no stream of creates")));
             }
         };
@@ -258,5 +293,61 @@ impl Streams {
                 Err(Status::deadline_exceeded("no answer within the timeout"))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that knows no method (tonic's empty router answers every call
+    /// UNIMPLEMENTED, as a server built before streamed creates answers `MakeStream`),
+    /// and a client whose stream reader is held back after its call ends: creates made
+    /// in that window find the request stream closed before the server is marked, and
+    /// must wait to be told rather than open more streams to it. Each is answered "not
+    /// read" (busy), and one stream is opened in all.
+    #[test]
+    fn a_closed_stream_waits_for_its_reader_before_another_is_opened() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_routes(tonic::service::Routes::default())
+                    .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+            );
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            let conn = MetaClient::new(channel);
+            let mut streams = Streams::new(1, tokio::runtime::Handle::current());
+            streams.hold_reader = Duration::from_millis(400);
+            let streams = Arc::new(streams);
+            let started = Instant::now();
+            let mut tasks = Vec::new();
+            // Creates every 5 ms over 600 ms (bounded: 120 in all), across the window.
+            for k in 0..120u64 {
+                let (streams, conn) = (streams.clone(), conn.clone());
+                tasks.push(tokio::spawn(async move {
+                    tokio::time::sleep_until(started + Duration::from_millis(5 * k)).await;
+                    let req = proto::MakeReq::default();
+                    streams.make(0, &conn, req, Duration::from_secs(5)).await
+                }));
+            }
+            for t in tasks {
+                let rep = t.await.unwrap().expect("answered, not failed");
+                let st = rep.into_inner().status.expect("a status");
+                assert_eq!(st, Fail::Busy.to_status(), "not read: busy");
+            }
+            assert!(!streams.supported(0), "the server was marked");
+            assert_eq!(streams.stats().0, 1, "one stream opened in all");
+        });
     }
 }
