@@ -622,7 +622,6 @@ pub fn run(args: &FsBenchArgs, allocator: &str, open_with: OpenWith) -> Result<(
         for (t, d) in &extras.others {
             md.push_str(&format!("- {t}: {d}\n"));
         }
-        md.push_str(&report::skipped(&extras.skipped));
         md.push_str(&match pin {
             Some(cpu) => format!(
                 "\nthe calling thread and the FUSE server's thread pinned to CPU {cpu} (--pin): \
@@ -634,6 +633,8 @@ pub fn run(args: &FsBenchArgs, allocator: &str, open_with: OpenWith) -> Result<(
     } else {
         String::new()
     };
+    // Targets asked for and skipped, with or without a metadata run (`--files 0`).
+    md.push_str(&report::skipped(&extras.skipped));
     if !extras.procs_runs.is_empty() {
         md.push_str(&crate::fsprocs::markdown(&extras.procs_runs));
     }

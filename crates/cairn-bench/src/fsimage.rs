@@ -19,6 +19,16 @@ pub struct FreshImage {
     pub description: String,
 }
 
+/// The `mkfs.KIND` program: found on `PATH` or in `/sbin`, `/usr/sbin` (where Debian
+/// puts it, often not on a user's `PATH`).
+fn mkfs(kind: &str) -> Option<PathBuf> {
+    let tool = format!("mkfs.{kind}");
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .chain(["/sbin".into(), "/usr/sbin".into()])
+        .map(|d| d.join(&tool))
+        .find(|p| p.is_file())
+}
+
 /// Why a fresh `kind` image (ext4, xfs, btrfs) can't be made here (not root, no
 /// mkfs tool), or `None`.
 pub fn unavailable(kind: &str) -> Option<String> {
@@ -26,16 +36,14 @@ pub fn unavailable(kind: &str) -> Option<String> {
     if unsafe { libc::geteuid() } != 0 {
         return Some("not root (mount -o loop needs it)".into());
     }
-    let tool = format!("mkfs.{kind}");
-    let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-        .chain(["/sbin".into(), "/usr/sbin".into()])
-        .any(|d| d.join(&tool).is_file());
     let package = match kind {
         "xfs" => "xfsprogs",
         "btrfs" => "btrfs-progs",
         _ => "e2fsprogs",
     };
-    (!found).then(|| format!("no {tool} (Debian's {package})"))
+    mkfs(kind)
+        .is_none()
+        .then(|| format!("no mkfs.{kind} (Debian's {package})"))
 }
 
 fn run(cmd: &mut Command) -> Result<()> {
@@ -76,7 +84,8 @@ impl FreshImage {
             ),
             other => bail!("no fresh image of {other:?} (ext4, xfs, btrfs)"),
         };
-        run(Command::new(format!("mkfs.{kind}")).args(&args).arg(&image))?;
+        let tool = mkfs(kind).with_context(|| format!("no mkfs.{kind} on PATH or in /sbin"))?;
+        run(Command::new(tool).args(&args).arg(&image))?;
         run(Command::new("mount")
             .args(["-o", "loop"])
             .arg(&image)

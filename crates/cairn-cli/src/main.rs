@@ -678,7 +678,8 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
 fn error_line(err: &anyhow::Error) -> String {
     // Every other I/O error gets context where it happens, so a bare one comes from
     // writing the output.
-    let mut line = if err.is::<io::Error>() {
+    // (`is` also matches an I/O error under a context, which says where it happened.)
+    let mut line = if err.is::<io::Error>() && err.chain().count() == 1 {
         format!("writing to standard output: {err}")
     } else {
         err.to_string()
