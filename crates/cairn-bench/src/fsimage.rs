@@ -84,7 +84,8 @@ impl FreshImage {
             ),
             other => bail!("no fresh image of {other:?} (ext4, xfs, btrfs)"),
         };
-        let tool = mkfs(kind).with_context(|| format!("no mkfs.{kind} on PATH or in /sbin"))?;
+        let tool = mkfs(kind)
+            .with_context(|| format!("no mkfs.{kind} on PATH, in /sbin or in /usr/sbin"))?;
         run(Command::new(tool).args(&args).arg(&image))?;
         run(Command::new("mount")
             .args(["-o", "loop"])

@@ -676,10 +676,10 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
 /// One line describing `err` and its causes, skipping causes that the text already
 /// includes (cairn's errors quote their I/O cause themselves).
 fn error_line(err: &anyhow::Error) -> String {
-    // Every other I/O error gets context where it happens, so a bare one comes from
+    // Every other I/O error gets context where it happens, so a bare one (the outermost
+    // error itself, not one under a context: `err.is` would match both) comes from
     // writing the output.
-    // (`is` also matches an I/O error under a context, which says where it happened.)
-    let mut line = if err.is::<io::Error>() && err.chain().count() == 1 {
+    let mut line = if err.chain().next().is_some_and(|e| e.is::<io::Error>()) {
         format!("writing to standard output: {err}")
     } else {
         err.to_string()
