@@ -17,10 +17,19 @@ impl Fs {
     pub fn check(&self) -> FsResult<CheckReport> {
         let mut problems = Vec::new();
         let mut inodes: BTreeMap<u64, Inode> = BTreeMap::new();
-        for r in self.rows.scan_prefix(&[TAG_INODE], None) {
-            let (k, v) = r?;
-            let ino = u64::from_be_bytes(k[..8].try_into().unwrap());
-            inodes.insert(ino, Inode::decode(ino, &v)?);
+        // Inode rows are numbered rows (kept by number only): visited, not scanned.
+        let mut bad = None;
+        self.rows.for_each_numbered(TAG_INODE, |ino, v| {
+            match Inode::decode(ino, &v) {
+                Ok(i) => {
+                    inodes.insert(ino, i);
+                }
+                Err(e) => bad = bad.or(Some(e)),
+            }
+            Ok(())
+        })?;
+        if let Some(e) = bad {
+            return Err(e);
         }
         let mut links: HashMap<u64, u32> = HashMap::new();
         let mut subdirs: HashMap<u64, u32> = HashMap::new();

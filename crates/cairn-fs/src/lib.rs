@@ -162,8 +162,24 @@ impl Fs {
     /// an operation that depends on an earlier one never survives without it; `fsync`
     /// makes everything so far durable.
     pub fn open(dir: impl AsRef<Path>) -> FsResult<Fs> {
-        let db = Options::new().open(dir)?;
+        let db = Fs::options().open(dir)?;
         Fs::new(db)
+    }
+
+    /// The engine options [`Fs::open`] opens a store with: the defaults, with the
+    /// file system's inode rows declared numbered rows
+    /// ([`cairn::Options::numbered_rows`]), which keeps them out of the ordered index.
+    /// A store opened otherwise and given to [`Fs::new`] works the same, with more
+    /// memory and CPU per inode.
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let db = cairn_fs::Fs::options().sync(cairn::SyncPolicy::Always).open(dir.path())?;
+    /// let fs = cairn_fs::Fs::new(db)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn options() -> Options {
+        Options::new().numbered_rows(KEYSPACE, TAG_INODE)
     }
 
     /// The file system in an open store, created (an empty root directory) if the

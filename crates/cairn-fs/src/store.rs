@@ -69,6 +69,16 @@ impl Rows {
         self.ks.db().flush()
     }
 
+    /// Every row numbered with tag byte `tag` (`tag` + a big-endian `u64`: inode rows),
+    /// in no particular order: `f` gets the number and the value.
+    pub(super) fn for_each_numbered(
+        &self,
+        tag: u8,
+        f: impl FnMut(u64, Value) -> Result<()>,
+    ) -> Result<()> {
+        self.ks.for_each_numbered(tag, f)
+    }
+
     /// The rows whose keys start with `prefix`, in key order, after the key
     /// `prefix + after` if `after` is given. The keys handed out are without `prefix`.
     pub(super) fn scan_prefix(&self, prefix: &[u8], after: Option<&[u8]>) -> Scan {

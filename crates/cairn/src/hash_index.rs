@@ -400,6 +400,19 @@ impl HashIndex {
         self.len
     }
 
+    /// Visits every entry (tag, location), in no particular order.
+    pub fn for_each(&self, mut f: impl FnMut(u32, Loc)) {
+        for part in &self.parts {
+            for b in &part.buckets {
+                for (&tag, &loc) in b.tags.iter().zip(&b.locs) {
+                    if tag > TOMB {
+                        f(tag, loc);
+                    }
+                }
+            }
+        }
+    }
+
     /// Heap bytes, by capacity.
     pub fn heap_bytes(&self) -> usize {
         self.parts.capacity() * size_of::<Part>()

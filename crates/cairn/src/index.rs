@@ -16,6 +16,10 @@
 //! holds every entry's location by a tag of the key's hash: [`Index::candidate`] answers a
 //! point lookup with about one cache miss, for reads that check the key they find.
 //!
+//! Keys of declared regions of numbered rows ([`crate::numbered`]) are not in either: each
+//! region has an exact table of its own, and every operation on such a key goes there
+//! alone (ordered scans never see them; [`Index::numbered_keys`] lists them).
+//!
 //! Invariants (checked by `check_invariants` in the tests):
 //! - every leaf is non-empty and holds at most `LEAF_CAP` entries in strictly ascending order;
 //! - the first leaf's separator is the empty key, so every key has a leaf: the one with the
@@ -38,6 +42,7 @@ use std::ops::Bound;
 
 use crate::hash_index::{tag_of, HashIndex};
 pub use crate::loc::Loc;
+use crate::numbered::{Region, KEY_LEN};
 use leaf::{key_at, offset, Leaf, LeafKey};
 
 mod leaf;
@@ -157,6 +162,35 @@ fn below(key: &[u8], upper: Bound<&[u8]>) -> bool {
 pub struct BulkBuffers {
     tagged: Vec<(u32, Loc)>,
     aux: Vec<(u32, Loc)>,
+    /// The tags of each region of numbered rows.
+    numbered: Vec<Vec<(u32, Loc)>>,
+}
+
+/// How a shard's index is built (from the store's `Options`).
+#[derive(Clone, Debug, Default)]
+pub struct Shape {
+    /// Whether the ordered keys are also kept by hash (`Options::hash_index`).
+    pub hashed: bool,
+    /// The regions of numbered rows kept in exact tables (`Options::numbered_rows`).
+    pub numbered: Vec<Region>,
+}
+
+/// The numbered rows of one region, by their exact tags.
+struct Numbered {
+    region: Region,
+    table: HashIndex,
+}
+
+/// The region among `regions` that holds internal key `key`, and its tag there.
+#[inline]
+fn numbered_in(regions: &[Region], key: &[u8]) -> Option<(usize, u32)> {
+    if key.len() != KEY_LEN {
+        return None;
+    }
+    regions
+        .iter()
+        .enumerate()
+        .find_map(|(i, r)| r.tag_of(key).map(|t| (i, t)))
 }
 
 /// The ordered index of one shard: every live key and the location of its newest record.
@@ -169,11 +203,13 @@ pub struct BulkBuffers {
 pub struct Index {
     /// Leaves by separator; the first separator is always the empty key.
     leaves: BTreeMap<Sep, Leaf>,
-    /// Number of entries.
+    /// Number of entries (numbered rows included).
     len: usize,
     /// The same entries by key hash, for point lookups ([`Index::candidate`]), unless
     /// turned off (`Options::hash_index`).
     hashes: Option<HashIndex>,
+    /// The numbered rows of each declared region (not in `leaves` or `hashes`).
+    numbered: Vec<Numbered>,
 }
 
 impl fmt::Debug for Index {
@@ -206,6 +242,42 @@ impl Index {
         self.len == 0
     }
 
+    /// The table of numbered rows that holds `key`, and its tag there.
+    #[inline]
+    fn numbered(&self, key: &[u8]) -> Option<(&HashIndex, u32)> {
+        if self.numbered.is_empty() || key.len() != KEY_LEN {
+            return None;
+        }
+        self.numbered
+            .iter()
+            .find_map(|n| n.region.tag_of(key).map(|t| (&n.table, t)))
+    }
+
+    /// Like [`Index::numbered`], mutably.
+    #[inline]
+    fn numbered_mut(&mut self, key: &[u8]) -> Option<(&mut HashIndex, u32)> {
+        if self.numbered.is_empty() || key.len() != KEY_LEN {
+            return None;
+        }
+        self.numbered
+            .iter_mut()
+            .find_map(|n| n.region.tag_of(key).map(|t| (&mut n.table, t)))
+    }
+
+    /// Appends to `out` the numbers of the rows of region (`ns`, `tag`) held in its
+    /// table, in no particular order (none when the region is not declared; rows whose
+    /// numbers do not fit a table are in the ordered index).
+    pub fn numbered_keys(&self, ns: u8, tag: u8, out: &mut Vec<u64>) {
+        for n in &self.numbered {
+            if n.region == (Region { ns, tag }) {
+                n.table.for_each(|t, _| {
+                    let key = n.region.key_of(t);
+                    out.push(u64::from_be_bytes(key[2..].try_into().expect("8 bytes")));
+                });
+            }
+        }
+    }
+
     /// The leaf that `key` belongs in, if there are any leaves.
     fn leaf(&self, key: &[u8]) -> Option<(&[u8], &Leaf)> {
         let (sep, leaf) = self
@@ -226,6 +298,9 @@ impl Index {
 
     /// The location stored for `key` (exact: from the ordered index).
     pub fn get(&self, key: &[u8]) -> Option<Loc> {
+        if let Some((table, t)) = self.numbered(key) {
+            return table.find(t);
+        }
         let (_, leaf) = self.leaf(key)?;
         leaf.search(key).ok().map(|i| leaf.locs[i])
     }
@@ -235,6 +310,9 @@ impl Index {
     /// same hash tag (see `hash_index`). The caller checks the key of the record there and
     /// asks [`Index::get`] if it differs.
     pub fn candidate(&self, key: &[u8]) -> Option<Loc> {
+        if let Some((table, t)) = self.numbered(key) {
+            return table.find(t);
+        }
         match &self.hashes {
             Some(hashes) => hashes.find(tag_of(key)),
             None => self.get(key),
@@ -246,7 +324,9 @@ impl Index {
     /// access with other work. A hint only.
     #[inline]
     pub fn prefetch(&self, key: &[u8]) {
-        if let Some(h) = &self.hashes {
+        if let Some((table, t)) = self.numbered(key) {
+            table.prefetch(t);
+        } else if let Some(h) = &self.hashes {
             h.prefetch(tag_of(key));
         }
     }
@@ -255,6 +335,9 @@ impl Index {
     /// when it asks): from the hash side when it finds `loc` (no other key's entry can be
     /// at the same place) or nothing, else from the ordered index.
     pub fn is_at(&self, key: &[u8], loc: Loc) -> bool {
+        if let Some((table, t)) = self.numbered(key) {
+            return table.find(t) == Some(loc);
+        }
         match self.hashes.as_ref().map(|h| h.find(tag_of(key))) {
             Some(Some(found)) if found == loc => true,
             Some(None) => false,
@@ -264,15 +347,31 @@ impl Index {
 
     /// Whether `key` has an entry (the hash side answers "no" for sure).
     pub fn contains(&self, key: &[u8]) -> bool {
+        if let Some((table, t)) = self.numbered(key) {
+            return table.find(t).is_some();
+        }
         self.candidate(key).is_some() && (self.hashes.is_none() || self.get(key).is_some())
     }
 
     /// Inserts or replaces; returns the previous location.
     pub fn insert(&mut self, key: &[u8], loc: Loc) -> Option<Loc> {
+        if let Some((table, t)) = self.numbered_mut(key) {
+            let old = table.find(t);
+            match old {
+                Some(old) => {
+                    table.replace(t, old, loc);
+                }
+                None => {
+                    table.insert(t, loc);
+                    self.len += 1;
+                }
+            }
+            return old;
+        }
         let Some(leaf) = self.leaf_mut(key) else {
             self.leaves
                 .insert(Sep::new(&[]), Leaf::with_entry(key, loc));
-            self.len = 1;
+            self.len += 1;
             if let Some(hashes) = &mut self.hashes {
                 hashes.insert(tag_of(key), loc);
             }
@@ -330,6 +429,12 @@ impl Index {
 
     /// Removes; returns the previous location.
     pub fn remove(&mut self, key: &[u8]) -> Option<Loc> {
+        if let Some((table, t)) = self.numbered_mut(key) {
+            let loc = table.find(t)?;
+            table.remove(t, loc);
+            self.len -= 1;
+            return Some(loc);
+        }
         let leaf = self.leaf_mut(key)?;
         let i = leaf.search(key).ok()?;
         let loc = leaf.remove_at(i);
@@ -402,6 +507,9 @@ impl Index {
     /// Replaces the entry only if it currently equals `expected`; returns whether it did.
     /// Used by compaction.
     pub fn replace_if(&mut self, key: &[u8], expected: Loc, new: Loc) -> bool {
+        if let Some((table, t)) = self.numbered_mut(key) {
+            return table.replace(t, expected, new);
+        }
         let Some(leaf) = self.leaf_mut(key) else {
             return false;
         };
@@ -523,6 +631,11 @@ impl Index {
             .map(|(sep, leaf)| sep.heap_bytes() + leaf.heap_bytes() + MAP_BYTES_PER_LEAF)
             .sum::<usize>()
             + self.hashes.as_ref().map_or(0, HashIndex::heap_bytes)
+            + self
+                .numbered
+                .iter()
+                .map(|n| n.table.heap_bytes())
+                .sum::<usize>()
     }
 
     /// [`Index::from_sorted_in`] with buffers of its own.
@@ -531,7 +644,11 @@ impl Index {
         entries: impl IntoIterator<Item = (K, Loc)>,
         hashed: bool,
     ) -> Index {
-        Self::from_sorted_in(entries, hashed, &mut BulkBuffers::default())
+        let shape = Shape {
+            hashed,
+            numbered: Vec::new(),
+        };
+        Self::from_sorted_in(entries, &shape, &mut BulkBuffers::default())
     }
 
     /// Builds an index from entries whose keys are strictly ascending (bulk load at open:
@@ -541,15 +658,22 @@ impl Index {
     /// entry whose key is not above the previous one, the rest are inserted one by one, a
     /// later entry for a key replacing an earlier one. Any input thus gives the index that
     /// inserting the entries in turn would, only slower when they are out of order.
-    /// `hashed`: whether to keep the hash side (see [`Index::candidate`]).
+    /// `shape`: whether to keep the hash side (see [`Index::candidate`]), and the regions
+    /// of numbered rows to keep in tables of their own.
     ///
     /// `bufs` are left empty with their room kept for the next build (open builds one
     /// index per shard on each of its threads).
     pub fn from_sorted_in<K: AsRef<[u8]>>(
         entries: impl IntoIterator<Item = (K, Loc)>,
-        hashed: bool,
+        shape: &Shape,
         bufs: &mut BulkBuffers,
     ) -> Index {
+        let hashed = shape.hashed;
+        let regions = &shape.numbered;
+        bufs.numbered.resize_with(regions.len(), Vec::new);
+        for tags in &mut bufs.numbered {
+            tags.clear();
+        }
         let mut leaves: Vec<(Sep, Leaf)> = Vec::new();
         // The entries of the leaf being filled.
         let mut keys: Vec<u8> = Vec::new();
@@ -570,6 +694,13 @@ impl Index {
         let mut unsorted = None;
         for (key, loc) in entries.by_ref() {
             let k = key.as_ref();
+            // Numbered rows go to their tables (they are not part of the ordered run:
+            // the order check below is among the other keys).
+            if let Some((i, t)) = numbered_in(regions, k) {
+                bufs.numbered[i].push((t, loc));
+                len += 1;
+                continue;
+            }
             if locs.len() == BULK_FILL {
                 Self::push_leaf(&mut leaves, Leaf::from_parts(&keys, &ends, &locs));
                 keys.clear();
@@ -599,10 +730,19 @@ impl Index {
                 _ => Self::push_leaf(&mut leaves, tail),
             }
         }
+        let numbered = regions
+            .iter()
+            .zip(bufs.numbered.iter_mut())
+            .map(|(&region, tags)| Numbered {
+                region,
+                table: HashIndex::from_tagged(tags, &mut bufs.aux),
+            })
+            .collect();
         let mut index = Index {
             leaves: leaves.into_iter().collect(),
             len,
             hashes: None,
+            numbered,
         };
         if let Some(first) = unsorted {
             // Out of order: the rest one by one (a later entry for a key replaces an
@@ -613,7 +753,7 @@ impl Index {
             tagged.clear();
             if hashed {
                 tagged.reserve_exact(index.len);
-                index.for_each(|key, loc| tagged.push((tag_of(key), loc)));
+                index.for_each_ordered(|key, loc| tagged.push((tag_of(key), loc)));
             }
         }
         // An input that owns its entries (a list of them) is freed before the hash
@@ -636,8 +776,17 @@ impl Index {
         leaves.push((sep, leaf));
     }
 
-    /// Visits all entries in ascending order (used by tests, verify and stats).
+    /// Visits all entries: the ordered ones in ascending order, then the numbered rows
+    /// in no particular order (used by tests and verify).
     pub fn for_each(&self, mut f: impl FnMut(&[u8], Loc)) {
+        self.for_each_ordered(&mut f);
+        for n in &self.numbered {
+            n.table.for_each(|t, loc| f(&n.region.key_of(t), loc));
+        }
+    }
+
+    /// Visits the entries of the ordered index in ascending order.
+    fn for_each_ordered(&self, mut f: impl FnMut(&[u8], Loc)) {
         for leaf in self.leaves.values() {
             leaf.visit_from(0, |key, loc| {
                 f(key, loc);

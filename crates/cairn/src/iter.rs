@@ -47,6 +47,9 @@ pub struct Iter {
     done: bool,
     /// Bytes of namespace prefix removed from the keys handed out.
     strip: usize,
+    /// The range may hold numbered rows, which no ordered scan sees
+    /// (`Options::numbered_rows`): the first item is an error, and the last.
+    refused: Option<(u8, u8)>,
 }
 
 fn above(k: &[u8], lo: &Bound<Vec<u8>>) -> bool {
@@ -83,6 +86,12 @@ impl Iter {
         strip: usize,
     ) -> Iter {
         let n = core.shards.len();
+        let refused = core
+            .opts
+            .numbered
+            .iter()
+            .find(|r| r.overlaps(&lo, &hi))
+            .map(|r| (r.ns, r.tag));
         let cursors = || {
             (0..n)
                 .map(|_| Cursor {
@@ -99,6 +108,7 @@ impl Iter {
             hi,
             done: false,
             strip,
+            refused,
         }
     }
 
@@ -149,6 +159,14 @@ impl Iter {
     fn step(&mut self, forward: bool) -> Option<Result<(Vec<u8>, Value)>> {
         if self.done {
             return None;
+        }
+        if let Some((ns, tag)) = self.refused {
+            self.done = true;
+            return Some(Err(crate::Error::InvalidArgument(format!(
+                "an ordered scan of this range would miss the numbered rows of keyspace \
+                 {ns}, tag {tag:#04x} (Options::numbered_rows), which are kept by number \
+                 only: visit them with Keyspace::for_each_numbered"
+            ))));
         }
         let n = self.core.shards.len();
         let mut best: Option<usize> = None;

@@ -255,6 +255,75 @@ impl Keyspace {
         Iter::new(self.db.core_arc().clone(), lo, hi, 1 + strip.min(p.len()))
     }
 
+    /// Visits every numbered row of this keyspace with tag byte `tag` (the keys made of
+    /// `tag` and an 8-byte big-endian number; see [`crate::Options::numbered_rows`]):
+    /// `f` gets each row's number and value, in no particular order. Works the same
+    /// whether the rows are declared numbered (then held by number only, and refused to
+    /// ordered scans) or not. A row that exists for the whole visit is visited once,
+    /// with a value it held during the visit; one written or deleted meanwhile may be
+    /// visited or not. Memory: 8 bytes per row of the largest shard. Stops at the first
+    /// error, of a read or of `f`.
+    pub fn for_each_numbered(
+        &self,
+        tag: u8,
+        mut f: impl FnMut(u64, Value) -> Result<()>,
+    ) -> Result<()> {
+        use std::ops::Bound;
+        const CHUNK: usize = 4096;
+        let core = self.db.core();
+        let (lo, hi) = ns_prefix_bounds(self.id, &[tag]);
+        let hi = match &hi {
+            Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
+            _ => Bound::Unbounded,
+        };
+        let mut numbers = Vec::new();
+        let mut key = vec![tag];
+        for shard in &core.shards {
+            numbers.clear();
+            shard
+                .state
+                .read()
+                .index
+                .numbered_keys(self.id, tag, &mut numbers);
+            // Those in the ordered index (undeclared, or numbers too large for a
+            // table), a chunk at a time, each resumed after the last key of the one
+            // before.
+            let mut after: Option<Vec<u8>> = None;
+            loop {
+                let mut chunk = Vec::with_capacity(CHUNK);
+                let lower = match &after {
+                    Some(k) => Bound::Excluded(k.as_slice()),
+                    None => match &lo {
+                        Bound::Included(k) => Bound::Included(k.as_slice()),
+                        _ => Bound::Unbounded,
+                    },
+                };
+                shard
+                    .state
+                    .read()
+                    .index
+                    .scan_forward(lower, hi, CHUNK, &mut chunk);
+                let full = chunk.len() == CHUNK;
+                numbers.extend(chunk.iter().filter_map(|(k, _)| {
+                    let n: [u8; 8] = k.get(2..)?.try_into().ok()?;
+                    Some(u64::from_be_bytes(n))
+                }));
+                match chunk.pop() {
+                    Some((last, _)) if full => after = Some(last),
+                    _ => break,
+                }
+            }
+            for &n in &numbers {
+                key.truncate(1);
+                key.extend_from_slice(&n.to_be_bytes());
+                if let Some(v) = self.get(&key)? {
+                    f(n, v)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The shard that holds `key`: writes to one shard are synced by one fsync
     /// ([`Db::flush_shards`]).
     pub fn shard_of(&self, key: impl AsRef<[u8]>) -> usize {

@@ -53,6 +53,7 @@ mod keys;
 mod keyspace;
 mod loc;
 mod manifest;
+mod numbered;
 mod open;
 mod options;
 mod powerloss;

@@ -118,7 +118,10 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
     let logged = commitlog::recover(dir, nshards)?;
     // Phase 1: load every shard's entries in parallel, put back what only the commit
     // log held, and settle the keys phase 2 cannot change.
-    let hashed = opts.hash_index;
+    let shape = crate::index::Shape {
+        hashed: opts.hash_index,
+        numbered: opts.numbered.clone(),
+    };
     // Each worker's record buffers serve every shard it loads (`LoadBuffers`).
     let loaded = par_map_with(
         (0..nshards).collect(),
@@ -130,7 +133,7 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
                 recovery::write_replayed(&fs, i, &sdir, l.next_seg(), &mut missing)?;
                 l = recovery::load(&fs, i, &sdir, bufs)?;
             }
-            recovery::settle(&mut l, &seqstate, hashed, bufs);
+            recovery::settle(&mut l, &seqstate, &shape, bufs);
             Ok(l)
         },
     )?;

@@ -58,6 +58,7 @@ pub struct Options {
     pub(crate) compaction_rate: Option<u64>,
     pub(crate) write_buffer: usize,
     pub(crate) hash_index: bool,
+    pub(crate) numbered: Vec<crate::numbered::Region>,
     pub(crate) close_budget: Duration,
     pub(crate) commit_log_size: u64,
     pub(crate) fault: Option<Arc<FaultInjector>>,
@@ -83,6 +84,7 @@ impl std::fmt::Debug for Options {
             .field("compaction_rate", &self.compaction_rate)
             .field("write_buffer", &self.write_buffer)
             .field("hash_index", &self.hash_index)
+            .field("numbered", &self.numbered)
             .field("close_budget", &self.close_budget)
             .field("commit_log_size", &self.commit_log_size)
             .finish()
@@ -104,6 +106,7 @@ impl Options {
             compaction_rate: Some(256 << 20),
             write_buffer: 256 << 10,
             hash_index: true,
+            numbered: Vec::new(),
             close_budget: DEFAULT_CLOSE_BUDGET,
             commit_log_size: crate::commitlog::DEFAULT_COMMIT_LOG_SIZE,
             fault: None,
@@ -175,6 +178,46 @@ impl Options {
     /// keys in memory. Not recorded on disk: each open chooses.
     pub fn hash_index(mut self, on: bool) -> Options {
         self.hash_index = on;
+        self
+    }
+
+    /// Declares the keys of `keyspace` made of the byte `tag` followed by an 8-byte
+    /// big-endian number (at most 2^32 − 3) *numbered rows*: rows the application reads,
+    /// writes and deletes only one by one, never by range (the file system's inode rows,
+    /// `I` + inode number). Each shard keeps them in an exact hash table of their own
+    /// instead of its ordered index: a write of one costs about a third less CPU (no
+    /// ordered insert) and each row about 22 bytes of memory instead of about 42.
+    ///
+    /// Not recorded on disk: each open chooses, and a store opened without the
+    /// declaration keeps the same rows in its ordered index, with the same contents.
+    /// While declared, an ordered scan ([`crate::Db::range`], [`crate::Keyspace::prefix`]
+    /// and the others) whose range may hold such rows is refused with
+    /// [`crate::Error::InvalidArgument`] rather than return a partial answer; visit them
+    /// with [`crate::Keyspace::for_each_numbered`] instead. Numbers above 2^32 − 3 are
+    /// kept in the ordered index (and visited there too).
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let db = cairn::Options::new().numbered_rows(7, b'I').open(dir.path())?;
+    /// let rows = db.keyspace(7);
+    /// let mut key = vec![b'I'];
+    /// key.extend_from_slice(&42u64.to_be_bytes());
+    /// rows.put(&key, "inode 42")?;
+    /// assert_eq!(rows.get(&key)?.as_deref(), Some(&b"inode 42"[..]));
+    /// let mut seen = Vec::new();
+    /// rows.for_each_numbered(b'I', |n, v| {
+    ///     seen.push((n, v.to_vec()));
+    ///     Ok(())
+    /// })?;
+    /// assert_eq!(seen, vec![(42, b"inode 42".to_vec())]);
+    /// assert!(rows.prefix("I").next().unwrap().is_err());
+    /// # Ok::<(), cairn::Error>(())
+    /// ```
+    pub fn numbered_rows(mut self, keyspace: u8, tag: u8) -> Options {
+        let region = crate::numbered::Region { ns: keyspace, tag };
+        if !self.numbered.contains(&region) {
+            self.numbered.push(region);
+        }
         self
     }
 

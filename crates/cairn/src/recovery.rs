@@ -608,12 +608,12 @@ impl<I: Iterator> Iterator for AtMost<I> {
 /// records is newer than `seqstate.watermark` (phase 2 only ever ignores records newer
 /// than it, so these are final) as the merge yields them, accounting their bytes; keeps
 /// only the records of the other keys (with their keys), sorted, for [`build`]. The
-/// shard's record buffers go back to `bufs`. `hashed`: whether the index keeps its
-/// hash side.
+/// shard's record buffers go back to `bufs`. `shape`: whether the index keeps its
+/// hash side, and its regions of numbered rows.
 pub(crate) fn settle(
     l: &mut Loaded,
     seqstate: &crate::manifest::SeqState,
-    hashed: bool,
+    shape: &crate::index::Shape,
     bufs: &mut LoadBuffers,
 ) {
     let mut arena = std::mem::take(&mut l.arena);
@@ -657,7 +657,7 @@ pub(crate) fn settle(
             return Some((key, loc));
         }
     });
-    let index = Index::from_sorted_in(AtMost(winners, n), hashed, &mut bufs.bulk);
+    let index = Index::from_sorted_in(AtMost(winners, n), shape, &mut bufs.bulk);
     // The hints' maps go; the kept records hold copies of their keys.
     drop(hints);
     recs.clear();

@@ -202,3 +202,124 @@ fn layer_threads_stop_before_the_store_closes() {
     let db = Db::open(dir.path()).unwrap();
     assert!(db.keyspace(9).iter().count() >= 3);
 }
+
+/// The internal layout of a numbered row's key: tag, then the number big-endian.
+fn numbered(n: u64) -> Vec<u8> {
+    let mut k = vec![b'I'];
+    k.extend_from_slice(&n.to_be_bytes());
+    k
+}
+
+/// Checks keyspace `ks` against `model` (number → value) through every way in: point
+/// reads, the visit of numbered rows, and the other rows' scans.
+fn check_numbered(ks: &cairn::Keyspace, model: &std::collections::BTreeMap<u64, Vec<u8>>) {
+    for (n, v) in model {
+        assert_eq!(
+            ks.get(numbered(*n)).unwrap().as_deref(),
+            Some(&v[..]),
+            "row {n}"
+        );
+        assert!(ks.contains(numbered(*n)));
+    }
+    for n in [0, 1, 5_000, 0xFFFF_FFFD, 0xFFFF_FFFE, u64::MAX] {
+        if !model.contains_key(&n) {
+            assert_eq!(ks.get(numbered(n)).unwrap(), None, "row {n}");
+        }
+    }
+    let mut seen = std::collections::BTreeMap::new();
+    ks.for_each_numbered(b'I', |n, v| {
+        assert!(
+            seen.insert(n, v.to_vec()).is_none(),
+            "row {n} visited twice"
+        );
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(&seen, model);
+    // Rows of the keyspace that are not numbered rows scan as always.
+    assert_eq!(keys(ks.prefix("D")).len(), 300);
+}
+
+#[test]
+fn numbered_rows_are_kept_by_number_through_compaction_and_reopens() {
+    use std::collections::BTreeMap;
+    let dir = tempfile::tempdir().unwrap();
+    let declared = || {
+        Options::new()
+            .shards(4)
+            .segment_size(256 << 10)
+            .numbered_rows(3, b'I')
+    };
+    let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut rand = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    {
+        let db = declared().open(dir.path()).unwrap();
+        let ks = db.keyspace(3);
+        for i in 0..300u32 {
+            ks.put(format!("D{i:05}"), "entry").unwrap();
+        }
+        db.put("I-user-key", "keyspace 0").unwrap();
+        // Numbers that fit the tables, and some that do not (kept in order).
+        let pool = |r: u64| match r % 10 {
+            0 => 0xFFFF_FFFB + r / 10 % 6,
+            1 => u64::MAX - r / 10 % 3,
+            _ => r / 10 % 3000,
+        };
+        for round in 0..6 {
+            for _ in 0..4000 {
+                let r = rand();
+                let n = pool(r >> 8);
+                if r % 4 == 0 {
+                    ks.delete(numbered(n)).unwrap();
+                    model.remove(&n);
+                } else {
+                    let v = format!("{n}:{round}:{}", "v".repeat((r >> 40) as usize % 200));
+                    if r % 7 == 0 {
+                        let mut b = WriteBatch::new();
+                        b.put(numbered(n), &v);
+                        b.put(format!("D{:05}", n % 300), "entry");
+                        ks.write(b).unwrap();
+                    } else {
+                        ks.put(numbered(n), &v).unwrap();
+                    }
+                    model.insert(n, v.into_bytes());
+                }
+            }
+            // Overwrites leave stale records: compaction moves the live ones.
+            db.compact().unwrap();
+            check_numbered(&ks, &model);
+        }
+        assert!(db.verify().unwrap().is_clean());
+        // An ordered scan that could hold numbered rows is refused, not answered in
+        // part; scans beside them are not.
+        for mut it in [ks.prefix("I"), ks.iter(), ks.range(.."J")] {
+            assert!(matches!(it.next(), Some(Err(Error::InvalidArgument(_)))));
+            assert!(it.next().is_none());
+        }
+        assert_eq!(keys(ks.range("J"..)).len(), 0);
+        assert_eq!(keys(db.prefix("I")), vec![b"I-user-key".to_vec()]);
+        let stats = db.stats();
+        assert_eq!(stats.keyspace(3).keys, model.len() as u64 + 300);
+    }
+    // Reopened declared (the tables built from the hint files and records), then
+    // undeclared: the same rows, now in the ordered index, where a scan lists them.
+    {
+        let db = declared().open(dir.path()).unwrap();
+        check_numbered(&db.keyspace(3), &model);
+        assert!(db.verify().unwrap().is_clean());
+    }
+    let db = Options::new().open(dir.path()).unwrap();
+    let ks = db.keyspace(3);
+    check_numbered(&ks, &model);
+    let scanned: Vec<u64> = keys(ks.prefix("I"))
+        .iter()
+        .map(|k| u64::from_be_bytes(k[1..].try_into().unwrap()))
+        .collect();
+    assert_eq!(scanned, model.keys().copied().collect::<Vec<_>>());
+}

@@ -1,0 +1,240 @@
+//! Numbered rows ([`crate::Options::numbered_rows`]): keys made of a keyspace byte, a
+//! tag byte and a big-endian 64-bit number, which the layers above only ever read, write
+//! and delete one by one (the file system's inode rows: `I` + inode number). A shard keeps
+//! those of a declared region in an exact table of their own ([`crate::index::Index`]),
+//! not in its ordered index: a write costs one hash-table insert instead of a hash-side
+//! insert plus an ordered insert, and a key about 22 bytes of memory instead of about 42.
+//!
+//! The table is a [`HashIndex`](crate::hash_index::HashIndex) whose tags are not hashes
+//! but the numbers themselves, mixed by a bijection of 32-bit words: two numbers never
+//! share a tag, so a tag found is the key's own (no record has to be read to tell keys
+//! apart), and the key can be rebuilt from its tag (to visit the rows). Numbers from
+//! [`MAX_NUMBER`] + 1 up do not fit and stay in the ordered index, as every key of an
+//! undeclared region does.
+
+use std::ops::Bound;
+
+/// The largest number a numbered row in a table can have: the 32-bit words from
+/// `MAX_NUMBER + 1` up stand in for the two tags the table reserves (empty and removed).
+pub const MAX_NUMBER: u64 = 0xFFFF_FFFD;
+
+/// Length of a numbered row's internal key: keyspace, tag, number.
+pub const KEY_LEN: usize = 10;
+
+const M1: u32 = 0x7feb_352d;
+const M2: u32 = 0x846c_a68b;
+
+/// The multiplicative inverse of odd `a` modulo 2^32 (Newton's iteration: each step
+/// doubles the bits that are right, from 3).
+const fn inverse(a: u32) -> u32 {
+    let mut x = a;
+    let mut i = 0;
+    while i < 5 {
+        x = x.wrapping_mul(2u32.wrapping_sub(a.wrapping_mul(x)));
+        i += 1;
+    }
+    x
+}
+
+const M1_INV: u32 = inverse(M1);
+const M2_INV: u32 = inverse(M2);
+
+/// Undoes `x ^= x >> s`.
+fn unshift(y: u32, s: u32) -> u32 {
+    let mut x = y;
+    let mut k = s;
+    while k < 32 {
+        x = y ^ (x >> s);
+        k += s;
+    }
+    x
+}
+
+/// A bijection of 32-bit words that spreads consecutive numbers over the whole range
+/// (xor-shifts and odd multipliers; each step is invertible).
+fn mix(mut x: u32) -> u32 {
+    x ^= x >> 16;
+    x = x.wrapping_mul(M1);
+    x ^= x >> 15;
+    x = x.wrapping_mul(M2);
+    x ^= x >> 16;
+    x
+}
+
+/// The inverse of [`mix`].
+fn unmix(mut x: u32) -> u32 {
+    x = unshift(x, 16);
+    x = x.wrapping_mul(M2_INV);
+    x = unshift(x, 15);
+    x = x.wrapping_mul(M1_INV);
+    unshift(x, 16)
+}
+
+/// The first of the two words above `MAX_NUMBER`, whose mixes stand in for the mixes
+/// that are reserved tags.
+const SPARE: u32 = MAX_NUMBER as u32 + 1;
+
+/// The tag of number `n` (at most [`MAX_NUMBER`]): never 0 or 1 (the table's empty and
+/// removed marks), distinct for distinct numbers.
+fn tag_of_number(n: u32) -> u32 {
+    match mix(n) {
+        t @ 0..=1 => mix(SPARE + t),
+        t => t,
+    }
+}
+
+/// The number whose tag is `tag` (the inverse of [`tag_of_number`]).
+fn number_of_tag(tag: u32) -> u32 {
+    match unmix(tag) {
+        m if m >= SPARE => unmix(m - SPARE),
+        m => m,
+    }
+}
+
+/// A declared region of numbered rows: keyspace `ns`, tag byte `tag`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Region {
+    pub ns: u8,
+    pub tag: u8,
+}
+
+impl Region {
+    /// The table tag of internal key `key` if it is one of this region's rows with a
+    /// number that fits the table.
+    #[inline]
+    pub fn tag_of(&self, key: &[u8]) -> Option<u32> {
+        let k: &[u8; KEY_LEN] = key.try_into().ok()?;
+        if k[0] != self.ns || k[1] != self.tag {
+            return None;
+        }
+        let n = u64::from_be_bytes(k[2..].try_into().expect("8 bytes"));
+        (n <= MAX_NUMBER).then(|| tag_of_number(n as u32))
+    }
+
+    /// The internal key of the row whose table tag is `tag`.
+    pub fn key_of(&self, tag: u32) -> [u8; KEY_LEN] {
+        let mut k = [0u8; KEY_LEN];
+        k[0] = self.ns;
+        k[1] = self.tag;
+        k[2..].copy_from_slice(&u64::from(number_of_tag(tag)).to_be_bytes());
+        k
+    }
+
+    /// Whether the internal key range `lo..hi` may hold rows of this region's table.
+    pub fn overlaps(&self, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
+        let first = self.key_for(0);
+        let last = self.key_for(MAX_NUMBER);
+        let above_lo = match lo {
+            Bound::Included(b) => last.as_slice() >= b.as_slice(),
+            Bound::Excluded(b) => last.as_slice() > b.as_slice(),
+            Bound::Unbounded => true,
+        };
+        let below_hi = match hi {
+            Bound::Included(b) => first.as_slice() <= b.as_slice(),
+            Bound::Excluded(b) => first.as_slice() < b.as_slice(),
+            Bound::Unbounded => true,
+        };
+        above_lo && below_hi
+    }
+
+    fn key_for(&self, n: u64) -> [u8; KEY_LEN] {
+        let mut k = [0u8; KEY_LEN];
+        k[0] = self.ns;
+        k[1] = self.tag;
+        k[2..].copy_from_slice(&n.to_be_bytes());
+        k
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn the_words_standing_in_for_reserved_tags_are_not_reserved() {
+        assert!(mix(SPARE) >= 2 && mix(SPARE + 1) >= 2);
+        assert_eq!(mix(0), 0, "the case the spare words are for");
+        for m in [M1, M2] {
+            assert_eq!(m.wrapping_mul(inverse(m)), 1);
+        }
+    }
+
+    #[test]
+    fn numbers_whose_mix_is_reserved_get_a_tag_and_come_back() {
+        for t in 0..2u32 {
+            let n = unmix(t);
+            assert!(u64::from(n) <= MAX_NUMBER);
+            let tag = tag_of_number(n);
+            assert!(tag >= 2);
+            assert_eq!(number_of_tag(tag), n);
+        }
+    }
+
+    #[test]
+    fn consecutive_numbers_spread_over_parts() {
+        // The table's part is the tag's top 6 bits: 64,000 consecutive numbers should
+        // fill every part about evenly.
+        let mut parts = [0u32; 64];
+        for n in 1..=64_000u32 {
+            parts[(tag_of_number(n) >> 26) as usize] += 1;
+        }
+        assert!(parts.iter().all(|&c| (800..1200).contains(&c)), "{parts:?}");
+    }
+
+    #[test]
+    fn keys_outside_the_region_or_the_range_have_no_tag() {
+        let r = Region { ns: 3, tag: b'I' };
+        let key = |ns: u8, tag: u8, n: u64| {
+            let mut k = vec![ns, tag];
+            k.extend_from_slice(&n.to_be_bytes());
+            k
+        };
+        assert!(r.tag_of(&key(3, b'I', 7)).is_some());
+        assert!(r.tag_of(&key(3, b'I', MAX_NUMBER)).is_some());
+        assert!(r.tag_of(&key(3, b'I', MAX_NUMBER + 1)).is_none());
+        assert!(r.tag_of(&key(4, b'I', 7)).is_none());
+        assert!(r.tag_of(&key(3, b'D', 7)).is_none());
+        assert!(r.tag_of(&key(3, b'I', 7)[..9]).is_none());
+        let mut long = key(3, b'I', 7);
+        long.push(0);
+        assert!(r.tag_of(&long).is_none());
+    }
+
+    #[test]
+    fn ranges_overlap_the_region_as_intervals_do() {
+        let r = Region { ns: 3, tag: b'I' };
+        let inc = |v: &[u8]| Bound::Included(v.to_vec());
+        let exc = |v: &[u8]| Bound::Excluded(v.to_vec());
+        assert!(r.overlaps(&Bound::Unbounded, &Bound::Unbounded));
+        assert!(r.overlaps(&inc(&[3]), &exc(&[4])));
+        assert!(r.overlaps(&inc(&[3, b'I']), &exc(&[3, b'J'])));
+        assert!(!r.overlaps(&inc(&[3, b'J']), &Bound::Unbounded));
+        assert!(!r.overlaps(&Bound::Unbounded, &exc(&[3, b'I'])));
+        assert!(r.overlaps(&Bound::Unbounded, &inc(&[3, b'I', 0, 0, 0, 0, 0, 0, 0, 0])));
+        assert!(!r.overlaps(&Bound::Unbounded, &exc(&[3, b'I', 0, 0, 0, 0, 0, 0, 0, 0])));
+        assert!(!r.overlaps(
+            &exc(&[3, b'I', 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFD]),
+            &Bound::Unbounded
+        ));
+        assert!(!r.overlaps(&inc(&[0, b'I']), &exc(&[3])));
+    }
+
+    proptest! {
+        #[test]
+        fn a_key_comes_back_from_its_tag(n in 0..=MAX_NUMBER, ns: u8, tag: u8) {
+            let r = Region { ns, tag };
+            let mut key = vec![ns, tag];
+            key.extend_from_slice(&n.to_be_bytes());
+            let t = r.tag_of(&key).unwrap();
+            prop_assert!(t >= 2);
+            prop_assert_eq!(r.key_of(t).to_vec(), key);
+        }
+
+        #[test]
+        fn mix_and_unmix_are_inverse(x: u32) {
+            prop_assert_eq!(unmix(mix(x)), x);
+            prop_assert_eq!(mix(unmix(x)), x);
+        }
+    }
+}
