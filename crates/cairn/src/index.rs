@@ -692,12 +692,20 @@ impl Index {
         }
         // The first entry out of order, if any: it and the rest are inserted one by one.
         let mut unsorted = None;
+        // The last numbered row of each region.
+        let mut last_numbered: Vec<Option<u64>> = vec![None; regions.len()];
         for (key, loc) in entries.by_ref() {
             let k = key.as_ref();
-            // Numbered rows go to their tables (they are not part of the ordered run:
-            // the order check below is among the other keys).
+            // Numbered rows go to their tables, each region's in ascending order too
+            // (a repeated key is out of order: the inserts below replace it).
             if let Some((i, t)) = numbered_in(regions, k) {
+                let n = u64::from_be_bytes(k[2..].try_into().expect("a numbered key"));
+                if last_numbered[i].is_some_and(|last| last >= n) {
+                    unsorted = Some((key, loc));
+                    break;
+                }
                 bufs.numbered[i].push((t, loc));
+                last_numbered[i] = Some(n);
                 len += 1;
                 continue;
             }

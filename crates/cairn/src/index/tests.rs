@@ -381,6 +381,18 @@ proptest! {
         let again = Index::from_sorted_in(shuffled, &shape, &mut BulkBuffers::default());
         again.check_invariants();
         prop_assert_eq!(again.entries(), model_entries(&model));
+        // Numbered rows first, in order, then repeated (with other locations), then
+        // everything: the repeat is out of order, and the later entry of a key wins.
+        let rows: Vec<(Vec<u8>, Loc)> = model_entries(&model)
+            .into_iter()
+            .filter(|(k, _)| numbered_in(&shape.numbered, k).is_some())
+            .collect();
+        let mut input: Vec<(Vec<u8>, Loc)> = rows.clone();
+        input.extend(rows.iter().map(|(k, l)| (k.clone(), loc(l.seg + 100))));
+        input.extend(model_entries(&model));
+        let repeated = Index::from_sorted_in(input, &shape, &mut BulkBuffers::default());
+        repeated.check_invariants();
+        prop_assert_eq!(repeated.entries(), model_entries(&model));
         // Removing everything leaves nothing behind.
         for k in model.keys().cloned().collect::<Vec<_>>() {
             apply(&mut index, &mut model, &Op::Remove(k));
