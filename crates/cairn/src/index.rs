@@ -242,26 +242,30 @@ impl Index {
         self.len == 0
     }
 
-    /// The table of numbered rows that holds `key`, and its tag there.
+    /// Which of `self.numbered` holds `key`, and its tag there.
     #[inline]
-    fn numbered(&self, key: &[u8]) -> Option<(&HashIndex, u32)> {
+    fn numbered_slot(&self, key: &[u8]) -> Option<(usize, u32)> {
         if self.numbered.is_empty() || key.len() != KEY_LEN {
             return None;
         }
         self.numbered
             .iter()
-            .find_map(|n| n.region.tag_of(key).map(|t| (&n.table, t)))
+            .enumerate()
+            .find_map(|(i, n)| n.region.tag_of(key).map(|t| (i, t)))
+    }
+
+    /// The table of numbered rows that holds `key`, and its tag there.
+    #[inline]
+    fn numbered(&self, key: &[u8]) -> Option<(&HashIndex, u32)> {
+        let (i, t) = self.numbered_slot(key)?;
+        Some((&self.numbered[i].table, t))
     }
 
     /// Like [`Index::numbered`], mutably.
     #[inline]
     fn numbered_mut(&mut self, key: &[u8]) -> Option<(&mut HashIndex, u32)> {
-        if self.numbered.is_empty() || key.len() != KEY_LEN {
-            return None;
-        }
-        self.numbered
-            .iter_mut()
-            .find_map(|n| n.region.tag_of(key).map(|t| (&mut n.table, t)))
+        let (i, t) = self.numbered_slot(key)?;
+        Some((&mut self.numbered[i].table, t))
     }
 
     /// Appends to `out` the numbers of the rows of region (`ns`, `tag`) held in its
@@ -270,10 +274,7 @@ impl Index {
     pub fn numbered_keys(&self, ns: u8, tag: u8, out: &mut Vec<u64>) {
         for n in &self.numbered {
             if n.region == (Region { ns, tag }) {
-                n.table.for_each(|t, _| {
-                    let key = n.region.key_of(t);
-                    out.push(u64::from_be_bytes(key[2..].try_into().expect("8 bytes")));
-                });
+                n.table.for_each(|t, _| out.push(Region::number_of(t)));
             }
         }
     }

@@ -272,10 +272,10 @@ impl Keyspace {
         const CHUNK: usize = 4096;
         let core = self.db.core();
         let (lo, hi) = ns_prefix_bounds(self.id, &[tag]);
-        let hi = match &hi {
-            Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
-            _ => Bound::Unbounded,
-        };
+        let (lo, hi) = (
+            lo.as_ref().map(Vec::as_slice),
+            hi.as_ref().map(Vec::as_slice),
+        );
         let mut numbers = Vec::new();
         let mut key = vec![tag];
         for shard in &core.shards {
@@ -291,13 +291,7 @@ impl Keyspace {
             let mut after: Option<Vec<u8>> = None;
             loop {
                 let mut chunk = Vec::with_capacity(CHUNK);
-                let lower = match &after {
-                    Some(k) => Bound::Excluded(k.as_slice()),
-                    None => match &lo {
-                        Bound::Included(k) => Bound::Included(k.as_slice()),
-                        _ => Bound::Unbounded,
-                    },
-                };
+                let lower = after.as_deref().map_or(lo, Bound::Excluded);
                 shard
                     .state
                     .read()

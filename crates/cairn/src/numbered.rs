@@ -111,13 +111,14 @@ impl Region {
         (n <= MAX_NUMBER).then(|| tag_of_number(n as u32))
     }
 
+    /// The number of the row whose table tag is `tag`.
+    pub fn number_of(tag: u32) -> u64 {
+        u64::from(number_of_tag(tag))
+    }
+
     /// The internal key of the row whose table tag is `tag`.
     pub fn key_of(&self, tag: u32) -> [u8; KEY_LEN] {
-        let mut k = [0u8; KEY_LEN];
-        k[0] = self.ns;
-        k[1] = self.tag;
-        k[2..].copy_from_slice(&u64::from(number_of_tag(tag)).to_be_bytes());
-        k
+        self.key_for(Region::number_of(tag))
     }
 
     /// Whether the internal key range `lo..hi` may hold rows of this region's table.
