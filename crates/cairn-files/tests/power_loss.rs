@@ -125,9 +125,38 @@ fn check(db: &Db, allowed: &HashMap<String, Vec<State>>, ctx: &str) -> HashMap<S
     let extra = db.stats().total.keys - listed.len() as u64 - chunks;
     assert!(
         extra == 1 || (extra == 0 && listed.is_empty()),
-        "{ctx}: {extra} rows other than metadata and live chunks: {fst:?}"
+        "{ctx}: {extra} rows other than metadata and live chunks: {fst:?}; {}",
+        stray_rows(db, &listed)
     );
     known
+}
+
+/// The rows of the file store's keyspace that are neither the settings row nor a live
+/// file's metadata or chunk, described for a failing check's message: chunk rows grouped
+/// by version (with their indexes), other rows by key.
+fn stray_rows(db: &Db, listed: &[(Vec<u8>, FileStat)]) -> String {
+    let live: std::collections::HashSet<u128> = listed.iter().map(|(_, s)| s.version).collect();
+    let ks = db.keyspace(cairn_files::KEYSPACE);
+    let mut chunks: std::collections::BTreeMap<u128, Vec<(u32, usize)>> = Default::default();
+    let mut other = Vec::new();
+    for r in ks.iter() {
+        let (k, _) = match r {
+            Ok(kv) => kv,
+            Err(e) => return format!("listing the rows failed: {e}"),
+        };
+        match k.first() {
+            Some(b's') | Some(b'm') => {}
+            Some(b'c') if k.len() == 21 => {
+                let vid = u128::from_be_bytes(k[1..17].try_into().unwrap());
+                if !live.contains(&vid) {
+                    let idx = u32::from_be_bytes(k[17..21].try_into().unwrap());
+                    chunks.entry(vid).or_default().push((idx, ks.shard_of(&k)));
+                }
+            }
+            _ => other.push(k.escape_ascii().to_string()),
+        }
+    }
+    format!("stray chunks (index, shard) by version {chunks:?}, other rows {other:?}")
 }
 
 fn run(seed: u64) {
@@ -204,16 +233,22 @@ fn run(seed: u64) {
         drop(fs);
         drop(db);
         let restart = power.restart(loss, rng.random()).unwrap();
+        let mut ctx = format!("{ctx}: {restart} {:#?}", restart.detail);
         if rng.random_bool(0.25) {
             // The power fails again during recovery (or the collector's first pass).
-            power.cut_after(rng.random_range(0..30));
-            if let Ok(db) = options(always, &power).open(&dir) {
-                let _ = files(&db).collect_garbage();
-            }
+            let after = rng.random_range(0..30);
+            power.cut_after(after);
+            let opened = match options(always, &power).open(&dir) {
+                Ok(db) => format!("opened, collector: {:?}", files(&db).collect_garbage()),
+                Err(e) => format!("open failed: {e}"),
+            };
             power.cut();
-            power.restart(loss, rng.random()).unwrap();
+            let again = power.restart(loss, rng.random()).unwrap();
+            ctx = format!(
+                "{ctx}; cut again {after} operations into the next open ({opened}): {again} {:#?}",
+                again.detail
+            );
         }
-        let ctx = format!("{ctx}: {restart} {:#?}", restart.detail);
         let db = options(always, &power)
             .open(&dir)
             .unwrap_or_else(|e| panic!("{ctx}: reopen: {e}"));

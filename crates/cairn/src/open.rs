@@ -171,7 +171,24 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
         seqstate.aborted.sort_unstable();
         manifest::write_seqstate(&fs, dir, &seqstate)?;
     }
-    let next_seq = max_seq + 1;
+    // Every segment was created with the number the next write would take then; new
+    // writes must not be numbered below any of them, even when the writes numbered
+    // after a segment's creation were lost: a compaction output holds copies numbered
+    // below its creation, and a tombstone numbered below that would be judged to need
+    // no protection from it (`compaction::Other::may_hold_older`), be dropped, and let
+    // the copy bring the deleted key back. The numbers skipped are void, so that a
+    // later crash does not take them for lost writes.
+    let max_created = loaded.iter().map(|l| l.max_created()).max().unwrap_or(0);
+    let mut next_seq = max_seq + 1;
+    if max_created > next_seq {
+        log::warn!(
+            "writes {next_seq}..{max_created} were lost in a crash after segments numbered \
+             up to {max_created} were made; new writes are numbered from {max_created}"
+        );
+        seqstate.add_void(next_seq, max_created - 1);
+        manifest::write_seqstate(&fs, dir, &seqstate)?;
+        next_seq = max_created;
+    }
     for l in &loaded {
         damage.extend(l.damage.iter().cloned());
     }

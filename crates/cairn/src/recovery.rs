@@ -328,6 +328,15 @@ pub(crate) fn write_replayed(
 }
 
 impl Loaded {
+    /// The highest creation number in the headers of the shard's segments.
+    pub fn max_created(&self) -> u64 {
+        self.segs
+            .values()
+            .map(|s| s.file.created_seq)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The id a new segment of this shard would take.
     pub fn next_seg(&self) -> u32 {
         self.next_seg
