@@ -9,6 +9,9 @@ use crate::compaction::{self, Outcome, RotateMin};
 use crate::core::Core;
 use crate::SyncPolicy;
 
+/// How long the maintenance thread waits before it tries a failed seal again.
+const SEAL_RETRY: Duration = Duration::from_millis(500);
+
 /// Background loop: seals rotated segments and runs the periodic sync.
 pub(crate) fn maintenance_loop(core: &Core) {
     let interval = match core.opts.sync {
@@ -32,7 +35,7 @@ pub(crate) fn maintenance_loop(core: &Core) {
             log_work();
         }) {
             log::error!("sealing a segment failed: {e}");
-            core.wait(Duration::from_millis(500), true);
+            core.pause(SEAL_RETRY);
         }
         if let Some(d) = interval {
             if last_sync.elapsed() >= d {

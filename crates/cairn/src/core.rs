@@ -505,6 +505,17 @@ impl Core {
         }
     }
 
+    /// Waits `timeout` or until shutdown (or another wake-up), whatever is queued: the
+    /// maintenance thread's pause after a seal failed, so that a failing disk is retried
+    /// at a bounded rate instead of in a loop (the failed segment stays queued, which
+    /// would end [`Core::wait`] at once).
+    pub(crate) fn pause(&self, timeout: Duration) {
+        let mut q = self.seal_queue.lock();
+        if !self.is_shutdown() {
+            self.wake.wait_for(&mut q, timeout);
+        }
+    }
+
     /// Waits for a segment to seal (and, for the maintenance thread, `spares`, for a
     /// spare segment asked for), shutdown or `timeout`.
     pub(crate) fn wait(&self, timeout: Duration, spares: bool) {

@@ -1231,6 +1231,63 @@ fn eio_on_sync_makes_whole_store_read_only() {
     }
 }
 
+/// A seal that fails (the disk fails every operation from some point on) is retried
+/// at a bounded rate, not in a loop: the failed segment stays queued, and the
+/// maintenance thread once went straight back to it, spinning a CPU (134 of 200 clock
+/// ticks in this test) and logging an error each time until the store was dropped.
+#[test]
+fn a_failing_seal_is_retried_at_a_bounded_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let power = Arc::new(cairn::fault::PowerLoss::new(dir.path().join("stash")).unwrap());
+    let db = Options::new()
+        .shards(4)
+        .segment_size(16 << 10)
+        .background_compaction(false)
+        .sync(SyncPolicy::Never)
+        .power_loss(power.clone())
+        .open(dir.path().join("db"))
+        .unwrap();
+    // The disk fails a few operations in, while segments rotate out: their seals fail.
+    power.cut_after(40);
+    for i in 0..400 {
+        if db.put(key(i), value(i, 300)).is_err() {
+            break;
+        }
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // CPU time of the maintenance threads (this test's, and those of tests running
+    // beside it, which are idle or brief) over two seconds.
+    let before = maintenance_cpu_ticks();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let used = maintenance_cpu_ticks() - before;
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    assert!(
+        used < ticks / 2,
+        "the maintenance threads used {used} of {} clock ticks in 2 s",
+        2 * ticks
+    );
+    drop(db);
+}
+
+/// User and system time, in clock ticks, of this process's threads named `cairn-maint`.
+fn maintenance_cpu_ticks() -> u64 {
+    let mut total = 0;
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() != "cairn-maint" {
+            continue;
+        }
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        // Fields after the parenthesised name: state is field 3, utime 14, stime 15.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.len() > 12 {
+            total += f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0);
+        }
+    }
+    total
+}
+
 /// A store that failed (an fsync that did not complete) cannot make what it acknowledged
 /// durable: `close` reports the failure instead of success, whichever thread's sync
 /// failed. (A close that said `Ok` here let a caller count unsynced writes as durable;
