@@ -47,10 +47,9 @@ pub(crate) fn maintenance_loop(core: &Core) {
             core.wait(
                 d.saturating_sub(last_sync.elapsed())
                     .max(Duration::from_millis(1)),
-                true,
             );
         } else {
-            core.wait(Duration::from_millis(500), true);
+            core.wait(Duration::from_millis(500));
         }
     }
 }
@@ -90,12 +89,12 @@ pub(crate) fn compaction_loop(core: &Core) {
                     },
                 };
                 if !did {
-                    core.wait(IDLE_WAIT, false);
+                    core.pause(IDLE_WAIT);
                 }
             }
             Err(e) => {
                 log::error!("background compaction failed: {e}");
-                core.wait(Duration::from_secs(1), false);
+                core.pause(Duration::from_secs(1));
             }
         }
     }

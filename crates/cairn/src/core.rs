@@ -505,10 +505,11 @@ impl Core {
         }
     }
 
-    /// Waits `timeout` or until shutdown (or another wake-up), whatever is queued: the
-    /// maintenance thread's pause after a seal failed, so that a failing disk is retried
-    /// at a bounded rate instead of in a loop (the failed segment stays queued, which
-    /// would end [`Core::wait`] at once).
+    /// Waits `timeout`, or until woken (a seal queued, shutdown), whatever is queued: the
+    /// compaction thread's idle wait, and the maintenance thread's pause after a seal
+    /// failed. Both once used [`Core::wait`], which returns at once while a seal is
+    /// queued: with a failed seal left queued (a failing disk) the two threads retried in
+    /// a loop, each costing a CPU.
     pub(crate) fn pause(&self, timeout: Duration) {
         let mut q = self.seal_queue.lock();
         if !self.is_shutdown() {
@@ -516,14 +517,14 @@ impl Core {
         }
     }
 
-    /// Waits for a segment to seal (and, for the maintenance thread, `spares`, for a
-    /// spare segment asked for), shutdown or `timeout`.
-    pub(crate) fn wait(&self, timeout: Duration, spares: bool) {
+    /// The maintenance thread's wait for work: returns at once while a segment is queued
+    /// for sealing or a spare segment or a checkpoint is asked for, else waits for one,
+    /// for shutdown or for `timeout`.
+    pub(crate) fn wait(&self, timeout: Duration) {
         let mut q = self.seal_queue.lock();
-        let spare_wanted = spares
-            && (self.spare_wanted.load(Ordering::SeqCst)
-                || self.checkpoint_wanted.load(Ordering::SeqCst));
-        if q.is_empty() && !self.is_shutdown() && !spare_wanted {
+        let wanted = self.spare_wanted.load(Ordering::SeqCst)
+            || self.checkpoint_wanted.load(Ordering::SeqCst);
+        if q.is_empty() && !self.is_shutdown() && !wanted {
             self.wake.wait_for(&mut q, timeout);
         }
     }
