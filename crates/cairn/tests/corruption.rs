@@ -1234,11 +1234,22 @@ fn eio_on_sync_makes_whole_store_read_only() {
 /// A seal that fails (the disk fails every operation from some point on) is retried
 /// at a bounded rate, not in a loop: the failed segment stays queued, and the
 /// maintenance thread once went straight back to it, spinning a CPU (134 of 200 clock
-/// ticks in this test) and logging an error each time until the store was dropped.
+/// ticks over 2 s) and logging an error each time until the store was dropped. Whether
+/// a seal is queued when the power goes depends on the maintenance thread's timing (it
+/// was in about half the runs), so the run is repeated.
 #[test]
 fn a_failing_seal_is_retried_at_a_bounded_rate() {
+    for attempt in 0..8 {
+        failing_seal_run(attempt);
+    }
+}
+
+fn failing_seal_run(attempt: u32) {
     let dir = tempfile::tempdir().unwrap();
     let power = Arc::new(cairn::fault::PowerLoss::new(dir.path().join("stash")).unwrap());
+    // This store's background threads: those that appear with it (tests running beside
+    // this one rarely open a store in the same instant, and theirs are idle or brief).
+    let others = background_threads();
     let db = Options::new()
         .shards(4)
         .segment_size(16 << 10)
@@ -1247,6 +1258,22 @@ fn a_failing_seal_is_retried_at_a_bounded_rate() {
         .power_loss(power.clone())
         .open(dir.path().join("db"))
         .unwrap();
+    // A thread names itself once it runs: look for a while.
+    let mut mine: Vec<String> = Vec::new();
+    for _ in 0..200 {
+        mine = background_threads()
+            .into_iter()
+            .filter(|t| !others.contains(t))
+            .collect();
+        if !mine.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(
+        !mine.is_empty(),
+        "the store's maintenance thread was not found"
+    );
     // The disk fails a few operations in, while segments rotate out: their seals fail.
     power.cut_after(40);
     for i in 0..400 {
@@ -1255,31 +1282,38 @@ fn a_failing_seal_is_retried_at_a_bounded_rate() {
         }
     }
     std::thread::sleep(std::time::Duration::from_millis(300));
-    // CPU time of the background threads (this test's, and those of tests running
-    // beside it, which are idle or brief) over two seconds.
-    let before = background_cpu_ticks();
-    std::thread::sleep(std::time::Duration::from_secs(2));
-    let used = background_cpu_ticks() - before;
+    let before = cpu_ticks(&mine);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let used = cpu_ticks(&mine) - before;
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
     assert!(
-        used < ticks / 2,
-        "the background threads used {used} of {} clock ticks in 2 s",
-        2 * ticks
+        used < ticks / 8,
+        "run {attempt}: the store's background threads used {used} of {} clock ticks in 0.5 s",
+        ticks / 2
     );
     drop(db);
 }
 
-/// User and system time, in clock ticks, of this process's maintenance and compaction
-/// threads.
-fn background_cpu_ticks() -> u64 {
-    let mut total = 0;
+/// The `/proc/self/task` ids of this process's maintenance and compaction threads.
+fn background_threads() -> Vec<String> {
+    let mut out = Vec::new();
     for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
         let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
         let comm = comm.trim();
-        if comm != "cairn-maint" && !comm.starts_with("cairn-compact") {
-            continue;
+        if comm == "cairn-maint" || comm.starts_with("cairn-compact") {
+            out.push(t.file_name().to_string_lossy().into_owned());
         }
-        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+    }
+    out
+}
+
+/// User and system time, in clock ticks, of the threads `tids` of this process (0 for
+/// one that has ended).
+fn cpu_ticks(tids: &[String]) -> u64 {
+    let mut total = 0;
+    for tid in tids {
+        let path = format!("/proc/self/task/{tid}/stat");
+        let stat = std::fs::read_to_string(path).unwrap_or_default();
         // Fields after the parenthesised name: state is field 3, utime 14, stime 15.
         let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
         let f: Vec<&str> = rest.split_whitespace().collect();
