@@ -152,7 +152,9 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
     let lost_records = loaded.iter().any(|l| l.lost_records);
     let cut = recovery::find_cut(seqs, &seqstate, max_seq, lost_records);
     let mut damage: Vec<Damage> = Vec::new();
-    if cut != recovery::Cut::default() {
+    // Whether `SEQSTATE` changed (written once, below).
+    let mut seqstate_changed = cut != recovery::Cut::default();
+    if seqstate_changed {
         for s in &cut.aborted {
             log::warn!("batch {s} was only partly written before damage; ignoring all of it");
         }
@@ -169,7 +171,6 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
         }
         seqstate.aborted.extend(&cut.aborted);
         seqstate.aborted.sort_unstable();
-        manifest::write_seqstate(&fs, dir, &seqstate)?;
     }
     // Every segment was created with the number the next write would take then; new
     // writes must not be numbered below any of them, even when the writes numbered
@@ -186,8 +187,11 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
              up to {max_created} were made; new writes are numbered from {max_created}"
         );
         seqstate.add_void(next_seq, max_created - 1);
-        manifest::write_seqstate(&fs, dir, &seqstate)?;
+        seqstate_changed = true;
         next_seq = max_created;
+    }
+    if seqstate_changed {
+        manifest::write_seqstate(&fs, dir, &seqstate)?;
     }
     for l in &loaded {
         damage.extend(l.damage.iter().cloned());
