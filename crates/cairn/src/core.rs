@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use xxhash_rust::xxh3::xxh3_64;
 
 use crate::batch::WriteBatch;
 use crate::commitlog::{CommitLog, MAX_DEFERRED_LOGGED_BYTES, MAX_LOGGED_BYTES, MAX_STAGED_BYTES};
@@ -21,6 +20,7 @@ use crate::damage::Damage;
 use crate::keys::check_value;
 use crate::manifest::{self, SeqState};
 use crate::record::Kind;
+use crate::route::Router;
 use crate::shard::{Prepared, Shard};
 use crate::value::Value;
 use crate::{Error, Result, SyncPolicy, MAX_KEY_LEN};
@@ -34,6 +34,8 @@ pub(crate) type Extensions = Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>;
 pub(crate) struct Core {
     pub ctx: StoreCtx,
     pub shards: Vec<Shard>,
+    /// Which shard a key lives in (as the manifest says).
+    pub router: Router,
     /// The persisted `SEQSTATE`.
     pub seqstate: Mutex<SeqState>,
     /// Segments never synced that are being dropped, until their unlink is durable
@@ -55,8 +57,10 @@ impl Deref for Core {
 }
 
 impl Core {
+    /// The shard of internal key `key`.
+    #[inline]
     pub fn shard_of(&self, key: &[u8]) -> usize {
-        (xxh3_64(key) % self.shards.len() as u64) as usize
+        self.router.shard_of(key)
     }
 
     /// Creates the spare segments shards asked for.

@@ -280,6 +280,29 @@ impl Db {
         self.core.shards.len()
     }
 
+    /// The regions of numbered rows (keyspace, tag) this store routes to shards by
+    /// group of 64 consecutive numbers rather than by each key's hash: those declared
+    /// with [`Options::numbered_rows`] when it was created, recorded in its manifest
+    /// (format version 2; a store made without any, or before 2026-11-28, has none).
+    /// Fixed for the store's life, whatever later opens declare.
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let db = cairn::Options::new().numbered_rows(7, b'I').open(dir.path())?;
+    /// drop(db);
+    /// let db = cairn::Db::open(dir.path())?;
+    /// assert_eq!(db.grouped_rows(), vec![(7, b'I')]);
+    /// # Ok::<(), cairn::Error>(())
+    /// ```
+    pub fn grouped_rows(&self) -> Vec<(u8, u8)> {
+        self.core
+            .router
+            .grouped()
+            .iter()
+            .map(|g| (g.region.ns, g.region.tag))
+            .collect()
+    }
+
     /// The options the store was opened with.
     pub fn options(&self) -> &Options {
         &self.core.opts

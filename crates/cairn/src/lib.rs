@@ -60,6 +60,7 @@ mod powerloss;
 mod record;
 mod recovery;
 mod room;
+mod route;
 mod segment;
 mod shard;
 mod stats;

@@ -1,11 +1,13 @@
 //! The two small store-wide files: `CAIRN` (what the store is: format version, shard
-//! count) and `SEQSTATE` (the durable batch watermark, the aborted batches and the
+//! count, the regions of numbered rows routed by group) and `SEQSTATE` (the durable batch watermark, the aborted batches and the
 //! sequence ranges cut off after crashes).
 
 use std::path::Path;
 
 use crate::fsutil::{self, Fs};
+use crate::numbered::Region;
 use crate::record::{mask, u32_at, u64_at};
+use crate::route::Grouped;
 use crate::{Error, Result, FORMAT_VERSION};
 
 /// Name of the manifest file in the store directory.
@@ -14,6 +16,12 @@ pub const MANIFEST: &str = "CAIRN";
 pub const SEQSTATE: &str = "SEQSTATE";
 const MANIFEST_MAGIC: &[u8; 8] = b"CAIRNDB\0";
 const SEQ_MAGIC: &[u8; 8] = b"CAIRNSEQ";
+/// Version of a manifest that lists grouped regions (version 1 lists none: every key is
+/// routed by its hash). A store's version is its manifest's; the other files' layouts
+/// are the same in both, and carry [`FORMAT_VERSION`].
+pub const ROUTED_VERSION: u32 = 2;
+/// Most grouped regions a manifest may list.
+const MAX_GROUPED: u32 = 64;
 
 fn seal(mut b: Vec<u8>) -> Vec<u8> {
     let crc = mask(crc32c::crc32c(&b));
@@ -21,7 +29,13 @@ fn seal(mut b: Vec<u8>) -> Vec<u8> {
     b
 }
 
-fn unseal<'a>(path: &Path, b: &'a [u8], magic: &[u8; 8], min: usize) -> Result<&'a [u8]> {
+fn unseal<'a>(
+    path: &Path,
+    b: &'a [u8],
+    magic: &[u8; 8],
+    min: usize,
+    newest: u32,
+) -> Result<&'a [u8]> {
     if b.len() < 8 || &b[..8] != magic {
         return Err(Error::format(path, "not a cairn store file (bad magic)"));
     }
@@ -33,29 +47,55 @@ fn unseal<'a>(path: &Path, b: &'a [u8], magic: &[u8; 8], min: usize) -> Result<&
         return Err(Error::corruption(path, "checksum mismatch"));
     }
     let version = u32_at(b, 8);
-    if version != FORMAT_VERSION {
+    if !(FORMAT_VERSION..=newest).contains(&version) {
+        let reads = if newest == FORMAT_VERSION {
+            format!("version {FORMAT_VERSION}")
+        } else {
+            format!("versions {FORMAT_VERSION} to {newest}")
+        };
         return Err(Error::format(
             path,
-            format!("store format version {version}; this build of cairn reads version {FORMAT_VERSION}"),
+            format!("store format version {version}; this build of cairn reads {reads}"),
         ));
     }
     Ok(body)
 }
 
-/// Writes the manifest of a new store.
-pub fn write_manifest(fs: &Fs, dir: &Path, shards: u32) -> Result<()> {
-    let mut b = Vec::with_capacity(24);
+/// What the manifest says of a store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Manifest {
+    /// Number of shards (1..=`MAX_SHARDS`).
+    pub shards: u32,
+    /// Regions of numbered rows routed to shards by group ([`crate::route`]).
+    pub grouped: Vec<Grouped>,
+}
+
+/// Writes the manifest of a new store: version 1 if no region is grouped (so that builds
+/// from before grouped regions open it), else [`ROUTED_VERSION`].
+pub fn write_manifest(fs: &Fs, dir: &Path, m: &Manifest) -> Result<()> {
+    let mut b = Vec::with_capacity(24 + 4 * m.grouped.len());
     b.extend_from_slice(MANIFEST_MAGIC);
-    b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    b.extend_from_slice(&shards.to_le_bytes());
+    let version = if m.grouped.is_empty() {
+        FORMAT_VERSION
+    } else {
+        ROUTED_VERSION
+    };
+    b.extend_from_slice(&version.to_le_bytes());
+    b.extend_from_slice(&m.shards.to_le_bytes());
+    if !m.grouped.is_empty() {
+        b.extend_from_slice(&(m.grouped.len() as u32).to_le_bytes());
+        for g in &m.grouped {
+            b.extend_from_slice(&[g.region.ns, g.region.tag, g.shift, 0]);
+        }
+    }
     fs.write_atomic(&dir.join(MANIFEST), &seal(b))
 }
 
-/// Reads the manifest; returns the shard count.
-pub fn read_manifest(dir: &Path) -> Result<u32> {
+/// Reads the manifest.
+pub fn read_manifest(dir: &Path) -> Result<Manifest> {
     let path = dir.join(MANIFEST);
     let b = fsutil::read_file(&path)?;
-    let body = unseal(&path, &b, MANIFEST_MAGIC, 16)?;
+    let body = unseal(&path, &b, MANIFEST_MAGIC, 16, ROUTED_VERSION)?;
     let shards = u32_at(body, 12);
     if shards == 0 || shards > crate::options::MAX_SHARDS {
         return Err(Error::corruption(
@@ -63,7 +103,43 @@ pub fn read_manifest(dir: &Path) -> Result<u32> {
             format!("invalid shard count {shards}"),
         ));
     }
-    Ok(shards)
+    let mut grouped = Vec::new();
+    if u32_at(body, 8) == FORMAT_VERSION {
+        if body.len() != 16 {
+            return Err(Error::corruption(&path, "manifest has trailing bytes"));
+        }
+    } else {
+        if body.len() < 20 {
+            return Err(Error::corruption(&path, "manifest too short"));
+        }
+        let n = u32_at(body, 16);
+        if n == 0 || n > MAX_GROUPED || body.len() != 20 + 4 * n as usize {
+            return Err(Error::corruption(
+                &path,
+                format!(
+                    "invalid grouped region count {n} for a manifest of {} bytes",
+                    b.len()
+                ),
+            ));
+        }
+        for e in body[20..].chunks_exact(4) {
+            let g = Grouped {
+                region: Region {
+                    ns: e[0],
+                    tag: e[1],
+                },
+                shift: e[2],
+            };
+            if g.shift > 63 || e[3] != 0 || grouped.iter().any(|o: &Grouped| o.region == g.region) {
+                return Err(Error::corruption(
+                    &path,
+                    format!("invalid grouped region {e:02x?}"),
+                ));
+            }
+            grouped.push(g);
+        }
+    }
+    Ok(Manifest { shards, grouped })
 }
 
 /// Durable facts about sequence numbers.
@@ -122,7 +198,7 @@ pub fn read_seqstate(dir: &Path) -> Result<SeqState> {
         return Ok(SeqState::default());
     }
     let b = fsutil::read_file(&path)?;
-    let body = unseal(&path, &b, SEQ_MAGIC, 24)?;
+    let body = unseal(&path, &b, SEQ_MAGIC, 24, FORMAT_VERSION)?;
     let watermark = u64_at(body, 12);
     let n = u32_at(body, 20) as usize;
     let ranges_at = 24 + 8 * n;
@@ -246,5 +322,82 @@ mod tests {
         std::fs::write(dir.path().join(SEQSTATE), seal(b)).unwrap();
         let old = read_seqstate(dir.path()).unwrap();
         assert_eq!((old.watermark, old.aborted, old.void), (7, vec![9], vec![]));
+    }
+
+    #[test]
+    fn manifests_round_trip_with_and_without_grouped_regions() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = Fs::default();
+        let plain = Manifest {
+            shards: 16,
+            grouped: Vec::new(),
+        };
+        write_manifest(&fs, dir.path(), &plain).unwrap();
+        let b = std::fs::read(dir.path().join(MANIFEST)).unwrap();
+        assert_eq!(
+            (b.len(), u32_at(&b, 8)),
+            (20, FORMAT_VERSION),
+            "version 1 as before"
+        );
+        assert_eq!(read_manifest(dir.path()).unwrap(), plain);
+        let routed = Manifest {
+            shards: 4,
+            grouped: vec![
+                Grouped {
+                    region: Region { ns: 2, tag: b'I' },
+                    shift: 6,
+                },
+                Grouped {
+                    region: Region { ns: 9, tag: b'n' },
+                    shift: 0,
+                },
+            ],
+        };
+        write_manifest(&fs, dir.path(), &routed).unwrap();
+        let b = std::fs::read(dir.path().join(MANIFEST)).unwrap();
+        assert_eq!((b.len(), u32_at(&b, 8)), (32, ROUTED_VERSION));
+        assert_eq!(read_manifest(dir.path()).unwrap(), routed);
+    }
+
+    #[test]
+    fn damaged_or_newer_manifests_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |version: u32, tail: &[u8]| {
+            let mut b = Vec::new();
+            b.extend_from_slice(MANIFEST_MAGIC);
+            b.extend_from_slice(&version.to_le_bytes());
+            b.extend_from_slice(&4u32.to_le_bytes());
+            b.extend_from_slice(tail);
+            std::fs::write(dir.path().join(MANIFEST), seal(b)).unwrap();
+            read_manifest(dir.path())
+        };
+        let entry = |n: u32, e: &[[u8; 4]]| {
+            let mut t = n.to_le_bytes().to_vec();
+            e.iter().for_each(|e| t.extend_from_slice(e));
+            t
+        };
+        assert!(write(ROUTED_VERSION, &entry(1, &[[2, b'I', 6, 0]])).is_ok());
+        assert!(matches!(write(3, &[]), Err(Error::Format { .. })));
+        assert!(matches!(write(0, &[]), Err(Error::Format { .. })));
+        for tail in [
+            vec![0u8],
+            entry(0, &[]),
+            entry(2, &[[2, b'I', 6, 0]]),
+            entry(1, &[[2, b'I', 64, 0]]),
+            entry(1, &[[2, b'I', 6, 1]]),
+            entry(2, &[[2, b'I', 6, 0], [2, b'I', 0, 0]]),
+            entry(1, &[[2, b'I', 6, 0], [3, b'I', 6, 0]]),
+        ] {
+            let routed = write(ROUTED_VERSION, &tail);
+            assert!(
+                matches!(routed, Err(Error::Corruption { .. })),
+                "{tail:?}: {routed:?}"
+            );
+        }
+        assert!(matches!(
+            write(FORMAT_VERSION, &[0]),
+            Err(Error::Corruption { .. })
+        ));
+        assert!(write(FORMAT_VERSION, &[]).is_ok());
     }
 }

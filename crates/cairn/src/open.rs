@@ -16,6 +16,7 @@ use crate::damage::Damage;
 use crate::fsutil::Fs;
 use crate::manifest;
 use crate::recovery;
+use crate::route::{Grouped, Router, GROUP_SHIFT};
 use crate::segment::{SegKind, SegmentFile};
 use crate::shard::Shard;
 use crate::{Error, Options, Result, SyncPolicy};
@@ -87,24 +88,35 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
         Err(fs::TryLockError::WouldBlock) => return Err(Error::Locked(dir.to_owned())),
         Err(fs::TryLockError::Error(e)) => return Err(Error::io(&lock_path, e)),
     }
-    let nshards = if dir.join(manifest::MANIFEST).exists() {
-        let n = manifest::read_manifest(dir)?;
+    let manifest = if dir.join(manifest::MANIFEST).exists() {
+        let m = manifest::read_manifest(dir)?;
         if let Some(want) = opts.shards {
-            if want != n {
+            if want != m.shards {
                 return Err(Error::InvalidArgument(format!(
-                    "store at {} has {n} shards; the shard count is fixed at creation (asked for {want})",
-                    dir.display()
+                    "store at {} has {} shards; the shard count is fixed at creation (asked for {want})",
+                    dir.display(),
+                    m.shards
                 )));
             }
         }
-        n
+        m
     } else {
-        create_store(
-            &fs,
-            dir,
-            opts.shards.unwrap_or(crate::options::DEFAULT_SHARDS),
-        )?
+        // A new store routes the numbered rows it is created with by group.
+        let m = manifest::Manifest {
+            shards: opts.shards.unwrap_or(crate::options::DEFAULT_SHARDS),
+            grouped: opts
+                .numbered
+                .iter()
+                .map(|&region| Grouped {
+                    region,
+                    shift: GROUP_SHIFT,
+                })
+                .collect(),
+        };
+        create_store(&fs, dir, &m)?;
+        m
     };
+    let nshards = manifest.shards;
     let mut seqstate = manifest::read_seqstate(dir)?;
     for i in 0..nshards {
         let d = shard_dir(dir, i);
@@ -230,6 +242,7 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
         to_seal,
     );
     let mut core = Core {
+        router: Router::new(shards.len(), manifest.grouped),
         ctx,
         shards,
         seqstate: Mutex::new(seqstate),
@@ -319,7 +332,8 @@ fn check_creatable(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn create_store(fs: &Fs, dir: &Path, n: u32) -> Result<u32> {
+fn create_store(fs: &Fs, dir: &Path, m: &manifest::Manifest) -> Result<()> {
+    let n = m.shards;
     check_creatable(dir)?;
     let shards = dir.join("shards");
     if shards.exists() {
@@ -344,6 +358,5 @@ fn create_store(fs: &Fs, dir: &Path, n: u32) -> Result<u32> {
     }
     fs.sync_dir(&shards)?;
     fs.sync_dir(dir)?;
-    manifest::write_manifest(fs, dir, n)?;
-    Ok(n)
+    manifest::write_manifest(fs, dir, m)
 }

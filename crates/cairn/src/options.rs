@@ -188,8 +188,13 @@ impl Options {
     /// instead of its ordered index: a write of one costs about a third less CPU (no
     /// ordered insert) and each row about 22 bytes of memory instead of about 42.
     ///
-    /// Not recorded on disk: each open chooses, and a store opened without the
-    /// declaration keeps the same rows in its ordered index, with the same contents.
+    /// A store *created* with the declaration also routes these rows to shards by
+    /// their number, 64 consecutive numbers to a shard (rather than each key by its
+    /// hash), so that rows made one after another share a shard's cache lines; this is
+    /// recorded in its manifest (format version 2, [`crate::Db::grouped_rows`]) and kept
+    /// for the store's life. The table itself is not recorded: each open chooses, and a
+    /// store opened without the declaration keeps the same rows in its ordered index,
+    /// with the same contents.
     /// While declared, an ordered scan ([`crate::Db::range`], [`crate::Keyspace::prefix`]
     /// and the others) whose range may hold such rows is refused with
     /// [`crate::Error::InvalidArgument`] rather than return a partial answer; visit them

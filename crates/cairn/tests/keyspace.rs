@@ -323,3 +323,111 @@ fn numbered_rows_are_kept_by_number_through_compaction_and_reopens() {
         .collect();
     assert_eq!(scanned, model.keys().copied().collect::<Vec<_>>());
 }
+
+/// The shards the rows numbered `0..n` live in, by group of 64.
+fn shards_by_group(ks: &cairn::Keyspace, n: u64) -> Vec<Vec<usize>> {
+    (0..n / 64)
+        .map(|g| (0..64).map(|i| ks.shard_of(numbered(g * 64 + i))).collect())
+        .collect()
+}
+
+#[test]
+fn numbered_rows_are_routed_as_the_store_was_created_whatever_an_open_declares() {
+    use std::collections::{BTreeMap, BTreeSet};
+    let version = |dir: &std::path::Path| {
+        let b = std::fs::read(dir.join("CAIRN")).unwrap();
+        u32::from_le_bytes(b[8..12].try_into().unwrap())
+    };
+    let model: BTreeMap<u64, Vec<u8>> = (0..4096u64)
+        .chain([0xFFFF_FFF0, u64::MAX])
+        .map(|n| (n, format!("row {n}").into_bytes()))
+        .collect();
+    let fill = |db: &Db| {
+        let ks = db.keyspace(3);
+        for (n, v) in &model {
+            ks.put(numbered(*n), v).unwrap();
+        }
+        for i in 0..300u32 {
+            ks.put(format!("D{i:05}"), "entry").unwrap();
+        }
+    };
+    let declared = || Options::new().shards(8).numbered_rows(3, b'I');
+
+    // Created declared: rows go by group of 64, recorded in a version-2 manifest, and
+    // every later open routes so, declared, undeclared or declaring something else.
+    let grouped = tempfile::tempdir().unwrap();
+    {
+        let db = declared().open(grouped.path()).unwrap();
+        assert_eq!(db.grouped_rows(), vec![(3, b'I')]);
+        fill(&db);
+        db.compact().unwrap();
+    }
+    assert_eq!(version(grouped.path()), 2);
+    let mut routes = Vec::new();
+    for opts in [
+        Options::new(),
+        declared(),
+        Options::new().numbered_rows(3, b'J').numbered_rows(0, b'I'),
+    ] {
+        let db = opts.open(grouped.path()).unwrap();
+        assert_eq!(db.grouped_rows(), vec![(3, b'I')]);
+        let ks = db.keyspace(3);
+        check_numbered(&ks, &model);
+        assert!(db.verify().unwrap().is_clean());
+        let by_group = shards_by_group(&ks, 4096);
+        assert!(by_group.iter().all(|g| g.iter().all(|&s| s == g[0])));
+        let used: BTreeSet<usize> = by_group.iter().map(|g| g[0]).collect();
+        assert!(used.len() >= 6, "64 groups over 8 shards: {used:?}");
+        routes.push(by_group);
+        // Rows written now land where the earlier ones are.
+        ks.put(numbered(7), "row 7").unwrap();
+    }
+    assert!(routes.windows(2).all(|w| w[0] == w[1]));
+
+    // Created undeclared (as every store before grouped routing): a version-1 manifest,
+    // each row by its key's hash, also when a later open declares the rows.
+    let hashed = tempfile::tempdir().unwrap();
+    {
+        let db = Options::new().shards(8).open(hashed.path()).unwrap();
+        assert!(db.grouped_rows().is_empty());
+        fill(&db);
+    }
+    assert_eq!(version(hashed.path()), 1);
+    let db = declared().open(hashed.path()).unwrap();
+    assert!(db.grouped_rows().is_empty());
+    let ks = db.keyspace(3);
+    check_numbered(&ks, &model);
+    assert!(db.verify().unwrap().is_clean());
+    let spread = shards_by_group(&ks, 4096)
+        .iter()
+        .filter(|g| g.iter().any(|&s| s != g[0]))
+        .count();
+    assert_eq!(spread, 64, "every group spread over shards by hash");
+}
+
+#[test]
+fn a_store_of_a_newer_format_is_refused_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(
+        Options::new()
+            .numbered_rows(3, b'I')
+            .open(dir.path())
+            .unwrap(),
+    );
+    let path = dir.path().join("CAIRN");
+    let mut b = std::fs::read(&path).unwrap();
+    // A manifest of version 3, checksummed as cairn does (masked CRC-32C).
+    b[8..12].copy_from_slice(&3u32.to_le_bytes());
+    let end = b.len() - 4;
+    let crc = crc32c::crc32c(&b[..end]);
+    let masked = crc.rotate_right(15).wrapping_add(0xa282_ead8);
+    b[end..].copy_from_slice(&masked.to_le_bytes());
+    std::fs::write(&path, &b).unwrap();
+    match Db::open(dir.path()) {
+        Err(Error::Format { detail, .. }) => assert!(
+            detail.contains("store format version 3; this build of cairn reads versions 1 to 2"),
+            "{detail}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}

@@ -1,0 +1,117 @@
+//! Which shard a key lives in. Every key goes by the hash of its whole internal key,
+//! except the numbered rows of the regions a store was created with
+//! ([`crate::Options::numbered_rows`]), which go by their number's group: the hash of
+//! `number >> shift`, so that `2^shift` consecutive numbers (the inodes the file system
+//! makes one after another) share a shard, its write buffer and its table's cache lines.
+//! The grouped regions are recorded in the manifest when the store is created and never
+//! change: every open routes by what the store says, whatever its options declare.
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::numbered::{Region, KEY_LEN};
+
+/// Consecutive numbers that share a shard in a grouped region: `2^GROUP_SHIFT`. Large
+/// enough that a run of creates stays in one shard's cache lines for a while, small
+/// enough that the numbers of a busy directory still spread over every shard.
+pub(crate) const GROUP_SHIFT: u8 = 6;
+
+/// A region of numbered rows routed by group (recorded in the manifest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Grouped {
+    pub region: Region,
+    /// Numbers `n` with the same `n >> shift` share a shard.
+    pub shift: u8,
+}
+
+/// Routes keys to shards.
+#[derive(Clone, Debug)]
+pub(crate) struct Router {
+    shards: u64,
+    grouped: Vec<Grouped>,
+}
+
+impl Router {
+    /// A router over `shards` shards with the grouped regions `grouped`.
+    pub fn new(shards: usize, grouped: Vec<Grouped>) -> Router {
+        Router {
+            shards: shards.max(1) as u64,
+            grouped,
+        }
+    }
+
+    /// The shard of internal key `key`.
+    #[inline]
+    pub fn shard_of(&self, key: &[u8]) -> usize {
+        if !self.grouped.is_empty() && key.len() == KEY_LEN {
+            for g in &self.grouped {
+                if key[0] == g.region.ns && key[1] == g.region.tag {
+                    let n = u64::from_be_bytes(key[2..].try_into().expect("8 bytes"));
+                    let group = n >> g.shift;
+                    return (xxh3_64(&group.to_le_bytes()) % self.shards) as usize;
+                }
+            }
+        }
+        (xxh3_64(key) % self.shards) as usize
+    }
+
+    /// The grouped regions.
+    pub fn grouped(&self) -> &[Grouped] {
+        &self.grouped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(ns: u8, tag: u8, n: u64) -> Vec<u8> {
+        let mut k = vec![ns, tag];
+        k.extend_from_slice(&n.to_be_bytes());
+        k
+    }
+
+    #[test]
+    fn a_group_shares_a_shard_and_groups_spread() {
+        let g = Grouped {
+            region: Region { ns: 2, tag: b'I' },
+            shift: GROUP_SHIFT,
+        };
+        let r = Router::new(16, vec![g]);
+        let mut per_shard = [0u32; 16];
+        for group in 0..1600u64 {
+            let s = r.shard_of(&row(2, b'I', group << 6));
+            for i in 1..64 {
+                assert_eq!(r.shard_of(&row(2, b'I', group << 6 | i)), s);
+            }
+            per_shard[s] += 1;
+        }
+        assert!(
+            per_shard.iter().all(|&c| (60..140).contains(&c)),
+            "{per_shard:?}"
+        );
+    }
+
+    #[test]
+    fn other_keys_go_by_their_hash() {
+        let g = Grouped {
+            region: Region { ns: 2, tag: b'I' },
+            shift: GROUP_SHIFT,
+        };
+        let grouped = Router::new(8, vec![g]);
+        let plain = Router::new(8, Vec::new());
+        let mut differ = 0;
+        for n in 0..200u64 {
+            for k in [
+                row(3, b'I', n),
+                row(2, b'J', n),
+                row(2, b'I', n)[..9].to_vec(),
+            ] {
+                assert_eq!(grouped.shard_of(&k), plain.shard_of(&k));
+                assert_eq!(plain.shard_of(&k), (xxh3_64(&k) % 8) as usize);
+            }
+            differ +=
+                usize::from(grouped.shard_of(&row(2, b'I', n)) != plain.shard_of(&row(2, b'I', n)));
+        }
+        assert!(differ > 100, "grouped rows are routed by number");
+    }
+}
