@@ -24,7 +24,37 @@ pub fn write_stats_table(out: &mut impl Write, stats: &Stats) -> io::Result<()> 
     for shard in &stats.shards {
         write_stats_row(out, shard)?;
     }
-    write_stats_row(out, &stats.total)
+    write_stats_row(out, &stats.total)?;
+    write_routing(out, stats)
+}
+
+/// Writes the store's format version and how its keys are routed to shards.
+fn write_routing(out: &mut impl Write, stats: &Stats) -> io::Result<()> {
+    if stats.grouped_rows.is_empty() {
+        return writeln!(
+            out,
+            "format version {}: every key in the shard its hash names",
+            stats.format_version
+        );
+    }
+    let regions: Vec<String> = stats
+        .grouped_rows
+        .iter()
+        .map(|&(ks, tag)| {
+            let tag = if tag.is_ascii_graphic() {
+                format!("'{}'", tag as char)
+            } else {
+                format!("{tag:#04x}")
+            };
+            format!("keyspace {} tag {tag}", keyspace_name(ks))
+        })
+        .collect();
+    writeln!(
+        out,
+        "format version {}: numbered rows of {} in shards by group of 64 numbers, other keys by hash",
+        stats.format_version,
+        regions.join(", ")
+    )
 }
 
 /// Writes one row of the stats table; a row without a shard number is the total.

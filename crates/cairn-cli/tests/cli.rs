@@ -282,6 +282,10 @@ fn stats_table_and_json_report_the_key_count() {
         .expect("a total row");
     assert_eq!(total.split_whitespace().nth(1), Some("4"), "{table}");
     assert!(table.lines().next().is_some_and(|h| h.contains("keys")));
+    assert!(
+        table.contains("format version 1: every key in the shard its hash names"),
+        "{table}"
+    );
 
     let json: serde_json::Value =
         serde_json::from_slice(&s.ok(&["stats", "--json"])).expect("stats --json is JSON");
@@ -291,6 +295,26 @@ fn stats_table_and_json_report_the_key_count() {
     let per_shard: u64 = shards.iter().map(|sh| sh["keys"].as_u64().unwrap()).sum();
     assert_eq!(per_shard, 4);
     assert!(json["total"]["disk_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(json["format_version"], 1);
+    assert_eq!(json["grouped_rows"], serde_json::json!([]));
+}
+
+#[test]
+fn stats_of_a_file_system_store_show_its_inode_rows_routed_by_group() {
+    let s = Store::new();
+    let fs = cairn_fs::Fs::open(s.dir()).expect("a file system store");
+    fs.close().expect("closed");
+    let table = s.ok_text(&["stats"]);
+    assert!(
+        table.contains(
+            "format version 2: numbered rows of keyspace 2 file system tag 'I' in shards by \
+             group of 64 numbers, other keys by hash"
+        ),
+        "{table}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&s.ok(&["stats", "--json"])).unwrap();
+    assert_eq!(json["format_version"], 2);
+    assert_eq!(json["grouped_rows"], serde_json::json!([[2, 73]]));
 }
 
 #[test]

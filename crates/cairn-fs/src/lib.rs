@@ -168,9 +168,10 @@ impl Fs {
 
     /// The engine options [`Fs::open`] opens a store with: the defaults, with the
     /// file system's inode rows declared numbered rows
-    /// ([`cairn::Options::numbered_rows`]), which keeps them out of the ordered index.
-    /// A store opened otherwise and given to [`Fs::new`] works the same, with more
-    /// memory and CPU per inode.
+    /// ([`cairn::Options::numbered_rows`]), which keeps them out of the ordered index,
+    /// and in a store created with them routes them to shards by group of 64 inode
+    /// numbers (recorded in the store). A store opened otherwise and given to
+    /// [`Fs::new`] works the same, with more memory and CPU per inode.
     ///
     /// ```
     /// let dir = tempfile::tempdir()?;

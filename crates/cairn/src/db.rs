@@ -295,12 +295,7 @@ impl Db {
     /// # Ok::<(), cairn::Error>(())
     /// ```
     pub fn grouped_rows(&self) -> Vec<(u8, u8)> {
-        self.core
-            .router
-            .grouped()
-            .iter()
-            .map(|g| (g.region.ns, g.region.tag))
-            .collect()
+        self.core.router.grouped_rows()
     }
 
     /// The options the store was opened with.

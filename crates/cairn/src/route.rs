@@ -54,9 +54,21 @@ impl Router {
         (xxh3_64(key) % self.shards) as usize
     }
 
-    /// The grouped regions.
-    pub fn grouped(&self) -> &[Grouped] {
-        &self.grouped
+    /// The grouped regions, as (keyspace, tag).
+    pub fn grouped_rows(&self) -> Vec<(u8, u8)> {
+        self.grouped
+            .iter()
+            .map(|g| (g.region.ns, g.region.tag))
+            .collect()
+    }
+
+    /// The format version of a store routed so (its manifest's).
+    pub fn format_version(&self) -> u32 {
+        if self.grouped.is_empty() {
+            crate::FORMAT_VERSION
+        } else {
+            crate::manifest::ROUTED_VERSION
+        }
     }
 }
 

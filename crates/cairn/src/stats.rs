@@ -53,6 +53,12 @@ pub struct Stats {
     /// Bytes written to the commit log since open (counted in the total's
     /// `disk_bytes_written` too).
     pub commit_log_bytes: u64,
+    /// The store's format version, as its manifest says: 1, or 2 for a store that
+    /// routes numbered rows to shards by group (see FORMAT.md).
+    pub format_version: u32,
+    /// The regions of numbered rows, (keyspace, tag), routed to shards by group
+    /// ([`crate::Db::grouped_rows`]).
+    pub grouped_rows: Vec<(u8, u8)>,
 }
 
 impl Stats {
@@ -157,5 +163,7 @@ pub(crate) fn collect(core: &Core) -> Stats {
         keyspaces,
         commit_log_syncs,
         commit_log_bytes,
+        format_version: core.router.format_version(),
+        grouped_rows: core.router.grouped_rows(),
     }
 }

@@ -892,12 +892,15 @@ fn manifest_of_a_future_version() {
     let path = dir.path().join("CAIRN");
     let original = fs::read(&path).unwrap();
     assert_eq!(u32_at(&original, 8), cairn::FORMAT_VERSION);
-    rewrite_version(&path, cairn::FORMAT_VERSION + 1);
+    // Version 2 (a manifest listing numbered rows routed by group) is read too: the
+    // first one this build does not know is 3.
+    let future = cairn::FORMAT_VERSION + 2;
+    rewrite_version(&path, future);
     match opts().open(dir.path()) {
         Err(Error::Format { path: p, detail }) => {
             assert_eq!(p, path);
             assert!(
-                detail.contains(&(cairn::FORMAT_VERSION + 1).to_string()),
+                detail.contains(&format!("store format version {future};")),
                 "{detail}"
             );
         }

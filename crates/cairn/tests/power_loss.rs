@@ -51,6 +51,26 @@ fn key(k: u32) -> Vec<u8> {
     format!("k{k:02}").into_bytes()
 }
 
+/// The tag of `Shape::NumberedRows`' keys: `k` then the number, 8 bytes big-endian.
+const ROW_TAG: u8 = b'k';
+
+/// The numbered row of pick `k` (0..200): numbers 7 apart, so that rows fall in many
+/// groups of 64 (and so shards), and the last five across the table's largest number
+/// (2^32 − 3), so that rows kept in the ordered index are among them.
+fn row_key(k: u32) -> Vec<u8> {
+    let n = match k {
+        195.. => 0xFFFF_FFFB + u64::from(k - 195),
+        _ => u64::from(k) * 7,
+    };
+    row_key_of(n)
+}
+
+fn row_key_of(n: u64) -> Vec<u8> {
+    let mut key = vec![ROW_TAG];
+    key.extend_from_slice(&n.to_be_bytes());
+    key
+}
+
 /// What a model run's workload looks like.
 #[derive(Clone, Copy, Debug)]
 enum Shape {
@@ -64,6 +84,11 @@ enum Shape {
     /// numbered above every segment's creation). With that fix undone, this test failed
     /// in 7 of 8 runs of its 600 cuts; `Uniform` in none of 25,000 cuts.
     ColdKeysAndSweeps,
+    /// As `ColdKeysAndSweeps`, on numbered rows (`Options::numbered_rows`, declared at
+    /// every open): the store is created with them, so they are routed to shards by
+    /// group of 64 numbers (recorded in the manifest) and kept in each shard's numbered
+    /// table, which recovery rebuilds.
+    NumberedRows,
 }
 
 impl Shape {
@@ -72,13 +97,15 @@ impl Shape {
             Shape::Uniform => key(rng.random_range(0..40)),
             Shape::ColdKeysAndSweeps if rng.random_bool(0.5) => key(rng.random_range(0..8)),
             Shape::ColdKeysAndSweeps => key(rng.random_range(8..200)),
+            Shape::NumberedRows if rng.random_bool(0.5) => row_key(rng.random_range(0..8)),
+            Shape::NumberedRows => row_key(rng.random_range(8..200)),
         }
     }
 
     /// Deletes at the start of power cycle `cycle`.
     fn sweep(self, cycle: u32, rng: &mut StdRng) -> usize {
         match self {
-            Shape::ColdKeysAndSweeps if cycle > 0 => rng.random_range(1..4),
+            Shape::ColdKeysAndSweeps | Shape::NumberedRows if cycle > 0 => rng.random_range(1..4),
             _ => 0,
         }
     }
@@ -91,10 +118,26 @@ fn value(op: u64, pad: usize) -> Vec<u8> {
     v
 }
 
-/// The whole store, read by a scan and checked against point reads. `Err` if a read
-/// failed with `Corruption` (only allowed after damage).
-fn contents(db: &Db) -> Result<Model, Error> {
+/// The whole store, read by a scan (numbered rows by their visit, which an ordered scan
+/// refuses while they are declared). `Err` if a read failed with `Corruption` (only
+/// allowed after damage).
+fn contents(db: &Db, shape: Shape) -> Result<Model, Error> {
     let mut m = Model::new();
+    if let Shape::NumberedRows = shape {
+        db.keyspace(0).for_each_numbered(ROW_TAG, |n, v| {
+            m.insert(row_key_of(n), v.into_vec());
+            Ok(())
+        })?;
+        // Nothing else: the keys beside the declared rows scan as always.
+        let others = db
+            .range(..vec![ROW_TAG])
+            .chain(db.range(vec![ROW_TAG + 1]..));
+        for kv in others {
+            let (k, v) = kv?;
+            m.insert(k, v.into_vec());
+        }
+        return Ok(m);
+    }
     for kv in db.iter() {
         let (k, v) = kv?;
         m.insert(k, v.into_vec());
@@ -147,6 +190,8 @@ struct Config {
     commit_log: u64,
     background: bool,
     loss: Loss,
+    /// `Options::numbered_rows(0, ROW_TAG)` (not drawn: set for `Shape::NumberedRows`).
+    numbered: bool,
 }
 
 impl Config {
@@ -159,6 +204,7 @@ impl Config {
             commit_log: [0, 16 << 10, 64 << 20][rng.random_range(0..3)],
             background: rng.random_bool(0.5),
             loss: Loss::ALL[rng.random_range(0..4)],
+            numbered: false,
         }
     }
 
@@ -178,6 +224,9 @@ impl Config {
             .power_loss(power.clone());
         if let Some(b) = self.write_buffer {
             o = o.write_buffer(b);
+        }
+        if self.numbered {
+            o = o.numbered_rows(0, ROW_TAG);
         }
         o
     }
@@ -452,7 +501,8 @@ fn workload(
 /// One store through up to three power cuts.
 fn model_run(seed: u64, shape: Shape) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let cfg = Config::random(&mut rng);
+    let mut cfg = Config::random(&mut rng);
+    cfg.numbered = matches!(shape, Shape::NumberedRows);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("db");
     let power = Arc::new(PowerLoss::new(tmp.path().join("stash")).unwrap());
@@ -514,7 +564,10 @@ fn model_run(seed: u64, shape: Shape) {
                 "{ctx}: damage at open: {:?}",
                 db.open_damage()
             );
-            let got = contents(&db).unwrap_or_else(|e| panic!("{ctx}: scan: {e}"));
+            let got = contents(&db, shape).unwrap_or_else(|e| panic!("{ctx}: scan: {e}"));
+            if cfg.numbered {
+                assert_eq!(db.grouped_rows(), vec![(0, ROW_TAG)], "{ctx}");
+            }
             for (k, v) in &got {
                 assert_eq!(db.get(k).unwrap().as_deref(), Some(&v[..]), "{ctx}");
             }
@@ -539,6 +592,11 @@ fn model_survives_power_cuts() {
 #[test]
 fn model_with_cold_keys_and_sweeps_survives_power_cuts() {
     each_seed(5_000, 600, |seed| model_run(seed, Shape::ColdKeysAndSweeps));
+}
+
+#[test]
+fn model_of_numbered_rows_routed_by_group_survives_power_cuts() {
+    each_seed(9_000, 400, |seed| model_run(seed, Shape::NumberedRows));
 }
 
 // ---- Concurrent writers ----
