@@ -1,6 +1,6 @@
 //! The two small store-wide files: `CAIRN` (what the store is: format version, shard
-//! count, the regions of numbered rows routed by group) and `SEQSTATE` (the durable batch watermark, the aborted batches and the
-//! sequence ranges cut off after crashes).
+//! count, the regions of numbered rows routed by group) and `SEQSTATE` (the durable
+//! batch watermark, the aborted batches and the sequence ranges cut off after crashes).
 
 use std::path::Path;
 
@@ -21,7 +21,7 @@ const SEQ_MAGIC: &[u8; 8] = b"CAIRNSEQ";
 /// are the same in both, and carry [`FORMAT_VERSION`].
 pub const ROUTED_VERSION: u32 = 2;
 /// Most grouped regions a manifest may list.
-const MAX_GROUPED: u32 = 64;
+const MAX_GROUPED: u32 = crate::options::MAX_NUMBERED_REGIONS as u32;
 
 fn seal(mut b: Vec<u8>) -> Vec<u8> {
     let crc = mask(crc32c::crc32c(&b));

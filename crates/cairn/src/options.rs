@@ -29,6 +29,9 @@ pub const MAX_SEGMENT_SIZE: u64 = 1 << 30;
 pub const MIN_SEGMENT_SIZE: u64 = 4 << 10;
 /// Largest allowed shard count.
 pub const MAX_SHARDS: u32 = 4096;
+/// Most regions of numbered rows one store may declare ([`Options::numbered_rows`]; a
+/// new store's manifest lists them all).
+pub const MAX_NUMBERED_REGIONS: usize = 64;
 /// Default time a close may spend giving back space (see [`Options::close_budget`]).
 pub const DEFAULT_CLOSE_BUDGET: Duration = Duration::from_secs(2);
 
@@ -192,7 +195,8 @@ impl Options {
     /// their number, 64 consecutive numbers to a shard (rather than each key by its
     /// hash), so that rows made one after another share a shard's cache lines; this is
     /// recorded in its manifest (format version 2, [`crate::Db::grouped_rows`]) and kept
-    /// for the store's life. The table itself is not recorded: each open chooses, and a
+    /// for the store's life. At most 64 regions (an open declaring more is refused with
+    /// [`crate::Error::InvalidArgument`]). The table itself is not recorded: each open chooses, and a
     /// store opened without the declaration keeps the same rows in its ordered index,
     /// with the same contents.
     /// While declared, an ordered scan ([`crate::Db::range`], [`crate::Keyspace::prefix`]
@@ -299,6 +303,12 @@ impl Options {
                     "shards must be in 1..={MAX_SHARDS}, got {n}"
                 )));
             }
+        }
+        if self.numbered.len() > MAX_NUMBERED_REGIONS {
+            return Err(Error::InvalidArgument(format!(
+                "at most {MAX_NUMBERED_REGIONS} regions of numbered rows can be declared, got {}",
+                self.numbered.len()
+            )));
         }
         if !(MIN_SEGMENT_SIZE..=MAX_SEGMENT_SIZE).contains(&self.segment_size) {
             return Err(Error::InvalidArgument(format!(

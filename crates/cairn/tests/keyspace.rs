@@ -431,3 +431,17 @@ fn a_store_of_a_newer_format_is_refused_with_a_clear_error() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn at_most_64_regions_of_numbered_rows_are_declared() {
+    let dir = tempfile::tempdir().unwrap();
+    let many = |n: u8| (0..n).fold(Options::new(), |o, t| o.numbered_rows(5, t));
+    match many(65).open(dir.path()) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("at most 64"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    let db = many(64).open(dir.path()).unwrap();
+    assert_eq!(db.grouped_rows().len(), 64);
+    drop(db);
+    assert_eq!(Db::open(dir.path()).unwrap().grouped_rows().len(), 64);
+}
