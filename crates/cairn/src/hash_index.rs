@@ -49,7 +49,9 @@ const NO_LOC: Loc = Loc {
 };
 
 /// The tag of `key`: 32 bits of its xxh3 hash not used to choose its shard (the shard is
-/// the hash modulo the shard count, from the low bits), never `EMPTY` or `TOMB`.
+/// the hash modulo the shard count, from the low bits; grouped numbered rows go by the
+/// hash of their number's group instead, which the tag does not depend on either),
+/// never `EMPTY` or `TOMB`.
 pub fn tag_of(key: &[u8]) -> u32 {
     ((xxh3_64(key) >> 32) as u32).max(TOMB + 1)
 }

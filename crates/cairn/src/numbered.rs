@@ -125,12 +125,21 @@ impl Region {
     /// number that fits the table.
     #[inline]
     pub fn tag_of(&self, key: &[u8]) -> Option<u32> {
+        let n = self.number_in(key)?;
+        (n <= MAX_NUMBER).then(|| tag_of_number(n as u32))
+    }
+
+    /// The number of internal key `key` if it is one of this region's rows (any
+    /// number, also those above [`MAX_NUMBER`]).
+    #[inline]
+    pub fn number_in(&self, key: &[u8]) -> Option<u64> {
         let k: &[u8; KEY_LEN] = key.try_into().ok()?;
         if k[0] != self.ns || k[1] != self.tag {
             return None;
         }
-        let n = u64::from_be_bytes(k[2..].try_into().expect("8 bytes"));
-        (n <= MAX_NUMBER).then(|| tag_of_number(n as u32))
+        Some(u64::from_be_bytes([
+            k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9],
+        ]))
     }
 
     /// The number of the row whose table tag is `tag`.
@@ -160,7 +169,8 @@ impl Region {
         above_lo && below_hi
     }
 
-    fn key_for(&self, n: u64) -> [u8; KEY_LEN] {
+    /// The internal key of this region's row numbered `n`.
+    pub fn key_for(&self, n: u64) -> [u8; KEY_LEN] {
         let mut k = [0u8; KEY_LEN];
         k[0] = self.ns;
         k[1] = self.tag;

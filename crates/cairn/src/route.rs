@@ -44,8 +44,7 @@ impl Router {
     pub fn shard_of(&self, key: &[u8]) -> usize {
         if !self.grouped.is_empty() && key.len() == KEY_LEN {
             for g in &self.grouped {
-                if key[0] == g.region.ns && key[1] == g.region.tag {
-                    let n = u64::from_be_bytes(key[2..].try_into().expect("8 bytes"));
+                if let Some(n) = g.region.number_in(key) {
                     let group = n >> g.shift;
                     return (xxh3_64(&group.to_le_bytes()) % self.shards) as usize;
                 }
@@ -76,19 +75,19 @@ impl Router {
 mod tests {
     use super::*;
 
+    /// The file system's inode rows, grouped as a new store groups them.
+    const INODES: Grouped = Grouped {
+        region: Region { ns: 2, tag: b'I' },
+        shift: GROUP_SHIFT,
+    };
+
     fn row(ns: u8, tag: u8, n: u64) -> Vec<u8> {
-        let mut k = vec![ns, tag];
-        k.extend_from_slice(&n.to_be_bytes());
-        k
+        Region { ns, tag }.key_for(n).to_vec()
     }
 
     #[test]
     fn a_group_shares_a_shard_and_groups_spread() {
-        let g = Grouped {
-            region: Region { ns: 2, tag: b'I' },
-            shift: GROUP_SHIFT,
-        };
-        let r = Router::new(16, vec![g]);
+        let r = Router::new(16, vec![INODES]);
         let mut per_shard = [0u32; 16];
         for group in 0..1600u64 {
             let s = r.shard_of(&row(2, b'I', group << 6));
@@ -105,11 +104,7 @@ mod tests {
 
     #[test]
     fn other_keys_go_by_their_hash() {
-        let g = Grouped {
-            region: Region { ns: 2, tag: b'I' },
-            shift: GROUP_SHIFT,
-        };
-        let grouped = Router::new(8, vec![g]);
+        let grouped = Router::new(8, vec![INODES]);
         let plain = Router::new(8, Vec::new());
         let mut differ = 0;
         for n in 0..200u64 {

@@ -406,33 +406,6 @@ fn numbered_rows_are_routed_as_the_store_was_created_whatever_an_open_declares()
 }
 
 #[test]
-fn a_store_of_a_newer_format_is_refused_with_a_clear_error() {
-    let dir = tempfile::tempdir().unwrap();
-    drop(
-        Options::new()
-            .numbered_rows(3, b'I')
-            .open(dir.path())
-            .unwrap(),
-    );
-    let path = dir.path().join("CAIRN");
-    let mut b = std::fs::read(&path).unwrap();
-    // A manifest of version 3, checksummed as cairn does (masked CRC-32C).
-    b[8..12].copy_from_slice(&3u32.to_le_bytes());
-    let end = b.len() - 4;
-    let crc = crc32c::crc32c(&b[..end]);
-    let masked = crc.rotate_right(15).wrapping_add(0xa282_ead8);
-    b[end..].copy_from_slice(&masked.to_le_bytes());
-    std::fs::write(&path, &b).unwrap();
-    match Db::open(dir.path()) {
-        Err(Error::Format { detail, .. }) => assert!(
-            detail.contains("store format version 3; this build of cairn reads versions 1 to 2"),
-            "{detail}"
-        ),
-        other => panic!("{other:?}"),
-    }
-}
-
-#[test]
 fn at_most_64_regions_of_numbered_rows_are_declared() {
     let dir = tempfile::tempdir().unwrap();
     let many = |n: u8| (0..n).fold(Options::new(), |o, t| o.numbered_rows(5, t));
