@@ -12,20 +12,20 @@ use std::ffi::{c_void, CStr};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Turns transparent huge pages off for this process (`prctl(PR_SET_THP_DISABLE)`),
-/// unless `MIMALLOC_ALLOW_THP` is set in the environment (then mimalloc does as it
-/// says). The reports read the flag back ([`describe`]).
+/// Turns transparent huge pages off for this process except in memory advised for them
+/// (`prctl(PR_SET_THP_DISABLE)` with `PR_THP_DISABLE_EXCEPT_ADVISED`, Linux 6.18; on older
+/// kernels off everywhere), unless `MIMALLOC_ALLOW_THP` is set in the environment (then
+/// the kernel's mode decides). The reports read the flag back ([`describe`]).
 ///
-/// mimalloc advises its 1 GiB arenas `MADV_HUGEPAGE`, so under the kernel's default
-/// `madvise` mode every first touch of a fresh 2 MiB region of the heap is a huge-page
-/// fault that zeroes 2 MiB. Short-lived threads that each grow buffers (32 durable
-/// writers) paid ~160 such faults per 20,000-record fill, half the fill's CPU, for
-/// 2.1× fewer durable writes per second than with huge pages off; file-system creates,
-/// stats and the HaloDB suite measured no worse without them (DESIGN.md,
-/// "Transparent huge pages are off in the binary").
-/// Called first thing in `main`: mimalloc reserves its arena before `main` runs, so
-/// its own option would come too late, while the process flag governs every later
-/// fault.
+/// The only memory advised is the engine's large index tables (`MADV_HUGEPAGE` on their
+/// own mappings): random lookups in gigabytes of them miss the TLB far less in 2 MiB
+/// pages. mimalloc is built with `no_thp`, so its arenas are not advised: with them in
+/// huge pages every first touch of a fresh 2 MiB region of the heap zeroed 2 MiB, and
+/// short-lived threads that each grow buffers (32 durable writers) paid ~160 such faults
+/// per 20,000-record fill, half the fill's CPU, for 2.1× fewer durable writes per second
+/// (DESIGN.md, "Transparent huge pages are off in the binary"). The flag also keeps the
+/// heap in small pages under the kernel's `always` mode.
+/// Called first thing in `main`, before any store opens.
 pub fn no_transparent_huge_pages() {
     if std::env::var_os("MIMALLOC_ALLOW_THP").is_some() {
         return;
@@ -72,13 +72,31 @@ pub fn huge_pages_while_dyn(open: &mut dyn FnMut()) {
     huge_pages_while(open)
 }
 
-/// Sets or clears this process's `PR_SET_THP_DISABLE` flag.
+/// `prctl(PR_SET_THP_DISABLE, 1, PR_THP_DISABLE_EXCEPT_ADVISED)`: huge pages stay allowed
+/// in memory advised `MADV_HUGEPAGE` (Linux 6.18, `include/uapi/linux/prctl.h`).
+#[cfg(target_os = "linux")]
+const PR_THP_DISABLE_EXCEPT_ADVISED: libc::c_ulong = 1 << 1;
+
+/// Sets this process's `PR_SET_THP_DISABLE` flag (except advised memory where the kernel
+/// knows that), or clears it.
 fn set_thp_disabled(off: bool) {
     // SAFETY: prctl with integer arguments changes only this process's flag; a failure
     // leaves huge pages as they were (an open is then only slower).
     #[cfg(target_os = "linux")]
     unsafe {
-        libc::prctl(libc::PR_SET_THP_DISABLE, libc::c_ulong::from(off), 0, 0, 0);
+        // Off except where advised; a kernel before 6.18 refuses the second argument
+        // (EINVAL), and then huge pages go off everywhere.
+        if !off
+            || libc::prctl(
+                libc::PR_SET_THP_DISABLE,
+                1 as libc::c_ulong,
+                PR_THP_DISABLE_EXCEPT_ADVISED,
+                0,
+                0,
+            ) != 0
+        {
+            libc::prctl(libc::PR_SET_THP_DISABLE, libc::c_ulong::from(off), 0, 0, 0);
+        }
     }
     #[cfg(not(target_os = "linux"))]
     let _ = off;
@@ -108,23 +126,33 @@ pub fn describe() -> String {
         ),
         CMalloc::Unknown(why) => format!("C and C++ code: unknown malloc ({why})"),
     };
-    let thp = if thp_disabled() {
-        "transparent huge pages off (PR_SET_THP_DISABLE), on while a store opens"
-    } else {
-        "transparent huge pages as the kernel and mimalloc decide"
+    let thp = match thp_flag() {
+        3 => {
+            "transparent huge pages only in the index's tables (PR_SET_THP_DISABLE except \
+             advised; as the kernel's mode decides while a store opens)"
+        }
+        1 => "transparent huge pages off (PR_SET_THP_DISABLE), on while a store opens",
+        _ => "transparent huge pages as the kernel decides (mimalloc's arenas not advised)",
     };
     format!("{rust}; {c}; {thp}")
 }
 
-/// Whether this process has transparent huge pages turned off.
+/// Whether this process has transparent huge pages turned off (everywhere, or but where
+/// advised).
 fn thp_disabled() -> bool {
+    thp_flag() & 1 == 1
+}
+
+/// This process's `PR_GET_THP_DISABLE`: 0 (allowed), 1 (off), 3 (off except where
+/// advised), or -1 where it cannot be read.
+fn thp_flag() -> i32 {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: prctl with integer arguments only reads this process's flag.
-        unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) == 1 }
+        unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) }
     }
     #[cfg(not(target_os = "linux"))]
-    false
+    -1
 }
 
 /// Which `malloc` C code gets.

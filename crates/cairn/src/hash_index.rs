@@ -27,6 +27,7 @@ use std::mem::size_of;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::loc::Loc;
+use crate::table_mem::{Zeroable, ZeroedArray};
 
 /// Slots per bucket: 4 tags and 4 locations fill one 64-byte cache line.
 const SLOTS: usize = 4;
@@ -130,17 +131,15 @@ struct Bucket {
     locs: [Loc; SLOTS],
 }
 
-const EMPTY_BUCKET: Bucket = Bucket {
-    tags: [EMPTY; SLOTS],
-    locs: [NO_LOC; SLOTS],
-};
+// SAFETY: integers only; all zero is an empty bucket (tag `EMPTY`, location `NO_LOC`).
+unsafe impl Zeroable for Bucket {}
 
 /// One part: its buckets (none until the first insert).
 #[derive(Default)]
 struct Part {
     /// Which of the `PARTS` rungs' offsets this part's sizes take (its number).
     phase: u32,
-    buckets: Vec<Bucket>,
+    buckets: ZeroedArray<Bucket>,
     /// Slots holding a live entry.
     live: usize,
     /// Slots holding a live entry or a tombstone.
@@ -235,8 +234,8 @@ impl Part {
 
     /// Rehashes the live entries into `buckets` buckets, dropping tombstones.
     fn rebuild(&mut self, buckets: usize) {
-        let old = std::mem::replace(&mut self.buckets, vec![EMPTY_BUCKET; buckets]);
-        for bucket in &old {
+        let old = std::mem::replace(&mut self.buckets, ZeroedArray::new(buckets));
+        for bucket in old.iter() {
             for s in 0..SLOTS {
                 let tag = bucket.tags[s];
                 if tag == EMPTY || tag == TOMB {
@@ -405,7 +404,7 @@ impl HashIndex {
     /// Visits every entry (tag, location), in no particular order.
     pub fn for_each(&self, mut f: impl FnMut(u32, Loc)) {
         for part in &self.parts {
-            for b in &part.buckets {
+            for b in part.buckets.iter() {
                 for (&tag, &loc) in b.tags.iter().zip(&b.locs) {
                     if tag > TOMB {
                         f(tag, loc);
@@ -418,11 +417,7 @@ impl HashIndex {
     /// Heap bytes, by capacity.
     pub fn heap_bytes(&self) -> usize {
         self.parts.capacity() * size_of::<Part>()
-            + self
-                .parts
-                .iter()
-                .map(|p| p.buckets.capacity() * size_of::<Bucket>())
-                .sum::<usize>()
+            + self.parts.iter().map(|p| p.buckets.bytes()).sum::<usize>()
     }
 }
 

@@ -64,6 +64,7 @@ mod route;
 mod segment;
 mod shard;
 mod stats;
+mod table_mem;
 mod tally;
 mod value;
 mod verify;
