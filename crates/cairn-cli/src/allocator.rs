@@ -86,17 +86,19 @@ fn set_thp_disabled(off: bool) {
     unsafe {
         // Off except where advised; a kernel before 6.18 refuses the second argument
         // (EINVAL), and then huge pages go off everywhere.
-        if !off
-            || libc::prctl(
+        let except_advised = || {
+            libc::prctl(
                 libc::PR_SET_THP_DISABLE,
                 1 as libc::c_ulong,
                 PR_THP_DISABLE_EXCEPT_ADVISED,
                 0,
                 0,
-            ) != 0
-        {
-            libc::prctl(libc::PR_SET_THP_DISABLE, libc::c_ulong::from(off), 0, 0, 0);
+            ) == 0
+        };
+        if off && except_advised() {
+            return;
         }
+        libc::prctl(libc::PR_SET_THP_DISABLE, libc::c_ulong::from(off), 0, 0, 0);
     }
     #[cfg(not(target_os = "linux"))]
     let _ = off;

@@ -196,9 +196,9 @@ impl Options {
     /// hash), so that rows made one after another share a shard's cache lines; this is
     /// recorded in its manifest (format version 2, [`crate::Db::grouped_rows`]) and kept
     /// for the store's life. At most 64 regions (an open declaring more is refused with
-    /// [`crate::Error::InvalidArgument`]). The table itself is not recorded: each open chooses, and a
-    /// store opened without the declaration keeps the same rows in its ordered index,
-    /// with the same contents.
+    /// [`crate::Error::InvalidArgument`]). The table itself is not recorded: each open
+    /// chooses, and a store opened without the declaration keeps the same rows in its
+    /// ordered index, with the same contents.
     /// While declared, an ordered scan ([`crate::Db::range`], [`crate::Keyspace::prefix`]
     /// and the others) whose range may hold such rows is refused with
     /// [`crate::Error::InvalidArgument`] rather than return a partial answer; visit them

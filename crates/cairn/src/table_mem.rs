@@ -48,10 +48,10 @@ pub struct ZeroedArray<T: Zeroable> {
 
 enum Owner<T> {
     Heap(Vec<T>),
-    /// The mapping, and the length of the advised range that holds the array.
+    /// The mapping; the advised range that holds the array is [`mapped_len`] of its
+    /// bytes from the first 2 MiB boundary.
     Mapped {
         _map: memmap2::MmapMut,
-        len: usize,
     },
 }
 
@@ -66,17 +66,14 @@ impl<T: Zeroable> ZeroedArray<T> {
     pub fn new(len: usize) -> ZeroedArray<T> {
         let bytes = len.saturating_mul(std::mem::size_of::<T>());
         if bytes >= MIN_MAPPED {
-            if let Some((mut m, at, mapped)) = map_huge(bytes) {
+            if let Some((mut m, at)) = map_huge(bytes) {
                 // SAFETY: `at` is within the mapping (it has 2 MiB - 4 KiB of slack in
                 // front of `mapped` bytes), so the pointer is in bounds and not null.
                 let ptr = unsafe { NonNull::new_unchecked(m.as_mut_ptr().add(at).cast::<T>()) };
                 return ZeroedArray {
                     ptr,
                     len,
-                    _owner: Owner::Mapped {
-                        _map: m,
-                        len: mapped,
-                    },
+                    _owner: Owner::Mapped { _map: m },
                 };
             }
         }
@@ -94,7 +91,7 @@ impl<T: Zeroable> ZeroedArray<T> {
     pub fn bytes(&self) -> usize {
         match &self._owner {
             Owner::Heap(v) => v.capacity() * std::mem::size_of::<T>(),
-            Owner::Mapped { len, .. } => *len,
+            Owner::Mapped { .. } => mapped_len(self.len * std::mem::size_of::<T>()),
         }
     }
 
@@ -149,7 +146,7 @@ fn mapped_len(bytes: usize) -> usize {
 /// An anonymous mapping holding `bytes` from a 2 MiB boundary, advised for huge pages;
 /// `None` if it cannot be mapped. The mapping reserves up to 2 MiB more address space, to
 /// find the boundary in; only the advised range from the boundary is ever touched.
-fn map_huge(bytes: usize) -> Option<(memmap2::MmapMut, usize, usize)> {
+fn map_huge(bytes: usize) -> Option<(memmap2::MmapMut, usize)> {
     let len = mapped_len(bytes);
     let m = memmap2::MmapOptions::new()
         .len(len.checked_add(HUGE - PAGE)?)
@@ -159,7 +156,7 @@ fn map_huge(bytes: usize) -> Option<(memmap2::MmapMut, usize, usize)> {
     // Refused advice (a kernel without THP, or THP off) leaves small pages: only slower.
     #[cfg(target_os = "linux")]
     let _ = m.advise_range(memmap2::Advice::HugePage, at, len);
-    Some((m, at, len))
+    Some((m, at))
 }
 
 #[cfg(test)]
