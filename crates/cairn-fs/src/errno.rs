@@ -17,6 +17,7 @@ impl From<cairn::Error> for Errno {
         match e {
             cairn::Error::StorageFull(_) => Errno(libc::ENOSPC),
             cairn::Error::KeyTooLarge { .. } => Errno(libc::ENAMETOOLONG),
+            cairn::Error::KeyExists { .. } => Errno(libc::EEXIST),
             _ => {
                 log::error!("fs: store error: {e}");
                 Errno(libc::EIO)

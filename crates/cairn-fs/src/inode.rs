@@ -184,6 +184,11 @@ impl Fs {
             }
         }
         let res = self.rows.write(tx.batch, true);
+        if let Err(cairn::Error::KeyExists { .. }) = res {
+            // A name that had to be new was taken: nothing was written, nothing cached
+            // changed.
+            return Err(Errno(libc::EEXIST));
+        }
         if res.is_err() {
             // What is cached may be ahead of the store now: forget it (unwritten time
             // changes of other directories are written first).

@@ -76,9 +76,10 @@ impl Fs {
             return err(libc::ENOENT);
         }
         let dkey = dentry_key(parent, PART, name);
-        if self.rows.contains(&dkey) {
-            return err(libc::EEXIST);
-        }
+        // Whether the name is free is checked by the write itself (`put_new`), so the
+        // name is looked up once (a cache miss in a large directory), not once here and
+        // again by the insert. A create that finds the name taken has used an inode
+        // number for nothing.
         let ino = self.alloc_ino()?;
         let now = now_ns();
         let is_dir = mode & libc::S_IFMT == libc::S_IFDIR;
@@ -102,7 +103,7 @@ impl Fs {
         };
         let attr = i.attr.clone();
         tx.batch
-            .put(&dkey, &encode_dentry(ino, mode & libc::S_IFMT));
+            .put_new(&dkey, &encode_dentry(ino, mode & libc::S_IFMT));
         self.tx_put(&mut tx, i);
         if is_dir {
             p.attr.nlink += 1;

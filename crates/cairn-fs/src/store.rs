@@ -117,6 +117,13 @@ impl Batch {
         self.0.put(key, value);
     }
 
+    /// Adds a put of row `key` that must be new: the write fails with `EEXIST` (and
+    /// writes nothing) if the row exists (see `cairn::WriteBatch::put_new`).
+    #[inline]
+    pub(super) fn put_new(&mut self, key: &[u8], value: &[u8]) {
+        self.0.put_new(key, value);
+    }
+
     /// Adds a delete of row `key`.
     #[inline]
     pub(super) fn delete(&mut self, key: &[u8]) {

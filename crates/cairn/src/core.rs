@@ -221,6 +221,16 @@ impl Core {
         let _ = shard;
     }
 
+    /// Starts loading the index memory that writing internal key `ikey` (in shard
+    /// `shard`) will touch into the CPU's cache, without waiting; skipped when the
+    /// shard's lock is held by a writer (a hint only).
+    #[inline]
+    fn prefetch_entry(&self, shard: usize, ikey: &[u8]) {
+        if let Some(st) = self.shards[shard].state.try_read() {
+            st.index.prefetch(ikey);
+        }
+    }
+
     /// Whether an internal key has a value: the index's hash side answers "absent"
     /// with one bucket read (a create's check that its name is free), the ordered side
     /// confirms "present".
@@ -387,7 +397,7 @@ impl Core {
                 max: MAX_KEY_LEN,
             });
         }
-        let ops = batch.into_final_ops();
+        let (ops, new_keys) = batch.into_final_parts();
         if ops.is_empty() {
             return Ok(());
         }
@@ -400,7 +410,14 @@ impl Core {
         let mut prepared: Vec<(usize, Prepared<'_>)> = Vec::with_capacity(ops.len());
         for (kind, k, v) in &ops {
             check_value(v)?;
-            prepared.push((self.shard_of(k), Prepared::new(*kind, k, v)));
+            let s = self.shard_of(k);
+            if *kind == Kind::Put {
+                // Asked for now, a put's hash-side bucket (a cache miss per key in a
+                // large shard) arrives while the batch is prepared below, rather than
+                // being waited for under the shard's lock.
+                self.prefetch_entry(s, k);
+            }
+            prepared.push((s, Prepared::new(*kind, k, v)));
         }
         prepared.sort_by_key(|p| p.0);
         let mut shards: Vec<usize> = prepared.iter().map(|p| p.0).collect();
@@ -428,6 +445,18 @@ impl Core {
             return Err(Error::ReadOnly(f));
         }
         let guard_of = |s: usize| shards.binary_search(&s).unwrap_or(0);
+        // Keys that must be new (`WriteBatch::put_new`): checked under the locks, so
+        // that nothing can create them between the check and the write.
+        if let Some(&i) = new_keys.iter().find(|&&i| {
+            let k = &ops[i].1;
+            guards[guard_of(self.shard_of(k))].index.contains(k)
+        }) {
+            drop(guards);
+            self.sub_disk_used(reserved);
+            return Err(Error::KeyExists {
+                len: ops[i].1.len().saturating_sub(1),
+            });
+        }
         // Deletes of absent keys are no-ops and are left out of the batch (judged by the
         // index's hash side: rarely, a key sharing its tag with a live one keeps a delete
         // that removes nothing, which is harmless).
@@ -449,14 +478,6 @@ impl Core {
             drop(guards);
             self.sub_disk_used(reserved);
             return self.after_write(None, sync, shards[0]);
-        }
-        // Every put's hash-side bucket is asked for at once, so that the inserts below
-        // overlap their cache misses (one per key in a large shard) instead of taking
-        // them one after another.
-        for ((s, p), &k) in prepared.iter().zip(&keep) {
-            if k && p.kind == Kind::Put {
-                guards[guard_of(*s)].index.prefetch(p.key);
-            }
         }
         let mut log = match &self.log {
             Some(l) if self.logs(sync, used) => Some(l.lock()),

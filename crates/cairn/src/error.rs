@@ -53,6 +53,13 @@ pub enum Error {
         /// What is wrong.
         detail: String,
     },
+    /// A batch required a key to have no value ([`crate::WriteBatch::put_new`]) and it
+    /// had one when the batch was applied. Nothing of the batch was written.
+    #[error("key already exists ({len} bytes)")]
+    KeyExists {
+        /// Length of the key (its bytes are the caller's).
+        len: usize,
+    },
     /// An option or argument is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

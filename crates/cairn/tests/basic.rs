@@ -179,3 +179,82 @@ fn reopen_orders_keys_sharing_long_prefixes() {
     want.sort();
     assert_eq!(got, want);
 }
+
+#[test]
+fn put_new_writes_a_new_key_and_refuses_a_taken_one_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Options::new().shards(4).open(dir.path()).unwrap();
+    db.put("taken", "old").unwrap();
+    // A batch across shards whose new key is taken writes nothing.
+    let mut b = WriteBatch::new();
+    b.put("a", "1")
+        .put_new("taken", "new")
+        .delete("b")
+        .put("c", "3");
+    match db.write(b) {
+        Err(cairn::Error::KeyExists { len }) => assert_eq!(len, 5),
+        other => panic!("expected KeyExists, got {other:?}"),
+    }
+    assert_eq!(db.get("taken").unwrap().unwrap().into_vec(), b"old");
+    assert!(db.get("a").unwrap().is_none() && db.get("c").unwrap().is_none());
+    // A free key is written with the rest of its batch; deleted, it is free again.
+    let mut b = WriteBatch::new();
+    b.put_new("fresh", "1").put("a", "1");
+    db.write(b).unwrap();
+    assert_eq!(db.get("fresh").unwrap().unwrap().into_vec(), b"1");
+    let mut b = WriteBatch::new();
+    b.put_new("fresh", "2");
+    assert!(matches!(db.write(b), Err(cairn::Error::KeyExists { .. })));
+    db.delete("fresh").unwrap();
+    let mut b = WriteBatch::new();
+    // The requirement is on the value before the batch, whatever the batch does after.
+    b.put_new("fresh", "3").delete("fresh").put("fresh", "4");
+    db.write(b).unwrap();
+    assert_eq!(db.get("fresh").unwrap().unwrap().into_vec(), b"4");
+    // The refusal survives nothing: a reopen finds exactly what was written.
+    drop(db);
+    let db = Options::new().shards(4).open(dir.path()).unwrap();
+    assert_eq!(db.get("taken").unwrap().unwrap().into_vec(), b"old");
+    assert_eq!(db.get("fresh").unwrap().unwrap().into_vec(), b"4");
+    assert!(db.get("c").unwrap().is_none());
+}
+
+#[test]
+fn put_new_lets_one_of_racing_writers_win() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Options::new().shards(4).open(dir.path()).unwrap();
+    // 4 threads race to create the same 500 keys, each with its own value: every key
+    // is won exactly once, and holds its winner's value.
+    let wins: Vec<Vec<u32>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4u8)
+            .map(|t| {
+                let db = db.clone();
+                s.spawn(move || {
+                    let mut won = Vec::new();
+                    for i in 0..500u32 {
+                        let mut b = WriteBatch::new();
+                        b.put_new(format!("k{i}"), [t]);
+                        match db.write(b) {
+                            Ok(()) => won.push(i),
+                            Err(cairn::Error::KeyExists { .. }) => {}
+                            Err(e) => panic!("write failed: {e}"),
+                        }
+                    }
+                    won
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut all: Vec<u32> = wins.iter().flatten().copied().collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..500).collect::<Vec<_>>());
+    for (t, won) in wins.iter().enumerate() {
+        for i in won {
+            assert_eq!(
+                db.get(format!("k{i}")).unwrap().unwrap().into_vec(),
+                [t as u8]
+            );
+        }
+    }
+}

@@ -51,8 +51,10 @@ struct Scan {
 enum Op {
     Put(Key, Vec<u8>),
     Delete(Key),
-    /// `None` value = delete. Keys repeat inside a batch; the last operation wins.
-    Batch(Vec<(Key, Option<Vec<u8>>)>),
+    /// `None` value = delete; `true` = a put that requires the key to have no value
+    /// before the batch (`WriteBatch::put_new`: if one has, the batch fails whole). Keys
+    /// repeat inside a batch; the last operation wins.
+    Batch(Vec<(Key, Option<Vec<u8>>, bool)>),
     Get(Key),
     Scan(Scan),
     Flush,
@@ -164,22 +166,24 @@ fn scan() -> impl Strategy<Value = Scan> {
         })
 }
 
-fn batch() -> impl Strategy<Value = Vec<(Key, Option<Vec<u8>>)>> {
+fn batch() -> impl Strategy<Value = Vec<(Key, Option<Vec<u8>>, bool)>> {
     let op = (
         key(),
         prop::option::weighted(0.7, value()),
         prop::option::weighted(0.4, any::<Index>()),
+        prop::bool::weighted(0.2),
     );
     prop::collection::vec(op, 0..10).prop_map(|ops| {
-        let mut out: Vec<(Key, Option<Vec<u8>>)> = Vec::with_capacity(ops.len());
-        for (k, v, repeat) in ops {
+        let mut out: Vec<(Key, Option<Vec<u8>>, bool)> = Vec::with_capacity(ops.len());
+        for (k, v, repeat, new) in ops {
             // Often reuse a key from earlier in the batch so that one batch touches a
             // key several times.
             let k = match repeat {
                 Some(ix) if !out.is_empty() => out[ix.index(out.len())].0.clone(),
                 _ => k,
             };
-            out.push((k, v));
+            let new = new && v.is_some();
+            out.push((k, v, new));
         }
         out
     })
@@ -415,19 +419,27 @@ fn run(cfg: &Config, ops: &[Op]) -> Result<(), TestCaseError> {
             }
             Op::Batch(ops) => {
                 let mut b = WriteBatch::new();
-                for (k, v) in ops {
+                for (k, v, new) in ops {
                     match v {
+                        Some(v) if *new => b.put_new(k, v),
                         Some(v) => b.put(k, v),
                         None => b.delete(k),
                     };
                 }
                 prop_assert_eq!(b.len(), ops.len());
-                ok(db.write(b), &when)?;
-                for (k, v) in ops {
-                    match v {
-                        Some(v) => model.insert(k.clone(), v.clone()),
-                        None => model.remove(k),
-                    };
+                let taken = ops.iter().any(|(k, _, new)| *new && model.contains_key(k));
+                match db.write(b) {
+                    Err(cairn::Error::KeyExists { .. }) if taken => {}
+                    res => {
+                        prop_assert!(!taken, "a batch with a taken new key applied {}", when);
+                        ok(res, &when)?;
+                        for (k, v, _) in ops {
+                            match v {
+                                Some(v) => model.insert(k.clone(), v.clone()),
+                                None => model.remove(k),
+                            };
+                        }
+                    }
                 }
             }
             Op::Get(k) => {
