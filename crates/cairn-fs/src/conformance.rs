@@ -150,8 +150,13 @@ pub fn create_mkdir_mknod_errors(t: &dyn Target) {
     let f = fs.create(&R, ROOT, b"f", 0o640).unwrap();
     assert_eq!(f.mode, libc::S_IFREG | 0o640);
     assert_eq!(f.nlink, 1);
+    let root = fs.getattr(ROOT).unwrap();
     assert_eq!(e(fs.create(&R, ROOT, b"f", 0o644)), libc::EEXIST);
     assert_eq!(e(fs.mkdir(&R, ROOT, b"f", 0o755)), libc::EEXIST);
+    // Refused, they changed nothing: the name keeps its file, the directory its links.
+    assert_eq!(fs.lookup(&R, ROOT, b"f").unwrap().ino, f.ino);
+    assert_eq!(fs.getattr(f.ino).unwrap().mode, libc::S_IFREG | 0o640);
+    assert_eq!(fs.getattr(ROOT).unwrap().nlink, root.nlink);
     assert_eq!(e(fs.create(&R, ROOT, b".", 0o644)), libc::EEXIST);
     assert_eq!(
         e(fs.create(&R, ROOT, &[b'x'; 256], 0o644)),
@@ -433,6 +438,7 @@ pub fn unlink_rmdir_link(t: &dyn Target) {
     assert_eq!(l.ino, f.ino);
     assert_eq!(fs.lookup(&R, ROOT, b"hard").unwrap().ino, f.ino);
     assert_eq!(e(fs.link(&R, f.ino, ROOT, b"hard")), libc::EEXIST);
+    assert_eq!(fs.getattr(f.ino).unwrap().nlink, 2);
     assert_eq!(e(fs.link(&R, d.ino, ROOT, b"dl")), libc::EPERM);
     assert_eq!(e(fs.link(&R, 777, ROOT, b"x")), libc::ENOENT);
     assert_eq!(e(fs.rmdir(&R, ROOT, b"d")), libc::ENOTEMPTY);

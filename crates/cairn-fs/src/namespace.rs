@@ -195,17 +195,15 @@ impl Fs {
             return err(libc::ENOENT);
         }
         let mut p = self.dir_for(cred, &mut tx, newparent, true)?;
+        // The name's check is the write's (`put_new`), as for a create.
         let dkey = dentry_key(newparent, PART, newname);
-        if self.rows.contains(&dkey) {
-            return err(libc::EEXIST);
-        }
         let now = now_ns();
         i.attr.nlink += 1;
         i.attr.ctime = now;
         p.attr.mtime = now;
         p.attr.ctime = now;
         let attr = i.attr.clone();
-        tx.batch.put(&dkey, &encode_dentry(ino, i.attr.mode));
+        tx.batch.put_new(&dkey, &encode_dentry(ino, i.attr.mode));
         self.tx_put(&mut tx, i);
         self.tx_put(&mut tx, p);
         self.commit(tx)?;
