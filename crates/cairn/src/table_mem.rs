@@ -43,7 +43,7 @@ pub struct ZeroedArray<T: Zeroable> {
     len: usize,
     /// What owns the memory `ptr` points into (its heap block or mapping does not move
     /// when the array does).
-    _owner: Owner<T>,
+    owner: Owner<T>,
 }
 
 enum Owner<T> {
@@ -73,7 +73,7 @@ impl<T: Zeroable> ZeroedArray<T> {
                 return ZeroedArray {
                     ptr,
                     len,
-                    _owner: Owner::Mapped { _map: m },
+                    owner: Owner::Mapped { _map: m },
                 };
             }
         }
@@ -82,14 +82,14 @@ impl<T: Zeroable> ZeroedArray<T> {
             // SAFETY: a Vec's pointer is never null (dangling when it holds nothing).
             ptr: unsafe { NonNull::new_unchecked(v.as_mut_ptr()) },
             len,
-            _owner: Owner::Heap(v),
+            owner: Owner::Heap(v),
         }
     }
 
     /// Bytes of memory the array holds (its advised range, or its heap block's
     /// capacity).
     pub fn bytes(&self) -> usize {
-        match &self._owner {
+        match &self.owner {
             Owner::Heap(v) => v.capacity() * std::mem::size_of::<T>(),
             Owner::Mapped { .. } => mapped_len(self.len * std::mem::size_of::<T>()),
         }
@@ -98,7 +98,7 @@ impl<T: Zeroable> ZeroedArray<T> {
     /// Whether the array lives in a mapping advised for huge pages.
     #[cfg(test)]
     pub fn is_mapped(&self) -> bool {
-        matches!(self._owner, Owner::Mapped { .. })
+        matches!(self.owner, Owner::Mapped { .. })
     }
 }
 
@@ -114,7 +114,7 @@ impl<T: Zeroable> Deref for ZeroedArray<T> {
     fn deref(&self) -> &[T] {
         // SAFETY: `ptr` points at `len` initialized `T`s (zero, a valid `T` by
         // `Zeroable`, then written only as `T`s), aligned (a Vec's block, or a 2 MiB
-        // boundary), owned by `_owner` for as long as `self` lives; the shared borrow of
+        // boundary), owned by `owner` for as long as `self` lives; the shared borrow of
         // `self` excludes a mutable one.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
