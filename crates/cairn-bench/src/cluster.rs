@@ -239,7 +239,7 @@ fn start_servers(
         let file = cairn_cluster::tls::init_certs(
             &work.join("certs"),
             &servers,
-            &[("bench".to_string(), Some("*".to_string()))],
+            &[cairn_cluster::tls::ClientCert::admin("bench")],
         )?;
         let cfg = ClusterConfig::load(&file)?;
         (file, cfg)

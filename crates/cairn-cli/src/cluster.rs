@@ -215,11 +215,28 @@ pub enum ClusterCommand {
         /// Client certificates client-0..client-(M-1); the cluster file names client-0's
         #[arg(long, value_name = "M", default_value_t = 1)]
         clients: u32,
-        /// Client certificates that do not allow uid 0 (it runs as nobody); by default
-        /// they allow every uid
+        /// Client certificates that do not allow uid 0 (it runs as nobody, and group 0
+        /// as group nobody); by default they allow every uid and gid
         #[arg(long)]
         root_squash: bool,
+        /// Client certificates limited to these uids (`OU=uids:`): `*`, or uids and
+        /// ranges separated by commas, e.g. `1000-1999`; others run as nobody
+        #[arg(long, value_name = "LIST", conflicts_with = "root_squash")]
+        uids: Option<String>,
+        /// Client certificates limited to these gids (`OU=gids:`), as group or
+        /// supplementary group; others are squashed to nobody (default: every gid but
+        /// 0, unless the uids include 0)
+        #[arg(long, value_name = "LIST")]
+        gids: Option<String>,
     },
+}
+
+/// A uids or gids list as given, once it parses.
+fn checked_ids(list: &str, what: &str) -> Result<String> {
+    match cairn_cluster::tls::Ids::parse(list) {
+        Some(_) => Ok(list.to_string()),
+        None => bail!("{what} {list:?}: give `*` or ids and ranges a-b separated by commas"),
+    }
 }
 
 /// Reads the cluster file at `path`.
@@ -306,6 +323,8 @@ pub fn run(args: &ClusterArgs, out: &mut impl Write) -> Result<ExitCode> {
             cluster,
             clients,
             root_squash,
+            uids,
+            gids,
         } => {
             let list: Vec<cairn_cluster::ServerInfo> = match (servers, cluster) {
                 (_, Some(f)) => load(f)?.servers().to_vec(),
@@ -323,13 +342,21 @@ pub fn run(args: &ClusterArgs, out: &mut impl Write) -> Result<ExitCode> {
                     .collect::<Result<_>>()?,
                 (None, None) => bail!("give --servers N or --cluster FILE"),
             };
-            let uids = if *root_squash {
-                None
-            } else {
-                Some("*".to_string())
+            let uids = match (uids, *root_squash) {
+                (Some(list), _) => Some(checked_ids(list, "--uids")?),
+                (None, true) => None,
+                (None, false) => Some("*".to_string()),
             };
-            let names: Vec<(String, Option<String>)> = (0..*clients)
-                .map(|i| (i.to_string(), uids.clone()))
+            let gids = gids
+                .as_deref()
+                .map(|g| checked_ids(g, "--gids"))
+                .transpose()?;
+            let names: Vec<cairn_cluster::tls::ClientCert> = (0..*clients)
+                .map(|i| cairn_cluster::tls::ClientCert {
+                    name: i.to_string(),
+                    uids: uids.clone(),
+                    gids: gids.clone(),
+                })
                 .collect();
             let file = cairn_cluster::tls::init_certs(dir, &list, &names)
                 .with_context(|| format!("creating certificates in {}", dir.display()))?;

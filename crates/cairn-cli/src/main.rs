@@ -225,6 +225,31 @@ struct MountArgs {
     /// `auto` (uring where the kernel offers it)
     #[arg(long, value_name = "TRANSPORT", default_value = "auto")]
     transport: cairn_fuse::Transport,
+    /// Honour setuid and setgid bits of programs run from the mount (the default for a
+    /// local store; a --cluster mount is `nosuid` unless this is given, since a setuid
+    /// file made by one client would run as its owner on every host that mounts it)
+    #[arg(long, overrides_with = "nosuid")]
+    suid: bool,
+    /// Ignore setuid and setgid bits (the default for a --cluster mount)
+    #[arg(long, overrides_with = "suid")]
+    nosuid: bool,
+    /// Let device nodes on the mount be opened as devices (the default for a local
+    /// store; a --cluster mount is `nodev` unless this is given)
+    #[arg(long, overrides_with = "nodev")]
+    dev: bool,
+    /// Refuse to open device nodes as devices (the default for a --cluster mount)
+    #[arg(long, overrides_with = "dev")]
+    nodev: bool,
+}
+
+/// `Some(true)` for `--X`, `Some(false)` for `--noX`, `None` (the mount's default) for
+/// neither; the last one given wins.
+fn flag(on: bool, off: bool) -> Option<bool> {
+    match (on, off) {
+        (true, _) => Some(true),
+        (_, true) => Some(false),
+        _ => None,
+    }
 }
 
 /// Arguments of `umount`.
@@ -353,6 +378,8 @@ fn mount(args: &MountArgs) -> Result<()> {
         kernel_permissions: args.kernel_permissions,
         cache_ttl: None,
         transport: args.transport,
+        suid: flag(args.suid, args.nosuid),
+        dev: flag(args.dev, args.nodev),
     };
     let Some(mountpoint) = &args.mountpoint else {
         // With --cluster the only path given is the mount point (see check_args).

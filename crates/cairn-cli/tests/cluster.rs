@@ -251,7 +251,7 @@ impl Cluster {
         let file = cairn_cluster::tls::init_certs(
             tmp.path(),
             &servers,
-            &[("0".to_string(), Some("*".to_string()))],
+            &[cairn_cluster::tls::ClientCert::admin("0")],
         )
         .unwrap();
         let cfg = ClusterConfig::load(&file).unwrap();
@@ -628,7 +628,7 @@ fn verify_storm(client: &Client, dirs: &[u64], model: &HashMap<(u64, String), Ex
         let mut listed: BTreeMap<String, u32> = BTreeMap::new();
         let mut cursor: Option<Vec<u8>> = None;
         loop {
-            let page = client.readdir(d, cursor.as_deref(), 1000).unwrap();
+            let page = client.readdir(&R, d, cursor.as_deref(), 1000).unwrap();
             let Some(last) = page.last() else { break };
             cursor = Some(last.name.clone());
             for e in page {
@@ -789,7 +789,7 @@ fn a_server_that_is_down_gives_eio_within_the_timeout() {
     let client = cluster.client(Duration::from_secs(20));
     let (d, dname) = dir_on(&client, ROOT, 2);
     let f = client.create(&R, d, b"f", 0o644).unwrap();
-    client.write(f.ino, 0, b"data").unwrap();
+    client.write(&R, f.ino, 0, b"data").unwrap();
     // The mount, with a short timeout, before the server goes.
     let tmp = tempfile::tempdir().unwrap();
     let mp = tmp.path().join("mnt");
@@ -803,9 +803,9 @@ fn a_server_that_is_down_gives_eio_within_the_timeout() {
     let bound = Duration::from_secs(2 + 5);
     fails_within(bound, &[libc::EIO], || quick.getattr(d));
     fails_within(bound, &[libc::EIO], || quick.lookup(&R, d, b"f"));
-    fails_within(bound, &[libc::EIO], || quick.read(f.ino, 0, 10));
+    fails_within(bound, &[libc::EIO], || quick.read(&R, f.ino, 0, 10));
     fails_within(bound, &[libc::EIO], || quick.create(&R, d, b"g", 0o644));
-    fails_within(bound, &[libc::EIO], || quick.readdir(d, None, 10));
+    fails_within(bound, &[libc::EIO], || quick.readdir(&R, d, None, 10));
     // What other servers hold still works.
     // (A file is created by the server of its entry: the root's partition is on
     // server 0.)
@@ -828,7 +828,7 @@ fn a_server_that_is_down_gives_eio_within_the_timeout() {
     }
     cluster.spawn(2);
     cluster.wait_up(2);
-    assert_eq!(quick.read(f.ino, 0, 10).unwrap(), b"data");
+    assert_eq!(quick.read(&R, f.ino, 0, 10).unwrap(), b"data");
     if mount.is_some() {
         std::thread::sleep(Duration::from_millis(1500));
         assert_eq!(std::fs::read(mp.join(&dname).join("f")).unwrap(), b"data");
@@ -1006,7 +1006,7 @@ fn status_check_metrics_and_sigterm() {
     cluster.wait_up(1);
     cluster.check();
     let names: BTreeSet<Vec<u8>> = client
-        .readdir(d.ino, None, usize::MAX)
+        .readdir(&R, d.ino, None, usize::MAX)
         .unwrap()
         .into_iter()
         .map(|e| e.name)

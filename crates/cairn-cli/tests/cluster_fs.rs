@@ -250,7 +250,9 @@ fn list(fs: &dyn FileSystem, dir: u64, page: usize) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut cursor: Option<Vec<u8>> = None;
     loop {
-        let entries = fs.readdir(dir, cursor.as_deref(), page).unwrap();
+        let entries = fs
+            .readdir(&ROOT_CRED, dir, cursor.as_deref(), page)
+            .unwrap();
         let Some(last) = entries.last() else { break };
         cursor = Some(last.name.clone());
         out.extend(entries.into_iter().map(|e| e.name));

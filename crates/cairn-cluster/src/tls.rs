@@ -332,22 +332,22 @@ fn reason(e: &std::io::Error) -> &'static str {
     }
 }
 
-/// The uids a client certificate allows.
+/// The uids (`OU=uids:LIST`) or gids (`OU=gids:LIST`) a client certificate allows.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Uids {
-    /// Every uid.
+pub enum Ids {
+    /// Every id.
     All,
-    /// Every uid but 0 (no `OU=uids:` field: root squash).
+    /// Every id but 0 (root squash: the default without the field).
     AllButRoot,
     /// These inclusive ranges.
     Ranges(Vec<(u32, u32)>),
 }
 
-impl Uids {
-    /// Parses `*` or a comma-separated list of uids and ranges `a-b`.
-    pub fn parse(s: &str) -> Option<Uids> {
+impl Ids {
+    /// Parses `*` or a comma-separated list of ids and ranges `a-b`.
+    pub fn parse(s: &str) -> Option<Ids> {
         if s.trim() == "*" {
-            return Some(Uids::All);
+            return Some(Ids::All);
         }
         let mut v = Vec::new();
         for part in s.split(',') {
@@ -364,15 +364,35 @@ impl Uids {
             }
             v.push((a, b));
         }
-        Some(Uids::Ranges(v))
+        Some(Ids::Ranges(v))
     }
 
-    /// Whether `uid` is allowed.
-    pub fn allows(&self, uid: u32) -> bool {
+    /// Whether `id` is allowed.
+    pub fn allows(&self, id: u32) -> bool {
         match self {
-            Uids::All => true,
-            Uids::AllButRoot => uid != 0,
-            Uids::Ranges(v) => v.iter().any(|&(a, b)| a <= uid && uid <= b),
+            Ids::All => true,
+            Ids::AllButRoot => id != 0,
+            Ids::Ranges(v) => v.iter().any(|&(a, b)| a <= id && id <= b),
+        }
+    }
+}
+
+/// What a client certificate lets its holder act as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// The uids a request may name (`OU=uids:`; default: all but 0).
+    pub uids: Ids,
+    /// The gids a request may name as its group or supplementary groups (`OU=gids:`;
+    /// default: every gid where the uids include 0, else all but 0).
+    pub gids: Ids,
+}
+
+impl Limits {
+    /// A certificate that allows nothing: every request runs as nobody.
+    pub(crate) fn nothing() -> Limits {
+        Limits {
+            uids: Ids::Ranges(Vec::new()),
+            gids: Ids::Ranges(Vec::new()),
         }
     }
 }
@@ -384,8 +404,8 @@ pub(crate) enum Caller {
     Trusted,
     /// A server of the cluster.
     Server(u32),
-    /// A client allowed these uids.
-    Client(Uids),
+    /// A client, limited to these ids.
+    Client(Limits),
 }
 
 /// The identities of the certificates a server has seen, so that a request does not
@@ -445,36 +465,71 @@ impl Caller {
                 .map_err(|_| format!("certificate {cn:?}: not server-<id>"));
         }
         if cn.strip_prefix("client-").is_some_and(|n| !n.is_empty()) {
-            let mut uids = Uids::AllButRoot;
-            for ou in subject.iter_organizational_unit() {
-                if let Some(list) = ou.as_str().ok().and_then(|s| s.strip_prefix("uids:")) {
-                    uids = Uids::parse(list)
-                        .ok_or_else(|| format!("certificate {cn:?}: bad uids list {list:?}"))?;
+            let (mut uids, mut gids) = (None, None);
+            // `OU=uids:LIST`, `OU=gids:LIST`, or both in one OU as `uids:A;gids:B`.
+            let ous = subject.iter_organizational_unit();
+            for part in ous
+                .filter_map(|ou| ou.as_str().ok())
+                .flat_map(|s| s.split(';'))
+            {
+                for (prefix, slot) in [("uids:", &mut uids), ("gids:", &mut gids)] {
+                    if let Some(list) = part.strip_prefix(prefix) {
+                        let ids = Ids::parse(list).ok_or_else(|| {
+                            format!("certificate {cn:?}: bad {prefix} list {list:?}")
+                        })?;
+                        *slot = Some(ids);
+                    }
                 }
             }
-            return Ok(Caller::Client(uids));
+            let uids = uids.unwrap_or(Ids::AllButRoot);
+            let gids = gids.unwrap_or(if uids.allows(0) {
+                Ids::All
+            } else {
+                Ids::AllButRoot
+            });
+            return Ok(Caller::Client(Limits { uids, gids }));
         }
         Err(format!(
             "certificate {cn:?} is neither server-<id> nor client-<name>"
         ))
     }
 
-    /// The credential and checks flag a request runs with: a client's uid outside its
-    /// certificate's list runs as nobody; only a certificate that allows uid 0 may ask
-    /// to skip permission checks.
+    /// The credential and checks flag a request runs with, the same for every
+    /// request: a client's uid outside its certificate's list runs as nobody (uid and
+    /// gid [`NOBODY`], no groups); a gid outside the gid list runs as group nobody; a
+    /// supplementary group outside it is dropped; only a certificate that allows uid 0
+    /// may ask to skip permission checks.
     pub(crate) fn apply(&self, checks: bool, cred: Cred) -> (bool, Cred) {
-        match self {
-            Caller::Trusted | Caller::Server(_) => (checks, cred),
-            Caller::Client(u) if !u.allows(cred.uid) => (true, Cred::new(NOBODY, NOBODY)),
-            Caller::Client(u) => (checks || !u.allows(0), cred),
+        let l = match self {
+            Caller::Trusted | Caller::Server(_) => return (checks, cred),
+            Caller::Client(l) => l,
+        };
+        if !l.uids.allows(cred.uid) {
+            return (true, Cred::new(NOBODY, NOBODY));
         }
+        let gid = if l.gids.allows(cred.gid) {
+            cred.gid
+        } else {
+            NOBODY
+        };
+        let mut groups = [0u32; cairn_fs::Groups::MAX];
+        let mut n = 0;
+        for &g in cred.groups.as_slice() {
+            if l.gids.allows(g) {
+                groups[n] = g;
+                n += 1;
+            }
+        }
+        let limited = Cred::new(cred.uid, gid).with_groups(&groups[..n]);
+        (checks || !l.uids.allows(0), limited)
     }
 
-    /// Whether it may read a server's rows or status (`cluster status`, `check`).
+    /// Whether it may read a server's rows or its whole status (`cluster status`,
+    /// `check`).
     pub(crate) fn is_admin(&self) -> bool {
         match self {
             Caller::Trusted | Caller::Server(_) => true,
-            Caller::Client(u) => u.allows(0),
+            Caller::Client(l) => l.uids.allows(0),
         }
     }
 }
@@ -494,6 +549,8 @@ pub struct CertSpec {
     pub client_auth: bool,
     /// `OU=uids:LIST`, the uids a client may act as.
     pub uids: Option<String>,
+    /// `OU=gids:LIST`, the gids a client may act as (group and supplementary groups).
+    pub gids: Option<String>,
     /// Valid only in 2001 (a certificate that has expired, for tests).
     pub expired: bool,
 }
@@ -508,6 +565,7 @@ impl CertSpec {
             server_auth: true,
             client_auth: true,
             uids: None,
+            gids: None,
             expired: false,
         }
     }
@@ -521,7 +579,39 @@ impl CertSpec {
             server_auth: false,
             client_auth: true,
             uids: uids.map(str::to_owned),
+            gids: None,
             expired: false,
+        }
+    }
+
+    /// The same certificate limited to these gids (`OU=gids:`; None: every gid if its
+    /// uids include 0, else every gid but 0).
+    pub fn with_gids(mut self, gids: Option<&str>) -> CertSpec {
+        self.gids = gids.map(str::to_owned);
+        self
+    }
+}
+
+/// A client certificate [`init_certs`] makes: `client-NAME`, limited to the uids and
+/// gids of its lists (`*`, or ids and ranges `a-b` separated by commas; `None`: the
+/// defaults of [`CertSpec::client`] and [`CertSpec::with_gids`]).
+#[derive(Clone, Debug)]
+pub struct ClientCert {
+    /// The NAME of `client-NAME`.
+    pub name: String,
+    /// `OU=uids:` list.
+    pub uids: Option<String>,
+    /// `OU=gids:` list.
+    pub gids: Option<String>,
+}
+
+impl ClientCert {
+    /// `client-NAME`, allowed every uid and gid (an administrator's certificate).
+    pub fn admin(name: &str) -> ClientCert {
+        ClientCert {
+            name: name.to_string(),
+            uids: Some("*".to_string()),
+            gids: None,
         }
     }
 }
@@ -578,9 +668,15 @@ impl CertAuthority {
         }
         p.distinguished_name
             .push(rcgen::DnType::CommonName, spec.common_name.clone());
-        if let Some(u) = &spec.uids {
+        // One OU per list: a second OU attribute of the same type would be dropped by
+        // rcgen's name (a map by type), so both lists share one OU when both are given.
+        let lists: Vec<String> = [("uids", &spec.uids), ("gids", &spec.gids)]
+            .into_iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}:{v}")))
+            .collect();
+        if !lists.is_empty() {
             p.distinguished_name
-                .push(rcgen::DnType::OrganizationalUnitName, format!("uids:{u}"));
+                .push(rcgen::DnType::OrganizationalUnitName, lists.join(";"));
         }
         p.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
         if spec.server_auth {
@@ -621,13 +717,13 @@ fn write(path: &Path, text: &str, secret: bool) -> Result<(), TlsError> {
 
 /// Creates, in `dir` (created if needed), a CA (`ca.pem`, `ca.key`), a certificate and
 /// key for each server (`server-<id>.pem`, `.key`) and for each client
-/// (`client-<name>.pem`, `.key`; `uids` as in [`CertSpec::client`]), and `cluster.toml`:
-/// the servers with the TLS keys filled in, the first client as the file's client.
-/// Returns the path of `cluster.toml`.
+/// (`client-<name>.pem`, `.key`; each [`CertSpec::client`]'s uids and gids lists), and
+/// `cluster.toml`: the servers with the TLS keys filled in, the first client as the
+/// file's client. Returns the path of `cluster.toml`.
 pub fn init_certs(
     dir: &Path,
     servers: &[ServerInfo],
-    clients: &[(String, Option<String>)],
+    clients: &[ClientCert],
 ) -> Result<PathBuf, TlsError> {
     std::fs::create_dir_all(dir).map_err(|source| TlsError::Io {
         path: dir.to_path_buf(),
@@ -637,12 +733,12 @@ pub fn init_certs(
     write(&dir.join("ca.pem"), ca.cert_pem(), false)?;
     write(&dir.join("ca.key"), &ca.key_pem, true)?;
     let mut toml = String::from("[tls]\nca = \"ca.pem\"\n");
-    if let Some((name, _)) = clients.first() {
+    if let Some(ClientCert { name, .. }) = clients.first() {
         toml.push_str(&format!(
             "client_cert = \"client-{name}.pem\"\nclient_key = \"client-{name}.key\"\n"
         ));
     }
-    for (name, uids) in clients {
+    for ClientCert { name, uids, gids } in clients {
         if name.is_empty()
             || !name
                 .chars()
@@ -652,7 +748,8 @@ pub fn init_certs(
                 "client name {name:?}: use letters, digits, - and _"
             )));
         }
-        let (c, k) = ca.issue(&CertSpec::client(name, uids.as_deref()))?;
+        let spec = CertSpec::client(name, uids.as_deref()).with_gids(gids.as_deref());
+        let (c, k) = ca.issue(&spec)?;
         write(&dir.join(format!("client-{name}.pem")), &c, false)?;
         write(&dir.join(format!("client-{name}.key")), &k, true)?;
     }
@@ -721,13 +818,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn uid_lists() {
-        assert_eq!(Uids::parse("*"), Some(Uids::All));
-        let u = Uids::parse("0, 1000-1999").unwrap();
+    fn id_lists() {
+        assert_eq!(Ids::parse("*"), Some(Ids::All));
+        let u = Ids::parse("0, 1000-1999").unwrap();
         assert!(u.allows(0) && u.allows(1500) && !u.allows(2000) && !u.allows(1));
-        assert_eq!(Uids::parse("5-3"), None);
-        assert_eq!(Uids::parse("x"), None);
-        assert!(!Uids::AllButRoot.allows(0) && Uids::AllButRoot.allows(1));
+        assert_eq!(Ids::parse("5-3"), None);
+        assert_eq!(Ids::parse("x"), None);
+        assert!(!Ids::AllButRoot.allows(0) && Ids::AllButRoot.allows(1));
     }
 
     #[test]
@@ -742,17 +839,47 @@ mod tests {
         assert_eq!(Caller::of(Some(der(&s).as_slice())), Ok(Caller::Server(3)));
         let (c, _) = ca.issue(&CertSpec::client("a", None)).unwrap();
         let who = Caller::of(Some(der(&c).as_slice())).unwrap();
-        assert_eq!(who, Caller::Client(Uids::AllButRoot));
+        assert_eq!(
+            who,
+            Caller::Client(Limits {
+                uids: Ids::AllButRoot,
+                gids: Ids::AllButRoot
+            })
+        );
         // Root squash; a permitted uid keeps its credential but not "no checks".
         assert_eq!(
             who.apply(false, Cred::ROOT),
             (true, Cred::new(NOBODY, NOBODY))
         );
         assert_eq!(who.apply(false, Cred::new(7, 7)), (true, Cred::new(7, 7)));
+        // Group 0 squashed to nobody, as the primary group and among the others.
+        assert_eq!(
+            who.apply(true, Cred::new(7, 0).with_groups(&[0, 6, 0, 8])),
+            (true, Cred::new(7, NOBODY).with_groups(&[6, 8]))
+        );
         assert!(!who.is_admin());
+        // Both lists: outside them, uid nobody (and nothing else), or group nobody.
+        let spec = CertSpec::client("c", Some("1000-1999")).with_gids(Some("100,1000-1999"));
+        let (c, _) = ca.issue(&spec).unwrap();
+        let who = Caller::of(Some(der(&c).as_slice())).unwrap();
+        let staff = Cred::new(1000, 100).with_groups(&[100, 27, 1001]);
+        assert_eq!(
+            who.apply(true, staff),
+            (true, Cred::new(1000, 100).with_groups(&[100, 1001]))
+        );
+        assert_eq!(
+            who.apply(true, Cred::new(1000, 27)),
+            (true, Cred::new(1000, NOBODY))
+        );
+        assert_eq!(
+            who.apply(true, Cred::new(999, 100)),
+            (true, Cred::new(NOBODY, NOBODY))
+        );
         let (c, _) = ca.issue(&CertSpec::client("b", Some("*"))).unwrap();
         let who = Caller::of(Some(der(&c).as_slice())).unwrap();
         assert_eq!(who.apply(false, Cred::ROOT), (false, Cred::ROOT));
+        let wheel = Cred::ROOT.with_groups(&[0, 10]);
+        assert_eq!(who.apply(true, wheel), (true, wheel));
         assert!(who.is_admin());
         let mut odd = CertSpec::client("x", None);
         odd.common_name = "someone".into();

@@ -114,7 +114,7 @@ fn status_errno(b: &[u8]) -> u32 {
 
 fn names(fs: &dyn FileSystem, d: u64) -> Vec<Vec<u8>> {
     let mut v: Vec<_> = fs
-        .readdir(d, None, usize::MAX)
+        .readdir(&R, d, None, usize::MAX)
         .unwrap()
         .into_iter()
         .map(|e| e.name)
@@ -129,7 +129,7 @@ fn malformed_oversized_and_unknown() {
     let fs = c.client();
     let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap().ino;
     let f = fs.create(&R, d, b"f", 0o644).unwrap().ino;
-    fs.write(f, 0, b"kept").unwrap();
+    fs.write(&R, f, 0, b"kept").unwrap();
     let before = names(&fs, d);
     let s0 = c.cfg.servers()[0].addr;
     let home = c.cfg.servers()[cairn_cluster::giga::home_of(d) as usize].addr;
@@ -306,7 +306,7 @@ fn malformed_oversized_and_unknown() {
         libc::ENOENT
     );
     assert_eq!(
-        fs.readdir(unknown_home, None, 10).unwrap_err().0,
+        fs.readdir(&R, unknown_home, None, 10).unwrap_err().0,
         libc::ENOENT
     );
     assert_eq!(fs.getattr(0).unwrap_err().0, libc::ENOENT);
@@ -366,7 +366,7 @@ fn malformed_oversized_and_unknown() {
 
     // The servers keep serving; nothing they store changed.
     assert_eq!(names(&fs, d), before);
-    assert_eq!(fs.read(f, 0, 10).unwrap(), b"kept");
+    assert_eq!(fs.read(&R, f, 0, 10).unwrap(), b"kept");
     assert_eq!(
         fs.lookup(&R, ROOT, b"intruder").unwrap_err().0,
         libc::ENOENT
@@ -507,7 +507,7 @@ fn a_server_down() {
         if i == 2 {
             assert_eq!(r.unwrap_err().0, libc::EIO);
             assert_eq!(short.getattr(d).unwrap_err().0, libc::EIO);
-            assert_eq!(short.readdir(d, None, 10).unwrap_err().0, libc::EIO);
+            assert_eq!(short.readdir(&R, d, None, 10).unwrap_err().0, libc::EIO);
         } else {
             r.unwrap();
         }

@@ -43,7 +43,7 @@ fn list(fs: &dyn FileSystem, dir: u64) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut cursor: Option<Vec<u8>> = None;
     loop {
-        let p = fs.readdir(dir, cursor.as_deref(), 50).unwrap();
+        let p = fs.readdir(&R, dir, cursor.as_deref(), 50).unwrap();
         let Some(last) = p.last() else { break };
         cursor = Some(last.name.clone());
         out.extend(p.into_iter().map(|e| e.name));
@@ -117,7 +117,7 @@ fn link_and_unlink_across_servers() {
     let (a, b) = dirs_a1_b2(&fs);
     let f = fs.create(&R, a, b"f", 0o644).unwrap().ino;
     assert_eq!(home_of(f), 1);
-    fs.write(f, 0, b"data").unwrap();
+    fs.write(&R, f, 0, b"data").unwrap();
     // link b/lK -> f: coordinated by server 2 (b's entries), the inode's home is 1.
     for (k, (victim, point)) in [
         (2, "link:after-intent"),
@@ -153,7 +153,7 @@ fn link_and_unlink_across_servers() {
         assert_eq!(e(fs.lookup(&R, b, name.as_bytes())), libc::ENOENT);
         assert_eq!(fs.getattr(f).unwrap().nlink, 3 - k as u32);
     }
-    assert_eq!(fs.read(f, 0, 10).unwrap(), b"data");
+    assert_eq!(fs.read(&R, f, 0, 10).unwrap(), b"data");
     c.check();
     c.shutdown();
 }

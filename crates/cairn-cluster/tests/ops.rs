@@ -72,7 +72,7 @@ fn fresh() -> ((), Fresh) {
 /// Names of a directory, sorted (a cluster lists in hash order).
 fn names(fs: &dyn FileSystem, ino: u64) -> Vec<Vec<u8>> {
     let mut v: Vec<Vec<u8>> = fs
-        .readdir(ino, None, usize::MAX)
+        .readdir(&R, ino, None, usize::MAX)
         .unwrap()
         .into_iter()
         .map(|e| e.name)
@@ -171,7 +171,7 @@ fn permissions() {
     assert_eq!((f.uid, f.gid), (1000, 1000));
     assert_eq!(e(fs.open_file(&BOB, f.ino, libc::O_RDONLY)), libc::EACCES);
     fs.open_file(&ALICE, f.ino, libc::O_RDWR).unwrap();
-    fs.release(f.ino).unwrap();
+    fs.release(&R, f.ino).unwrap();
     // chmod by a non-owner, chown by a non-root user, explicit times by a non-owner.
     let chmod = SetAttr {
         mode: Some(0o644),
@@ -252,7 +252,7 @@ fn supplementary_groups() {
     fs.setattr(&carol, f.ino, &to(staff)).unwrap();
     let dave = Cred::new(1003, 1003).with_groups(&[staff]);
     fs.open_file(&dave, f.ino, libc::O_RDONLY).unwrap();
-    fs.release(f.ino).unwrap();
+    fs.release(&R, f.ino).unwrap();
     assert_eq!(e(fs.open_file(&dave, f.ino, libc::O_WRONLY)), libc::EACCES);
     // chmod g+s by an owner outside the file's group drops the setgid bit.
     fs.setattr(&R, f.ino, &to(99)).unwrap();
@@ -321,7 +321,7 @@ fn setattr_chmod_chown_truncate_utimens() {
         )
         .unwrap();
     assert!(a.mtime > 2_000);
-    fs.write(f.ino, 0, b"hello world").unwrap();
+    fs.write(&R, f.ino, 0, b"hello world").unwrap();
     let a = fs
         .setattr(
             &R,
@@ -333,7 +333,7 @@ fn setattr_chmod_chown_truncate_utimens() {
         )
         .unwrap();
     assert_eq!(a.size, 5);
-    assert_eq!(fs.read(f.ino, 0, 100).unwrap(), b"hello");
+    assert_eq!(fs.read(&R, f.ino, 0, 100).unwrap(), b"hello");
     fs.setattr(
         &R,
         f.ino,
@@ -343,7 +343,7 @@ fn setattr_chmod_chown_truncate_utimens() {
         },
     )
     .unwrap();
-    assert_eq!(fs.read(f.ino, 0, 100).unwrap(), b"hello\0\0\0");
+    assert_eq!(fs.read(&R, f.ino, 0, 100).unwrap(), b"hello\0\0\0");
     let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap();
     assert_eq!(
         e(fs.setattr(
@@ -365,20 +365,20 @@ fn data_inline_and_chunked() {
     let (_d, fs) = fresh();
     let fs = &fs;
     let f = fs.create(&R, ROOT, b"f", 0o644).unwrap();
-    assert_eq!(fs.read(f.ino, 0, 10).unwrap(), b"");
-    assert_eq!(fs.write(f.ino, 0, b"abc").unwrap(), 3);
-    assert_eq!(fs.write(f.ino, 10, b"xyz").unwrap(), 3);
-    assert_eq!(fs.read(f.ino, 0, 100).unwrap(), b"abc\0\0\0\0\0\0\0xyz");
-    assert_eq!(fs.read(f.ino, 11, 1).unwrap(), b"y");
-    assert_eq!(fs.read(f.ino, 100, 1).unwrap(), b"");
+    assert_eq!(fs.read(&R, f.ino, 0, 10).unwrap(), b"");
+    assert_eq!(fs.write(&R, f.ino, 0, b"abc").unwrap(), 3);
+    assert_eq!(fs.write(&R, f.ino, 10, b"xyz").unwrap(), 3);
+    assert_eq!(fs.read(&R, f.ino, 0, 100).unwrap(), b"abc\0\0\0\0\0\0\0xyz");
+    assert_eq!(fs.read(&R, f.ino, 11, 1).unwrap(), b"y");
+    assert_eq!(fs.read(&R, f.ino, 100, 1).unwrap(), b"");
     // Grow past the inline limit and across chunk boundaries, compare with a model.
-    let mut model = fs.read(f.ino, 0, 100).unwrap();
+    let mut model = fs.read(&R, f.ino, 0, 100).unwrap();
     let mut rng = StdRng::seed_from_u64(7);
     for _ in 0..200 {
         let off = rng.random_range(0..300_000usize);
         let len = rng.random_range(0..70_000usize);
         let data: Vec<u8> = (0..len).map(|_| rng.random()).collect();
-        fs.write(f.ino, off as u64, &data).unwrap();
+        fs.write(&R, f.ino, off as u64, &data).unwrap();
         if model.len() < off + len {
             model.resize(off + len, 0);
         }
@@ -398,10 +398,10 @@ fn data_inline_and_chunked() {
         }
         assert_eq!(fs.getattr(f.ino).unwrap().size, model.len() as u64);
     }
-    assert_eq!(fs.read(f.ino, 0, model.len() + 5).unwrap(), model);
+    assert_eq!(fs.read(&R, f.ino, 0, model.len() + 5).unwrap(), model);
     let mid = model.len() / 3;
     assert_eq!(
-        fs.read(f.ino, mid as u64, 100_000).unwrap(),
+        fs.read(&R, f.ino, mid as u64, 100_000).unwrap(),
         model[mid..(mid + 100_000).min(model.len())]
     );
     assert_consistent(fs);
@@ -415,24 +415,24 @@ fn data_inline_and_chunked() {
         },
     )
     .unwrap();
-    fs.write(f.ino, 0, b"small").unwrap();
-    assert_eq!(fs.read(f.ino, 0, 100).unwrap(), b"small");
+    fs.write(&R, f.ino, 0, b"small").unwrap();
+    assert_eq!(fs.read(&R, f.ino, 0, 100).unwrap(), b"small");
     fs.fsync(f.ino).unwrap();
     let dd = fs.mkdir(&R, ROOT, b"dir", 0o755).unwrap();
-    assert_eq!(e(fs.write(dd.ino, 0, b"x")), libc::EISDIR);
-    assert_eq!(e(fs.read(dd.ino, 0, 1)), libc::EISDIR);
+    assert_eq!(e(fs.write(&R, dd.ino, 0, b"x")), libc::EISDIR);
+    assert_eq!(e(fs.read(&R, dd.ino, 0, 1)), libc::EISDIR);
     assert_eq!(e(fs.open_file(&R, dd.ino, libc::O_WRONLY)), libc::EISDIR);
     // O_TRUNC
     fs.open_file(&R, f.ino, libc::O_WRONLY | libc::O_TRUNC)
         .unwrap();
-    fs.release(f.ino).unwrap();
+    fs.release(&R, f.ino).unwrap();
     assert_eq!(fs.getattr(f.ino).unwrap().size, 0);
     // Reopen keeps everything.
     let big: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
-    fs.write(f.ino, 0, &big).unwrap();
+    fs.write(&R, f.ino, 0, &big).unwrap();
     // A restart of every server keeps everything (the cluster's "reopen").
     fs.restart_all();
-    assert_eq!(fs.read(f.ino, 0, 300_000).unwrap(), big);
+    assert_eq!(fs.read(&R, f.ino, 0, 300_000).unwrap(), big);
     let g = fs.create(&R, ROOT, b"g", 0o644).unwrap();
     // f and g both live on the server of the root's entries.
     assert!(g.ino > f.ino, "inode numbers are never reused");
@@ -445,7 +445,7 @@ fn unlink_rmdir_link() {
     let fs = &fs;
     let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap();
     let f = fs.create(&R, d.ino, b"f", 0o644).unwrap();
-    fs.write(f.ino, 0, &vec![9u8; 100_000]).unwrap();
+    fs.write(&R, f.ino, 0, &vec![9u8; 100_000]).unwrap();
     fs.setxattr(&R, f.ino, b"user.a", b"1", 0).unwrap();
     let l = fs.link(&R, f.ino, ROOT, b"hard").unwrap();
     assert_eq!(l.nlink, 2);
@@ -461,7 +461,7 @@ fn unlink_rmdir_link() {
     assert_eq!(e(fs.unlink(&R, ROOT, b"nope")), libc::ENOENT);
     fs.unlink(&R, d.ino, b"f").unwrap();
     assert_eq!(fs.getattr(f.ino).unwrap().nlink, 1);
-    assert_eq!(fs.read(f.ino, 0, 3).unwrap(), vec![9, 9, 9]);
+    assert_eq!(fs.read(&R, f.ino, 0, 3).unwrap(), vec![9, 9, 9]);
     fs.rmdir(&R, ROOT, b"d").unwrap();
     assert_eq!(fs.getattr(ROOT).unwrap().nlink, 2);
     assert_eq!(e(fs.getattr(d.ino)), libc::ENOENT);
@@ -469,9 +469,9 @@ fn unlink_rmdir_link() {
     fs.open_file(&R, f.ino, libc::O_RDONLY).unwrap();
     fs.unlink(&R, ROOT, b"hard").unwrap();
     assert_eq!(fs.getattr(f.ino).unwrap().nlink, 0);
-    assert_eq!(fs.read(f.ino, 0, 2).unwrap(), vec![9, 9]);
+    assert_eq!(fs.read(&R, f.ino, 0, 2).unwrap(), vec![9, 9]);
     assert_consistent(fs);
-    fs.release(f.ino).unwrap();
+    fs.release(&R, f.ino).unwrap();
     assert_eq!(e(fs.getattr(f.ino)), libc::ENOENT);
     assert_eq!(names(&**fs, ROOT), Vec::<Vec<u8>>::new());
     assert_consistent(fs);
@@ -484,15 +484,15 @@ fn symlinks() {
     let s = fs.symlink(&R, ROOT, b"s", b"../target/x").unwrap();
     assert_eq!(s.mode, libc::S_IFLNK | 0o777);
     assert_eq!(s.size, 11);
-    assert_eq!(fs.readlink(s.ino).unwrap(), b"../target/x");
+    assert_eq!(fs.readlink(&R, s.ino).unwrap(), b"../target/x");
     let f = fs.create(&R, ROOT, b"f", 0o644).unwrap();
-    assert_eq!(e(fs.readlink(f.ino)), libc::EINVAL);
+    assert_eq!(e(fs.readlink(&R, f.ino)), libc::EINVAL);
     assert_eq!(e(fs.symlink(&R, ROOT, b"s", b"y")), libc::EEXIST);
     assert_eq!(
         e(fs.symlink(&R, ROOT, b"t", &vec![b'a'; 5000])),
         libc::ENAMETOOLONG
     );
-    assert_eq!(e(fs.readlink(999)), libc::ENOENT);
+    assert_eq!(e(fs.readlink(&R, 999)), libc::ENOENT);
     fs.unlink(&R, ROOT, b"s").unwrap();
     assert_consistent(fs);
 }
@@ -602,7 +602,7 @@ fn readdir_cursor_and_changes() {
     let mut cursor: Option<Vec<u8>> = None;
     let mut round = 0u32;
     loop {
-        let page = fs.readdir(d.ino, cursor.as_deref(), 37).unwrap();
+        let page = fs.readdir(&R, d.ino, cursor.as_deref(), 37).unwrap();
         if page.is_empty() {
             break;
         }
@@ -632,10 +632,10 @@ fn readdir_cursor_and_changes() {
         }
     }
     let f = fs.lookup(&R, d.ino, b"f00000").unwrap();
-    assert_eq!(e(fs.readdir(f.ino, None, 10)), libc::ENOTDIR);
-    let first = &fs.readdir(d.ino, None, 1).unwrap()[0];
+    assert_eq!(e(fs.readdir(&R, f.ino, None, 10)), libc::ENOTDIR);
+    let first = &fs.readdir(&R, d.ino, None, 1).unwrap()[0];
     assert_eq!(first.kind, libc::S_IFREG);
-    assert!(fs.readdir(d.ino, None, 0).unwrap().is_empty());
+    assert!(fs.readdir(&R, d.ino, None, 0).unwrap().is_empty());
     assert_consistent(fs);
 }
 
@@ -644,17 +644,17 @@ fn atime_follows_relatime() {
     let (_d, fs) = fresh();
     let fs = &fs;
     let f = fs.create(&R, ROOT, b"f", 0o644).unwrap();
-    fs.write(f.ino, 0, b"data").unwrap();
+    fs.write(&R, f.ino, 0, b"data").unwrap();
     let before = fs.getattr(f.ino).unwrap();
     assert!(before.atime <= before.mtime);
     // First read after a write: atime is not newer than mtime, so it is set.
     std::thread::sleep(Duration::from_millis(2));
-    fs.read(f.ino, 0, 10).unwrap();
+    fs.read(&R, f.ino, 0, 10).unwrap();
     let a1 = fs.getattr(f.ino).unwrap().atime;
     assert!(a1 > before.mtime, "read set atime");
     // A second read within a day writes nothing.
     std::thread::sleep(Duration::from_millis(2));
-    fs.read(f.ino, 0, 10).unwrap();
+    fs.read(&R, f.ino, 0, 10).unwrap();
     assert_eq!(fs.getattr(f.ino).unwrap().atime, a1);
     // An atime more than a day old is refreshed.
     let old = a1 - 2 * 24 * 3600 * 1_000_000_000;
@@ -664,12 +664,12 @@ fn atime_follows_relatime() {
     };
     fs.setattr(&R, f.ino, &set).unwrap();
     // (setattr also set ctime to now, so both rules ask for the update.)
-    fs.read(f.ino, 0, 1).unwrap();
+    fs.read(&R, f.ino, 0, 1).unwrap();
     assert!(fs.getattr(f.ino).unwrap().atime > a1);
     // Listing a directory from its start is a read of it.
     let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap();
     std::thread::sleep(Duration::from_millis(2));
-    fs.readdir(d.ino, None, 10).unwrap();
+    fs.readdir(&R, d.ino, None, 10).unwrap();
     assert!(fs.getattr(d.ino).unwrap().atime > d.atime);
     // Reads leave mtime and ctime alone.
     let after = fs.getattr(f.ino).unwrap();
@@ -687,10 +687,10 @@ fn xattrs() {
     };
     fs.setattr(&R, ROOT, &all).unwrap();
     let f = fs.create(&ALICE, ROOT, b"f", 0o644).unwrap();
-    assert_eq!(e(fs.getxattr(f.ino, b"user.x")), libc::ENODATA);
+    assert_eq!(e(fs.getxattr(&R, f.ino, b"user.x")), libc::ENODATA);
     fs.setxattr(&R, f.ino, b"user.x", b"1", 0).unwrap();
     fs.setxattr(&R, f.ino, b"user.y", b"", 0).unwrap();
-    assert_eq!(fs.getxattr(f.ino, b"user.x").unwrap(), b"1");
+    assert_eq!(fs.getxattr(&R, f.ino, b"user.x").unwrap(), b"1");
     assert_eq!(
         e(fs.setxattr(&R, f.ino, b"user.x", b"2", XATTR_CREATE)),
         libc::EEXIST
@@ -701,9 +701,9 @@ fn xattrs() {
     );
     fs.setxattr(&R, f.ino, b"user.x", b"2", XATTR_REPLACE)
         .unwrap();
-    assert_eq!(fs.getxattr(f.ino, b"user.x").unwrap(), b"2");
+    assert_eq!(fs.getxattr(&R, f.ino, b"user.x").unwrap(), b"2");
     assert_eq!(
-        fs.listxattr(f.ino).unwrap(),
+        fs.listxattr(&R, f.ino).unwrap(),
         vec![b"user.x".to_vec(), b"user.y".to_vec()]
     );
     assert_eq!(
@@ -716,9 +716,9 @@ fn xattrs() {
     );
     assert_eq!(e(fs.removexattr(&R, f.ino, b"user.nope")), libc::ENODATA);
     fs.removexattr(&R, f.ino, b"user.x").unwrap();
-    assert_eq!(fs.listxattr(f.ino).unwrap(), vec![b"user.y".to_vec()]);
-    assert_eq!(e(fs.getxattr(999, b"user.x")), libc::ENOENT);
-    assert_eq!(e(fs.getxattr(f.ino, b"")), libc::EINVAL);
+    assert_eq!(fs.listxattr(&R, f.ino).unwrap(), vec![b"user.y".to_vec()]);
+    assert_eq!(e(fs.getxattr(&R, 999, b"user.x")), libc::ENOENT);
+    assert_eq!(e(fs.getxattr(&R, f.ino, b"")), libc::EINVAL);
     // A minimal access ACL only sets the permission bits (as `cp -a` uses it).
     let acl = |u: u16, g: u16, o: u16| {
         let mut v = 2u32.to_le_bytes().to_vec();
@@ -732,7 +732,7 @@ fn xattrs() {
     fs.setxattr(&R, f.ino, b"system.posix_acl_access", &acl(6, 4, 0), 0)
         .unwrap();
     assert_eq!(fs.getattr(f.ino).unwrap().mode, libc::S_IFREG | 0o640);
-    assert_eq!(fs.listxattr(f.ino).unwrap(), vec![b"user.y".to_vec()]);
+    assert_eq!(fs.listxattr(&R, f.ino).unwrap(), vec![b"user.y".to_vec()]);
     assert_eq!(
         e(fs.setxattr(&R, f.ino, b"system.posix_acl_access", b"junk", 0)),
         libc::EINVAL

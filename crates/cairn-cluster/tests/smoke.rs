@@ -15,10 +15,10 @@ fn smoke() {
     assert_eq!(fs.lookup(&R, d.ino, b"f").unwrap().ino, f.ino);
     assert_eq!(fs.lookup(&R, ROOT, b"d").unwrap().ino, d.ino);
     assert_eq!(fs.getattr(ROOT).unwrap().nlink, 3);
-    fs.write(f.ino, 0, b"hello").unwrap();
-    assert_eq!(fs.read(f.ino, 0, 10).unwrap(), b"hello");
+    fs.write(&R, f.ino, 0, b"hello").unwrap();
+    assert_eq!(fs.read(&R, f.ino, 0, 10).unwrap(), b"hello");
     let names: Vec<_> = fs
-        .readdir(d.ino, None, 100)
+        .readdir(&R, d.ino, None, 100)
         .unwrap()
         .into_iter()
         .map(|e| e.name)

@@ -17,7 +17,7 @@ fn list(fs: &dyn FileSystem, dir: u64, page: usize) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut cursor: Option<Vec<u8>> = None;
     loop {
-        let p = fs.readdir(dir, cursor.as_deref(), page).unwrap();
+        let p = fs.readdir(&R, dir, cursor.as_deref(), page).unwrap();
         let Some(last) = p.last() else { break };
         cursor = Some(last.name.clone());
         out.extend(p.into_iter().map(|e| e.name));
@@ -153,7 +153,7 @@ fn concurrent_creates_while_splitting() {
                     cl.create(&R, d, name.as_bytes(), 0o644).unwrap();
                     if i % 50 == 0 {
                         // Listings while others create and split.
-                        let _ = cl.readdir(d, None, 64).unwrap();
+                        let _ = cl.readdir(&R, d, None, 64).unwrap();
                     }
                 }
             });
@@ -222,7 +222,7 @@ fn listing_survives_splits() {
     let mut cursor: Option<Vec<u8>> = None;
     let mut round = 0;
     loop {
-        let p = fs.readdir(d, cursor.as_deref(), 11).unwrap();
+        let p = fs.readdir(&R, d, cursor.as_deref(), 11).unwrap();
         let Some(last) = p.last() else { break };
         cursor = Some(last.name.clone());
         seen.extend(p.into_iter().map(|e| e.name));

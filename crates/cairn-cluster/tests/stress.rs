@@ -19,7 +19,7 @@ fn list(fs: &dyn FileSystem, dir: u64) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut cursor: Option<Vec<u8>> = None;
     loop {
-        let p = fs.readdir(dir, cursor.as_deref(), 33).unwrap();
+        let p = fs.readdir(&R, dir, cursor.as_deref(), 33).unwrap();
         let Some(last) = p.last() else { break };
         cursor = Some(last.name.clone());
         out.extend(p.into_iter().map(|e| e.name));
@@ -65,7 +65,7 @@ fn random_operations_from_many_clients() {
                                 // A file into a subdirectory, and out again.
                                 cl.rename(&R, d2, &n2, a.ino, b"inner", RENAME_NOREPLACE)
                             } else {
-                                cl.write(a.ino, 0, b"x").map(drop)
+                                cl.write(&R, a.ino, 0, b"x").map(drop)
                             }
                         }),
                     };

@@ -30,8 +30,9 @@ pub trait FileSystem: Send + Sync {
     /// Creates the symbolic link `name` in `parent` pointing to `target`.
     fn symlink(&self, cred: &Cred, parent: u64, name: &[u8], target: &[u8]) -> FsResult<Attr>;
 
-    /// The target of the symbolic link `ino`.
-    fn readlink(&self, ino: u64) -> FsResult<Vec<u8>>;
+    /// The target of the symbolic link `ino` (no permission of the link's own is
+    /// checked, as on Linux).
+    fn readlink(&self, cred: &Cred, ino: u64) -> FsResult<Vec<u8>>;
 
     /// Adds the hard link `newname` in `newparent` to `ino`.
     fn link(&self, cred: &Cred, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr>;
@@ -57,7 +58,14 @@ pub trait FileSystem: Send + Sync {
     fn opendir(&self, cred: &Cred, ino: u64) -> FsResult<()>;
 
     /// Up to `limit` entries of directory `ino` after the entry named `after` (from the start with `None`), without `.` and `..`, in an order of the implementation's choosing that a listing resumed after any name returned keeps.
-    fn readdir(&self, ino: u64, after: Option<&[u8]>, limit: usize) -> FsResult<Vec<DirEntry>>;
+    /// `cred` needs read permission on the directory, or to own it ([`rules::check_data_access`]).
+    fn readdir(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> FsResult<Vec<DirEntry>>;
 
     /// The parent of directory `ino` (the root is its own parent).
     fn parent_of(&self, ino: u64) -> FsResult<u64>;
@@ -65,20 +73,28 @@ pub trait FileSystem: Send + Sync {
     /// Opens `ino` with `open(2)` `flags` (access checked, `O_TRUNC` applied).
     fn open_file(&self, cred: &Cred, ino: u64, flags: i32) -> FsResult<Attr>;
 
-    /// Closes one open of `ino`.
-    fn release(&self, ino: u64) -> FsResult<()>;
+    /// Opens `ino`, which `cred`'s own create has just made, as `open(2)` with
+    /// `O_CREAT` does: the access mode is not checked against the new file's mode (a
+    /// file created read-only may be written through this open). Only the file's
+    /// owner may open it so; anyone else is checked as by [`FileSystem::open_file`].
+    fn open_created(&self, cred: &Cred, ino: u64, flags: i32) -> FsResult<Attr>;
 
-    /// Up to `size` bytes of `ino` from `offset` (fewer at the end).
-    fn read(&self, ino: u64, offset: u64, size: usize) -> FsResult<Vec<u8>>;
+    /// Closes one open of `ino` that `cred` made.
+    fn release(&self, cred: &Cred, ino: u64) -> FsResult<()>;
 
-    /// Writes `data` at `offset` of `ino`.
-    fn write(&self, ino: u64, offset: u64, data: &[u8]) -> FsResult<usize>;
+    /// Up to `size` bytes of `ino` from `offset` (fewer at the end). `cred`: the
+    /// caller that opened the file, checked by [`rules::check_data_access`].
+    fn read(&self, cred: &Cred, ino: u64, offset: u64, size: usize) -> FsResult<Vec<u8>>;
+
+    /// Writes `data` at `offset` of `ino`. `cred`: the caller that opened the file,
+    /// checked by [`rules::check_data_access`].
+    fn write(&self, cred: &Cred, ino: u64, offset: u64, data: &[u8]) -> FsResult<usize>;
 
     /// Makes the changes of `ino` (and everything acknowledged before) durable.
     fn fsync(&self, ino: u64) -> FsResult<()>;
 
-    /// The extended attribute `name` of `ino`.
-    fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>>;
+    /// The extended attribute `name` of `ino` ([`rules::xattr_read_access`]).
+    fn getxattr(&self, cred: &Cred, ino: u64, name: &[u8]) -> FsResult<Vec<u8>>;
 
     /// Sets the extended attribute `name` (`flags`: `XATTR_CREATE`, `XATTR_REPLACE`).
     fn setxattr(
@@ -90,8 +106,9 @@ pub trait FileSystem: Send + Sync {
         flags: u32,
     ) -> FsResult<()>;
 
-    /// The names of the extended attributes of `ino`.
-    fn listxattr(&self, ino: u64) -> FsResult<Vec<Vec<u8>>>;
+    /// The names of the extended attributes of `ino` that `cred` may see
+    /// ([`rules::xattr_listed`]); `E2BIG` past [`rules::XATTR_LIST_MAX`] bytes.
+    fn listxattr(&self, cred: &Cred, ino: u64) -> FsResult<Vec<Vec<u8>>>;
 
     /// Removes the extended attribute `name` of `ino`.
     fn removexattr(&self, cred: &Cred, ino: u64, name: &[u8]) -> FsResult<()>;
@@ -110,13 +127,14 @@ pub trait FileSystem: Send + Sync {
     /// [`Fs::copy_range`]). By default through reads and writes of 1 MiB.
     fn copy_range(
         &self,
+        cred: &Cred,
         ino_in: u64,
         off_in: u64,
         ino_out: u64,
         off_out: u64,
         len: u64,
     ) -> FsResult<u64> {
-        crate::space::copy_range_generic(self, ino_in, off_in, ino_out, off_out, len)
+        crate::space::copy_range_generic(self, cred, ino_in, off_in, ino_out, off_out, len)
     }
 
     /// Whether the file system checks permissions itself (else the kernel does).
@@ -156,7 +174,7 @@ impl FileSystem for Fs {
         Fs::symlink(self, cred, parent, name, target)
     }
 
-    fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
+    fn readlink(&self, _cred: &Cred, ino: u64) -> FsResult<Vec<u8>> {
         Fs::readlink(self, ino)
     }
 
@@ -188,7 +206,14 @@ impl FileSystem for Fs {
         Fs::opendir(self, cred, ino)
     }
 
-    fn readdir(&self, ino: u64, after: Option<&[u8]>, limit: usize) -> FsResult<Vec<DirEntry>> {
+    fn readdir(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> FsResult<Vec<DirEntry>> {
+        self.check_data(cred, ino, crate::rules::MAY_READ)?;
         Fs::readdir(self, ino, after, limit)
     }
 
@@ -200,15 +225,21 @@ impl FileSystem for Fs {
         Fs::open_file(self, cred, ino, flags)
     }
 
-    fn release(&self, ino: u64) -> FsResult<()> {
+    fn open_created(&self, cred: &Cred, ino: u64, flags: i32) -> FsResult<Attr> {
+        Fs::open_created(self, cred, ino, flags)
+    }
+
+    fn release(&self, _cred: &Cred, ino: u64) -> FsResult<()> {
         Fs::release(self, ino)
     }
 
-    fn read(&self, ino: u64, offset: u64, size: usize) -> FsResult<Vec<u8>> {
+    fn read(&self, cred: &Cred, ino: u64, offset: u64, size: usize) -> FsResult<Vec<u8>> {
+        self.check_data(cred, ino, crate::rules::MAY_READ)?;
         Fs::read(self, ino, offset, size)
     }
 
-    fn write(&self, ino: u64, offset: u64, data: &[u8]) -> FsResult<usize> {
+    fn write(&self, cred: &Cred, ino: u64, offset: u64, data: &[u8]) -> FsResult<usize> {
+        self.check_data(cred, ino, crate::rules::MAY_WRITE)?;
         Fs::write(self, ino, offset, data)
     }
 
@@ -220,8 +251,8 @@ impl FileSystem for Fs {
         Fs::fallocate(self, cred, ino, offset, len, mode)
     }
 
-    fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
-        Fs::getxattr(self, ino, name)
+    fn getxattr(&self, cred: &Cred, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
+        Fs::getxattr_as(self, cred, ino, name)
     }
 
     fn setxattr(
@@ -235,8 +266,8 @@ impl FileSystem for Fs {
         Fs::setxattr(self, cred, ino, name, value, flags)
     }
 
-    fn listxattr(&self, ino: u64) -> FsResult<Vec<Vec<u8>>> {
-        Fs::listxattr(self, ino)
+    fn listxattr(&self, cred: &Cred, ino: u64) -> FsResult<Vec<Vec<u8>>> {
+        Fs::listxattr_as(self, cred, ino)
     }
 
     fn removexattr(&self, cred: &Cred, ino: u64, name: &[u8]) -> FsResult<()> {

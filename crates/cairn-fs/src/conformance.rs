@@ -63,7 +63,7 @@ fn e<T: std::fmt::Debug>(r: FsResult<T>) -> i32 {
 
 /// The names of directory `ino`, in listing order.
 fn names(fs: &dyn FileSystem, ino: u64) -> Vec<Vec<u8>> {
-    fs.readdir(ino, None, usize::MAX)
+    fs.readdir(&R, ino, None, usize::MAX)
         .unwrap()
         .into_iter()
         .map(|e| e.name)
@@ -222,7 +222,7 @@ pub fn permissions(t: &dyn Target) {
     assert_eq!((f.uid, f.gid), (1000, 1000));
     assert_eq!(e(fs.open_file(&BOB, f.ino, libc::O_RDONLY)), libc::EACCES);
     fs.open_file(&ALICE, f.ino, libc::O_RDWR).unwrap();
-    fs.release(f.ino).unwrap();
+    fs.release(&ALICE, f.ino).unwrap();
     // chmod by a non-owner, chown by a non-root user, explicit times by a non-owner.
     let chmod = mode(0o644);
     assert_eq!(e(fs.setattr(&BOB, f.ino, &chmod)), libc::EPERM);
@@ -292,7 +292,7 @@ pub fn supplementary_groups(t: &dyn Target) {
     fs.setattr(&carol, f.ino, &to(staff)).unwrap();
     let dave = Cred::new(1003, 1003).with_groups(&[staff]);
     fs.open_file(&dave, f.ino, libc::O_RDONLY).unwrap();
-    fs.release(f.ino).unwrap();
+    fs.release(&dave, f.ino).unwrap();
     assert_eq!(e(fs.open_file(&dave, f.ino, libc::O_WRONLY)), libc::EACCES);
     // chmod g+s by an owner outside the file's group drops the setgid bit.
     fs.setattr(&R, f.ino, &to(99)).unwrap();
@@ -303,6 +303,76 @@ pub fn supplementary_groups(t: &dyn Target) {
     let a = fs.setattr(&carol, f.ino, &sgid).unwrap();
     assert_eq!(a.mode & 0o7777, 0o2640);
     assert_eq!(Groups::new(&[1; 40]).as_slice().len(), Groups::MAX);
+    assert_consistent(t);
+}
+
+/// What a caller may do by inode number alone, without the path that would lead to
+/// it: read and write data, list a directory, read extended attributes, release an
+/// open, each checked against the caller (as an NFS server checks each request); the
+/// owner keeps access to what it made and opened; a file made read-only by its create
+/// can still be written through the create's own open.
+pub fn data_access_by_inode(t: &dyn Target) {
+    let fs = t.fs();
+    let secret = fs.create(&R, ROOT, b"secret", 0o600).unwrap();
+    fs.write(&R, secret.ino, 0, b"root only").unwrap();
+    fs.setxattr(&R, secret.ino, b"trusted.k", b"t", 0).unwrap();
+    fs.setxattr(&R, secret.ino, b"user.k", b"u", 0).unwrap();
+    fs.setxattr(&R, secret.ino, b"security.k", b"s", 0).unwrap();
+    let private = fs.mkdir(&R, ROOT, b"private", 0o700).unwrap();
+    fs.create(&R, private.ino, b"inside", 0o644).unwrap();
+    // Nothing of root's 0600 file or 0700 directory reaches another user.
+    assert_eq!(e(fs.read(&ALICE, secret.ino, 0, 100)), libc::EACCES);
+    assert_eq!(e(fs.write(&ALICE, secret.ino, 0, b"x")), libc::EACCES);
+    assert_eq!(e(fs.readdir(&ALICE, private.ino, None, 10)), libc::EACCES);
+    assert_eq!(e(fs.getxattr(&ALICE, secret.ino, b"user.k")), libc::EACCES);
+    assert_eq!(
+        e(fs.getxattr(&ALICE, secret.ino, b"trusted.k")),
+        libc::ENODATA
+    );
+    assert_eq!(
+        fs.getxattr(&ALICE, secret.ino, b"security.k").unwrap(),
+        b"s"
+    );
+    let mut listed = fs.listxattr(&ALICE, secret.ino).unwrap();
+    listed.sort();
+    assert_eq!(listed, vec![b"security.k".to_vec(), b"user.k".to_vec()]);
+    let copy = fs.create(&R, ROOT, b"copy", 0o666).unwrap();
+    assert_eq!(
+        e(fs.copy_range(&ALICE, secret.ino, 0, copy.ino, 0, 9)),
+        libc::EACCES
+    );
+    assert_eq!(fs.read(&R, secret.ino, 0, 100).unwrap(), b"root only");
+    assert_eq!(fs.getxattr(&R, secret.ino, b"trusted.k").unwrap(), b"t");
+    assert_eq!(fs.listxattr(&R, secret.ino).unwrap().len(), 3);
+    assert_eq!(names(fs, private.ino), vec![b"inside".to_vec()]);
+    // The bits decide for others: group and other readers, execute-only programs.
+    fs.setattr(&R, secret.ino, &mode(0o604)).unwrap();
+    assert_eq!(fs.read(&ALICE, secret.ino, 0, 4).unwrap(), b"root");
+    assert_eq!(e(fs.write(&ALICE, secret.ino, 0, b"x")), libc::EACCES);
+    fs.setattr(&R, secret.ino, &mode(0o711)).unwrap();
+    assert_eq!(fs.read(&ALICE, secret.ino, 0, 4).unwrap(), b"root");
+    // A file created read-only is written through its create's open; its owner keeps
+    // reading and writing it whatever its mode; no one else does.
+    let open = fs.mkdir(&R, ROOT, b"open", 0o777).unwrap();
+    let ro = fs.create(&ALICE, open.ino, b"ro", 0o444).unwrap();
+    assert_eq!(
+        e(fs.open_created(&BOB, ro.ino, libc::O_WRONLY)),
+        libc::EACCES
+    );
+    fs.open_created(&ALICE, ro.ino, libc::O_WRONLY).unwrap();
+    assert_eq!(
+        e(fs.open_file(&ALICE, ro.ino, libc::O_WRONLY)),
+        libc::EACCES
+    );
+    assert_eq!(fs.write(&ALICE, ro.ino, 0, b"mine").unwrap(), 4);
+    fs.setattr(&ALICE, ro.ino, &mode(0o000)).unwrap();
+    assert_eq!(fs.read(&ALICE, ro.ino, 0, 10).unwrap(), b"mine");
+    assert_eq!(e(fs.read(&BOB, ro.ino, 0, 10)), libc::EACCES);
+    // Unlinked while open, it stays readable by the one who opened it until its
+    // release.
+    fs.unlink(&ALICE, open.ino, b"ro").unwrap();
+    assert_eq!(fs.read(&ALICE, ro.ino, 0, 10).unwrap(), b"mine");
+    fs.release(&ALICE, ro.ino).unwrap();
     assert_consistent(t);
 }
 
@@ -349,12 +419,12 @@ pub fn setattr_chmod_chown_truncate_utimens(t: &dyn Target) {
         )
         .unwrap();
     assert!(a.mtime > 2_000);
-    fs.write(f.ino, 0, b"hello world").unwrap();
+    fs.write(&R, f.ino, 0, b"hello world").unwrap();
     let a = fs.setattr(&R, f.ino, &size(5)).unwrap();
     assert_eq!(a.size, 5);
-    assert_eq!(fs.read(f.ino, 0, 100).unwrap(), b"hello");
+    assert_eq!(fs.read(&R, f.ino, 0, 100).unwrap(), b"hello");
     fs.setattr(&R, f.ino, &size(8)).unwrap();
-    assert_eq!(fs.read(f.ino, 0, 100).unwrap(), b"hello\0\0\0");
+    assert_eq!(fs.read(&R, f.ino, 0, 100).unwrap(), b"hello\0\0\0");
     let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap();
     assert_eq!(e(fs.setattr(&R, d.ino, &size(0))), libc::EISDIR);
     let d2 = fs.setattr(&R, d.ino, &mode(0o711)).unwrap();
@@ -371,20 +441,20 @@ pub fn setattr_chmod_chown_truncate_utimens(t: &dyn Target) {
 pub fn data_inline_and_chunked(t: &dyn Target) {
     let fs = t.fs();
     let f = fs.create(&R, ROOT, b"f", 0o644).unwrap();
-    assert_eq!(fs.read(f.ino, 0, 10).unwrap(), b"");
-    assert_eq!(fs.write(f.ino, 0, b"abc").unwrap(), 3);
-    assert_eq!(fs.write(f.ino, 10, b"xyz").unwrap(), 3);
-    assert_eq!(fs.read(f.ino, 0, 100).unwrap(), b"abc\0\0\0\0\0\0\0xyz");
-    assert_eq!(fs.read(f.ino, 11, 1).unwrap(), b"y");
-    assert_eq!(fs.read(f.ino, 100, 1).unwrap(), b"");
+    assert_eq!(fs.read(&R, f.ino, 0, 10).unwrap(), b"");
+    assert_eq!(fs.write(&R, f.ino, 0, b"abc").unwrap(), 3);
+    assert_eq!(fs.write(&R, f.ino, 10, b"xyz").unwrap(), 3);
+    assert_eq!(fs.read(&R, f.ino, 0, 100).unwrap(), b"abc\0\0\0\0\0\0\0xyz");
+    assert_eq!(fs.read(&R, f.ino, 11, 1).unwrap(), b"y");
+    assert_eq!(fs.read(&R, f.ino, 100, 1).unwrap(), b"");
     // Grow past the inline limit and across chunk boundaries, compare with a model.
-    let mut model = fs.read(f.ino, 0, 100).unwrap();
+    let mut model = fs.read(&R, f.ino, 0, 100).unwrap();
     let mut rng = Rng(7);
     for _ in 0..200 {
         let off = rng.below(300_000) as usize;
         let len = rng.below(70_000) as usize;
         let data = rng.bytes(len);
-        assert_eq!(fs.write(f.ino, off as u64, &data).unwrap(), len);
+        assert_eq!(fs.write(&R, f.ino, off as u64, &data).unwrap(), len);
         if model.len() < off + len {
             model.resize(off + len, 0);
         }
@@ -396,32 +466,32 @@ pub fn data_inline_and_chunked(t: &dyn Target) {
         }
         assert_eq!(fs.getattr(f.ino).unwrap().size, model.len() as u64);
     }
-    assert_eq!(fs.read(f.ino, 0, model.len() + 5).unwrap(), model);
+    assert_eq!(fs.read(&R, f.ino, 0, model.len() + 5).unwrap(), model);
     let mid = model.len() / 3;
     assert_eq!(
-        fs.read(f.ino, mid as u64, 100_000).unwrap(),
+        fs.read(&R, f.ino, mid as u64, 100_000).unwrap(),
         model[mid..(mid + 100_000).min(model.len())]
     );
     assert_consistent(t);
     // Truncate to zero returns to inline.
     fs.setattr(&R, f.ino, &size(0)).unwrap();
-    fs.write(f.ino, 0, b"small").unwrap();
-    assert_eq!(fs.read(f.ino, 0, 100).unwrap(), b"small");
+    fs.write(&R, f.ino, 0, b"small").unwrap();
+    assert_eq!(fs.read(&R, f.ino, 0, 100).unwrap(), b"small");
     fs.fsync(f.ino).unwrap();
     let dd = fs.mkdir(&R, ROOT, b"dir", 0o755).unwrap();
-    assert_eq!(e(fs.write(dd.ino, 0, b"x")), libc::EISDIR);
-    assert_eq!(e(fs.read(dd.ino, 0, 1)), libc::EISDIR);
+    assert_eq!(e(fs.write(&R, dd.ino, 0, b"x")), libc::EISDIR);
+    assert_eq!(e(fs.read(&R, dd.ino, 0, 1)), libc::EISDIR);
     assert_eq!(e(fs.open_file(&R, dd.ino, libc::O_WRONLY)), libc::EISDIR);
     // O_TRUNC
     fs.open_file(&R, f.ino, libc::O_WRONLY | libc::O_TRUNC)
         .unwrap();
-    fs.release(f.ino).unwrap();
+    fs.release(&R, f.ino).unwrap();
     assert_eq!(fs.getattr(f.ino).unwrap().size, 0);
     // A large write in one call, read back across chunks.
     let big: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
-    fs.write(f.ino, 0, &big).unwrap();
-    assert_eq!(fs.read(f.ino, 0, 300_000).unwrap(), big);
-    assert_eq!(fs.read(f.ino, 65_530, 20).unwrap(), big[65_530..65_550]);
+    fs.write(&R, f.ino, 0, &big).unwrap();
+    assert_eq!(fs.read(&R, f.ino, 0, 300_000).unwrap(), big);
+    assert_eq!(fs.read(&R, f.ino, 65_530, 20).unwrap(), big[65_530..65_550]);
     fs.fsync(f.ino).unwrap();
     assert_consistent(t);
 }
@@ -431,7 +501,7 @@ pub fn unlink_rmdir_link(t: &dyn Target) {
     let fs = t.fs();
     let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap();
     let f = fs.create(&R, d.ino, b"f", 0o644).unwrap();
-    fs.write(f.ino, 0, &vec![9u8; 100_000]).unwrap();
+    fs.write(&R, f.ino, 0, &vec![9u8; 100_000]).unwrap();
     fs.setxattr(&R, f.ino, b"user.a", b"1", 0).unwrap();
     let l = fs.link(&R, f.ino, ROOT, b"hard").unwrap();
     assert_eq!(l.nlink, 2);
@@ -450,8 +520,8 @@ pub fn unlink_rmdir_link(t: &dyn Target) {
     assert_eq!(e(fs.unlink(&R, ROOT, b"nope")), libc::ENOENT);
     fs.unlink(&R, d.ino, b"f").unwrap();
     assert_eq!(fs.getattr(f.ino).unwrap().nlink, 1);
-    assert_eq!(fs.read(f.ino, 0, 3).unwrap(), vec![9, 9, 9]);
-    assert_eq!(fs.getxattr(f.ino, b"user.a").unwrap(), b"1");
+    assert_eq!(fs.read(&R, f.ino, 0, 3).unwrap(), vec![9, 9, 9]);
+    assert_eq!(fs.getxattr(&R, f.ino, b"user.a").unwrap(), b"1");
     fs.rmdir(&R, ROOT, b"d").unwrap();
     assert_eq!(fs.getattr(ROOT).unwrap().nlink, 2);
     assert_eq!(e(fs.getattr(d.ino)), libc::ENOENT);
@@ -461,9 +531,9 @@ pub fn unlink_rmdir_link(t: &dyn Target) {
     fs.open_file(&R, f.ino, libc::O_RDONLY).unwrap();
     fs.unlink(&R, ROOT, b"hard").unwrap();
     assert_eq!(fs.getattr(f.ino).unwrap().nlink, 0);
-    assert_eq!(fs.read(f.ino, 0, 2).unwrap(), vec![9, 9]);
+    assert_eq!(fs.read(&R, f.ino, 0, 2).unwrap(), vec![9, 9]);
     assert_consistent(t);
-    fs.release(f.ino).unwrap();
+    fs.release(&R, f.ino).unwrap();
     assert_eq!(e(fs.getattr(f.ino)), libc::ENOENT);
     assert_eq!(names(fs, ROOT), Vec::<Vec<u8>>::new());
     assert_consistent(t);
@@ -475,18 +545,18 @@ pub fn symlinks(t: &dyn Target) {
     let s = fs.symlink(&R, ROOT, b"s", b"../target/x").unwrap();
     assert_eq!(s.mode, libc::S_IFLNK | 0o777);
     assert_eq!(s.size, 11);
-    assert_eq!(fs.readlink(s.ino).unwrap(), b"../target/x");
+    assert_eq!(fs.readlink(&R, s.ino).unwrap(), b"../target/x");
     assert_eq!(fs.lookup(&R, ROOT, b"s").unwrap(), s);
     let f = fs.create(&R, ROOT, b"f", 0o644).unwrap();
-    assert_eq!(e(fs.readlink(f.ino)), libc::EINVAL);
+    assert_eq!(e(fs.readlink(&R, f.ino)), libc::EINVAL);
     assert_eq!(e(fs.symlink(&R, ROOT, b"s", b"y")), libc::EEXIST);
     assert_eq!(
         e(fs.symlink(&R, ROOT, b"t", &vec![b'a'; 5000])),
         libc::ENAMETOOLONG
     );
-    assert_eq!(e(fs.readlink(999)), libc::ENOENT);
+    assert_eq!(e(fs.readlink(&R, 999)), libc::ENOENT);
     fs.unlink(&R, ROOT, b"s").unwrap();
-    assert_eq!(e(fs.readlink(s.ino)), libc::ENOENT);
+    assert_eq!(e(fs.readlink(&R, s.ino)), libc::ENOENT);
     assert_consistent(t);
 }
 
@@ -658,7 +728,7 @@ pub fn readdir_cursor_and_changes(t: &dyn Target) {
     let mut removed = BTreeSet::new();
     let mut added = 0;
     loop {
-        let page = fs.readdir(d.ino, cursor.as_deref(), 37).unwrap();
+        let page = fs.readdir(&R, d.ino, cursor.as_deref(), 37).unwrap();
         if page.is_empty() {
             break;
         }
@@ -707,7 +777,7 @@ pub fn readdir_cursor_and_changes(t: &dyn Target) {
         let mut paged = Vec::new();
         let mut cursor: Option<Vec<u8>> = None;
         loop {
-            let page = fs.readdir(d.ino, cursor.as_deref(), page_size).unwrap();
+            let page = fs.readdir(&R, d.ino, cursor.as_deref(), page_size).unwrap();
             let Some(last) = page.last() else { break };
             cursor = Some(last.name.clone());
             paged.extend(page.into_iter().map(|e| e.name));
@@ -715,14 +785,14 @@ pub fn readdir_cursor_and_changes(t: &dyn Target) {
         assert_eq!(paged, all, "pages of {page_size}");
     }
     let f = fs.lookup(&R, d.ino, b"f00000").unwrap();
-    assert_eq!(e(fs.readdir(f.ino, None, 10)), libc::ENOTDIR);
-    assert_eq!(e(fs.readdir(424_242, None, 10)), libc::ENOENT);
-    let entries = fs.readdir(d.ino, None, usize::MAX).unwrap();
+    assert_eq!(e(fs.readdir(&R, f.ino, None, 10)), libc::ENOTDIR);
+    assert_eq!(e(fs.readdir(&R, 424_242, None, 10)), libc::ENOENT);
+    let entries = fs.readdir(&R, d.ino, None, usize::MAX).unwrap();
     for en in &entries {
         assert_eq!(en.kind, libc::S_IFREG);
         assert_eq!(fs.lookup(&R, d.ino, &en.name).unwrap().ino, en.ino);
     }
-    assert!(fs.readdir(d.ino, None, 0).unwrap().is_empty());
+    assert!(fs.readdir(&R, d.ino, None, 0).unwrap().is_empty());
     assert_consistent(t);
 }
 
@@ -730,17 +800,17 @@ pub fn readdir_cursor_and_changes(t: &dyn Target) {
 pub fn atime_follows_relatime(t: &dyn Target) {
     let fs = t.fs();
     let f = fs.create(&R, ROOT, b"f", 0o644).unwrap();
-    fs.write(f.ino, 0, b"data").unwrap();
+    fs.write(&R, f.ino, 0, b"data").unwrap();
     let before = fs.getattr(f.ino).unwrap();
     assert!(before.atime <= before.mtime);
     // First read after a write: atime is not newer than mtime, so it is set.
     std::thread::sleep(std::time::Duration::from_millis(2));
-    fs.read(f.ino, 0, 10).unwrap();
+    fs.read(&R, f.ino, 0, 10).unwrap();
     let a1 = fs.getattr(f.ino).unwrap().atime;
     assert!(a1 > before.mtime, "read set atime");
     // A second read within a day writes nothing.
     std::thread::sleep(std::time::Duration::from_millis(2));
-    fs.read(f.ino, 0, 10).unwrap();
+    fs.read(&R, f.ino, 0, 10).unwrap();
     assert_eq!(fs.getattr(f.ino).unwrap().atime, a1);
     // An atime more than a day old is refreshed.
     let old = a1 - 2 * 24 * 3600 * 1_000_000_000;
@@ -750,12 +820,12 @@ pub fn atime_follows_relatime(t: &dyn Target) {
     };
     fs.setattr(&R, f.ino, &set).unwrap();
     // (setattr also set ctime to now, so both rules ask for the update.)
-    fs.read(f.ino, 0, 1).unwrap();
+    fs.read(&R, f.ino, 0, 1).unwrap();
     assert!(fs.getattr(f.ino).unwrap().atime > a1);
     // Listing a directory from its start is a read of it.
     let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(2));
-    fs.readdir(d.ino, None, 10).unwrap();
+    fs.readdir(&R, d.ino, None, 10).unwrap();
     assert!(fs.getattr(d.ino).unwrap().atime > d.atime);
     // Reads leave mtime and ctime alone.
     let after = fs.getattr(f.ino).unwrap();
@@ -816,7 +886,7 @@ pub fn big_directory(t: &dyn Target) {
         let mut out = Vec::with_capacity(n as usize);
         let mut cursor: Option<Vec<u8>> = None;
         loop {
-            let page = fs.readdir(d.ino, cursor.as_deref(), 4096).unwrap();
+            let page = fs.readdir(&R, d.ino, cursor.as_deref(), 4096).unwrap();
             let Some(last) = page.last() else { break };
             cursor = Some(last.name.clone());
             out.extend(page.into_iter().map(|e| e.name));
@@ -851,11 +921,11 @@ pub fn xattrs(t: &dyn Target) {
     let fs = t.fs();
     fs.setattr(&R, ROOT, &mode(0o777)).unwrap();
     let f = fs.create(&ALICE, ROOT, b"f", 0o644).unwrap();
-    assert_eq!(e(fs.getxattr(f.ino, b"user.x")), libc::ENODATA);
+    assert_eq!(e(fs.getxattr(&R, f.ino, b"user.x")), libc::ENODATA);
     fs.setxattr(&R, f.ino, b"user.x", b"1", 0).unwrap();
     fs.setxattr(&R, f.ino, b"user.y", b"", 0).unwrap();
-    assert_eq!(fs.getxattr(f.ino, b"user.x").unwrap(), b"1");
-    assert_eq!(fs.getxattr(f.ino, b"user.y").unwrap(), b"");
+    assert_eq!(fs.getxattr(&R, f.ino, b"user.x").unwrap(), b"1");
+    assert_eq!(fs.getxattr(&R, f.ino, b"user.y").unwrap(), b"");
     assert_eq!(
         e(fs.setxattr(&R, f.ino, b"user.x", b"2", XATTR_CREATE)),
         libc::EEXIST
@@ -866,9 +936,9 @@ pub fn xattrs(t: &dyn Target) {
     );
     fs.setxattr(&R, f.ino, b"user.x", b"2", XATTR_REPLACE)
         .unwrap();
-    assert_eq!(fs.getxattr(f.ino, b"user.x").unwrap(), b"2");
+    assert_eq!(fs.getxattr(&R, f.ino, b"user.x").unwrap(), b"2");
     assert_eq!(
-        fs.listxattr(f.ino).unwrap(),
+        fs.listxattr(&R, f.ino).unwrap(),
         vec![b"user.x".to_vec(), b"user.y".to_vec()]
     );
     assert_eq!(
@@ -881,13 +951,13 @@ pub fn xattrs(t: &dyn Target) {
     );
     assert_eq!(e(fs.removexattr(&R, f.ino, b"user.nope")), libc::ENODATA);
     fs.removexattr(&R, f.ino, b"user.x").unwrap();
-    assert_eq!(fs.listxattr(f.ino).unwrap(), vec![b"user.y".to_vec()]);
-    assert_eq!(e(fs.getxattr(999, b"user.x")), libc::ENOENT);
-    assert_eq!(e(fs.getxattr(f.ino, b"")), libc::EINVAL);
+    assert_eq!(fs.listxattr(&R, f.ino).unwrap(), vec![b"user.y".to_vec()]);
+    assert_eq!(e(fs.getxattr(&R, 999, b"user.x")), libc::ENOENT);
+    assert_eq!(e(fs.getxattr(&R, f.ino, b"")), libc::EINVAL);
     // On a directory too.
     let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap();
     fs.setxattr(&R, d.ino, b"user.d", b"dir", 0).unwrap();
-    assert_eq!(fs.getxattr(d.ino, b"user.d").unwrap(), b"dir");
+    assert_eq!(fs.getxattr(&R, d.ino, b"user.d").unwrap(), b"dir");
     // A minimal access ACL only sets the permission bits (as `cp -a` uses it).
     let acl = |u: u16, g: u16, o: u16| {
         let mut v = 2u32.to_le_bytes().to_vec();
@@ -901,7 +971,7 @@ pub fn xattrs(t: &dyn Target) {
     fs.setxattr(&R, f.ino, b"system.posix_acl_access", &acl(6, 4, 0), 0)
         .unwrap();
     assert_eq!(fs.getattr(f.ino).unwrap().mode, libc::S_IFREG | 0o640);
-    assert_eq!(fs.listxattr(f.ino).unwrap(), vec![b"user.y".to_vec()]);
+    assert_eq!(fs.listxattr(&R, f.ino).unwrap(), vec![b"user.y".to_vec()]);
     assert_eq!(
         e(fs.setxattr(&R, f.ino, b"system.posix_acl_access", b"junk", 0)),
         libc::EINVAL
@@ -928,6 +998,7 @@ pub const CASES: &[(&str, Case)] = &[
     ("create_mkdir_mknod_errors", create_mkdir_mknod_errors),
     ("permissions", permissions),
     ("supplementary_groups", supplementary_groups),
+    ("data_access_by_inode", data_access_by_inode),
     (
         "setattr_chmod_chown_truncate_utimens",
         setattr_chmod_chown_truncate_utimens,
@@ -960,6 +1031,7 @@ macro_rules! conformance_tests {
             create_mkdir_mknod_errors,
             permissions,
             supplementary_groups,
+            data_access_by_inode,
             setattr_chmod_chown_truncate_utimens,
             data_inline_and_chunked,
             unlink_rmdir_link,

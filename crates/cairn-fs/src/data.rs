@@ -15,8 +15,20 @@ impl Fs {
     /// Opens file `ino` (`flags` as for open(2): the access mode is checked, `O_TRUNC`
     /// truncates). A file unlinked while open keeps its data until [`Fs::release`].
     pub fn open_file(&self, cred: &Cred, ino: u64, flags: i32) -> FsResult<Attr> {
+        self.open_as(cred, ino, flags, false)
+    }
+
+    /// Opens file `ino` that `cred`'s own create has just made: as
+    /// [`Fs::open_file`], but the file's owner is not checked against its mode (as
+    /// `open(2)` with `O_CREAT` does not check a file it created).
+    pub fn open_created(&self, cred: &Cred, ino: u64, flags: i32) -> FsResult<Attr> {
+        self.open_as(cred, ino, flags, true)
+    }
+
+    fn open_as(&self, cred: &Cred, ino: u64, flags: i32, created: bool) -> FsResult<Attr> {
         let i = self.inode(ino)?;
-        if rules::open_check(self.perms_on(), cred, &i.attr, flags)? {
+        let checks = self.perms_on() && !(created && cred.uid == i.attr.uid);
+        if rules::open_check(checks, cred, &i.attr, flags)? {
             self.setattr(
                 cred,
                 ino,
@@ -59,6 +71,16 @@ impl Fs {
             }
         }
         Ok(())
+    }
+
+    /// `EACCES` unless `cred` may read or write (`mask`) the contents of `ino` by its
+    /// number ([`rules::check_data_access`]); root, and every caller while the
+    /// kernel checks permissions, pass without a look at the inode.
+    pub(crate) fn check_data(&self, cred: &Cred, ino: u64, mask: u32) -> FsResult<()> {
+        if !self.perms_on() || cred.uid == 0 {
+            return Ok(());
+        }
+        rules::check_data_access(true, cred, &self.inode(ino)?.attr, mask)
     }
 
     fn read_chunk(&self, ino: u64, idx: u64) -> FsResult<Vec<u8>> {

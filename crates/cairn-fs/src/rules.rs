@@ -50,6 +50,37 @@ pub fn check_access(checks: bool, cred: &Cred, a: &Attr, mask: u32) -> FsResult<
     }
 }
 
+/// `EACCES` unless checks are off or `cred` may read (`MAY_READ`) or write
+/// (`MAY_WRITE`) the contents of inode `a` (a file's data, a directory's entries)
+/// named by its inode number alone, as an NFS server decides: by the permission bits,
+/// or by owning it — the owner keeps access to what it opened, whatever the bits say
+/// since (it could set them back anyway) — and, for reading a regular file, by
+/// execute permission (running a program reads it). Used for the requests that
+/// follow an open: the check `open(2)` made is not repeated with the kernel's
+/// knowledge of the open, so each request is checked on its own.
+///
+/// ```
+/// use cairn_fs::{rules, Attr, Cred};
+/// let secret = Attr { ino: 9, mode: libc::S_IFREG | 0o600, uid: 0, gid: 0, size: 5,
+///                     nlink: 1, rdev: 0, atime: 0, mtime: 0, ctime: 0 };
+/// assert!(rules::check_data_access(true, &Cred::new(1000, 1000), &secret, rules::MAY_READ).is_err());
+/// let mine = Attr { mode: libc::S_IFREG | 0o444, uid: 1000, ..secret };
+/// assert!(rules::check_data_access(true, &Cred::new(1000, 1000), &mine, rules::MAY_WRITE).is_ok());
+/// ```
+pub fn check_data_access(checks: bool, cred: &Cred, a: &Attr, mask: u32) -> FsResult<()> {
+    let allowed = !checks
+        || cred.uid == a.uid
+        || may_access(cred, a, mask)
+        || (mask == MAY_READ
+            && a.mode & libc::S_IFMT == libc::S_IFREG
+            && may_access(cred, a, MAY_EXEC));
+    if allowed {
+        Ok(())
+    } else {
+        err(libc::EACCES)
+    }
+}
+
 /// A name an entry may have: 1..=255 bytes ([`NAME_MAX`]), no `/`, no NUL (`ENOENT`
 /// for an empty one, `ENAMETOOLONG`, `EINVAL`).
 pub fn check_name(name: &[u8]) -> FsResult<()> {
@@ -255,6 +286,33 @@ pub fn xattr_access(checks: bool, cred: &Cred, a: &Attr, name: &[u8]) -> FsResul
         err(libc::EPERM)
     }
 }
+
+/// Whether `cred` may read extended attribute `name` of inode `a`, as Linux decides:
+/// `trusted.` names are root's alone (`ENODATA` to anyone else, as if absent), `user.`
+/// ones need read permission (`EACCES`), `security.` and `system.` ones (ACLs,
+/// capabilities, labels) are readable by anyone who reaches the inode.
+pub fn xattr_read_access(checks: bool, cred: &Cred, a: &Attr, name: &[u8]) -> FsResult<()> {
+    if !checks || cred.uid == 0 {
+        return Ok(());
+    }
+    if name.starts_with(b"trusted.") {
+        err(libc::ENODATA)
+    } else if name.starts_with(b"user.") {
+        check_access(checks, cred, a, MAY_READ)
+    } else {
+        Ok(())
+    }
+}
+
+/// Whether `cred` may see the name of extended attribute `name` in a listing: every
+/// name but `trusted.` ones, which only root sees (as Linux lists them).
+pub fn xattr_listed(checks: bool, cred: &Cred, name: &[u8]) -> bool {
+    !checks || cred.uid == 0 || !name.starts_with(b"trusted.")
+}
+
+/// Most bytes a listing of extended attribute names may take (each name and its NUL),
+/// Linux's `XATTR_LIST_MAX`: a longer list is `E2BIG`.
+pub const XATTR_LIST_MAX: usize = 64 << 10;
 
 /// The extended attribute that holds a POSIX access ACL.
 pub const ACL_ACCESS: &[u8] = b"system.posix_acl_access";

@@ -90,7 +90,7 @@ pub(crate) fn fallocate_generic<F: FileSystem + ?Sized>(
             let mut pos = offset;
             while pos < end {
                 let n = (end - pos).min(PIECE);
-                fs.write(ino, pos, &vec![0u8; n as usize])?;
+                fs.write(cred, ino, pos, &vec![0u8; n as usize])?;
                 pos += n;
             }
             Ok(())
@@ -118,6 +118,7 @@ fn extend<F: FileSystem + ?Sized>(fs: &F, cred: &Cred, a: &Attr, end: u64) -> Fs
 /// one file are `EINVAL`, as in Linux.
 pub(crate) fn copy_range_generic<F: FileSystem + ?Sized>(
     fs: &F,
+    cred: &Cred,
     ino_in: u64,
     off_in: u64,
     ino_out: u64,
@@ -142,11 +143,11 @@ pub(crate) fn copy_range_generic<F: FileSystem + ?Sized>(
     }
     let mut done = 0;
     while done < n {
-        let piece = fs.read(ino_in, off_in + done, (n - done).min(PIECE) as usize)?;
+        let piece = fs.read(cred, ino_in, off_in + done, (n - done).min(PIECE) as usize)?;
         if piece.is_empty() {
             break; // the source shrank meanwhile
         }
-        fs.write(ino_out, off_out + done, &piece)?;
+        fs.write(cred, ino_out, off_out + done, &piece)?;
         done += piece.len() as u64;
     }
     Ok(done)
@@ -233,7 +234,9 @@ impl Fs {
 
     /// `copy_file_range(2)` inside the store: up to `len` bytes of `ino_in` from
     /// `off_in` to `ino_out` at `off_out`; returns the bytes copied (0 past the end of
-    /// the source). Overlapping ranges of one file are `EINVAL`.
+    /// the source). Overlapping ranges of one file are `EINVAL`. No caller is
+    /// checked: this is the embedding process's own call (the [`FileSystem`] one
+    /// checks its caller).
     pub fn copy_range(
         &self,
         ino_in: u64,
@@ -242,6 +245,6 @@ impl Fs {
         off_out: u64,
         len: u64,
     ) -> FsResult<u64> {
-        copy_range_generic(self, ino_in, off_in, ino_out, off_out, len)
+        copy_range_generic(self, &Cred::ROOT, ino_in, off_in, ino_out, off_out, len)
     }
 }

@@ -12,8 +12,14 @@ use super::{Fs, XATTR_CREATE, XATTR_REPLACE};
 impl Fs {
     /// The value of extended attribute `name` (`ENODATA` if absent).
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
+        self.getxattr_as(&Cred::ROOT, ino, name)
+    }
+
+    /// [`Fs::getxattr`] if `cred` may read it ([`rules::xattr_read_access`]).
+    pub fn getxattr_as(&self, cred: &Cred, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
         rules::check_xattr_name(name)?;
-        self.inode(ino)?;
+        let i = self.inode(ino)?;
+        rules::xattr_read_access(self.perms_on(), cred, &i.attr, name)?;
         match self.rows.get(&xattr_key(ino, name))? {
             Some(v) => Ok(v.into_vec()),
             None => err(libc::ENODATA),
@@ -74,13 +80,31 @@ impl Fs {
         rules::xattr_access(self.perms_on(), cred, &i.attr, name)
     }
 
-    /// The names of the extended attributes of `ino`.
+    /// The names of the extended attributes of `ino`; `E2BIG` past
+    /// [`rules::XATTR_LIST_MAX`] bytes of names (each with its NUL).
     pub fn listxattr(&self, ino: u64) -> FsResult<Vec<Vec<u8>>> {
+        self.listxattr_as(&Cred::ROOT, ino)
+    }
+
+    /// [`Fs::listxattr`] as `cred` sees it: `trusted.` names only for root
+    /// ([`rules::xattr_listed`]).
+    pub fn listxattr_as(&self, cred: &Cred, ino: u64) -> FsResult<Vec<Vec<u8>>> {
         self.inode(ino)?;
-        self.rows
-            .scan_prefix(&ino_prefix(TAG_XATTR, ino), None)
-            .map(|r| r.map(|(k, _)| k).map_err(Errno::from))
-            .collect()
+        let checks = self.perms_on();
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        for r in self.rows.scan_prefix(&ino_prefix(TAG_XATTR, ino), None) {
+            let (name, _) = r.map_err(Errno::from)?;
+            if !rules::xattr_listed(checks, cred, &name) {
+                continue;
+            }
+            bytes += name.len() + 1;
+            if bytes > rules::XATTR_LIST_MAX {
+                return err(libc::E2BIG);
+            }
+            out.push(name);
+        }
+        Ok(out)
     }
 
     /// Removes extended attribute `name` (`ENODATA` if absent).

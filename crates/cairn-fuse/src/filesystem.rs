@@ -1,7 +1,9 @@
 //! The FUSE adapter: [`CairnFuse`] answers the kernel's requests, decoded by
 //! `request`, with any [`FileSystem`] (a local `cairn_fs::Fs`, or a cluster's client).
 //! It is shared by every thread of either transport (`devfuse`, `uring`), so it takes
-//! `&self`; the only state of its own is the open directories.
+//! `&self`; its only state is the open files and directories: who opened each, whose
+//! credential the reads, writes, listings and release of that open carry (the kernel
+//! sends a release as root, and a read or write as whichever process does it).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,8 +23,9 @@ const READDIR_BATCH: usize = 256;
 
 /// State of an open directory: the names handed out by the last two readdir replies,
 /// by their offset cookies, so that the kernel can resume after any of them.
-#[derive(Default)]
 struct DirHandle {
+    /// Who opened the directory: its listings are made as this caller.
+    cred: Cred,
     next_cookie: u64,
     recent: HashMap<u64, Vec<u8>>,
     older: HashMap<u64, Vec<u8>>,
@@ -36,7 +39,13 @@ pub(crate) struct CairnFuse {
     ttl: Duration,
     /// Whether `fs` checks permissions (else the kernel does).
     fs_checks: bool,
+    /// Whether a caller's supplementary groups are read and sent: where `fs` checks
+    /// permissions, or may check them whatever the kernel does (a cluster's servers
+    /// check every request of a client whose certificate does not allow root).
+    groups: bool,
     dirs: Mutex<HashMap<u64, Arc<Mutex<DirHandle>>>>,
+    /// The open files: who opened each (by file handle).
+    files: Mutex<HashMap<u64, Cred>>,
     next_fh: AtomicU64,
 }
 
@@ -59,19 +68,44 @@ fn xattr(size: u32, r: FsResult<Vec<u8>>) -> Reply {
 
 impl CairnFuse {
     /// Serves `fs`; `ttl`: how long the kernel may cache entries and attributes;
-    /// `fs_checks`: whether `fs` checks permissions (else the kernel does).
-    pub(crate) fn new(fs: SharedFs, ttl: Duration, fs_checks: bool) -> CairnFuse {
+    /// `fs_checks`: whether `fs` checks permissions (else the kernel does); `groups`:
+    /// whether callers' supplementary groups are sent even when the kernel checks.
+    pub(crate) fn new(fs: SharedFs, ttl: Duration, fs_checks: bool, groups: bool) -> CairnFuse {
         CairnFuse {
             fs,
             ttl,
             fs_checks,
+            groups: groups || fs_checks,
             dirs: Mutex::new(HashMap::new()),
+            files: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(0),
         }
     }
 
     fn cred(&self, h: &InHeader) -> Cred {
-        cred(h, self.fs_checks)
+        cred(h, self.groups)
+    }
+
+    /// Records an open file made by `cred`: its handle.
+    fn opened(&self, cred: Cred) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed) + 1;
+        self.files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(fh, cred);
+        fh
+    }
+
+    /// Who opened file handle `fh` (the request's caller for a handle this mount did
+    /// not give out).
+    fn opener(&self, h: &InHeader, fh: u64) -> Cred {
+        let known = self
+            .files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fh)
+            .copied();
+        known.unwrap_or_else(|| self.cred(h))
     }
 
     fn entry(&self, r: FsResult<cairn_fs::Attr>) -> Reply {
@@ -136,7 +170,7 @@ impl CairnFuse {
             }
             Op::Readlink => {
                 count(Count::Readlink);
-                self.fs.readlink(ino).map_err(|e| e.0)
+                self.fs.readlink(&self.cred(h), ino).map_err(|e| e.0)
             }
             Op::Mknod { mode, rdev, name } => {
                 count(Count::Mknod);
@@ -176,21 +210,27 @@ impl CairnFuse {
             }
             Op::Open { flags } => {
                 count(Count::Open);
+                let c = self.cred(h);
                 self.fs
-                    .open_file(&self.cred(h), ino, flags as i32)
-                    .map(|_| reply::open(0))
+                    .open_file(&c, ino, flags as i32)
+                    .map(|_| reply::open(self.opened(c)))
                     .map_err(|e| e.0)
             }
-            Op::Read { offset, size } => {
+            Op::Read { fh, offset, size } => {
                 count(Count::Read);
                 self.fs
-                    .read(ino, offset.min(i64::MAX as u64), size as usize)
+                    .read(
+                        &self.opener(h, fh),
+                        ino,
+                        offset.min(i64::MAX as u64),
+                        size as usize,
+                    )
                     .map_err(|e| e.0)
             }
-            Op::Write { offset, data } => {
+            Op::Write { fh, offset, data } => {
                 count(Count::Write);
                 self.fs
-                    .write(ino, offset.min(i64::MAX as u64), data)
+                    .write(&self.opener(h, fh), ino, offset.min(i64::MAX as u64), data)
                     .map(|n| reply::written(n as u32))
                     .map_err(|e| e.0)
             }
@@ -215,7 +255,14 @@ impl CairnFuse {
                     // for the rest).
                     let len = c.len.min(1 << 30);
                     self.fs
-                        .copy_range(ino, c.off_in, c.nodeid_out, c.off_out, len)
+                        .copy_range(
+                            &self.opener(h, c.fh_out),
+                            ino,
+                            c.off_in,
+                            c.nodeid_out,
+                            c.off_out,
+                            len,
+                        )
                         .map(|n| reply::written(n as u32))
                         .map_err(|e| e.0)
                 }
@@ -226,9 +273,14 @@ impl CairnFuse {
                 count(Count::Flush);
                 Err(libc::ENOSYS)
             }
-            Op::Release => {
+            Op::Release { fh } => {
                 count(Count::Release);
-                empty(self.fs.release(ino))
+                let c = self.opener(h, fh);
+                self.files
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&fh);
+                empty(self.fs.release(&c, ino))
             }
             Op::Fsync => {
                 count(Count::Fsync);
@@ -270,11 +322,11 @@ impl CairnFuse {
             }
             Op::Getxattr { name, size } => {
                 count(Count::Getxattr);
-                xattr(size, self.fs.getxattr(ino, name))
+                xattr(size, self.fs.getxattr(&self.cred(h), ino, name))
             }
             Op::Listxattr { size } => {
                 count(Count::Listxattr);
-                let r = self.fs.listxattr(ino).map(|names| {
+                let r = self.fs.listxattr(&self.cred(h), ino).map(|names| {
                     let mut v = Vec::new();
                     for n in names {
                         v.extend_from_slice(&n);
@@ -306,8 +358,11 @@ impl CairnFuse {
                 let c = self.cred(h);
                 self.fs
                     .create(&c, ino, name, mode)
-                    .and_then(|a| self.fs.open_file(&c, a.ino, flags as i32 & !libc::O_TRUNC))
-                    .map(|a| reply::create(fattr(&a), self.ttl))
+                    .and_then(|a| {
+                        self.fs
+                            .open_created(&c, a.ino, flags as i32 & !libc::O_TRUNC)
+                    })
+                    .map(|a| reply::create(fattr(&a), self.ttl, self.opened(c)))
                     .map_err(|e| e.0)
             }
             Op::Other(code) => {
@@ -319,11 +374,14 @@ impl CairnFuse {
     }
 
     fn opendir(&self, h: &InHeader) -> Reply {
-        self.fs.opendir(&self.cred(h), h.nodeid).map_err(|e| e.0)?;
+        let cred = self.cred(h);
+        self.fs.opendir(&cred, h.nodeid).map_err(|e| e.0)?;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed) + 1;
         let handle = DirHandle {
+            cred,
             next_cookie: 3,
-            ..Default::default()
+            recent: HashMap::new(),
+            older: HashMap::new(),
         };
         self.dirs
             .lock()
@@ -364,7 +422,7 @@ impl CairnFuse {
         'outer: loop {
             let entries = self
                 .fs
-                .readdir(ino, cursor.as_deref(), READDIR_BATCH)
+                .readdir(&h.cred, ino, cursor.as_deref(), READDIR_BATCH)
                 .map_err(|e| e.0)?;
             if entries.is_empty() {
                 break;

@@ -91,6 +91,14 @@ pub struct MountOptions {
     pub cache_ttl: Option<Duration>,
     /// How requests travel between the kernel and the mount.
     pub transport: Transport,
+    /// Whether setuid and setgid bits take effect on programs run from the mount
+    /// (`suid`/`nosuid`); `None`: yes for [`mount`] (a local store only this host
+    /// writes), no for [`mount_fs`] (a shared file system, where a setuid file made
+    /// by one client would run with its owner's identity on every host that mounts it).
+    pub suid: Option<bool>,
+    /// Whether device nodes on the mount may be opened as devices (`dev`/`nodev`);
+    /// `None`: yes for [`mount`], no for [`mount_fs`] (as for [`MountOptions::suid`]).
+    pub dev: Option<bool>,
 }
 
 /// How requests travel between the kernel and the mount (`cairn mount --transport`).
@@ -125,20 +133,32 @@ struct Unserved;
 
 impl fuser::Filesystem for Unserved {}
 
-/// Mount options of every mount; `kernel_checks`: `default_permissions`.
-fn options(allow_other: bool, kernel_checks: bool) -> Vec<MountOption> {
+/// Mount options of a mount made with `opts`; `kernel_checks`: `default_permissions`;
+/// `shared`: a file system others change too ([`mount_fs`]), mounted `nosuid,nodev`
+/// unless `opts` says otherwise.
+fn options(opts: &MountOptions, kernel_checks: bool, shared: bool) -> Vec<MountOption> {
+    let suid = opts.suid.unwrap_or(!shared);
+    let dev = opts.dev.unwrap_or(!shared);
     let mut o = vec![
         MountOption::FSName("cairn".into()),
         MountOption::Subtype("cairn".into()),
         MountOption::RW,
-        MountOption::Dev,
-        MountOption::Suid,
+        if dev {
+            MountOption::Dev
+        } else {
+            MountOption::NoDev
+        },
+        if suid {
+            MountOption::Suid
+        } else {
+            MountOption::NoSuid
+        },
         MountOption::Exec,
     ];
     if kernel_checks {
         o.push(MountOption::DefaultPermissions);
     }
-    if allow_other {
+    if opts.allow_other {
         o.push(MountOption::AllowOther);
     }
     o
@@ -172,17 +192,20 @@ pub fn mount(store: &Path, mountpoint: &Path, opts: &MountOptions) -> Result<Mou
         .map_err(std::io::Error::from)
         .with_context(|| format!("opening {}", store.display()))?;
     let ttl = opts.cache_ttl.unwrap_or(LOCAL_TTL);
-    mount_boxed(Box::new(fs), mountpoint, opts, ttl)
+    mount_boxed(Box::new(fs), mountpoint, opts, ttl, false)
 }
 
 /// Mounts `fs` (any file system: a cluster's client, a local `Fs`) on `mountpoint` (an
 /// existing directory). The kernel caches entries and attributes for
 /// [`MountOptions::cache_ttl`], by default [`SHARED_TTL`]; [`Mount::run`] closes `fs`
-/// ([`FileSystem::close`]) once unmounted. Signal handlers as for [`mount`].
+/// ([`FileSystem::close`]) once unmounted. Mounted `nosuid,nodev` unless
+/// [`MountOptions::suid`] or [`MountOptions::dev`] say otherwise, and callers'
+/// supplementary groups are always sent (`fs` may check permissions whatever the
+/// kernel does). Signal handlers as for [`mount`].
 pub fn mount_fs(fs: Box<dyn FileSystem>, mountpoint: &Path, opts: &MountOptions) -> Result<Mount> {
     check_transport(opts)?;
     let ttl = opts.cache_ttl.unwrap_or(SHARED_TTL);
-    mount_boxed(fs, mountpoint, opts, ttl)
+    mount_boxed(fs, mountpoint, opts, ttl, true)
 }
 
 /// Refuses `Transport::Uring` before anything is opened or mounted where the kernel
@@ -201,6 +224,7 @@ fn mount_boxed(
     mountpoint: &Path,
     opts: &MountOptions,
     ttl: Duration,
+    shared: bool,
 ) -> Result<Mount> {
     // Without allow_other the kernel lets only processes of the mounting user in (real,
     // effective and saved ids all equal): for root, the file system's checks are the
@@ -211,10 +235,9 @@ fn mount_boxed(
     fs.set_permission_checks(fs_checks);
     let stats = stats::start_stats()?;
     let fs: SharedFs = std::sync::Arc::new(fs);
-    let fuse = std::sync::Arc::new(CairnFuse::new(fs.clone(), ttl, fs_checks));
-    let mut session =
-        fuser::Session::new(Unserved, mountpoint, &options(opts.allow_other, !fs_checks))
-            .with_context(|| format!("{MOUNTING_ON}{}", mountpoint.display()))?;
+    let fuse = std::sync::Arc::new(CairnFuse::new(fs.clone(), ttl, fs_checks, shared));
+    let mut session = fuser::Session::new(Unserved, mountpoint, &options(opts, !fs_checks, shared))
+        .with_context(|| format!("{MOUNTING_ON}{}", mountpoint.display()))?;
     let fd = {
         use std::os::fd::AsFd;
         session

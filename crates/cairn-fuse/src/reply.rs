@@ -116,10 +116,10 @@ pub(crate) fn open(fh: u64) -> Vec<u8> {
     open_out(fh).as_bytes().to_vec()
 }
 
-/// CREATE: the new entry, then the open file.
-pub(crate) fn create(attr: Attr, ttl: Duration) -> Vec<u8> {
+/// CREATE: the new entry, then the open file (handle `fh`).
+pub(crate) fn create(attr: Attr, ttl: Duration, fh: u64) -> Vec<u8> {
     let mut v = entry(attr, ttl);
-    v.extend_from_slice(open_out(0).as_bytes());
+    v.extend_from_slice(open_out(fh).as_bytes());
     v
 }
 

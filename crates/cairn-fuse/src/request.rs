@@ -115,15 +115,19 @@ pub(crate) enum Op<'a> {
         flags: u32,
     },
     Read {
+        fh: u64,
         offset: u64,
         size: u32,
     },
     Write {
+        fh: u64,
         offset: u64,
         data: &'a [u8],
     },
     Statfs,
-    Release,
+    Release {
+        fh: u64,
+    },
     Fsync,
     Setxattr {
         name: &'a [u8],
@@ -243,6 +247,7 @@ pub(crate) fn decode<'a>(h: &InHeader, mut b: Body<'a>) -> Result<Op<'a>, i32> {
         op::READ => {
             let r: abi::IoIn = b.take()?;
             Op::Read {
+                fh: r.fh,
                 offset: r.offset,
                 size: r.size,
             }
@@ -250,12 +255,15 @@ pub(crate) fn decode<'a>(h: &InHeader, mut b: Body<'a>) -> Result<Op<'a>, i32> {
         op::WRITE => {
             let w: abi::IoIn = b.take()?;
             Op::Write {
+                fh: w.fh,
                 offset: w.offset,
                 data: b.bytes(w.size as usize)?,
             }
         }
         op::STATFS => Op::Statfs,
-        op::RELEASE => Op::Release,
+        op::RELEASE => Op::Release {
+            fh: b.take::<abi::ReleaseIn>()?.fh,
+        },
         op::FSYNC => Op::Fsync,
         op::SETXATTR => {
             let s: abi::SetxattrIn = b.take()?;

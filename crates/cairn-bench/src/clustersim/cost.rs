@@ -127,7 +127,7 @@ fn one_run(
     let file = cairn_cluster::tls::init_certs(
         &dir.with_extension("certs"),
         &servers,
-        &[("costs".to_string(), Some("*".to_string()))],
+        &[cairn_cluster::tls::ClientCert::admin("costs")],
     )?;
     let cfg = ClusterConfig::load(&file)?;
     let mut opts = ServerOptions::new(dir, addr, cfg.clone());

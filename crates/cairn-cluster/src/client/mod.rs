@@ -314,6 +314,27 @@ impl Client {
         }
     }
 
+    /// OPEN of `ino` (`created`: by the caller's own create, see [`proto::OpenReq`]).
+    fn open_as(&self, cred: &Cred, ino: u64, flags: i32, created: bool) -> FsResult<Attr> {
+        let d = self.deadline();
+        let h = self.header(cred);
+        self.block_raw(async {
+            let rep = self
+                .at_home(ino, false, d, |mut c, t| {
+                    let mut r = tonic::Request::new(proto::OpenReq {
+                        h: h.clone(),
+                        ino,
+                        flags,
+                        created,
+                    });
+                    r.set_timeout(t);
+                    async move { c.open(r).await }
+                })
+                .await?;
+            rep.attr.as_ref().map(msg_attr).ok_or(Errno(libc::EIO))
+        })
+    }
+
     fn header(&self, cred: &Cred) -> Option<proto::Header> {
         Some(proto::Header {
             cluster_id: self.inner.cfg.cluster_id(),
@@ -619,9 +640,9 @@ impl FileSystem for Client {
         self.make(cred, parent, name, libc::S_IFLNK | 0o777, 0, target)
     }
 
-    fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
+    fn readlink(&self, cred: &Cred, ino: u64) -> FsResult<Vec<u8>> {
         let d = self.deadline();
-        let h = self.header(&Cred::ROOT);
+        let h = self.header(cred);
         self.block_raw(async {
             self.at_home(ino, true, d, |mut c, t| {
                 let mut r = tonic::Request::new(proto::InoReq { h: h.clone(), ino });
@@ -708,12 +729,18 @@ impl FileSystem for Client {
         })
     }
 
-    fn readdir(&self, ino: u64, after: Option<&[u8]>, limit: usize) -> FsResult<Vec<DirEntry>> {
+    fn readdir(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> FsResult<Vec<DirEntry>> {
         if limit == 0 {
             return Ok(Vec::new());
         }
         let d = self.deadline();
-        let h = self.header(&Cred::ROOT);
+        let h = self.header(cred);
         let mut pos: (u64, Vec<u8>) = match after {
             Some(n) => (rev(name_hash(n)), n.to_vec()),
             None => (0, Vec::new()),
@@ -791,27 +818,16 @@ impl FileSystem for Client {
     }
 
     fn open_file(&self, cred: &Cred, ino: u64, flags: i32) -> FsResult<Attr> {
-        let d = self.deadline();
-        let h = self.header(cred);
-        self.block_raw(async {
-            let rep = self
-                .at_home(ino, false, d, |mut c, t| {
-                    let mut r = tonic::Request::new(proto::OpenReq {
-                        h: h.clone(),
-                        ino,
-                        flags,
-                    });
-                    r.set_timeout(t);
-                    async move { c.open(r).await }
-                })
-                .await?;
-            rep.attr.as_ref().map(msg_attr).ok_or(Errno(libc::EIO))
-        })
+        self.open_as(cred, ino, flags, false)
     }
 
-    fn release(&self, ino: u64) -> FsResult<()> {
+    fn open_created(&self, cred: &Cred, ino: u64, flags: i32) -> FsResult<Attr> {
+        self.open_as(cred, ino, flags, true)
+    }
+
+    fn release(&self, cred: &Cred, ino: u64) -> FsResult<()> {
         let d = self.deadline();
-        let h = self.header(&Cred::ROOT);
+        let h = self.header(cred);
         self.block_raw(async {
             self.at_home(ino, false, d, |mut c, t| {
                 let mut r = tonic::Request::new(proto::InoReq { h: h.clone(), ino });
@@ -823,9 +839,9 @@ impl FileSystem for Client {
         })
     }
 
-    fn read(&self, ino: u64, offset: u64, size: usize) -> FsResult<Vec<u8>> {
+    fn read(&self, cred: &Cred, ino: u64, offset: u64, size: usize) -> FsResult<Vec<u8>> {
         let d = self.deadline();
-        let h = self.header(&Cred::ROOT);
+        let h = self.header(cred);
         self.block_raw(async {
             let mut out = Vec::new();
             let mut off = offset;
@@ -855,9 +871,9 @@ impl FileSystem for Client {
         })
     }
 
-    fn write(&self, ino: u64, offset: u64, data: &[u8]) -> FsResult<usize> {
+    fn write(&self, cred: &Cred, ino: u64, offset: u64, data: &[u8]) -> FsResult<usize> {
         let d = self.deadline();
-        let h = self.header(&Cred::ROOT);
+        let h = self.header(cred);
         self.block_raw(async {
             if data.is_empty() {
                 // Still checks the inode (and extends nothing).
@@ -900,8 +916,8 @@ impl FileSystem for Client {
         self.fsync_all()
     }
 
-    fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
-        self.xattr_call(&Cred::ROOT, ino, name, &[], 0, 0)
+    fn getxattr(&self, cred: &Cred, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
+        self.xattr_call(cred, ino, name, &[], 0, 0)
     }
 
     fn setxattr(
@@ -915,9 +931,9 @@ impl FileSystem for Client {
         self.xattr_call(cred, ino, name, value, flags, 1).map(drop)
     }
 
-    fn listxattr(&self, ino: u64) -> FsResult<Vec<Vec<u8>>> {
+    fn listxattr(&self, cred: &Cred, ino: u64) -> FsResult<Vec<Vec<u8>>> {
         let d = self.deadline();
-        let h = self.header(&Cred::ROOT);
+        let h = self.header(cred);
         self.block_raw(async {
             self.at_home(ino, true, d, |mut c, t| {
                 let mut r = tonic::Request::new(proto::InoReq { h: h.clone(), ino });

@@ -230,9 +230,17 @@ impl Node {
         })
     }
 
-    /// What this server holds (for `cairn cluster status`).
-    pub(crate) fn status(&self, top: u32) -> R<proto::ServerStatusReply> {
-        let inodes = self.scan(&[TAG_INODE], None, usize::MAX)?.len() as u64;
+    /// What this server holds (for `cairn cluster status`). `whole`: with what only an
+    /// admin certificate may learn (the inode count, the prepared operations, the
+    /// largest directories; rows counted one at a time, in bounded memory), else only
+    /// what the server keeps in memory, marked `partial`.
+    pub(crate) fn status(&self, top: u32, whole: bool) -> R<proto::ServerStatusReply> {
+        let count = |tag: u8| self.fold_keys(&[tag], None, 0u64, |n, _| n + 1);
+        let (inodes, prepared) = if whole {
+            (count(TAG_INODE)?, count(TAG_PREPARED)? as u32)
+        } else {
+            (0, 0)
+        };
         let m = self.mu.lock();
         let mut dirs: HashMap<u64, (u32, u64)> = HashMap::new();
         let mut incoming = 0;
@@ -253,8 +261,11 @@ impl Node {
             })
             .collect();
         largest.sort_by(|a, b| b.entries.cmp(&a.entries).then(a.dir.cmp(&b.dir)));
-        largest.truncate(top.clamp(1, 1000) as usize);
-        let prepared = self.scan(&[TAG_PREPARED], None, usize::MAX)?.len() as u32;
+        largest.truncate(if whole {
+            top.clamp(1, 1000) as usize
+        } else {
+            0
+        });
         Ok(proto::ServerStatusReply {
             server_id: self.id,
             partitions: m.parts.len() as u64,
@@ -267,6 +278,7 @@ impl Node {
             largest,
             prepared_pending: prepared,
             incoming_partitions: incoming,
+            partial: !whole,
         })
     }
 

@@ -36,6 +36,7 @@ impl Node {
     pub(crate) fn setattr(&self, checks: bool, cred: &Cred, ino: u64, s: &SetAttr) -> R<Attr> {
         let (a, intent) = self.setattr_full(checks, cred, ino, s)?;
         if intent.is_some() {
+            self.durable()?;
             // Left to the background runner.
             if let Some(id) = intent {
                 self.mu.lock().driving.remove(&id);
@@ -87,7 +88,11 @@ impl Node {
         }
         let attr = self.attr_of(&m, ino, &i);
         drop(m);
-        self.ack()?;
+        if intent.is_none() {
+            self.ack()?;
+        }
+        // With an intent, its caller makes it durable ([`Node::intent_durable`])
+        // before any peer hears of the new permissions version.
         Ok((attr, intent))
     }
 
@@ -126,43 +131,43 @@ impl Node {
         Ok(id)
     }
 
-    /// Opens `ino` (`open(2)` flags: access checked, `O_TRUNC` applied).
-    pub(crate) fn open(&self, checks: bool, cred: &Cred, ino: u64, flags: i32) -> R<Attr> {
+    /// Opens `ino` (`open(2)` flags: access checked, `O_TRUNC` applied). `created`:
+    /// the caller's own create just made it, and its owner is not checked against its
+    /// mode (as `open(2)` with `O_CREAT` does not check a file it created).
+    pub(crate) fn open(
+        &self,
+        checks: bool,
+        cred: &Cred,
+        ino: u64,
+        flags: i32,
+        created: bool,
+    ) -> R<Attr> {
         self.check_home(ino)?;
         let i = self.inode_or_enoent(ino)?;
         let a = {
             let m = self.mu.lock();
             self.attr_of(&m, ino, &i)
         };
-        let a = if rules::open_check(checks, cred, &a, flags)? {
+        let open_checks = checks && !(created && cred.uid == a.uid);
+        let a = if rules::open_check(open_checks, cred, &a, flags)? {
             let s = SetAttr {
                 size: Some(0),
                 ..Default::default()
             };
-            self.setattr(checks, cred, ino, &s)?
+            self.setattr(open_checks, cred, ino, &s)?
         } else {
             a
         };
-        *self.mu.lock().open.entry(ino).or_insert(0) += 1;
+        self.mu.lock().open.add(ino, cred.uid);
         Ok(a)
     }
 
-    /// Closes one open of `ino`; the last close of an unlinked file frees it.
-    pub(crate) fn release(&self, ino: u64) -> R<()> {
+    /// Closes one open of `ino` made by `cred`'s uid (nothing if it made none); the
+    /// last close of an unlinked file frees it.
+    pub(crate) fn release(&self, cred: &Cred, ino: u64) -> R<()> {
         self.check_home(ino)?;
         let mut m = self.mu.lock();
-        let last = match m.open.get_mut(&ino) {
-            Some(n) if *n > 1 => {
-                *n -= 1;
-                false
-            }
-            Some(_) => {
-                m.open.remove(&ino);
-                true
-            }
-            None => false,
-        };
-        if last {
+        if m.open.remove(ino, cred.uid) {
             if let Some(i) = self.inode(ino)? {
                 if i.nlink == 0 && !is_dir(&i) {
                     let mut b = Batch::new();
@@ -182,7 +187,7 @@ impl Node {
             if !on {
                 continue;
             }
-            for (k, _) in self.scan(&ino_prefix(tag, ino), None, usize::MAX)? {
+            for k in self.keys(&ino_prefix(tag, ino), None)? {
                 b.delete(&k);
             }
         }
@@ -207,6 +212,20 @@ impl Node {
             return errno(libc::ENOTDIR);
         }
         Ok(i.parent)
+    }
+
+    /// `EACCES` unless `cred` may read (`MAY_READ`) or write (`MAY_WRITE`) what inode
+    /// `i` holds, named by its number ([`rules::check_data_access`]).
+    fn data_access(
+        &self,
+        checks: bool,
+        cred: &Cred,
+        ino: u64,
+        i: &proto::InodeRow,
+        mask: u32,
+    ) -> R<()> {
+        rules::check_data_access(checks, cred, &row_attr(ino, i), mask)?;
+        Ok(())
     }
 
     /// Checks that `cred` may list directory `ino`.
@@ -240,13 +259,21 @@ impl Node {
         Ok(self.get_raw(&chunk_key(ino, idx))?.unwrap_or_default())
     }
 
-    /// Up to `size` bytes of `ino` from `offset`.
-    pub(crate) fn read(&self, ino: u64, offset: u64, size: usize) -> R<Vec<u8>> {
+    /// Up to `size` bytes of `ino` from `offset`, if `cred` may read them.
+    pub(crate) fn read(
+        &self,
+        checks: bool,
+        cred: &Cred,
+        ino: u64,
+        offset: u64,
+        size: usize,
+    ) -> R<Vec<u8>> {
         self.check_home(ino)?;
         let i = self.inode_or_enoent(ino)?;
         if is_dir(&i) {
             return errno(libc::EISDIR);
         }
+        self.data_access(checks, cred, ino, &i, rules::MAY_READ)?;
         {
             let m = self.mu.lock();
             if rules::relatime_due(&self.attr_of(&m, ino, &i), cairn_fs::now_ns()) {
@@ -283,14 +310,23 @@ impl Node {
         Ok(out)
     }
 
-    /// Writes `data` at `offset` of `ino`; the data and the new size are one batch.
-    pub(crate) fn write(&self, ino: u64, offset: u64, data: &[u8]) -> R<u64> {
+    /// Writes `data` at `offset` of `ino`, if `cred` may; the data and the new size
+    /// are one batch.
+    pub(crate) fn write(
+        &self,
+        checks: bool,
+        cred: &Cred,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> R<u64> {
         self.check_home(ino)?;
         let m = self.mu.lock();
         let mut i = self.inode_or_enoent(ino)?;
         if is_dir(&i) {
             return errno(libc::EISDIR);
         }
+        self.data_access(checks, cred, ino, &i, rules::MAY_WRITE)?;
         let end = offset
             .checked_add(data.len() as u64)
             .filter(|e| *e <= i64::MAX as u64)
@@ -363,7 +399,7 @@ impl Node {
                 i.chunked = true;
             }
         } else if size == 0 {
-            for (k, _) in self.scan(&ino_prefix(TAG_CHUNK, ino), None, usize::MAX)? {
+            for k in self.keys(&ino_prefix(TAG_CHUNK, ino), None)? {
                 b.delete(&k);
             }
             i.chunked = false;
@@ -371,7 +407,7 @@ impl Node {
         } else if size < i.size {
             let keep = size.div_ceil(CHUNK_SIZE);
             let after = chunk_key(ino, keep - 1);
-            for (k, _) in self.scan(&ino_prefix(TAG_CHUNK, ino), Some(&after), usize::MAX)? {
+            for k in self.keys(&ino_prefix(TAG_CHUNK, ino), Some(&after))? {
                 b.delete(&k);
             }
             let last = keep - 1;
@@ -392,11 +428,12 @@ impl Node {
         self.durable()
     }
 
-    /// The value of extended attribute `name` of `ino`.
-    pub(crate) fn getxattr(&self, ino: u64, name: &[u8]) -> R<Vec<u8>> {
+    /// The value of extended attribute `name` of `ino`, if `cred` may read it.
+    pub(crate) fn getxattr(&self, checks: bool, cred: &Cred, ino: u64, name: &[u8]) -> R<Vec<u8>> {
         rules::check_xattr_name(name)?;
         self.check_home(ino)?;
-        self.inode_or_enoent(ino)?;
+        let i = self.inode_or_enoent(ino)?;
+        rules::xattr_read_access(checks, cred, &row_attr(ino, &i), name)?;
         self.get_raw(&xattr_key(ino, name))?
             .ok_or(Fail::Errno(libc::ENODATA))
     }
@@ -469,20 +506,33 @@ impl Node {
             return Err(e);
         }
         drop(m);
-        self.ack()?;
+        if intent.is_none() {
+            self.ack()?;
+        }
         Ok(intent)
     }
 
-    /// The names of the extended attributes of `ino`.
-    pub(crate) fn listxattr(&self, ino: u64) -> R<Vec<Vec<u8>>> {
+    /// The names of the extended attributes of `ino` that `cred` may see
+    /// ([`rules::xattr_listed`]); `E2BIG` past [`rules::XATTR_LIST_MAX`] bytes of
+    /// them, found without reading more than that.
+    pub(crate) fn listxattr(&self, checks: bool, cred: &Cred, ino: u64) -> R<Vec<Vec<u8>>> {
         self.check_home(ino)?;
         self.inode_or_enoent(ino)?;
         let p = ino_prefix(TAG_XATTR, ino);
-        Ok(self
-            .scan(&p, None, usize::MAX)?
-            .into_iter()
-            .map(|(k, _)| k[p.len()..].to_vec())
-            .collect())
+        let mut names = Vec::new();
+        let mut bytes = 0;
+        for r in self.ks.prefix_suffixes(&p) {
+            let (name, _) = r?;
+            if !rules::xattr_listed(checks, cred, &name) {
+                continue;
+            }
+            bytes += name.len() + 1;
+            if bytes > rules::XATTR_LIST_MAX {
+                return errno(libc::E2BIG);
+            }
+            names.push(name);
+        }
+        Ok(names)
     }
 
     /// Removes extended attribute `name` of `ino`.
@@ -562,7 +612,7 @@ impl Node {
         i.nlink = i.nlink.saturating_sub(1);
         i.ctime = now;
         if i.nlink == 0 {
-            if m.open.get(&ino).copied().unwrap_or(0) > 0 {
+            if m.open.is_open(ino) {
                 b.put_raw(&orphan_key(ino), &[]);
                 b.put(&inode_key(ino), &i);
             } else {

@@ -579,11 +579,14 @@ fn router(opts: &ServerOptions, node: &NodeRef, secure: bool) -> tonic::transpor
         proto::peer_server::PeerServer::new(svc::PeerSvc(node.clone()))
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE),
-        move |req: tonic::Request<()>| match svc::caller(secure, &peer_callers, &req)? {
+        move |mut req: tonic::Request<()>| match svc::caller(secure, &peer_callers, &req)? {
             crate::tls::Caller::Client(_) => Err(tonic::Status::permission_denied(
                 "the server-to-server service is for servers' certificates only",
             )),
-            _ => Ok(req),
+            who => {
+                req.extensions_mut().insert(who);
+                Ok(req)
+            }
         },
     );
     tonic::transport::Server::builder()

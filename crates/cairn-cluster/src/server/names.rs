@@ -267,11 +267,11 @@ impl Node {
         self.apply(b)?;
         self.touch_dir(&mut m, dir, now);
         drop(m);
-        if intent.is_some() {
-            self.durable()?;
-        } else {
+        if intent.is_none() {
             self.ack()?;
         }
+        // With an intent, its caller makes it durable ([`Node::intent_durable`], off
+        // the async workers) before the follow-ups.
         Ok(UnlinkStep::Done(intent))
     }
 
@@ -338,25 +338,29 @@ impl Node {
             m.driving.remove(&id);
             return Err(e);
         }
-        drop(m);
-        self.durable()?;
+        // Its caller makes the intent durable ([`Node::intent_durable`]) before it
+        // is driven.
         Ok((LinkStep::Remote(id), None))
     }
 
     /// Entries of the partition holding key position `(after_rev, after_name)` of
     /// `dir`, after it, at most `limit`; with the partition and its depth, and whether
-    /// it has no more.
+    /// it has no more. `cred` needs read permission on `dir`, or to own it
+    /// ([`rules::check_data_access`], against this server's copy of its permissions).
     pub(crate) fn readdir(
         &self,
+        checks: bool,
+        cred: &Cred,
         dir: u64,
-        after_rev: u64,
-        after_name: &[u8],
+        at: (u64, &[u8]),
         limit: usize,
         from_start: bool,
     ) -> R<proto::ReadDirReply> {
+        let (after_rev, after_name) = at;
         if after_name.len() > cairn_fs::NAME_MAX {
             return errno(libc::EINVAL);
         }
+        rules::check_data_access(checks, cred, &self.dir_perms(dir)?, rules::MAY_READ)?;
         let limit = limit.clamp(1, READDIR_MAX);
         let m = self.mu.lock();
         let idx = self.locate(&m, dir, after_rev.reverse_bits())?;

@@ -154,8 +154,8 @@ pub(crate) struct Mem {
     pub ino_end: u64,
     pub intent_next: u64,
     pub intent_end: u64,
-    /// Open counts of inodes whose home is here.
-    pub open: HashMap<u64, u32>,
+    /// Opens of inodes whose home is here.
+    pub open: Opens,
     /// Times of directories whose home is here, newer than their rows.
     pub dir_times: BTreeMap<u64, (i64, i64)>,
     /// Times of directories whose home is elsewhere, to send there.
@@ -168,6 +168,48 @@ pub(crate) struct Mem {
     pub rename_lock: Option<(IntentKey, Instant)>,
     /// When the background runner may try an intent again, and the pause after that.
     pub retry: BTreeMap<u64, (Instant, Duration)>,
+}
+
+/// The opens of inodes whose home is here, counted by the uid that made them, so that
+/// a release ends only an open of its own caller (a release in another's name would
+/// free a file unlinked while someone has it open).
+#[derive(Default)]
+pub(crate) struct Opens(HashMap<u64, Vec<(u32, u32)>>);
+
+impl Opens {
+    /// One more open of `ino` by `uid`.
+    pub(crate) fn add(&mut self, ino: u64, uid: u32) {
+        let v = self.0.entry(ino).or_default();
+        match v.iter_mut().find(|(u, _)| *u == uid) {
+            Some((_, n)) => *n += 1,
+            None => v.push((uid, 1)),
+        }
+    }
+
+    /// Ends one open of `ino` by `uid`: whether it was the last open of `ino` by
+    /// anyone (false when `uid` had none).
+    pub(crate) fn remove(&mut self, ino: u64, uid: u32) -> bool {
+        let Some(v) = self.0.get_mut(&ino) else {
+            return false;
+        };
+        let Some(at) = v.iter().position(|(u, _)| *u == uid) else {
+            return false;
+        };
+        v[at].1 -= 1;
+        if v[at].1 == 0 {
+            v.swap_remove(at);
+        }
+        if v.is_empty() {
+            self.0.remove(&ino);
+            return true;
+        }
+        false
+    }
+
+    /// Whether anyone has `ino` open.
+    pub(crate) fn is_open(&self, ino: u64) -> bool {
+        self.0.contains_key(&ino)
+    }
 }
 
 /// Counters for status and metrics.
@@ -296,6 +338,38 @@ impl Node {
             }
         }
         Ok(out)
+    }
+
+    /// The whole keys of the rows starting with `prefix`, after `after` if given, in
+    /// order: what a delete of them needs, without holding their values (a file's
+    /// chunks may be far larger than memory).
+    pub(crate) fn keys(&self, prefix: &[u8], after: Option<&[u8]>) -> R<Vec<Vec<u8>>> {
+        self.fold_keys(prefix, after, Vec::new(), |mut v, k| {
+            v.push(k);
+            v
+        })
+    }
+
+    /// Folds `f` over the whole keys of the rows starting with `prefix` (after `after`
+    /// if given), one value in memory at a time.
+    pub(crate) fn fold_keys<T>(
+        &self,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        init: T,
+        mut f: impl FnMut(T, Vec<u8>) -> T,
+    ) -> R<T> {
+        use std::ops::Bound;
+        let lo = match after {
+            Some(a) => Bound::Excluded(a.to_vec()),
+            None => Bound::Included(prefix.to_vec()),
+        };
+        let hi = prefix_successor(prefix).map_or(Bound::Unbounded, Bound::Excluded);
+        let mut acc = init;
+        for r in self.ks.range::<Vec<u8>, _>((lo, hi)) {
+            acc = f(acc, r?.0);
+        }
+        Ok(acc)
     }
 
     /// Keys of the rows in `[lo, hi)` (whole keys), in order.

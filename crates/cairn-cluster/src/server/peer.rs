@@ -136,6 +136,16 @@ impl Node {
         }
     }
 
+    /// Makes an intent just applied (and everything before it) durable before it is
+    /// driven, on a thread that may block: a peer must never learn of a change that
+    /// a crash of this server could undo (a permissions version reused after a crash
+    /// would leave the peers' copies different for good). Under `SyncMode::Always` the
+    /// operation's own sync may have done it; the call then finds nothing to sync
+    /// unless other writes came meanwhile.
+    pub(crate) async fn intent_durable(self: &Arc<Self>) -> R<()> {
+        self.blocking(|n| n.durable()).await
+    }
+
     /// Runs `f` on a thread that may block (store reads, writes and syncs).
     pub(crate) async fn blocking<T: Send + 'static>(
         self: &Arc<Self>,

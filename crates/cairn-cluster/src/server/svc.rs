@@ -19,7 +19,7 @@ use crate::batch::MAX_BATCH;
 use crate::proto;
 use crate::proto::meta_server::Meta;
 use crate::proto::peer_server::Peer;
-use crate::tls::{Caller, Callers, Uids};
+use crate::tls::{Caller, Callers, Limits};
 
 /// Largest read or write of one request.
 pub(crate) const MAX_IO: usize = 8 << 20;
@@ -96,14 +96,14 @@ pub(crate) fn caller<T>(
         .map_err(Status::unauthenticated)
 }
 
-/// The caller the interceptor recorded (none: a caller allowed no uid, whose requests
+/// The caller the interceptor recorded (none: a caller allowed no id, whose requests
 /// run as nobody), and the message.
 fn who<T>(req: Request<T>) -> (Caller, T) {
     let who = req
         .extensions()
         .get::<Caller>()
         .cloned()
-        .unwrap_or(Caller::Client(Uids::Ranges(Vec::new())));
+        .unwrap_or(Caller::Client(Limits::nothing()));
     (who, req.into_inner())
 }
 
@@ -271,6 +271,7 @@ impl Meta for MetaSvc {
                 .op(move |n| n.setattr_full(checks, &cred, r.ino, &s))
                 .await?;
             if let Some(id) = intent {
+                n.intent_durable().await?;
                 n.drive_now(id).await;
             }
             Ok(attr_reply(a))
@@ -377,6 +378,7 @@ impl Meta for MetaSvc {
                 LinkStep::Done(a) => a,
                 LinkStep::Remote(id) => {
                     let _g = Driving::adopt(&n, id);
+                    n.intent_durable().await?;
                     n.point("link:after-intent")?;
                     n.drive_link(id).await?
                 }
@@ -410,6 +412,7 @@ impl Meta for MetaSvc {
                     UnlinkStep::Done(None) => return Ok(proto::Empty::default()),
                     UnlinkStep::Done(Some(id)) => {
                         let _g = Driving::adopt(&n, id);
+                        n.intent_durable().await?;
                         n.point("unlink:after-commit")?;
                         if let Err(e) = n.run_followups(id).await {
                             tracing::info!(server = n.id, "unlink {id}: follow-ups later: {e:?}");
@@ -461,11 +464,12 @@ impl Meta for MetaSvc {
         req: Request<proto::ReadDirReq>,
     ) -> Result<Response<proto::ReadDirReply>, Status> {
         let (who, r) = who(req);
-        self.hdr(&who, r.h.as_ref())?;
+        let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "readdir", async move {
             let limit = (r.limit as usize).min(READDIR_MAX);
-            n.op(move |n| n.readdir(r.dir, r.after_rev, &r.after_name, limit, r.from_start))
+            let at = (r.after_rev, r.after_name);
+            n.op(move |n| n.readdir(checks, &cred, r.dir, (at.0, &at.1), limit, r.from_start))
                 .await
         })
         .await
@@ -507,7 +511,7 @@ impl Meta for MetaSvc {
         let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "open", async move {
-            n.op(move |n| n.open(checks, &cred, r.ino, r.flags))
+            n.op(move |n| n.open(checks, &cred, r.ino, r.flags, r.created))
                 .await
                 .map(attr_reply)
         })
@@ -516,10 +520,10 @@ impl Meta for MetaSvc {
 
     async fn release(&self, req: Request<proto::InoReq>) -> Result<Response<proto::Empty>, Status> {
         let (who, r) = who(req);
-        self.hdr(&who, r.h.as_ref())?;
+        let (_, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "release", async move {
-            n.op(move |n| n.release(r.ino)).await?;
+            n.op(move |n| n.release(&cred, r.ino)).await?;
             Ok(proto::Empty::default())
         })
         .await
@@ -530,11 +534,13 @@ impl Meta for MetaSvc {
         req: Request<proto::ReadReq>,
     ) -> Result<Response<proto::DataReply>, Status> {
         let (who, r) = who(req);
-        self.hdr(&who, r.h.as_ref())?;
+        let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "read", async move {
             let size = (r.size as usize).min(MAX_IO);
-            let data = n.op(move |n| n.read(r.ino, r.offset, size)).await?;
+            let data = n
+                .op(move |n| n.read(checks, &cred, r.ino, r.offset, size))
+                .await?;
             Ok(proto::DataReply { status: None, data })
         })
         .await
@@ -545,13 +551,15 @@ impl Meta for MetaSvc {
         req: Request<proto::WriteReq>,
     ) -> Result<Response<proto::WriteReply>, Status> {
         let (who, r) = who(req);
-        self.hdr(&who, r.h.as_ref())?;
+        let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "write", async move {
             if r.data.len() > MAX_IO {
                 return errno(libc::EFBIG);
             }
-            let written = n.op(move |n| n.write(r.ino, r.offset, &r.data)).await?;
+            let written = n
+                .op(move |n| n.write(checks, &cred, r.ino, r.offset, &r.data))
+                .await?;
             Ok(proto::WriteReply {
                 status: None,
                 written,
@@ -576,10 +584,12 @@ impl Meta for MetaSvc {
         req: Request<proto::XattrReq>,
     ) -> Result<Response<proto::DataReply>, Status> {
         let (who, r) = who(req);
-        self.hdr(&who, r.h.as_ref())?;
+        let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "getxattr", async move {
-            let data = n.op(move |n| n.getxattr(r.ino, &r.name)).await?;
+            let data = n
+                .op(move |n| n.getxattr(checks, &cred, r.ino, &r.name))
+                .await?;
             Ok(proto::DataReply { status: None, data })
         })
         .await
@@ -597,6 +607,7 @@ impl Meta for MetaSvc {
                 .op(move |n| n.setxattr(checks, &cred, r.ino, &r.name, &r.value, r.flags))
                 .await?;
             if let Some(id) = intent {
+                n.intent_durable().await?;
                 n.drive_now(id).await;
             }
             Ok(proto::Empty::default())
@@ -609,10 +620,10 @@ impl Meta for MetaSvc {
         req: Request<proto::InoReq>,
     ) -> Result<Response<proto::XattrListReply>, Status> {
         let (who, r) = who(req);
-        self.hdr(&who, r.h.as_ref())?;
+        let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "listxattr", async move {
-            let names = n.op(move |n| n.listxattr(r.ino)).await?;
+            let names = n.op(move |n| n.listxattr(checks, &cred, r.ino)).await?;
             Ok(proto::XattrListReply {
                 status: None,
                 names,
@@ -655,8 +666,9 @@ impl Meta for MetaSvc {
     ) -> Result<Response<proto::ServerStatusReply>, Status> {
         let (who, r) = who(req);
         self.hdr(&who, r.h.as_ref())?;
+        let whole = who.is_admin();
         let n = self.0.clone();
-        let rep = tokio::spawn(async move { n.blocking(move |n| n.status(r.top)).await })
+        let rep = tokio::spawn(async move { n.blocking(move |n| n.status(r.top, whole)).await })
             .await
             .map_err(|_| Status::internal("status task failed"))?
             .map_err(|f| Status::internal(format!("status: {f:?}")))?;
@@ -683,13 +695,23 @@ impl Meta for MetaSvc {
 }
 
 impl PeerSvc {
-    fn hdr(&self, h: Option<&proto::PeerHeader>) -> Result<(), Status> {
-        match h {
-            Some(h) if h.cluster_id == self.0.cluster_id && h.from < self.0.n => Ok(()),
-            Some(h) if h.cluster_id == self.0.cluster_id => {
-                Err(Status::invalid_argument("unknown server id"))
-            }
-            _ => Err(mismatch()),
+    /// Checks a peer call's header: the cluster's id, and a sender that is the server
+    /// its certificate names (a server may not speak for another).
+    fn hdr(&self, who: &Caller, h: Option<&proto::PeerHeader>) -> Result<(), Status> {
+        let h = match h {
+            Some(h) if h.cluster_id == self.0.cluster_id => h,
+            _ => return Err(mismatch()),
+        };
+        if h.from >= self.0.n {
+            return Err(Status::invalid_argument("unknown server id"));
+        }
+        match who {
+            Caller::Trusted => Ok(()),
+            Caller::Server(id) if *id == h.from => Ok(()),
+            _ => Err(Status::permission_denied(format!(
+                "a call as server {} from a certificate that is not server-{}",
+                h.from, h.from
+            ))),
         }
     }
 }
@@ -700,8 +722,8 @@ macro_rules! peer_service {
         impl Peer for PeerSvc {
             $(
                 async fn $method(&self, req: Request<$req>) -> Result<Response<$rep>, Status> {
-                    let r = req.into_inner();
-                    self.hdr(r.h.as_ref())?;
+                    let (who, r) = who(req);
+                    self.hdr(&who, r.h.as_ref())?;
                     let n = self.0.clone();
                     run(&self.0, $op, async move { n.$local(r).await }).await
                 }
@@ -711,11 +733,11 @@ macro_rules! peer_service {
                 &self,
                 req: Request<Streaming<proto::PartitionChunk>>,
             ) -> Result<Response<proto::PeerReply>, Status> {
-                let mut s = req.into_inner();
+                let (who, mut s) = who(req);
                 let mut chunks = Vec::new();
                 let mut bytes = 0usize;
                 while let Some(c) = s.message().await? {
-                    self.hdr(c.h.as_ref())?;
+                    self.hdr(&who, c.h.as_ref())?;
                     bytes += c.entries.iter().map(|e| e.name.len() + 16).sum::<usize>();
                     if bytes > 256 << 20 {
                         return Err(Status::resource_exhausted("partition transfer too large"));
