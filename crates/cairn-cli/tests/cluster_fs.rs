@@ -23,6 +23,15 @@ const PROFILE: Profile = Profile {
     readdir_in_name_order: false,
     // Enough to split a directory many times at the threshold below.
     big_directory_entries: 4_000,
+    checks_can_be_switched_off: true,
+};
+
+/// The cluster through a client certificate that allows uids 1000-1999 only (root's
+/// calls through an admin certificate): its requests are checked whatever it asks.
+const RESTRICTED: Profile = Profile {
+    name: "cairn_cluster::Client (3 servers, certificate for uids 1000-1999)",
+    checks_can_be_switched_off: false,
+    ..PROFILE
 };
 
 /// Entries of a partition above which it splits, in these tests.
@@ -45,6 +54,10 @@ struct InProcess {
     servers: Vec<ServerHandle>,
     client: Client,
     cfg: ClusterConfig,
+    /// The test certificates and the servers' addresses (for clients of other
+    /// certificates).
+    certs: std::path::PathBuf,
+    addrs: Vec<SocketAddr>,
     _dir: tempfile::TempDir,
 }
 
@@ -90,6 +103,8 @@ impl InProcess {
                         servers,
                         client,
                         cfg,
+                        certs,
+                        addrs,
                         _dir: dir,
                     };
                 }
@@ -134,6 +149,204 @@ impl Target for InProcess {
 }
 
 cairn_fs::conformance_tests!(InProcess::new(3));
+
+/// The permission cases of the suite through a client certificate that allows uids
+/// 1000-1999 only (every gid but 0): the servers check each request of it as the
+/// suite expects, whatever the client asks.
+mod restricted {
+    use super::*;
+    use cairn_fs::{Attr, Cred, DirEntry, FsResult, SetAttr, StatFs};
+
+    /// Root's calls through the admin certificate, everyone else's through the
+    /// restricted one.
+    struct ByCred {
+        admin: Client,
+        user: Client,
+    }
+
+    impl ByCred {
+        fn of(&self, cred: &Cred) -> &Client {
+            if cred.uid == 0 {
+                &self.admin
+            } else {
+                &self.user
+            }
+        }
+    }
+
+    impl FileSystem for ByCred {
+        fn lookup(&self, c: &Cred, parent: u64, name: &[u8]) -> FsResult<Attr> {
+            self.of(c).lookup(c, parent, name)
+        }
+        fn getattr(&self, ino: u64) -> FsResult<Attr> {
+            self.user.getattr(ino)
+        }
+        fn setattr(&self, c: &Cred, ino: u64, s: &SetAttr) -> FsResult<Attr> {
+            self.of(c).setattr(c, ino, s)
+        }
+        fn create(&self, c: &Cred, parent: u64, name: &[u8], mode: u32) -> FsResult<Attr> {
+            self.of(c).create(c, parent, name, mode)
+        }
+        fn mknod(&self, c: &Cred, p: u64, name: &[u8], mode: u32, rdev: u32) -> FsResult<Attr> {
+            self.of(c).mknod(c, p, name, mode, rdev)
+        }
+        fn mkdir(&self, c: &Cred, parent: u64, name: &[u8], mode: u32) -> FsResult<Attr> {
+            self.of(c).mkdir(c, parent, name, mode)
+        }
+        fn symlink(&self, c: &Cred, parent: u64, name: &[u8], target: &[u8]) -> FsResult<Attr> {
+            self.of(c).symlink(c, parent, name, target)
+        }
+        fn readlink(&self, c: &Cred, ino: u64) -> FsResult<Vec<u8>> {
+            self.of(c).readlink(c, ino)
+        }
+        fn link(&self, c: &Cred, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr> {
+            self.of(c).link(c, ino, newparent, newname)
+        }
+        fn unlink(&self, c: &Cred, parent: u64, name: &[u8]) -> FsResult<()> {
+            self.of(c).unlink(c, parent, name)
+        }
+        fn rmdir(&self, c: &Cred, parent: u64, name: &[u8]) -> FsResult<()> {
+            self.of(c).rmdir(c, parent, name)
+        }
+        fn rename(
+            &self,
+            c: &Cred,
+            parent: u64,
+            name: &[u8],
+            newparent: u64,
+            newname: &[u8],
+            flags: u32,
+        ) -> FsResult<()> {
+            self.of(c)
+                .rename(c, parent, name, newparent, newname, flags)
+        }
+        fn opendir(&self, c: &Cred, ino: u64) -> FsResult<()> {
+            self.of(c).opendir(c, ino)
+        }
+        fn readdir(
+            &self,
+            c: &Cred,
+            ino: u64,
+            after: Option<&[u8]>,
+            limit: usize,
+        ) -> FsResult<Vec<DirEntry>> {
+            self.of(c).readdir(c, ino, after, limit)
+        }
+        fn parent_of(&self, ino: u64) -> FsResult<u64> {
+            self.user.parent_of(ino)
+        }
+        fn open_file(&self, c: &Cred, ino: u64, flags: i32) -> FsResult<Attr> {
+            self.of(c).open_file(c, ino, flags)
+        }
+        fn open_created(&self, c: &Cred, ino: u64, flags: i32) -> FsResult<Attr> {
+            self.of(c).open_created(c, ino, flags)
+        }
+        fn release(&self, c: &Cred, ino: u64) -> FsResult<()> {
+            self.of(c).release(c, ino)
+        }
+        fn read(&self, c: &Cred, ino: u64, offset: u64, size: usize) -> FsResult<Vec<u8>> {
+            self.of(c).read(c, ino, offset, size)
+        }
+        fn write(&self, c: &Cred, ino: u64, offset: u64, data: &[u8]) -> FsResult<usize> {
+            self.of(c).write(c, ino, offset, data)
+        }
+        fn fsync(&self, ino: u64) -> FsResult<()> {
+            self.admin.fsync(ino)
+        }
+        fn getxattr(&self, c: &Cred, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
+            self.of(c).getxattr(c, ino, name)
+        }
+        fn setxattr(
+            &self,
+            c: &Cred,
+            ino: u64,
+            name: &[u8],
+            value: &[u8],
+            flags: u32,
+        ) -> FsResult<()> {
+            self.of(c).setxattr(c, ino, name, value, flags)
+        }
+        fn listxattr(&self, c: &Cred, ino: u64) -> FsResult<Vec<Vec<u8>>> {
+            self.of(c).listxattr(c, ino)
+        }
+        fn removexattr(&self, c: &Cred, ino: u64, name: &[u8]) -> FsResult<()> {
+            self.of(c).removexattr(c, ino, name)
+        }
+        fn statfs(&self) -> FsResult<StatFs> {
+            self.user.statfs()
+        }
+        fn set_permission_checks(&self, on: bool) {
+            self.admin.set_permission_checks(on);
+            self.user.set_permission_checks(on);
+        }
+        fn close(self: Box<Self>) -> FsResult<()> {
+            Ok(())
+        }
+    }
+
+    struct Restricted {
+        cluster: InProcess,
+        fs: ByCred,
+    }
+
+    impl Restricted {
+        fn new() -> Restricted {
+            let cluster = InProcess::new(3);
+            let text =
+                cairn_cluster::tls::test_cluster_text(&cluster.certs, &cluster.addrs, "u1000");
+            let user = Client::with_config(
+                ClusterConfig::parse(&text).unwrap(),
+                ClientOptions {
+                    timeout: Duration::from_secs(20),
+                    ..ClientOptions::default()
+                },
+            )
+            .unwrap();
+            let admin = Client::with_config(cluster.cfg.clone(), ClientOptions::default()).unwrap();
+            Restricted {
+                cluster,
+                fs: ByCred { admin, user },
+            }
+        }
+    }
+
+    impl Target for Restricted {
+        fn fs(&self) -> &dyn FileSystem {
+            &self.fs
+        }
+        fn profile(&self) -> &Profile {
+            &RESTRICTED
+        }
+        fn check(&self) -> Vec<String> {
+            self.cluster.check()
+        }
+    }
+
+    #[test]
+    fn permissions() {
+        cairn_fs::conformance::permissions(&Restricted::new());
+    }
+
+    #[test]
+    fn supplementary_groups() {
+        cairn_fs::conformance::supplementary_groups(&Restricted::new());
+    }
+
+    #[test]
+    fn data_access_by_inode() {
+        cairn_fs::conformance::data_access_by_inode(&Restricted::new());
+    }
+
+    #[test]
+    fn xattrs() {
+        cairn_fs::conformance::xattrs(&Restricted::new());
+    }
+
+    #[test]
+    fn setattr_chmod_chown_truncate_utimens() {
+        cairn_fs::conformance::setattr_chmod_chown_truncate_utimens(&Restricted::new());
+    }
+}
 
 /// One server alone is a cluster too.
 #[test]
