@@ -26,11 +26,19 @@ pub struct DirEntry {
 use super::rules::{check_name, check_new_name};
 
 impl Fs {
+    /// The inode and type of entry `name` of `parent`; `EIO` for a damaged entry row
+    /// (a value too short), which is not taken for a missing one.
     fn get_entry(&self, parent: u64, name: &[u8]) -> FsResult<Option<(u64, u32)>> {
-        Ok(self
-            .rows
-            .get(&dentry_key(parent, PART, name))?
-            .and_then(|v| decode_dentry(&v)))
+        let Some(v) = self.rows.get(&dentry_key(parent, PART, name))? else {
+            return Ok(None);
+        };
+        match decode_dentry(&v) {
+            Some(e) => Ok(Some(e)),
+            None => {
+                log::error!("fs: directory {parent}: damaged entry row, value {v:02x?}");
+                err(libc::EIO)
+            }
+        }
     }
 
     /// The attributes of `name` in directory `parent` ("." and ".." included).
