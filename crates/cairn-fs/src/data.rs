@@ -85,7 +85,11 @@ impl Fs {
             return err(libc::EISDIR);
         }
         self.touch_atime(&i)?;
-        let end = (offset.saturating_add(size as u64)).min(i.attr.size);
+        // A file is at most i64::MAX long; a damaged row may say more, which is read no
+        // further (chunk arithmetic stays well inside a u64).
+        let end = (offset.saturating_add(size as u64))
+            .min(i.attr.size)
+            .min(i64::MAX as u64);
         if offset >= end {
             return Ok(Vec::new());
         }

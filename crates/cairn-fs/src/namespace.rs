@@ -246,7 +246,7 @@ impl Fs {
     /// A subdirectory moves from directory `from` to `to`: its `..` link moves too.
     fn move_subdir_link(&self, tx: &mut Tx, from: u64, to: u64) -> FsResult<()> {
         let mut f = self.tx_get(tx, from)?;
-        f.attr.nlink -= 1;
+        f.attr.nlink = f.attr.nlink.saturating_sub(1);
         self.tx_put(tx, f);
         let mut t = self.tx_get(tx, to)?;
         t.attr.nlink += 1;
@@ -413,7 +413,7 @@ impl Fs {
                 let d = self.tx_get(&mut tx, dino)?;
                 if d.is_dir() {
                     let mut np = self.tx_get(&mut tx, newparent)?;
-                    np.attr.nlink -= 1;
+                    np.attr.nlink = np.attr.nlink.saturating_sub(1);
                     self.tx_put(&mut tx, np);
                 }
                 self.drop_link(&mut tx, d, now)?;

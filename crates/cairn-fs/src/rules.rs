@@ -140,9 +140,9 @@ pub fn open_check(checks: bool, cred: &Cred, a: &Attr, flags: i32) -> FsResult<b
 /// chmod or explicit times by a non-owner or a chown by a non-root user, `EACCES` for
 /// a truncate or `touch` without write permission, `EISDIR`/`EINVAL` for truncating a
 /// directory or a non-regular file, `EFBIG` for a size beyond `i64::MAX`, the largest
-/// `off_t`), and sets `ctime` to `now` (and `mtime`, for a
-/// truncate without an explicit one). `a.size` is left alone: the caller truncates the
-/// data to `s.size` and sets it. Nothing is changed when an error is returned.
+/// `off_t`), and sets `ctime` to `now` (and `mtime`, for a truncate without an explicit
+/// one). `a.size` is left alone: the caller truncates the data to `s.size` and sets it.
+/// Nothing is changed when an error is returned.
 pub fn apply_setattr(
     checks: bool,
     cred: &Cred,

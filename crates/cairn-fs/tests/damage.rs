@@ -275,6 +275,23 @@ fn operations_on_damaged_rows_fail_with_eio() {
     assert_eq!(fs.read(t.small, 0, 10), Err(Errno(libc::EIO)));
     ks.put(&inode, &good).unwrap();
     assert_eq!(fs.read(t.small, 0, 100).unwrap(), b"small file");
+    // An inode row whose size is beyond the largest file: reported, and read no
+    // further than i64::MAX.
+    let inode = key(INODE, &[&be(t.big)]);
+    let good = ks.get(&inode).unwrap().unwrap().to_vec();
+    let mut huge = good.clone();
+    huge[21..29].copy_from_slice(&u64::MAX.to_le_bytes());
+    ks.put(&inode, &huge).unwrap();
+    assert_eq!(fs.getattr(t.big).unwrap().size, u64::MAX);
+    let report = fs.check().unwrap();
+    assert!(
+        report.iter().any(|p| p.contains("beyond the largest file")),
+        "{report:?}"
+    );
+    assert_eq!(fs.read(t.big, u64::MAX - 10, 5).unwrap(), b"");
+    assert_eq!(fs.read(t.big, 5, 3).unwrap(), [7u8; 3]);
+    ks.put(&inode, &good).unwrap();
+    assert!(fs.check().unwrap().is_empty());
 }
 
 #[test]
