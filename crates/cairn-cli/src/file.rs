@@ -326,8 +326,9 @@ fn get(dir: &Path, key: &OsStr, path: Option<&OsStr>) -> Result<()> {
 /// have got from a plain create; the random name, not the mode, keeps others from
 /// getting at it first.
 fn create_temp(dest: &Path) -> Result<(File, PathBuf)> {
-    // Keyed by the standard library from the system's random source, a fresh key per
-    // call; the attempt number, the process and the time only make each input new.
+    // 64 bits of SipHash keyed from the system's random source (the standard library's
+    // random keys, a different one per `RandomState`); the attempt number, the process
+    // and the time only make each input new.
     let random = |attempt: u32| {
         let mut h = RandomState::new().build_hasher();
         h.write_u32(attempt);
