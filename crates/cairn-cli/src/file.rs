@@ -5,8 +5,10 @@
 //! `cairn help scan`). A missing file is an error (exit status 1); `verify` exits with
 //! status 2 when it finds damage.
 
+use std::collections::hash_map::RandomState;
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File};
+use std::hash::{BuildHasher, Hasher};
 use std::io::{self, IsTerminal, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -281,12 +283,8 @@ fn get(dir: &Path, key: &OsStr, path: Option<&OsStr>) -> Result<()> {
             // Written next to PATH and renamed over it once complete, so PATH never
             // holds part of the file.
             let dest = PathBuf::from(p);
-            let mut tmp_name = dest.file_name().map(OsString::from).unwrap_or_default();
-            tmp_name.push(format!(".cairn-tmp-{}", std::process::id()));
-            let tmp = dest.with_file_name(tmp_name);
+            let (f, tmp) = create_temp(&dest)?;
             let res = (|| -> Result<()> {
-                let f = File::create(&tmp)
-                    .with_context(|| format!("cannot create {}", tmp.display()))?;
                 let mut w = io::BufWriter::with_capacity(BUF, f);
                 stream_out(&mut r, &mut w, &bar).map_err(|e| match e.downcast::<io::Error>() {
                     Ok(io) => anyhow::Error::new(io).context(format!("writing {}", tmp.display())),
@@ -305,11 +303,67 @@ fn get(dir: &Path, key: &OsStr, path: Option<&OsStr>) -> Result<()> {
                 let _ = fs::remove_file(&tmp);
             }
             res?;
+            // The rename is durable once the directory is.
+            let dir = match tmp.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .with_context(|| format!("syncing directory {}", dir.display()))?;
         }
     }
     bar.finish_and_clear();
     db.close()?;
     Ok(())
+}
+
+/// Creates the file `file get` writes before renaming it to `dest`: in `dest`'s
+/// directory (so that the rename is atomic), named `dest` + `.cairn-tmp-` + 64 random
+/// bits, and created new (`O_CREAT | O_EXCL`): a symbolic link or a file already at the
+/// name is never followed, opened or truncated, and a name taken is passed over for
+/// another. Its mode is the usual 0666 less the umask, the mode `dest` gets and would
+/// have got from a plain create; the random name, not the mode, keeps others from
+/// getting at it first.
+fn create_temp(dest: &Path) -> Result<(File, PathBuf)> {
+    // 64 bits of SipHash keyed from the system's random source (the standard library's
+    // random keys, a different one per `RandomState`); the attempt number, the process
+    // and the time only make each input new.
+    let random = |attempt: u32| {
+        let mut h = RandomState::new().build_hasher();
+        h.write_u32(attempt);
+        h.write_u32(std::process::id());
+        h.write_u128(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        h.finish()
+    };
+    let base = dest.file_name().map(OsString::from).unwrap_or_default();
+    const ATTEMPTS: u32 = 16;
+    for attempt in 0..ATTEMPTS {
+        let mut name = base.clone();
+        name.push(format!(".cairn-tmp-{:016x}", random(attempt)));
+        let tmp = dest.with_file_name(name);
+        match fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+        {
+            Ok(f) => return Ok((f, tmp)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(
+                    anyhow::Error::new(e).context(format!("cannot create {}", tmp.display()))
+                )
+            }
+        }
+    }
+    bail!(
+        "cannot create a temporary file next to {}: {ATTEMPTS} random names taken",
+        dest.display()
+    )
 }
 
 /// `file cat KEY --offset O --length L`.

@@ -183,6 +183,89 @@ fn get_to_a_path_and_cat_ranges() {
     assert!(past.is_empty());
 }
 
+/// The names in directory `dir`.
+fn dir_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+/// `file get KEY PATH` writes into a new file of its own next to PATH: a symbolic link
+/// planted where a predictable temporary name would be (PATH.cairn-tmp-PID, the process
+/// id: known to whoever starts the process) is neither followed nor replaced.
+#[test]
+fn get_to_a_path_never_follows_a_planted_link() {
+    let s = Store::new();
+    let data = binary(2 * CHUNK + 7, 5);
+    s.ok_with(&["file", "put", "-", "--key", "f"], &data);
+    let victim = s.path("victim");
+    fs::write(&victim, b"not to be overwritten").unwrap();
+    let dest = s.path("out.bin");
+    // The shell plants the link at the name of its own process id, then becomes cairn:
+    // the same process, the same id.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(r#"ln -s "$1" "$2.cairn-tmp-$$" && exec "$0" --db "$3" file get f "$2""#)
+        .arg(env!("CARGO_BIN_EXE_cairn"))
+        .arg(&victim)
+        .arg(&dest)
+        .arg(s.dir())
+        .env_remove("CAIRN_DB")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let victim_now = fs::read(&victim).unwrap();
+    assert!(
+        victim_now == b"not to be overwritten",
+        "written through the planted link: the victim now holds {} bytes",
+        victim_now.len()
+    );
+    assert!(fs::symlink_metadata(&dest).unwrap().file_type().is_file());
+    assert!(
+        fs::read(&dest).unwrap() == data,
+        "the file got is not the file put"
+    );
+    // Nothing left behind but the planted link, still pointing at the victim.
+    let names = dir_names(s.tmp.path());
+    let planted: Vec<_> = names.iter().filter(|n| n.contains("cairn-tmp")).collect();
+    assert_eq!(planted.len(), 1, "{names:?}");
+    assert_eq!(
+        names.len(),
+        4,
+        "db, victim, out.bin and the link: {names:?}"
+    );
+    assert_eq!(fs::read_link(s.path(planted[0])).unwrap(), victim);
+    // A destination that is a symbolic link is replaced by the file, not written through.
+    let link = s.path("link.bin");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    s.ok(&["file", "get", "f", link.to_str().unwrap()]);
+    assert!(fs::read(&victim).unwrap() == b"not to be overwritten");
+    assert!(fs::symlink_metadata(&link).unwrap().file_type().is_file());
+    assert!(fs::read(&link).unwrap() == data);
+}
+
+/// A `file get KEY PATH` that fails after writing removes what it wrote.
+#[test]
+fn get_to_a_path_that_fails_leaves_no_temporary_file() {
+    let s = Store::new();
+    s.ok_with(&["file", "put", "-", "--key", "f"], &binary(CHUNK + 3, 6));
+    // A directory in the way: the file is written whole, then the rename fails.
+    let dest = s.path("taken");
+    fs::create_dir(&dest).unwrap();
+    fs::write(dest.join("inside"), b"x").unwrap();
+    let out = s.run(&["file", "get", "f", dest.to_str().unwrap()]);
+    assert!(!out.status.success(), "{out:?}");
+    assert_eq!(dir_names(s.tmp.path()), ["db", "taken"]);
+    assert_eq!(dir_names(&dest), ["inside"]);
+    // A directory that doesn't exist: nothing is created.
+    let out = s.run(&["file", "get", "f", s.path("none/out").to_str().unwrap()]);
+    assert!(!out.status.success(), "{out:?}");
+    assert_eq!(dir_names(s.tmp.path()), ["db", "taken"]);
+}
+
 #[test]
 fn stat_ls_and_rm() {
     let s = Store::new();

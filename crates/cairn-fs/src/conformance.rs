@@ -447,6 +447,52 @@ pub fn setattr_chmod_chown_truncate_utimens(t: &dyn Target) {
     assert_consistent(t);
 }
 
+/// No file grows beyond `i64::MAX` bytes (the largest `off_t`; `st_size` is signed):
+/// a setattr to a larger size, a write or an fallocate that would end past it, fail
+/// with `EFBIG` and change nothing, not even the other attributes the same call sets.
+pub fn sizes_beyond_the_largest_file(t: &dyn Target) {
+    let fs = t.fs();
+    let f = fs.create(&R, ROOT, b"f", 0o644).unwrap();
+    fs.write(f.ino, 0, b"hello").unwrap();
+    let before = fs.getattr(f.ino).unwrap();
+    for big in [i64::MAX as u64 + 1, u64::MAX - 1, u64::MAX] {
+        assert_eq!(
+            e(fs.setattr(&R, f.ino, &size(big))),
+            libc::EFBIG,
+            "size {big}"
+        );
+        let with_mode = SetAttr {
+            size: Some(big),
+            mode: Some(0o600),
+            mtime: Some(TimeSet::At(1_000)),
+            ..Default::default()
+        };
+        assert_eq!(
+            e(fs.setattr(&R, f.ino, &with_mode)),
+            libc::EFBIG,
+            "size {big}"
+        );
+        assert_eq!(fs.getattr(f.ino).unwrap(), before, "size {big}");
+    }
+    // As large as a file can be, then back.
+    let a = fs.setattr(&R, f.ino, &size(i64::MAX as u64)).unwrap();
+    assert_eq!(a.size, i64::MAX as u64);
+    assert_eq!(fs.getattr(f.ino).unwrap().size, i64::MAX as u64);
+    assert_eq!(fs.read(f.ino, 0, 8).unwrap(), b"hello\0\0\0");
+    assert_eq!(fs.read(f.ino, i64::MAX as u64 - 2, 8).unwrap(), [0, 0]);
+    let a = fs.setattr(&R, f.ino, &size(5)).unwrap();
+    assert_eq!(a.size, 5);
+    let before = fs.getattr(f.ino).unwrap();
+    assert_eq!(e(fs.write(f.ino, i64::MAX as u64, b"x")), libc::EFBIG);
+    assert_eq!(e(fs.write(f.ino, i64::MAX as u64 - 1, b"xy")), libc::EFBIG);
+    assert_eq!(e(fs.write(f.ino, u64::MAX, b"x")), libc::EFBIG);
+    assert_eq!(e(fs.fallocate(&R, f.ino, i64::MAX, 1, 0)), libc::EFBIG);
+    assert_eq!(e(fs.fallocate(&R, f.ino, i64::MAX - 1, 2, 0)), libc::EFBIG);
+    assert_eq!(fs.getattr(f.ino).unwrap(), before);
+    assert_eq!(fs.read(f.ino, 0, 100).unwrap(), b"hello");
+    assert_consistent(t);
+}
+
 /// Reads and writes of small (inline) and large (chunked) files against a model.
 pub fn data_inline_and_chunked(t: &dyn Target) {
     let fs = t.fs();
@@ -1013,6 +1059,10 @@ pub const CASES: &[(&str, Case)] = &[
         "setattr_chmod_chown_truncate_utimens",
         setattr_chmod_chown_truncate_utimens,
     ),
+    (
+        "sizes_beyond_the_largest_file",
+        sizes_beyond_the_largest_file,
+    ),
     ("data_inline_and_chunked", data_inline_and_chunked),
     ("unlink_rmdir_link", unlink_rmdir_link),
     ("symlinks", symlinks),
@@ -1043,6 +1093,7 @@ macro_rules! conformance_tests {
             supplementary_groups,
             data_access_by_inode,
             setattr_chmod_chown_truncate_utimens,
+            sizes_beyond_the_largest_file,
             data_inline_and_chunked,
             unlink_rmdir_link,
             symlinks,

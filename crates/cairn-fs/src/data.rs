@@ -11,6 +11,15 @@ use super::rules;
 use super::times::now_ns;
 use super::{Fs, CHUNK_SIZE, INLINE_MAX};
 
+/// The index of a chunk row of `ino` from its key without the inode prefix; `EIO` for
+/// a damaged key (not 8 bytes).
+fn chunk_index(ino: u64, k: &[u8]) -> FsResult<u64> {
+    decode_be_u64(k).ok_or_else(|| {
+        log::error!("fs: inode {ino}: damaged chunk row, key suffix {k:02x?}");
+        Errno(libc::EIO)
+    })
+}
+
 impl Fs {
     /// Opens file `ino` (`flags` as for open(2): the access mode is checked, `O_TRUNC`
     /// truncates). A file unlinked while open keeps its data until [`Fs::release`].
@@ -98,7 +107,11 @@ impl Fs {
             return err(libc::EISDIR);
         }
         self.touch_atime(&i)?;
-        let end = (offset.saturating_add(size as u64)).min(i.attr.size);
+        // A file is at most i64::MAX long; a damaged row may say more, which is read no
+        // further (chunk arithmetic stays well inside a u64).
+        let end = (offset.saturating_add(size as u64))
+            .min(i.attr.size)
+            .min(i64::MAX as u64);
         if offset >= end {
             return Ok(Vec::new());
         }
@@ -210,10 +223,7 @@ impl Fs {
         } else if size == 0 {
             for r in self.rows.scan_prefix(&ino_prefix(TAG_CHUNK, ino), None) {
                 let (k, _) = r?;
-                tx.batch.delete(&chunk_key(
-                    ino,
-                    u64::from_be_bytes(k[..8].try_into().unwrap()),
-                ));
+                tx.batch.delete(&chunk_key(ino, chunk_index(ino, &k)?));
             }
             i.flags &= !FLAG_CHUNKED;
             i.data.clear();
@@ -224,10 +234,7 @@ impl Fs {
             let from = if keep == 0 { None } else { Some(&after[..]) };
             for r in self.rows.scan_prefix(&p, from) {
                 let (k, _) = r?;
-                tx.batch.delete(&chunk_key(
-                    ino,
-                    u64::from_be_bytes(k[..8].try_into().unwrap()),
-                ));
+                tx.batch.delete(&chunk_key(ino, chunk_index(ino, &k)?));
             }
             let last = keep - 1;
             let tail = (size - last * CHUNK_SIZE) as usize;

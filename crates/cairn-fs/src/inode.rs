@@ -228,7 +228,8 @@ impl Fs {
     pub(super) fn alloc_ino(&self) -> FsResult<u64> {
         let mut a = self.alloc.lock();
         if a.next >= a.lease_end {
-            let end = a.next + LEASE;
+            // Only a damaged lease row comes near the end of the numbers.
+            let end = a.next.checked_add(LEASE).ok_or(Errno(libc::ENOSPC))?;
             // No sync needed: a change using a number from this lease is written after
             // it, and the store keeps a prefix of its writes after a crash.
             self.rows.put(&lease_key(), &end.to_le_bytes(), false)?;

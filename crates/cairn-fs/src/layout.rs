@@ -40,9 +40,6 @@ pub(crate) fn dentry_key(parent: u64, part: u32, name: &[u8]) -> Vec<u8> {
     k
 }
 
-/// Length of a dentry key before the name.
-pub(crate) const DENTRY_PREFIX_LEN: usize = 13;
-
 pub(crate) fn inode_key(ino: u64) -> Vec<u8> {
     let mut k = Vec::with_capacity(9);
     k.push(TAG_INODE);
@@ -91,13 +88,43 @@ pub(crate) fn decode_dentry(v: &[u8]) -> Option<(u64, u32)> {
     ))
 }
 
+/// The inode-number lease of a lease row's value (a little-endian `u64`); `None` for a
+/// value of any other length (a damaged row).
+pub(crate) fn decode_lease(v: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(v.try_into().ok()?))
+}
+
+/// The big-endian `u64` that a key suffix is made of (the inode of an orphan row's key
+/// without its tag, the index of a chunk row's key without its inode prefix); `None`
+/// for a suffix of any other length (a damaged row).
+pub(crate) fn decode_be_u64(k: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(k.try_into().ok()?))
+}
+
+/// The big-endian `u64` at the start of a key suffix and the rest of it (the inode of
+/// a chunk or attribute row's key without its tag, then the index or name); `None` for
+/// a suffix shorter than 8 bytes (a damaged row).
+pub(crate) fn split_be_u64(k: &[u8]) -> Option<(u64, &[u8])> {
+    let (n, rest) = k.split_first_chunk::<8>()?;
+    Some((u64::from_be_bytes(*n), rest))
+}
+
+/// The parent, partition and name of a directory entry's key without its tag; `None`
+/// for one shorter than its parent and partition (a damaged row).
+pub(crate) fn split_dentry_suffix(k: &[u8]) -> Option<(u64, u32, &[u8])> {
+    let (parent, rest) = split_be_u64(k)?;
+    let (part, name) = rest.split_first_chunk::<4>()?;
+    Some((parent, u32::from_be_bytes(*part), name))
+}
+
 /// The little-endian `u32` at `b[at..at + 4]` (every integer of a row value is
-/// little-endian).
+/// little-endian). Panics if `b` is shorter: callers check the length of what they read
+/// from the store first.
 pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-/// The little-endian `u64` at `b[at..at + 8]`.
+/// The little-endian `u64` at `b[at..at + 8]` (`b` long enough, as for [`u32_at`]).
 pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
     let mut v = [0u8; 8];
     v.copy_from_slice(&b[at..at + 8]);

@@ -187,10 +187,18 @@ impl Fs {
     /// store has none.
     pub fn new(db: Db) -> FsResult<Fs> {
         let rows = Rows::new(db);
-        let lease = rows
-            .get(&lease_key())?
-            .map(|v| u64_at(&v, 0))
-            .unwrap_or(ROOT + 1);
+        let lease = match rows.get(&lease_key())? {
+            None => ROOT + 1,
+            // A damaged lease can't say which numbers are free: refuse the store rather
+            // than hand out a number in use (the root's, say).
+            Some(v) => match decode_lease(&v) {
+                Some(l) if l > ROOT => l,
+                _ => {
+                    log::error!("fs: damaged inode-number lease row: {:02x?}", &v[..]);
+                    return Err(Errno(libc::EIO));
+                }
+            },
+        };
         let fs = Fs {
             rows,
             lock: Mutex::new(()),
@@ -227,12 +235,24 @@ impl Fs {
             fs.rows.write(b, true)?;
             fs.rows.flush()?;
         }
-        // Files unlinked while open when the last process ended are freed now.
-        let orphans: Vec<u64> = fs
-            .rows
-            .scan_prefix(&[TAG_ORPHAN], None)
-            .map(|r| r.map(|(k, _)| u64::from_be_bytes(k[..8].try_into().unwrap())))
-            .collect::<Result<_, _>>()?;
+        // Files unlinked while open when the last process ended are freed now. A
+        // damaged orphan row names no inode: it is left for `check` to report (freeing
+        // an orphan is only reclaiming space, so the file system opens without it).
+        let mut orphans = Vec::new();
+        for r in fs.rows.scan_prefix(&[TAG_ORPHAN], None) {
+            let (k, _) = r?;
+            match decode_be_u64(&k) {
+                // Nor is a row that names the root or a linked file (its nlink is 0 in
+                // the batch that writes its orphan row) trusted to free it.
+                Some(ino)
+                    if ino == ROOT || matches!(fs.load(ino), Ok(Some(i)) if i.attr.nlink > 0) =>
+                {
+                    log::error!("fs: orphan row of linked inode {ino}: left as is")
+                }
+                Some(ino) => orphans.push(ino),
+                None => log::error!("fs: damaged orphan row, key O{k:02x?}: left as is"),
+            }
+        }
         for ino in orphans {
             let mut tx = Tx::new();
             fs.free(&mut tx, ino, None)?;
@@ -265,7 +285,7 @@ impl Fs {
             blocks: st.f_blocks as u64 * f / 4096,
             bfree: st.f_bfree as u64 * f / 4096,
             bavail: st.f_bavail as u64 * f / 4096,
-            files: used + (1 << 40),
+            files: used.saturating_add(1 << 40),
             ffree: 1 << 40,
             namelen: NAME_MAX as u32,
         })

@@ -26,11 +26,19 @@ pub struct DirEntry {
 use super::rules::{check_name, check_new_name};
 
 impl Fs {
+    /// The inode and type of entry `name` of `parent`; `EIO` for a damaged entry row
+    /// (a value too short), which is not taken for a missing one.
     fn get_entry(&self, parent: u64, name: &[u8]) -> FsResult<Option<(u64, u32)>> {
-        Ok(self
-            .rows
-            .get(&dentry_key(parent, PART, name))?
-            .and_then(|v| decode_dentry(&v)))
+        let Some(v) = self.rows.get(&dentry_key(parent, PART, name))? else {
+            return Ok(None);
+        };
+        match decode_dentry(&v) {
+            Some(e) => Ok(Some(e)),
+            None => {
+                log::error!("fs: directory {parent}: damaged entry row, value {v:02x?}");
+                err(libc::EIO)
+            }
+        }
     }
 
     /// The attributes of `name` in directory `parent` ("." and ".." included).
@@ -238,7 +246,7 @@ impl Fs {
     /// A subdirectory moves from directory `from` to `to`: its `..` link moves too.
     fn move_subdir_link(&self, tx: &mut Tx, from: u64, to: u64) -> FsResult<()> {
         let mut f = self.tx_get(tx, from)?;
-        f.attr.nlink -= 1;
+        f.attr.nlink = f.attr.nlink.saturating_sub(1);
         self.tx_put(tx, f);
         let mut t = self.tx_get(tx, to)?;
         t.attr.nlink += 1;
@@ -405,7 +413,7 @@ impl Fs {
                 let d = self.tx_get(&mut tx, dino)?;
                 if d.is_dir() {
                     let mut np = self.tx_get(&mut tx, newparent)?;
-                    np.attr.nlink -= 1;
+                    np.attr.nlink = np.attr.nlink.saturating_sub(1);
                     self.tx_put(&mut tx, np);
                 }
                 self.drop_link(&mut tx, d, now)?;

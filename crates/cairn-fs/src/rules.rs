@@ -170,9 +170,10 @@ pub fn open_check(checks: bool, cred: &Cred, a: &Attr, flags: i32) -> FsResult<b
 /// Applies the attribute changes of `s` to `a` under the usual rules (`EPERM` for a
 /// chmod or explicit times by a non-owner or a chown by a non-root user, `EACCES` for
 /// a truncate or `touch` without write permission, `EISDIR`/`EINVAL` for truncating a
-/// directory or a non-regular file), and sets `ctime` to `now` (and `mtime`, for a
-/// truncate without an explicit one). `a.size` is left alone: the caller truncates the
-/// data to `s.size` and sets it. Nothing is changed when an error is returned.
+/// directory or a non-regular file, `EFBIG` for a size beyond `i64::MAX`, the largest
+/// `off_t`), and sets `ctime` to `now` (and `mtime`, for a truncate without an explicit
+/// one). `a.size` is left alone: the caller truncates the data to `s.size` and sets it.
+/// Nothing is changed when an error is returned.
 pub fn apply_setattr(
     checks: bool,
     cred: &Cred,
@@ -242,6 +243,10 @@ pub fn apply_setattr(
             _ => return err(libc::EINVAL),
         }
         check_access(checks, cred, &n, MAY_WRITE)?;
+        if s.size.is_some_and(|z| z > i64::MAX as u64) {
+            // `st_size` is signed: no file is larger than the largest `off_t`.
+            return err(libc::EFBIG);
+        }
         if s.mtime.is_none() {
             n.mtime = now;
         }

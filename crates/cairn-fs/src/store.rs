@@ -79,6 +79,14 @@ impl Rows {
         self.ks.for_each_numbered(tag, f)
     }
 
+    /// Every row but those whose key starts with `tag` (numbered rows, which no ordered
+    /// scan sees: [`Rows::for_each_numbered`] visits them), in key order, keys whole.
+    pub(super) fn scan_all_but(&self, tag: u8) -> impl Iterator<Item = Result<(Vec<u8>, Value)>> {
+        let below = self.ks.range(..&[tag][..]);
+        let above = tag.checked_add(1).map(|next| self.ks.range(&[next][..]..));
+        below.chain(above.into_iter().flatten())
+    }
+
     /// The rows whose keys start with `prefix`, in key order, after the key
     /// `prefix + after` if `after` is given. The keys handed out are without `prefix`.
     pub(super) fn scan_prefix(&self, prefix: &[u8], after: Option<&[u8]>) -> Scan {
