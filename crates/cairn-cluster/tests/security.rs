@@ -6,16 +6,15 @@
 mod common;
 
 use std::io::Write;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use cairn_cluster::proto;
 use cairn_cluster::proto::meta_client::MetaClient;
 use cairn_cluster::proto::peer_client::PeerClient;
 use cairn_cluster::tls::CertSpec;
-use cairn_cluster::{Client, ClientError, ClientOptions, ClusterConfig};
+use cairn_cluster::{Client, ClientError, ClientOptions};
 use cairn_fs::{Cred, Errno, FileSystem, ROOT};
-use common::{certs, config_as, endpoint, endpoint_with, Cluster};
+use common::{certs, client_as, endpoint, endpoint_with, Cluster};
 
 const R: Cred = Cred::ROOT;
 
@@ -140,15 +139,6 @@ fn a_client_certificate_cannot_call_the_server_to_server_service() {
     });
     assert_eq!(r.unwrap_err().code(), tonic::Code::PermissionDenied);
     c.shutdown();
-}
-
-fn client_as(c: &Cluster, cert: &str) -> Client {
-    let addrs: Vec<SocketAddr> = c.cfg.servers().iter().map(|s| s.addr).collect();
-    Client::with_config(
-        ClusterConfig::parse(&config_as(&addrs, cert)).unwrap(),
-        ClientOptions::default(),
-    )
-    .unwrap()
 }
 
 #[test]

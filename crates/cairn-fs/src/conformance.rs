@@ -453,7 +453,7 @@ pub fn setattr_chmod_chown_truncate_utimens(t: &dyn Target) {
 pub fn sizes_beyond_the_largest_file(t: &dyn Target) {
     let fs = t.fs();
     let f = fs.create(&R, ROOT, b"f", 0o644).unwrap();
-    fs.write(f.ino, 0, b"hello").unwrap();
+    fs.write(&R, f.ino, 0, b"hello").unwrap();
     let before = fs.getattr(f.ino).unwrap();
     for big in [i64::MAX as u64 + 1, u64::MAX - 1, u64::MAX] {
         assert_eq!(
@@ -478,18 +478,21 @@ pub fn sizes_beyond_the_largest_file(t: &dyn Target) {
     let a = fs.setattr(&R, f.ino, &size(i64::MAX as u64)).unwrap();
     assert_eq!(a.size, i64::MAX as u64);
     assert_eq!(fs.getattr(f.ino).unwrap().size, i64::MAX as u64);
-    assert_eq!(fs.read(f.ino, 0, 8).unwrap(), b"hello\0\0\0");
-    assert_eq!(fs.read(f.ino, i64::MAX as u64 - 2, 8).unwrap(), [0, 0]);
+    assert_eq!(fs.read(&R, f.ino, 0, 8).unwrap(), b"hello\0\0\0");
+    assert_eq!(fs.read(&R, f.ino, i64::MAX as u64 - 2, 8).unwrap(), [0, 0]);
     let a = fs.setattr(&R, f.ino, &size(5)).unwrap();
     assert_eq!(a.size, 5);
     let before = fs.getattr(f.ino).unwrap();
-    assert_eq!(e(fs.write(f.ino, i64::MAX as u64, b"x")), libc::EFBIG);
-    assert_eq!(e(fs.write(f.ino, i64::MAX as u64 - 1, b"xy")), libc::EFBIG);
-    assert_eq!(e(fs.write(f.ino, u64::MAX, b"x")), libc::EFBIG);
+    assert_eq!(e(fs.write(&R, f.ino, i64::MAX as u64, b"x")), libc::EFBIG);
+    assert_eq!(
+        e(fs.write(&R, f.ino, i64::MAX as u64 - 1, b"xy")),
+        libc::EFBIG
+    );
+    assert_eq!(e(fs.write(&R, f.ino, u64::MAX, b"x")), libc::EFBIG);
     assert_eq!(e(fs.fallocate(&R, f.ino, i64::MAX, 1, 0)), libc::EFBIG);
     assert_eq!(e(fs.fallocate(&R, f.ino, i64::MAX - 1, 2, 0)), libc::EFBIG);
     assert_eq!(fs.getattr(f.ino).unwrap(), before);
-    assert_eq!(fs.read(f.ino, 0, 100).unwrap(), b"hello");
+    assert_eq!(fs.read(&R, f.ino, 0, 100).unwrap(), b"hello");
     assert_consistent(t);
 }
 

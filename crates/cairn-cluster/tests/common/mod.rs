@@ -88,6 +88,16 @@ pub fn config_as(addrs: &[SocketAddr], client: &str) -> String {
     cairn_cluster::tls::test_cluster_text(certs().0.path(), addrs, client)
 }
 
+/// A client of cluster `c` presenting certificate `client-<cert>` of [`certs`].
+pub fn client_as(c: &Cluster, cert: &str) -> Client {
+    let addrs: Vec<SocketAddr> = c.cfg.servers().iter().map(|s| s.addr).collect();
+    Client::with_config(
+        ClusterConfig::parse(&config_as(&addrs, cert)).unwrap(),
+        ClientOptions::default(),
+    )
+    .unwrap()
+}
+
 /// The cluster file of servers at `addrs` without TLS (for `--insecure`).
 pub fn plain_text(addrs: &[SocketAddr]) -> String {
     addrs
