@@ -44,6 +44,8 @@
 //!
 //! How it works is in DESIGN.md ("File store"); the rows it writes are in FORMAT.md.
 
+#![deny(missing_docs)]
+
 mod gc;
 mod layout;
 mod reader;
