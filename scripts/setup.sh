@@ -7,6 +7,11 @@ if command -v rustup >/dev/null 2>&1; then
     rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
   done
 fi
+# mdbook for the book in docs/ (scripts/check-docs.sh builds it): once, from crates.io.
+if ! command -v mdbook >/dev/null 2>&1; then
+  echo "setup: installing mdbook (cargo install mdbook --locked; once, a few minutes)" >&2
+  cargo install mdbook --locked --version '^0.5' --quiet
+fi
 # fuse3 (fusermount3) and rsync for the mounted file-system tests (`cairn mount`). As root,
 # the mount works without fuse3 (mount(2) directly); without apt or permission this step
 # only warns: the mounted tests then skip where FUSE can't be used, and their rsync part

@@ -1,5 +1,5 @@
-//! `cairn cluster-bench`: the seed's concurrent-create experiment (GIGA+/IndexFS, seed
-//! 002) on real processes: S metadata servers (each a `cairn serve` process on a
+//! `cairn cluster-bench`: GIGA+'s concurrent-create experiment (GIGA+/IndexFS)
+//! on real processes: S metadata servers (each a `cairn serve` process on a
 //! loopback port of its own) and C client processes (`cairn __cluster-bench-client`)
 //! that all create files in ONE directory. Reports the aggregate create rate, creates
 //! per server-CPU-second (the scaling figure that means something when the servers share
@@ -24,7 +24,7 @@ pub const CLIENT_COMMAND: &str = "__cluster-bench-client";
 
 /// What `cairn cluster-bench --help` says.
 pub const ABOUT: &str = "\
-Run the seed's concurrent-create experiment (GIGA+/IndexFS) on real processes: for each
+Run GIGA+'s concurrent-create experiment (GIGA+/IndexFS) on real processes: for each
 server count S (--servers), start S `cairn serve` processes on loopback ports, make one
 directory, and have C client processes (--clients) create --files files each in it, all
 at once. Reports creates/s (aggregate), creates per server-CPU-second (user + system time
@@ -154,7 +154,7 @@ struct Run {
     /// shorter than 4 s; progress lines come every half second, so shorter windows
     /// would alias).
     peak_creates_per_sec: f64,
-    /// Aggregate creates/s over the run's last 10% of creates (the seed's steadiness:
+    /// Aggregate creates/s over the run's last 10% of creates (GIGA+'s steadiness:
     /// it lost up to 25% of its peak as the stores grew).
     last_tenth_creates_per_sec: f64,
     /// `(seconds, creates so far, creates/s over the half second before)`, all clients.
@@ -661,7 +661,7 @@ pub fn run(args: &ClusterBenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// The plots, like the seed's figures: aggregate creates/s over time, a line per run of
+/// The plots, like GIGA+'s figures: aggregate creates/s over time, a line per run of
 /// the first round (log scale), into `creates-over-time.png`; creates per
 /// server-CPU-second against the server count (the median of the rounds, a bar per way
 /// of sending and security mode), into `creates-per-server-cpu.png`.

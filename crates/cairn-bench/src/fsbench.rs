@@ -1,4 +1,4 @@
-//! `cairn fs-bench`: the TableFS/GIGA+ metadata experiment (seed 002). Creates N
+//! `cairn fs-bench`: the TableFS/GIGA+ metadata experiment (the huge-directory create run of the TableFS and GIGA+ papers). Creates N
 //! zero-length files in one directory, then stats every file in random order, lists the
 //! directory and unlinks every file; on the cairn library (`cairn::fs`), on cairn
 //! mounted through FUSE (`cairn mount`, in a child process, through io_uring or
@@ -36,7 +36,7 @@ before each target, so none pays for another's writeback. For the fuse targets t
 requests per operation, and the transport that served them, are reported too.
 
 --time-limit cairn stops each kernel target's creates after the wall time cairn needed
-(as the seed's 100-million-file run did) and --phase-limit SECS its stats and unlinks;
+(as the TableFS paper's 100-million-file run did) and --phase-limit SECS its stats and unlinks;
 the rates are then over the files reached. The library and mount targets report their
 process's memory after the creates (resident, anonymous, peak) and the library its index
 bytes per file and the time to close and reopen the store (the later phases run on the
@@ -139,7 +139,7 @@ pub struct FsBenchArgs {
     cold: bool,
     /// When a target's create phase stops: `none` (after every file), `cairn` (the
     /// kernel targets plain, xfs and btrfs stop after the wall time the slowest cairn
-    /// target before them needed, as the seed's 100-million-file run did), or a number
+    /// target before them needed, as the TableFS paper's 100-million-file run did), or a number
     /// of seconds (every target). A stopped target's other phases run over the files it
     /// created.
     #[arg(long, value_name = "LIMIT", default_value = "none")]

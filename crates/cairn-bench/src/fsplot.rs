@@ -1,6 +1,6 @@
 //! PNG plots of `cairn fs-bench` (and of `cairn cluster-bench`, which draws its runs the
 //! same way): the create rate of every target over the run, a line per target, on a
-//! logarithmic rate axis (like the throughput timeline of the TableFS paper, seed 002),
+//! logarithmic rate axis (like the throughput timeline of the TableFS paper),
 //! against elapsed time and against files created.
 //!
 //! No system font is needed: text is drawn from the 8×8 bitmap font of `font8x8`,

@@ -1,4 +1,4 @@
-//! The HaloDB suite (seed 004): 8-byte keys, 1 KiB values, N records: fill sequential,
+//! The HaloDB suite (HaloDB's published benchmark): 8-byte keys, 1 KiB values, N records: fill sequential,
 //! fill random, random reads with T and with 32 threads, random updates, and reads by T
 //! threads while one thread updates.
 
@@ -14,7 +14,7 @@ use super::{Config, Ctx, SuiteDef};
 /// The suite, as the runner knows it.
 pub static SUITE: SuiteDef = SuiteDef {
     name: "halodb",
-    title: "HaloDB suite (seed 004)",
+    title: "HaloDB suite",
     per_engine: true,
     steps,
     run,

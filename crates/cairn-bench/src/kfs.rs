@@ -1,4 +1,4 @@
-//! The KFS suite (seeds 000 and 001): files of 8 to 512 MiB cut into 128 KiB chunks.
+//! The KFS suite (KFS's file experiment): files of 8 to 512 MiB cut into 128 KiB chunks.
 //! Each trial writes one file of every size, then reads them all back, then unlinks them
 //! all (the order of KFS's `perf/` scripts), timing each operation on its own; the trial
 //! is repeated `--trials` times on one store, which so takes about 1 GiB of writes per
@@ -21,7 +21,7 @@
 //! subject gets the same treatment: no sync within a write (unless `--sync`), the sync
 //! after each write, nothing dropped from the page cache, trials back to back with no
 //! pause, so background work (cairn's collector and compaction, the LSM engines'
-//! flushes and compactions) runs while the next operations are timed, as in the seed.
+//! flushes and compactions) runs while the next operations are timed, as in KFS's experiment.
 //! (Before the durable figure, writes were not followed by a sync, so reads raced the
 //! kernel's writeback of the files just written: figures from before are not
 //! comparable.)
@@ -43,7 +43,7 @@ use super::{Config, Ctx, Samples, SuiteDef, SuiteRun};
 /// The suite, as the runner knows it.
 pub static SUITE: SuiteDef = SuiteDef {
     name: "kfs",
-    title: "KFS suite (seeds 000, 001)",
+    title: "KFS suite",
     per_engine: true,
     steps,
     run,

@@ -1,6 +1,22 @@
 //! `cairn-bench`: the benchmarks of the `cairn` command-line tool, as a library.
 //!
-//! - `cairn bench` ([`run`], [`BenchArgs`]): the seeds' experiments, run on cairn and on
+//! ```no_run
+//! use clap::Parser;
+//!
+//! /// A binary that answers `bench` (and the child command, see below).
+//! #[derive(Parser)]
+//! struct Cli {
+//!     #[command(flatten)]
+//!     bench: cairn_bench::BenchArgs,
+//! }
+//!
+//! // HaloDB's benchmark on cairn alone, small: results.md, results.json and plots in out/.
+//! let cli = Cli::parse_from(["bench", "--quick", "--suites", "halodb", "--engines", "cairn", "--out", "out"]);
+//! cairn_bench::run(&cli.bench, "the system allocator")?;
+//! # Ok::<(), anyhow::Error>(())
+//! ```
+//!
+//! - `cairn bench` ([`run`], [`BenchArgs`]): the published experiments of HaloDB, mmcmap and KFS, run on cairn and on
 //!   the engines people pick instead, with identical settings, in one run; results as
 //!   JSON, a Markdown table and PNG plots. The peers (RocksDB, LevelDB, LMDB, sled,
 //!   fjall, redb) are built only with the `peers` feature.
@@ -26,6 +42,13 @@
 //! its plots in `fsplot`; `chart` has the drawing helpers both plot modules share.
 
 #![deny(missing_docs)]
+
+/// The code examples of the repository's README.md, compiled and run as this crate's
+/// doctests (`cargo test -p cairn-bench --doc`): this crate depends on every layer the
+/// README shows (engine, file store, file system, cluster).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExamples;
 
 mod chart;
 pub mod cluster;
@@ -66,17 +89,17 @@ use self::measure::{Group, Phase};
 
 /// Long description of `cairn bench` (its `--help`).
 pub const ABOUT: &str = "\
-Benchmark cairn against other engines with the seeds' experiments, each engine in a
+Benchmark cairn against other engines with HaloDB's, mmcmap's and KFS's experiments, each engine in a
 child process of its own, and write results.json, results.md and plots/*.png to --out.
 
-Suites (--suites): halodb (seed 004: 8-byte keys, 1 KiB values, --records N: fill
+Suites (--suites): halodb (HaloDB's benchmark: 8-byte keys, 1 KiB values, --records N: fill
 sequential, fill random, random read with --threads T and with 32 threads, random
 update, read while writing; for a store larger than memory, so that reads hit the disk,
 give it more records than the machine has memory, or confine each engine with
 --memory-max: `--records 4000000 --memory-max 1G` is a 4 GB store in 1 GiB), mmcmap
-(seed 003: 32-byte a-z keys equal to values, written,
+(mmcmap's benchmark: 32-byte a-z keys equal to values, written,
 read and deleted concurrently at 100k, 1M, 2M and 4M pairs; then 80% reads / 20% writes
-over 1M pairs), kfs (seeds 000 and 001: files of 8 to 512 MiB in 128 KiB chunks, each
+over 1M pairs), kfs (KFS's experiment: files of 8 to 512 MiB in 128 KiB chunks, each
 trial writes every size, reads them back and unlinks them, --trials T times; on cairn's
 file store with its default shards and with one shard, and on RocksDB and LevelDB holding
 the chunks as rows; mean, standard deviation and Welch's t-test per operation and size),
@@ -136,7 +159,7 @@ pub struct BenchArgs {
     /// Engines to run, comma-separated [default: every engine of this build]
     #[arg(long, value_name = "a,b,c", value_delimiter = ',')]
     engines: Option<Vec<String>>,
-    /// Trials of the KFS suite (the seed ran 100) [default: 10; --quick 3; --smoke 2]
+    /// Trials of the KFS suite (KFS's experiment ran 100) [default: 10; --quick 3; --smoke 2]
     #[arg(long, value_name = "N")]
     trials: Option<u64>,
     /// Suites to run, comma-separated: disk, halodb, mmcmap, kfs [default: all]
@@ -182,7 +205,7 @@ pub(crate) struct Config {
     pub value_size: usize,
     /// Threads of the HaloDB suite's reads.
     pub threads: usize,
-    /// The second, larger, thread count of the random-read test (as in the seed).
+    /// The second, larger, thread count of the random-read test (as in HaloDB's benchmark).
     pub many_threads: usize,
     /// Durable writes.
     pub sync: bool,

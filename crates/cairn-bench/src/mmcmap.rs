@@ -1,4 +1,4 @@
-//! The mmcmap suite (seed 003): keys equal to values, 32 random bytes a–z. For each size,
+//! The mmcmap suite (mmcmap's concurrent benchmark): keys equal to values, 32 random bytes a–z. For each size,
 //! a fresh store gets every pair written, read and deleted by many threads at once; then
 //! the mixed test: a store loaded with pairs gets 80% reads of them and 20% writes of new
 //! pairs, concurrently.
@@ -14,7 +14,7 @@ use super::{Config, Ctx, SuiteDef};
 /// The suite, as the runner knows it.
 pub static SUITE: SuiteDef = SuiteDef {
     name: "mmcmap",
-    title: "mmcmap suite (seed 003)",
+    title: "mmcmap suite",
     per_engine: true,
     steps,
     run,

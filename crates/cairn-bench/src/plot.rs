@@ -76,7 +76,7 @@ pub fn all(report: &Report, dir: &Path) -> Result<usize> {
 }
 
 /// The KFS suite's plots, one per operation: the mean time by file size with error bars
-/// of one standard deviation, a series per subject (as the seed's figures). Returns how
+/// of one standard deviation, a series per subject (as KFS's figures). Returns how
 /// many it wrote.
 fn kfs_plots(report: &Report, dir: &Path) -> Result<usize> {
     let runs: Vec<&SuiteRun> = report

@@ -1,7 +1,7 @@
 //! The Markdown report: engines and settings, the disk's limits, a throughput table per
 //! suite with each peer's ratio to cairn, details per test (for the KFS suite: mean ±
 //! standard deviation per operation and size, with Welch's t-test against cairn), and
-//! the issue's targets.
+//! the targets cairn is held to.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -212,7 +212,7 @@ pub fn markdown(report: &Report) -> String {
 
     let targets = targets(report);
     if !targets.is_empty() {
-        let _ = writeln!(md, "## Targets of issue 4\n");
+        let _ = writeln!(md, "## Targets\n");
         let _ = writeln!(md, "| target | measured | met |\n|---|---:|---|");
         for (what, value, met) in targets {
             let _ = writeln!(
@@ -602,7 +602,7 @@ fn suite_title(suite: &str, report: &Report) -> String {
     let c = &report.config;
     match suite {
         "halodb" => format!(
-            "HaloDB suite (seed 004): {} records, 8-byte keys, {}-byte values, {} reader threads{}",
+            "HaloDB suite: {} records, 8-byte keys, {}-byte values, {} reader threads{}",
             count(c.records as f64),
             c.value_size,
             c.threads,
@@ -615,17 +615,17 @@ fn suite_title(suite: &str, report: &Report) -> String {
             }
         ),
         "mmcmap" => format!(
-            "mmcmap suite (seed 003): 32-byte a–z keys equal to values, {} threads",
+            "mmcmap suite: 32-byte a–z keys equal to values, {} threads",
             c.mmcmap_threads
         ),
         "kfs" => match (c.kfs_sizes.iter().min(), c.kfs_sizes.iter().max()) {
             (Some(a), Some(b)) => format!(
-                "KFS suite (seeds 000, 001): files of {} to {}, {} trials",
+                "KFS suite: files of {} to {}, {} trials",
                 size_label(*a),
                 size_label(*b),
                 c.kfs_trials
             ),
-            _ => "KFS suite (seeds 000, 001)".into(),
+            _ => "KFS suite".into(),
         },
         other => other.to_string(),
     }
@@ -649,7 +649,7 @@ fn find<'a>(run: &'a SuiteRun, test: &str) -> Option<&'a Phase> {
     run.phases.iter().find(|p| p.test == test)
 }
 
-/// The issue's targets that this run can judge: `(target, measured, met)`.
+/// The targets this run can judge: `(target, measured, met)`.
 fn targets(report: &Report) -> Vec<(String, String, bool)> {
     let mut out = Vec::new();
     let get = |suite: &str, engine: &str| {

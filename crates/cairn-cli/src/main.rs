@@ -128,7 +128,7 @@ enum Command {
     /// Run a self-checking workload and print timings and statistics
     #[command(long_about = demo::ABOUT)]
     Demo(demo::DemoArgs),
-    /// Benchmark cairn and other engines with the seeds' experiments (see --help)
+    /// Benchmark cairn and other engines with HaloDB's, mmcmap's and KFS's experiments (see --help)
     #[command(long_about = cairn_bench::ABOUT)]
     Bench(cairn_bench::BenchArgs),
     /// Mount the file system of store DIR, or of a cluster, on MOUNTPOINT through FUSE

@@ -265,12 +265,12 @@ fn smoke_run_writes_sane_results() {
     for needle in [
         "# cairn bench results",
         "## The disk's own limits",
-        "## HaloDB suite (seed 004): 2,000 records",
+        "## HaloDB suite: 2,000 records",
         "| fill random |",
         "| read while writing: reads, 4 threads |",
-        "## mmcmap suite (seed 003)",
+        "## mmcmap suite",
         "| p50 | p99 | p99.9 | max |",
-        "## KFS suite (seeds 000, 001): files of 1 MiB to 4 MiB, 2 trials",
+        "## KFS suite: files of 1 MiB to 4 MiB, 2 trials",
         "### write (until it returns, no sync: to the page cache)",
         "### durable write (the write, then the sync that makes it durable)",
         "### read",
@@ -409,7 +409,7 @@ fn sync_run_reports_writes_per_fsync() {
 }
 
 /// `--ops` caps the HaloDB suite's phases after the fills (what makes a store far
-/// larger than memory measurable in a session): the fills still write every record, the
+/// larger than memory measurable in minutes): the fills still write every record, the
 /// reads, updates and reads-while-writing make `--ops` operations, and the report says so;
 /// `--ops 0` is refused.
 #[test]

@@ -317,7 +317,7 @@ fn du(dir: &Path) -> u64 {
 
 #[test]
 fn rm_gives_the_space_back_before_it_returns() {
-    // The session: put a large file, rm it, and look at the store's size once
+    // What a user does: put a large file, rm it, and look at the store's size once
     // the process has exited, with nothing else running on the store.
     let s = Store::new();
     let src = s.path("big");

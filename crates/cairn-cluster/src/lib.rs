@@ -1,10 +1,40 @@
 //! # cairn-cluster
 //!
-//! One cairn namespace spread over many metadata servers, after GIGA+ and IndexFS
-//! (seed 002): each directory is split incrementally by hash into partitions that live on
-//! different servers; clients cache a bitmap of each directory's partitions and servers
-//! correct stale ones; splits and operations that touch two servers are crash-safe.
-//! Each server keeps its rows in its own cairn store (keyspace [`KEYSPACE`]).
+//! One cairn namespace spread over many metadata servers, after GIGA+ and IndexFS: each
+//! directory is split incrementally by hash into partitions that live on different
+//! servers; clients cache a bitmap of each directory's partitions and servers correct
+//! stale ones; splits and operations that touch two servers are crash-safe. Each server
+//! keeps its rows in its own cairn store (keyspace [`KEYSPACE`]).
+//!
+//! ```
+//! use std::{net::TcpListener, time::Duration};
+//! use cairn_cluster::{admin, server, tls, Client, ClusterConfig, ServerInfo};
+//! use cairn_fs::{Cred, FileSystem, ROOT};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! // Two servers on free local ports; a CA, their certificates, a client's, and the
+//! // cluster file that names them all.
+//! let servers: Vec<ServerInfo> = (0..2)
+//!     .map(|id| Ok(ServerInfo { id, addr: TcpListener::bind("127.0.0.1:0")?.local_addr()? }))
+//!     .collect::<std::io::Result<_>>()?;
+//! let file = tls::init_certs(&dir.path().join("certs"), &servers, &[("ops".into(), Some("*".into()))])?;
+//! let cfg = ClusterConfig::load(&file)?;
+//! let running = servers
+//!     .iter()
+//!     .map(|s| server::start(server::ServerOptions::new(dir.path().join(format!("srv{}", s.id)), s.addr, cfg.clone())))
+//!     .collect::<Result<Vec<_>, _>>()?;
+//!
+//! let fs = Client::connect(&file)?; // every cairn_fs::FileSystem operation, blocking
+//! let docs = fs.mkdir(&Cred::ROOT, ROOT, b"docs", 0o755)?;
+//! fs.create(&Cred::ROOT, docs.ino, b"a.txt", 0o644)?;
+//! assert!(admin::check(&cfg, Duration::from_secs(5))?.problems.is_empty());
+//! for s in running {
+//!     s.shutdown()?; // drain, close the store
+//! }
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! - [`server`]: run a metadata server ([`server::start`], [`server::run_until_signal`]).
 //! - [`client`]: [`client::Client`], the operations of [`cairn_fs::FileSystem`] on a

@@ -163,7 +163,8 @@ pub(crate) fn totals(store: &FileStore) -> Result<Totals> {
     Ok(t)
 }
 
-/// The background collector: computes the totals, collects what a previous run left,
+/// The background collector: computes the totals, collects what a process that had the
+/// store open before left behind (killed writers and removes),
 /// then collects whenever woken (by removes, overwrites, abandoned writers and readers
 /// letting go of a version) or every [`IDLE`] interval. After a pass that deleted
 /// chunks, asks the store to drop the segments that now hold nothing live

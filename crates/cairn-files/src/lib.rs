@@ -6,10 +6,6 @@
 //! Opened on a [`cairn::Db`] with [`FileStore::new`]; its rows live in keyspace
 //! [`KEYSPACE`] of that store, beside the store's own keys.
 //!
-//! This crate uses only the engine's public API (`cairn`: keyspaces, batches, extensions,
-//! background threads). It must never depend on the file system (`cairn-fs`), the FUSE
-//! adapter, the cluster, the benchmarks or the CLI.
-//!
 //! ```
 //! use std::io::{Read, Seek, SeekFrom, Write};
 //! use cairn_files::{FileOptions, FileStore};
@@ -42,7 +38,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! This crate uses only the engine's public API (`cairn`: keyspaces, batches, extensions,
+//! background threads). It must never depend on the file system (`cairn-fs`), the FUSE
+//! adapter, the cluster, the benchmarks or the CLI.
+//!
 //! How it works is in DESIGN.md ("File store"); the rows it writes are in FORMAT.md.
+
+#![deny(missing_docs)]
 
 mod gc;
 mod layout;

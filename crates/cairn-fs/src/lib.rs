@@ -32,6 +32,8 @@
 //! engine's public API (`store` below). This crate must never depend on the file store
 //! (`cairn-files`), the FUSE adapter, the cluster, the benchmarks or the CLI.
 
+#![deny(missing_docs)]
+
 // The code is split by concern: `namespace` (entries: lookup, create, link, remove,
 // rename, listing), `inode` (inode rows and the changes of an operation), `data` (file
 // contents, inline or in chunks), `space` (fallocate and copy_file_range), `xattr`, `perm` (credentials and permission rules),

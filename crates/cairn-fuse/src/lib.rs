@@ -1,5 +1,18 @@
 //! `cairn-fuse`: a [`cairn_fs::FileSystem`] mounted through FUSE (the `fuser` crate, its
 //! pure-Rust mount path: mount(2) directly when run as root, else `fusermount3`).
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use cairn_fuse::{mount, MountOptions};
+//!
+//! // The file system of the store in ./store on /mnt/cairn, served in this thread until
+//! // it is unmounted (`cairn umount`, `fusermount3 -u`) or the process gets SIGINT or
+//! // SIGTERM; the store is closed either way.
+//! let m = mount(Path::new("store"), Path::new("/mnt/cairn"), &MountOptions::default())?;
+//! m.run()?;
+//! # Ok::<(), anyhow::Error>(())
+//! ```
+//!
 //! `cairn mount DIR MOUNTPOINT` and `cairn umount MOUNTPOINT` call [`mount`] (a local
 //! store's `cairn_fs::Fs`), [`Mount::run`] and [`umount`]; `cairn mount --cluster FILE
 //! MOUNTPOINT` calls [`mount_fs`] with a cluster's client. Every request is one call of

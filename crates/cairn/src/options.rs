@@ -10,7 +10,7 @@ use crate::{Error, Result};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SyncPolicy {
     /// Never fsync on the write path; data reaches the disk when buffers fill,
-    /// segments are sealed, or [`Db::flush`] is called. Fastest.
+    /// segments are sealed, or [`Db::flush`](crate::Db::flush) is called. Fastest.
     Never,
     /// A background thread makes every write durable within this interval.
     Every(Duration),
@@ -151,7 +151,7 @@ impl Options {
     }
 
     /// Whether background threads compact segments automatically (default true).
-    /// [`Db::compact`] works either way.
+    /// [`Db::compact`](crate::Db::compact) works either way.
     pub fn background_compaction(mut self, on: bool) -> Options {
         self.background_compaction = on;
         self

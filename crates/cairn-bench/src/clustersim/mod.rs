@@ -1,4 +1,4 @@
-//! `cairn cluster-sim`: the seed's experiment (every server's clients create files in
+//! `cairn cluster-sim`: GIGA+'s experiment (every server's clients create files in
 //! one shared directory) at 64 and 256 servers, in one process: the real server, client
 //! and split code of `cairn_cluster` on turmoil's simulated network in virtual time,
 //! each server on a real cairn store in a temporary directory. Reports how the
@@ -24,7 +24,7 @@ pub use sim::{balance, simulate, CrashEvent, Sample, SimOptions, SimResult, Spli
 
 /// What `cairn cluster-sim --help` says.
 pub const ABOUT: &str = "\
-Simulate the seed's concurrent-create experiment at 64 and 256 servers in one process: the
+Simulate GIGA+'s concurrent-create experiment at 64 and 256 servers in one process: the
 real cluster servers, clients and splits on a simulated network (turmoil) in virtual time,
 deterministic in its network and scheduling from --seed, each server on a real cairn store
 in a temporary directory. Every server's client creates --files-per-server files in one
@@ -36,8 +36,8 @@ moved per split, and a PROJECTION of the aggregate create rate from server CPU c
 operation measured here (not a measurement of a cluster). Writes results.json and
 results.md to --out.";
 
-/// The seed's figure (GIGA+ at 64 servers), creates/s.
-pub const SEED_RATE_64: f64 = 190_000.0;
+/// GIGA+'s published figure at 64 servers, creates/s.
+pub const GIGA_RATE_64: f64 = 190_000.0;
 
 /// Arguments of `cairn cluster-sim`.
 #[derive(Args, Debug, Clone)]
@@ -352,10 +352,10 @@ pub fn markdown(r: &Report, args: &ClusterSimArgs) -> String {
     );
     for p in &r.projections {
         let target = if p.servers == 64 {
-            let ok = p.projected_creates_per_sec >= 10.0 * SEED_RATE_64 && p.balance <= 1.25;
+            let ok = p.projected_creates_per_sec >= 10.0 * GIGA_RATE_64 && p.balance <= 1.25;
             format!(
                 "≥ {:.0} and B ≤ 1.25: {}",
-                10.0 * SEED_RATE_64,
+                10.0 * GIGA_RATE_64,
                 if ok { "met" } else { "NOT met" }
             )
         } else {

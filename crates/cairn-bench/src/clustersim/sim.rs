@@ -126,8 +126,8 @@ pub struct CrashEvent {
     pub server: u32,
     /// The split crash point (`server::SPLIT_CRASH_POINTS`) at which the server stopped,
     /// inside a split: the drawn one, or, if no server reached that within
-    /// [`RETARGET_STEPS`] steps, the next one any server reached; `None`: no split
-    /// crash point was reached within [`ARMED_STEPS`] steps and a server was killed
+    /// `RETARGET_STEPS` (50) steps, the next one any server reached; `None`: no split
+    /// crash point was reached within `ARMED_STEPS` (5,000) steps and a server was killed
     /// between steps instead.
     pub point: Option<String>,
     /// Whether the kill landed inside a split: at a split crash point, or (for a
@@ -156,7 +156,7 @@ pub struct SimResult {
     pub creates: u64,
     /// Creates that failed with EIO (possible only with crashes: outcome unknown).
     pub creates_unknown: u64,
-    /// Simulation steps (each [`TICK`] of virtual time).
+    /// Simulation steps (each `TICK`, 1 ms, of virtual time).
     pub steps: u64,
     /// Virtual milliseconds the workload took.
     pub virtual_ms: u64,

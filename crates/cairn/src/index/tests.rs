@@ -667,7 +667,7 @@ fn bytes_per_entry(index: &Index) -> f64 {
 /// Prints and bounds the memory per entry of an index of 8-byte keys: the ordered side
 /// at most 26 bytes (fixed leaves: 8 bytes of key and 12 of location an entry, plus leaf
 /// slack and the outer map; packed leaves took 30–34), the hash side at most 27, the
-/// whole at most the key + 40 bytes (issue 14's bound for HaloDB's keys).
+/// whole at most the key + 40 bytes (the bound set for HaloDB's 8-byte keys).
 fn check_memory(what: &str, index: &Index) {
     let per = bytes_per_entry(index);
     let hashed = index.hashes.as_ref().map_or(0, HashIndex::heap_bytes) as f64 / index.len() as f64;
