@@ -251,7 +251,14 @@ impl Cluster {
         let file = cairn_cluster::tls::init_certs(
             tmp.path(),
             &servers,
-            &[cairn_cluster::tls::ClientCert::admin("0")],
+            &[
+                cairn_cluster::tls::ClientCert::admin("0"),
+                cairn_cluster::tls::ClientCert {
+                    name: "u1000".into(),
+                    uids: Some("1000-1999".into()),
+                    gids: None,
+                },
+            ],
         )
         .unwrap();
         let cfg = ClusterConfig::load(&file).unwrap();
@@ -1114,6 +1121,109 @@ fn everyday_tools_on_a_cluster_mount() {
         return;
     };
     assert_eq!(tree(&mp), plain);
+}
+
+/// Runs `script` with `sh -c` as uid 1000 (group 1000, supplementary groups
+/// `groups`), as `setpriv` does: its exit status and output.
+fn sh_as_1000(groups: &str, script: &str) -> (bool, String) {
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=1000",
+            "--regid=1000",
+            &format!("--groups={groups}"),
+        ])
+        .args(["--", "sh", "-c", script])
+        .output()
+        .expect("setpriv");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// A cluster mount is `nosuid,nodev` unless asked; through a certificate that allows
+/// uids 1000-1999 only, mounted for every user with the kernel checking permissions
+/// too: a user creates a read-only file and writes it through the create's open
+/// (`umask 222; echo x > f`), reaches a directory through a supplementary group (sent
+/// to the servers, which check every request of that certificate), and cannot read
+/// root's 0600 file.
+#[test]
+fn a_cluster_mount_as_a_restricted_user() {
+    let cluster = Cluster::start(2, 100, "never");
+    let admin = cluster.client(Duration::from_secs(10));
+    let open = admin.mkdir(&R, ROOT, b"open", 0o777).unwrap();
+    let staff = admin.mkdir(&R, ROOT, b"staff", 0o770).unwrap();
+    let gid = cairn_fs::SetAttr {
+        gid: Some(50),
+        ..Default::default()
+    };
+    admin.setattr(&R, staff.ino, &gid).unwrap();
+    let secret = admin.create(&R, ROOT, b"secret", 0o600).unwrap();
+    admin.write(&R, secret.ino, 0, b"root only").unwrap();
+    let _ = open;
+    let tmp = tempfile::tempdir().unwrap();
+    let mp = tmp.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    let certs = cluster.file.parent().unwrap().to_path_buf();
+    let (cert, key) = (
+        certs.join("client-u1000.pem"),
+        certs.join("client-u1000.key"),
+    );
+    let args = [
+        "--allow-other",
+        "--cert",
+        cert.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+    ];
+    let Some(m) = Mount::cluster(&cluster.file, &mp, &args) else {
+        return;
+    };
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = info
+        .lines()
+        .find(|l| l.split(' ').nth(4) == mp.to_str())
+        .expect("the mount in mountinfo");
+    let opts: Vec<&str> = line.split(' ').nth(5).unwrap().split(',').collect();
+    assert!(
+        opts.contains(&"nosuid") && opts.contains(&"nodev"),
+        "{line}"
+    );
+    let d = mp.display();
+    let (ok, out) = sh_as_1000(
+        "1000",
+        &format!("umask 222; echo x > {d}/open/f && cat {d}/open/f"),
+    );
+    assert!(
+        ok && out == "x\n",
+        "a read-only create written through its open: {out}"
+    );
+    assert_eq!(
+        admin.lookup(&R, open.ino, b"f").unwrap().mode & 0o777,
+        0o444
+    );
+    let (ok, out) = sh_as_1000("50", &format!("echo y > {d}/staff/g && cat {d}/staff/g"));
+    assert!(ok && out == "y\n", "through supplementary group 50: {out}");
+    let (ok, out) = sh_as_1000("1000", &format!("echo z > {d}/staff/h"));
+    assert!(!ok, "without group 50: {out}");
+    let (ok, out) = sh_as_1000("1000", &format!("cat {d}/secret"));
+    assert!(!ok && out.contains("Permission denied"), "{out}");
+    drop(m);
+    // `--suid --dev` give them back.
+    let mut with = args.to_vec();
+    with.extend(["--suid", "--dev"]);
+    let Some(_m) = Mount::cluster(&cluster.file, &mp, &with) else {
+        return;
+    };
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = info
+        .lines()
+        .find(|l| l.split(' ').nth(4) == mp.to_str())
+        .expect("the mount in mountinfo");
+    let opts: Vec<&str> = line.split(' ').nth(5).unwrap().split(',').collect();
+    assert!(
+        !opts.contains(&"nosuid") && !opts.contains(&"nodev"),
+        "{line}"
+    );
 }
 
 /// The README's two commands: `cluster init-certs` makes what a TLS cluster needs; a
