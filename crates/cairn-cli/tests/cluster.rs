@@ -1123,6 +1123,21 @@ fn everyday_tools_on_a_cluster_mount() {
     assert_eq!(tree(&mp), plain);
 }
 
+/// The per-mount options of the mount on `mp` (`/proc/self/mountinfo`'s sixth field).
+fn mount_options(mp: &Path) -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = info
+        .lines()
+        .find(|l| l.split(' ').nth(4) == mp.to_str())
+        .expect("the mount in mountinfo");
+    line.split(' ')
+        .nth(5)
+        .unwrap()
+        .split(',')
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Runs `script` with `sh -c` as uid 1000 (group 1000, supplementary groups
 /// `groups`), as `setpriv` does: its exit status and output.
 fn sh_as_1000(groups: &str, script: &str) -> (bool, String) {
@@ -1178,16 +1193,9 @@ fn a_cluster_mount_as_a_restricted_user() {
     let Some(m) = Mount::cluster(&cluster.file, &mp, &args) else {
         return;
     };
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let line = info
-        .lines()
-        .find(|l| l.split(' ').nth(4) == mp.to_str())
-        .expect("the mount in mountinfo");
-    let opts: Vec<&str> = line.split(' ').nth(5).unwrap().split(',').collect();
-    assert!(
-        opts.contains(&"nosuid") && opts.contains(&"nodev"),
-        "{line}"
-    );
+    let opts = mount_options(&mp);
+    let has = |o: &str| opts.iter().any(|x| x == o);
+    assert!(has("nosuid") && has("nodev"), "{opts:?}");
     let d = mp.display();
     let (ok, out) = sh_as_1000(
         "1000",
@@ -1214,16 +1222,9 @@ fn a_cluster_mount_as_a_restricted_user() {
     let Some(_m) = Mount::cluster(&cluster.file, &mp, &with) else {
         return;
     };
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let line = info
-        .lines()
-        .find(|l| l.split(' ').nth(4) == mp.to_str())
-        .expect("the mount in mountinfo");
-    let opts: Vec<&str> = line.split(' ').nth(5).unwrap().split(',').collect();
-    assert!(
-        !opts.contains(&"nosuid") && !opts.contains(&"nodev"),
-        "{line}"
-    );
+    let opts = mount_options(&mp);
+    let has = |o: &str| opts.iter().any(|x| x == o);
+    assert!(!has("nosuid") && !has("nodev"), "{opts:?}");
 }
 
 /// The README's two commands: `cluster init-certs` makes what a TLS cluster needs; a
