@@ -58,7 +58,7 @@ pub trait FileSystem: Send + Sync {
     fn opendir(&self, cred: &Cred, ino: u64) -> FsResult<()>;
 
     /// Up to `limit` entries of directory `ino` after the entry named `after` (from the start with `None`), without `.` and `..`, in an order of the implementation's choosing that a listing resumed after any name returned keeps.
-    /// `cred` needs read permission on the directory, or to own it ([`rules::check_data_access`]).
+    /// `cred` needs read permission on the directory, or to own it ([`crate::rules::check_data_access`]).
     fn readdir(
         &self,
         cred: &Cred,
@@ -83,17 +83,17 @@ pub trait FileSystem: Send + Sync {
     fn release(&self, cred: &Cred, ino: u64) -> FsResult<()>;
 
     /// Up to `size` bytes of `ino` from `offset` (fewer at the end). `cred`: the
-    /// caller that opened the file, checked by [`rules::check_data_access`].
+    /// caller that opened the file, checked by [`crate::rules::check_data_access`].
     fn read(&self, cred: &Cred, ino: u64, offset: u64, size: usize) -> FsResult<Vec<u8>>;
 
     /// Writes `data` at `offset` of `ino`. `cred`: the caller that opened the file,
-    /// checked by [`rules::check_data_access`].
+    /// checked by [`crate::rules::check_data_access`].
     fn write(&self, cred: &Cred, ino: u64, offset: u64, data: &[u8]) -> FsResult<usize>;
 
     /// Makes the changes of `ino` (and everything acknowledged before) durable.
     fn fsync(&self, ino: u64) -> FsResult<()>;
 
-    /// The extended attribute `name` of `ino` ([`rules::xattr_read_access`]).
+    /// The extended attribute `name` of `ino` ([`crate::rules::xattr_read_access`]).
     fn getxattr(&self, cred: &Cred, ino: u64, name: &[u8]) -> FsResult<Vec<u8>>;
 
     /// Sets the extended attribute `name` (`flags`: `XATTR_CREATE`, `XATTR_REPLACE`).
@@ -107,7 +107,7 @@ pub trait FileSystem: Send + Sync {
     ) -> FsResult<()>;
 
     /// The names of the extended attributes of `ino` that `cred` may see
-    /// ([`rules::xattr_listed`]); `E2BIG` past [`rules::XATTR_LIST_MAX`] bytes.
+    /// ([`crate::rules::xattr_listed`]); `E2BIG` past [`crate::rules::XATTR_LIST_MAX`] bytes.
     fn listxattr(&self, cred: &Cred, ino: u64) -> FsResult<Vec<Vec<u8>>>;
 
     /// Removes the extended attribute `name` of `ino`.
