@@ -56,7 +56,9 @@ pub const CLUSTER_ABOUT: &str = "\
 Look at a running cluster from any machine that can reach its servers.
 
 `status` shows each server up or down, the partitions, entries and inodes it holds,
-splits done and in flight, and the largest directories with their partition counts.
+splits done and in flight, and the largest directories with their partition counts
+(the inodes and the largest directories need a client certificate that allows uid 0;
+with another they show as `-`).
 `init-certs` makes a CA and certificates for a test cluster, and a cluster file that
 names them. `check` reads every server's rows (it needs a client certificate that
 allows uid 0) and checks that the partitions of each directory
@@ -394,7 +396,9 @@ fn ino_text(ino: u64) -> String {
     format!("{ino} (home {})", ino >> cairn_cluster::giga::HOME_SHIFT)
 }
 
-/// The table of `cluster status`.
+/// The table of `cluster status`. A server that answered only what it keeps in memory
+/// (the certificate does not allow uid 0) shows `-` for its inodes, and a line after the
+/// table says why.
 fn write_status(out: &mut impl Write, st: &ClusterStatus) -> std::io::Result<()> {
     writeln!(
         out,
@@ -411,6 +415,11 @@ fn write_status(out: &mut impl Write, st: &ClusterStatus) -> std::io::Result<()>
     )?;
     for s in &st.servers {
         if s.up {
+            let inodes = if s.partial {
+                "-".to_string()
+            } else {
+                s.inodes.to_string()
+            };
             writeln!(
                 out,
                 "{:>6}  {:<22} {:<5} {:>10} {:>10} {:>10} {:>7} {:>9} {:>7}",
@@ -419,7 +428,7 @@ fn write_status(out: &mut impl Write, st: &ClusterStatus) -> std::io::Result<()>
                 "up",
                 s.partitions,
                 s.entries,
-                s.inodes,
+                inodes,
                 s.splits_done,
                 s.splits_in_flight,
                 s.intents_pending
@@ -433,15 +442,36 @@ fn write_status(out: &mut impl Write, st: &ClusterStatus) -> std::io::Result<()>
     let sum = |f: fn(&cairn_cluster::admin::ServerState) -> u64| -> u64 {
         st.servers.iter().filter(|s| s.up).map(f).sum()
     };
+    let partial: Vec<String> = st
+        .servers
+        .iter()
+        .filter(|s| s.up && s.partial)
+        .map(|s| s.id.to_string())
+        .collect();
+    let inodes = if partial.is_empty() {
+        sum(|s| s.inodes).to_string()
+    } else if partial.len() == up {
+        "-".to_string()
+    } else {
+        format!("at least {}", sum(|s| s.inodes))
+    };
     writeln!(
         out,
-        "{up} of {} servers up: {} partitions, {} entries, {} inodes, {} splits in flight",
+        "{up} of {} servers up: {} partitions, {} entries, {inodes} inodes, {} splits in flight",
         st.servers.len(),
         sum(|s| s.partitions),
         sum(|s| s.entries),
-        sum(|s| s.inodes),
         sum(|s| s.splits_in_flight as u64),
     )?;
+    if !partial.is_empty() {
+        writeln!(
+            out,
+            "inodes: - (needs an admin certificate) on server{} {}, whose largest \
+             directories are left out too",
+            if partial.len() == 1 { "" } else { "s" },
+            partial.join(", ")
+        )?;
+    }
     if !st.largest.is_empty() {
         writeln!(out, "largest directories:")?;
         writeln!(
@@ -527,4 +557,73 @@ pub fn mount(
         mountpoint.display()
     );
     mount.run()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_cluster::admin::{LargeDir, ServerState};
+
+    fn server(id: u32, partial: bool) -> ServerState {
+        ServerState {
+            id,
+            addr: format!("127.0.0.1:{}", 7000 + id),
+            up: true,
+            partitions: 2,
+            entries: 10,
+            inodes: if partial { 0 } else { 5 },
+            partial,
+            ..Default::default()
+        }
+    }
+
+    fn text(servers: Vec<ServerState>, largest: Vec<LargeDir>) -> String {
+        let mut out = Vec::new();
+        write_status(&mut out, &ClusterStatus { servers, largest }).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// An inode column per server: its count, or `-` where the certificate does not
+    /// allow uid 0 (the server answered `partial`), with a line saying why.
+    #[test]
+    fn status_without_an_admin_certificate() {
+        let whole = text(
+            vec![server(0, false), server(1, false)],
+            vec![LargeDir {
+                dir: 1,
+                partitions: 4,
+                entries: 20,
+            }],
+        );
+        assert!(
+            whole.contains("2 of 2 servers up: 4 partitions, 20 entries, 10 inodes"),
+            "{whole}"
+        );
+        assert!(!whole.contains("admin certificate"), "{whole}");
+        assert!(whole.contains("largest directories:"), "{whole}");
+
+        let part = text(vec![server(0, true), server(1, true)], vec![]);
+        let rows: Vec<&str> = part.lines().skip(1).take(2).collect();
+        for r in &rows {
+            let cols: Vec<&str> = r.split_whitespace().collect();
+            assert_eq!(cols[5], "-", "inodes of {r:?} in\n{part}");
+        }
+        assert!(
+            part.contains("2 of 2 servers up: 4 partitions, 20 entries, - inodes"),
+            "{part}"
+        );
+        assert!(
+            part.contains("inodes: - (needs an admin certificate) on servers 0, 1"),
+            "{part}"
+        );
+        assert!(!part.contains("largest directories:"), "{part}");
+
+        // One server answering in full, another in part.
+        let mixed = text(vec![server(0, false), server(1, true)], vec![]);
+        assert!(mixed.contains("at least 5 inodes"), "{mixed}");
+        assert!(
+            mixed.contains("inodes: - (needs an admin certificate) on server 1,"),
+            "{mixed}"
+        );
+    }
 }

@@ -44,6 +44,10 @@ pub struct ServerState {
     pub prepared_pending: u32,
     /// Partitions it received from a split that are not active yet.
     pub incoming_partitions: u32,
+    /// It answered with only what it keeps in memory, the certificate not allowing uid
+    /// 0: `inodes` and `prepared_pending` are unknown (0 here) and its largest
+    /// directories are left out of [`ClusterStatus::largest`].
+    pub partial: bool,
 }
 
 /// A directory with many partitions.
@@ -62,7 +66,8 @@ pub struct LargeDir {
 pub struct ClusterStatus {
     /// Every server of the cluster file, by id.
     pub servers: Vec<ServerState>,
-    /// The largest directories by entries, with their partition counts.
+    /// The largest directories by entries, with their partition counts (from the
+    /// servers that answered in full).
     pub largest: Vec<LargeDir>,
 }
 
@@ -115,7 +120,9 @@ fn why(s: &tonic::Status) -> String {
 }
 
 /// Asks every server what it holds; a server that does not answer within `timeout` is
-/// reported down.
+/// reported down. A server answers in full only to a client certificate that allows uid
+/// 0; to another it answers what it keeps in memory, marked
+/// [`ServerState::partial`].
 pub fn status(cfg: &ClusterConfig, timeout: Duration) -> ClusterStatus {
     let mut out = ClusterStatus::default();
     let rt = match runtime().and_then(|rt| Ok((rt, Reach::client(cfg, None)?))) {
@@ -181,6 +188,7 @@ pub fn status(cfg: &ClusterConfig, timeout: Duration) -> ClusterStatus {
                 st.intents_pending = r.intents_pending;
                 st.prepared_pending = r.prepared_pending;
                 st.incoming_partitions = r.incoming_partitions;
+                st.partial = r.partial;
                 for d in r.largest {
                     let e = dirs.entry(d.dir).or_default();
                     e.0 += d.partitions;

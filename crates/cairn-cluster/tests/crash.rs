@@ -1,7 +1,9 @@
 //! Crash safety in process: a server stops as if killed at a named point of a split or
 //! of an operation across servers (the test hook `ServerOptions::crash_at`), restarts
 //! on the same store, and the namespace is as before or as after the operation, with
-//! no entry lost or listed twice (`admin::check`).
+//! no entry lost or listed twice (`admin::check`). And a directory's home loses the
+//! power (the test hook `ServerOptions::power_loss`) right after a chmod: the
+//! permissions copies on the other servers still follow the home.
 
 mod common;
 
@@ -476,4 +478,95 @@ fn random_kills_during_a_storm() {
     }
     let _ = name_hash(b"");
     c.shutdown();
+}
+
+/// A directory's permissions as a row holds them: (mode bits, version), if the row is
+/// there.
+type PermsRow = Option<(u32, u64)>;
+
+/// The permissions rows of directory `dir` in the store at `path` (its server
+/// stopped): the copy kept for another server's directory (`A dir`) and the inode
+/// (`I dir`, at its home).
+fn perms_rows(path: &std::path::Path, dir: u64) -> (PermsRow, PermsRow) {
+    use prost::Message;
+    let db = cairn::Db::open(path).unwrap();
+    let ks = db.keyspace(cairn_cluster::KEYSPACE);
+    let key = |tag: u8| [&[tag][..], &dir.to_be_bytes()].concat();
+    let copy = ks.get(key(b'A')).unwrap().map(|v| {
+        let p = cairn_cluster::proto::DirPerms::decode(&v[..]).unwrap();
+        (p.mode & 0o7777, p.version)
+    });
+    let inode = ks.get(key(b'I')).unwrap().map(|v| {
+        let i = cairn_cluster::proto::InodeRow::decode(&v[..]).unwrap();
+        (i.mode & 0o7777, i.perms_version)
+    });
+    (copy, inode)
+}
+
+/// Under `SyncMode::Never` a chmod of a directory is acknowledged before its home made
+/// it durable, and its new permissions go to every other server with a version. The
+/// home loses the power right after one (`cairn::fault::PowerLoss`: everything not
+/// synced is lost) and comes back; the next chmod must reach every copy. Were the
+/// copies sent before the home's row (and its version) was durable, the home would
+/// give the lost version to the second chmod and the other servers, which keep a copy
+/// only if its version is newer, would keep the first mode for good.
+#[test]
+fn chmod_after_a_power_cut_of_the_directory_home() {
+    let mut c = Cluster::start_with(N as usize, 1000, cairn_cluster::server::SyncMode::Never);
+    let fs = c.client();
+    let d = fs
+        .mkdir(&R, ROOT, &dir_name_on(ROOT, "p", 1), 0o755)
+        .unwrap()
+        .ino;
+    assert_eq!(home_of(d), 1);
+    // Server 1 again, its store's files through a power-loss record from now on; the
+    // clean shutdown made the directory durable.
+    c.shutdown_one(1);
+    let stash = tempfile::tempdir().unwrap();
+    let power = std::sync::Arc::new(cairn::fault::PowerLoss::new(stash.path().join("s")).unwrap());
+    let mut o = c.opts(1, None);
+    o.power_loss = Some(power.clone());
+    c.servers[1] = Some(cairn_cluster::server::start(o).unwrap());
+
+    let chmod = |mode: u32| {
+        let s = cairn_fs::SetAttr {
+            mode: Some(mode),
+            ..Default::default()
+        };
+        let a = fs.setattr(&R, d, &s).unwrap();
+        assert_eq!(a.mode & 0o7777, mode);
+    };
+    chmod(0o700);
+    // The power goes off on server 1 with the chmod acknowledged: what it did not sync
+    // is lost.
+    power.cut();
+    c.kill(1);
+    let lost = power.restart(cairn::fault::Loss::Unsynced, 1).unwrap();
+    eprintln!("power cut of server 1: {lost}");
+    c.restart(1, None);
+
+    chmod(0o750);
+    assert_eq!(fs.getattr(d).unwrap().mode & 0o7777, 0o750);
+    c.check();
+
+    // Every server's rows, the servers stopped.
+    for i in 0..N as usize {
+        c.shutdown_one(i);
+    }
+    let (_, home) = perms_rows(c.dirs[1].path(), d);
+    let (mode, version) = home.expect("the directory's inode at its home");
+    assert_eq!(mode, 0o750);
+    let show = |p: PermsRow| match p {
+        Some((m, v)) => format!("mode {m:o} version {v}"),
+        None => "no copy".to_string(),
+    };
+    for s in [0, 2] {
+        let (copy, _) = perms_rows(c.dirs[s].path(), d);
+        assert!(
+            copy == Some((mode, version)),
+            "server {s} keeps {} of directory {d:#x}'s permissions; its home has {}",
+            show(copy),
+            show(home)
+        );
+    }
 }

@@ -173,16 +173,34 @@ fn root_squash_and_uid_lists() {
     );
     // The admin certificate allows root.
     assert_eq!(admin.create(&R, ROOT, b"root-file", 0o644).unwrap().uid, 0);
-    // Reading the servers' rows needs a certificate that allows uid 0; status does not.
+    // Reading the servers' rows needs a certificate that allows uid 0; status does not,
+    // but without it each server answers only what it keeps in memory, marked partial.
     let ucfg = u.config().clone();
     match cairn_cluster::admin::check(&ucfg, Duration::from_secs(5)) {
         Err(ClientError::Protocol { msg, .. }) => assert!(msg.contains("refused"), "{msg}"),
         r => panic!("expected a refusal, got {r:?}"),
     }
-    assert!(cairn_cluster::admin::status(&ucfg, Duration::from_secs(5))
-        .servers
-        .iter()
-        .all(|s| s.up));
+    let part = cairn_cluster::admin::status(&ucfg, Duration::from_secs(5));
+    assert!(
+        part.servers
+            .iter()
+            .all(|s| s.up && s.partial && s.inodes == 0),
+        "{part:#?}"
+    );
+    assert!(part.largest.is_empty(), "{part:#?}");
+    let whole = cairn_cluster::admin::status(&c.cfg, Duration::from_secs(5));
+    assert!(
+        whole.servers.iter().all(|s| s.up && !s.partial),
+        "{whole:#?}"
+    );
+    // The root, "open" and the files in them; both certificates see the same
+    // partitions and entries.
+    let inodes: u64 = whole.servers.iter().map(|s| s.inodes).sum();
+    assert!(inodes >= 7, "{whole:#?}");
+    assert!(!whole.largest.is_empty(), "{whole:#?}");
+    for (p, w) in part.servers.iter().zip(&whole.servers) {
+        assert_eq!((p.partitions, p.entries), (w.partitions, w.entries));
+    }
     c.check();
     c.shutdown();
 }

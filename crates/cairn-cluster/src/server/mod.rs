@@ -108,6 +108,12 @@ pub struct ServerOptions {
     /// creates does (its clients then send their creates as batches).
     #[doc(hidden)]
     pub without_streams: bool,
+    /// Test hook: the store's file operations go through this record of what a power
+    /// cut could still lose (`cairn::Options::power_loss`; syncs are recorded, not
+    /// done), so that a test can cut the power and restart the server with only what
+    /// it made durable.
+    #[doc(hidden)]
+    pub power_loss: Option<Arc<cairn::fault::PowerLoss>>,
 }
 
 /// Test hook of [`ServerOptions::crash_hook`]: called with the server's id and the
@@ -171,6 +177,7 @@ impl ServerOptions {
             open_with: None,
             crash_hook: None,
             without_streams: false,
+            power_loss: None,
         }
     }
 }
@@ -381,10 +388,13 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
         .thread_name(format!("cairn-server-{id}"))
         .build()
         .map_err(ServerError::Runtime)?;
-    let engine = Options::new().sync(match opts.sync {
+    let mut engine = Options::new().sync(match opts.sync {
         SyncMode::Always => SyncPolicy::Always,
         SyncMode::Never => SyncPolicy::Never,
     });
+    if let Some(power) = &opts.power_loss {
+        engine = engine.power_loss(power.clone());
+    }
     let peers = {
         let _g = rt.enter();
         peers(&opts, &reach)?
