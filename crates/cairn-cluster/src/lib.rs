@@ -18,7 +18,7 @@
 //! let servers: Vec<ServerInfo> = (0..2)
 //!     .map(|id| Ok(ServerInfo { id, addr: TcpListener::bind("127.0.0.1:0")?.local_addr()? }))
 //!     .collect::<std::io::Result<_>>()?;
-//! let file = tls::init_certs(&dir.path().join("certs"), &servers, &[("ops".into(), Some("*".into()))])?;
+//! let file = tls::init_certs(&dir.path().join("certs"), &servers, &[tls::ClientCert::admin("ops")])?;
 //! let cfg = ClusterConfig::load(&file)?;
 //! let running = servers
 //!     .iter()
