@@ -171,7 +171,7 @@ fn permissions() {
     assert_eq!((f.uid, f.gid), (1000, 1000));
     assert_eq!(e(fs.open_file(&BOB, f.ino, libc::O_RDONLY)), libc::EACCES);
     fs.open_file(&ALICE, f.ino, libc::O_RDWR).unwrap();
-    fs.release(&R, f.ino).unwrap();
+    fs.release(&ALICE, f.ino).unwrap();
     // chmod by a non-owner, chown by a non-root user, explicit times by a non-owner.
     let chmod = SetAttr {
         mode: Some(0o644),
@@ -252,7 +252,7 @@ fn supplementary_groups() {
     fs.setattr(&carol, f.ino, &to(staff)).unwrap();
     let dave = Cred::new(1003, 1003).with_groups(&[staff]);
     fs.open_file(&dave, f.ino, libc::O_RDONLY).unwrap();
-    fs.release(&R, f.ino).unwrap();
+    fs.release(&dave, f.ino).unwrap();
     assert_eq!(e(fs.open_file(&dave, f.ino, libc::O_WRONLY)), libc::EACCES);
     // chmod g+s by an owner outside the file's group drops the setgid bit.
     fs.setattr(&R, f.ino, &to(99)).unwrap();
