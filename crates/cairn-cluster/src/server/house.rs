@@ -242,30 +242,30 @@ impl Node {
             (0, 0)
         };
         let m = self.mu.lock();
-        let mut dirs: HashMap<u64, (u32, u64)> = HashMap::new();
-        let mut incoming = 0;
-        for ((d, _), p) in &m.parts {
-            let e = dirs.entry(*d).or_default();
-            e.0 += 1;
-            e.1 += p.entries;
-            if p.state == PART_INCOMING {
-                incoming += 1;
+        let incoming = m
+            .parts
+            .values()
+            .filter(|p| p.state == PART_INCOMING)
+            .count() as u32;
+        let mut largest = Vec::new();
+        if whole {
+            let mut dirs: HashMap<u64, (u32, u64)> = HashMap::new();
+            for ((d, _), p) in &m.parts {
+                let e = dirs.entry(*d).or_default();
+                e.0 += 1;
+                e.1 += p.entries;
             }
+            largest = dirs
+                .into_iter()
+                .map(|(dir, (partitions, entries))| proto::DirPartitions {
+                    dir,
+                    partitions,
+                    entries,
+                })
+                .collect();
+            largest.sort_by(|a, b| b.entries.cmp(&a.entries).then(a.dir.cmp(&b.dir)));
+            largest.truncate(top.clamp(1, 1000) as usize);
         }
-        let mut largest: Vec<proto::DirPartitions> = dirs
-            .into_iter()
-            .map(|(dir, (partitions, entries))| proto::DirPartitions {
-                dir,
-                partitions,
-                entries,
-            })
-            .collect();
-        largest.sort_by(|a, b| b.entries.cmp(&a.entries).then(a.dir.cmp(&b.dir)));
-        largest.truncate(if whole {
-            top.clamp(1, 1000) as usize
-        } else {
-            0
-        });
         Ok(proto::ServerStatusReply {
             server_id: self.id,
             partitions: m.parts.len() as u64,
