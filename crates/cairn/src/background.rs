@@ -44,12 +44,12 @@ pub(crate) fn maintenance_loop(core: &Core) {
                 }
                 last_sync = Instant::now();
             }
-            core.wait(
+            core.wait_for_work(
                 d.saturating_sub(last_sync.elapsed())
                     .max(Duration::from_millis(1)),
             );
         } else {
-            core.wait(Duration::from_millis(500));
+            core.wait_for_work(Duration::from_millis(500));
         }
     }
 }
@@ -72,7 +72,7 @@ pub(crate) fn compaction_loop(core: &Core) {
             Ok(_) => {
                 let mut idle = Vec::new();
                 for (i, sh) in core.shards.iter().enumerate() {
-                    let now = sh.state.read().appended_seq;
+                    let now = sh.state.read().seqs.last_appended();
                     if seen[i] == Some(now) {
                         idle.push(i);
                     }

@@ -1,5 +1,6 @@
-//! Store-wide state that every shard shares: options, the file layer, the sequence
-//! counter, disk accounting, the seal queue and the failure and shutdown flags. It sits
+//! Store-wide state that every shard shares: options, the file layer, the write order
+//! ([`SeqTracker`]), disk accounting, the seal queue, the background threads' wake-ups
+//! and the failure and shutdown flags. It sits
 //! below the shards (which take a `&StoreCtx`) and below [`crate::core::Core`], which
 //! owns it together with the shards, so shards never name the store that holds them.
 
@@ -7,12 +8,14 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::damage::Damage;
 use crate::fsutil::Fs;
+use crate::seq::SeqTracker;
+use crate::wake::{Request, Wake, Wakeups};
 use crate::{Error, Options, Result};
 
 /// Store-wide state shared by the shards, the store and the background threads.
@@ -22,23 +25,21 @@ pub(crate) struct StoreCtx {
     pub fs: Fs,
     /// Number of shards (fixed at creation).
     pub shard_count: usize,
-    pub(crate) next_seq: AtomicU64,
+    /// The write order: sequence numbers, the durable mark, the watermark.
+    pub seqs: SeqTracker,
     /// Bytes of segment and hint files (including buffered records).
     disk_used: AtomicU64,
-    /// Highest sequence number known durable in every shard (in memory).
-    pub(crate) durable_seq: AtomicU64,
-    pub(crate) seal_queue: Mutex<VecDeque<(u32, u32)>>,
-    /// A shard asked the maintenance thread for a spare segment.
-    pub(crate) spare_wanted: AtomicBool,
-    /// A commit log file is full and waits for the maintenance thread's checkpoint.
-    pub(crate) checkpoint_wanted: AtomicBool,
-    pub(crate) wake: Condvar,
+    /// Rotated segments `(shard, segment)` waiting for the maintenance thread to seal
+    /// them.
+    seal_queue: Mutex<VecDeque<(u32, u32)>>,
+    /// Wakes the background threads (lock order: before `seal_queue`).
+    wakeups: Wakeups,
     /// Set after a failed fsync: the whole store refuses writes until reopened.
     failed: Mutex<Option<String>>,
     /// Damage found since the store was opened, by sealing and compaction.
     found_damage: Mutex<Vec<Damage>>,
     /// The store is closing: background threads finish and return.
-    pub(crate) shutdown: AtomicBool,
+    shutdown: AtomicBool,
     /// The store is closed to writes (set once the background threads have returned).
     closed: AtomicBool,
     /// Once closing: when the layers' background threads should have returned.
@@ -46,16 +47,14 @@ pub(crate) struct StoreCtx {
 }
 
 impl StoreCtx {
-    /// A context for a store whose next write is numbered `next_seq`.
-    #[allow(clippy::too_many_arguments)]
+    /// A context for a store whose write order `seqs` open found.
     pub fn new(
         dir: PathBuf,
         opts: Options,
         fs: Fs,
         shard_count: usize,
-        next_seq: u64,
+        seqs: SeqTracker,
         disk_used: u64,
-        durable_seq: u64,
         to_seal: Vec<(u32, u32)>,
     ) -> StoreCtx {
         StoreCtx {
@@ -63,13 +62,10 @@ impl StoreCtx {
             opts,
             fs,
             shard_count,
-            next_seq: AtomicU64::new(next_seq),
+            seqs,
             disk_used: AtomicU64::new(disk_used),
-            durable_seq: AtomicU64::new(durable_seq),
             seal_queue: Mutex::new(to_seal.into()),
-            spare_wanted: AtomicBool::new(false),
-            checkpoint_wanted: AtomicBool::new(false),
-            wake: Condvar::new(),
+            wakeups: Wakeups::default(),
             failed: Mutex::new(None),
             found_damage: Mutex::new(Vec::new()),
             shutdown: AtomicBool::new(false),
@@ -80,7 +76,7 @@ impl StoreCtx {
 
     /// The next sequence number to be assigned.
     pub fn current_seq(&self) -> u64 {
-        self.next_seq.load(Ordering::SeqCst)
+        self.seqs.next()
     }
 
     pub fn add_disk_used(&self, n: u64) {
@@ -95,8 +91,9 @@ impl StoreCtx {
             });
     }
 
+    /// The durable mark: every record numbered up to it is durable in every shard.
     pub fn durable_seq(&self) -> u64 {
-        self.durable_seq.load(Ordering::SeqCst)
+        self.seqs.durable()
     }
 
     /// Makes the store read-only: after a failed fsync the kernel may have dropped dirty
@@ -145,52 +142,113 @@ impl StoreCtx {
         self.closed.store(true, Ordering::SeqCst);
     }
 
-    /// Reserves `n` bytes of the size limit; deletes may use a small reserve beyond it
-    /// so that a full store can still be emptied.
-    pub(crate) fn reserve(&self, n: u64, delete: bool) -> Result<()> {
-        let Some(max) = self.opts.max_size else {
-            self.add_disk_used(n);
-            return Ok(());
-        };
-        let limit = if delete {
-            max + (max / 32).max(1 << 20)
-        } else {
-            max
-        };
-        self.disk_used
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
-                (used + n <= limit).then_some(used + n)
-            })
-            .map(|_| ())
-            .map_err(|used| {
-                Error::StorageFull(format!(
-                    "writing {n} bytes would pass max_size {max} ({used} bytes in use)"
-                ))
-            })
+    /// Starts closing: background threads finish and return.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+        self.wakeups.notify(Wake::Shutdown);
     }
 
+    /// Reserves `n` bytes of the size limit for a write; deletes may use a small reserve
+    /// beyond it so that a full store can still be emptied. What the write does not
+    /// keep goes back when the reservation is dropped.
+    pub(crate) fn reserve(&self, n: u64, delete: bool) -> Result<Reservation<'_>> {
+        match self.opts.max_size {
+            None => self.add_disk_used(n),
+            Some(max) => {
+                let limit = if delete {
+                    max + (max / 32).max(1 << 20)
+                } else {
+                    max
+                };
+                self.disk_used
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+                        (used + n <= limit).then_some(used + n)
+                    })
+                    .map_err(|used| {
+                        Error::StorageFull(format!(
+                            "writing {n} bytes would pass max_size {max} ({used} bytes in use)"
+                        ))
+                    })?;
+            }
+        }
+        Ok(Reservation {
+            ctx: self,
+            bytes: n,
+            kept: 0,
+        })
+    }
+
+    /// Queues rotated segment `seg` of shard `shard` for sealing.
     pub fn queue_seal(&self, shard: u32, seg: u32) {
         self.seal_queue.lock().push_back((shard, seg));
-        self.wake.notify_all();
+        self.wakeups.notify(Wake::SealQueued);
+    }
+
+    /// The next segment queued for sealing, taken off the queue.
+    pub fn next_to_seal(&self) -> Option<(u32, u32)> {
+        self.seal_queue.lock().pop_front()
+    }
+
+    /// Puts back at the queue's end a segment whose seal failed, for a later try.
+    pub fn requeue_seal(&self, shard: u32, seg: u32) {
+        self.seal_queue.lock().push_back((shard, seg));
     }
 
     /// Asks the maintenance thread to create the spare segments shards asked for.
     pub fn want_spare(&self) {
-        self.spare_wanted.store(true, Ordering::SeqCst);
-        self.wake_maintenance();
-    }
-
-    /// Wakes the background threads waiting in `Core::wait` (under the queue's lock,
-    /// so that a thread about to wait cannot miss it).
-    fn wake_maintenance(&self) {
-        let _q = self.seal_queue.lock();
-        self.wake.notify_all();
+        self.wakeups.notify(Wake::Request(Request::Spare));
     }
 
     /// Asks the maintenance thread to checkpoint a full commit log file.
     pub fn want_checkpoint(&self) {
-        if !self.checkpoint_wanted.swap(true, Ordering::SeqCst) {
-            self.wake_maintenance();
+        self.wakeups.notify(Wake::Request(Request::Checkpoint));
+    }
+
+    /// Takes the maintenance thread's request `r`: whether it was pending.
+    pub fn take_request(&self, r: Request) -> bool {
+        self.wakeups.take(r)
+    }
+
+    /// The maintenance thread's wait for work: returns at once while a segment is queued
+    /// for sealing, a request is pending or the store is closing, else waits for one of
+    /// them or for `timeout`.
+    pub fn wait_for_work(&self, timeout: Duration) {
+        self.wakeups.wait_for_work(timeout, || {
+            self.is_shutdown() || !self.seal_queue.lock().is_empty()
+        });
+    }
+
+    /// Waits `timeout`, or until the next wake-up (a seal queued, a request, shutdown),
+    /// whatever is queued: the compaction thread's idle wait, and a pause after a
+    /// failure. (Waiting for work instead returns at once while a seal is queued: with a
+    /// failed seal left queued on a failing disk, two threads retrying in a loop would
+    /// each cost a CPU.)
+    pub fn pause(&self, timeout: Duration) {
+        self.wakeups.pause(timeout, || self.is_shutdown());
+    }
+}
+
+/// Bytes of the size limit reserved for a write ([`StoreCtx::reserve`]). What the write
+/// keeps ([`Reservation::keep`]) stays counted; the rest is given back when the
+/// reservation is dropped, however the write ends.
+#[must_use]
+pub(crate) struct Reservation<'a> {
+    ctx: &'a StoreCtx,
+    bytes: u64,
+    kept: u64,
+}
+
+impl Reservation<'_> {
+    /// The write appended `n` of the reserved bytes (at most all of them).
+    pub fn keep(&mut self, n: u64) {
+        self.kept = n.min(self.bytes);
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.bytes > self.kept {
+            self.ctx.sub_disk_used(self.bytes - self.kept);
         }
     }
 }

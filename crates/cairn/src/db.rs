@@ -51,13 +51,9 @@ impl Handle {
         let start = Instant::now();
         let budget = self.core.opts.close_budget;
         let _ = self.core.threads_deadline.set(start + budget / 2);
-        self.core.shutdown.store(true, Ordering::SeqCst);
+        self.core.begin_shutdown();
         for hook in self.stop_hooks.lock().iter() {
             hook();
-        }
-        {
-            let _q = self.core.seal_queue.lock();
-            self.core.wake.notify_all();
         }
         for t in self.threads.lock().drain(..) {
             let _ = t.join();

@@ -62,12 +62,14 @@ mod recovery;
 mod room;
 mod route;
 mod segment;
+mod seq;
 mod shard;
 mod stats;
 mod table_mem;
 mod tally;
 mod value;
 mod verify;
+mod wake;
 
 pub use batch::WriteBatch;
 pub use cache::evict_page_cache;

@@ -18,6 +18,7 @@ use crate::manifest;
 use crate::recovery;
 use crate::route::{Grouped, Router, GROUP_SHIFT};
 use crate::segment::{SegKind, SegmentFile};
+use crate::seq::SeqTracker;
 use crate::shard::Shard;
 use crate::{Error, Options, Result, SyncPolicy};
 
@@ -230,23 +231,12 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
             b.unsynced,
         ));
     }
-    let watermark = seqstate.watermark;
-    let ctx = StoreCtx::new(
-        dir.to_owned(),
-        opts,
-        fs,
-        shards.len(),
-        next_seq,
-        disk,
-        watermark,
-        to_seal,
-    );
+    let seqs = SeqTracker::new(next_seq, seqstate);
+    let ctx = StoreCtx::new(dir.to_owned(), opts, fs, shards.len(), seqs, disk, to_seal);
     let mut core = Core {
         router: Router::new(shards.len(), manifest.grouped),
         ctx,
         shards,
-        seqstate: Mutex::new(seqstate),
-        dropping: Mutex::new(Vec::new()),
         open_damage: damage,
         log: None,
         extensions: Default::default(),

@@ -28,6 +28,7 @@ use crate::fsutil::Fs;
 use crate::index::{BulkBuffers, Index, Loc};
 use crate::record::Kind;
 use crate::segment::{self, Hint, SegKind, SegmentFile, SEG_HEADER_LEN};
+use crate::seq::ShardSeqs;
 use crate::shard::{Active, SegMeta, ShardState};
 use crate::tally::Tally;
 use crate::{Error, Result};
@@ -770,11 +771,7 @@ pub(crate) fn build(
             compacting: false,
             failed: None,
             write_stuck: false,
-            appended_seq: l.max_seq,
-            taken_seq: l.max_seq,
-            first_unsynced: u64::MAX,
-            first_unlogged: u64::MAX,
-            taken_unlogged: 0,
+            seqs: ShardSeqs::recovered(l.max_seq),
             kept_hint,
         },
         to_seal,

@@ -20,6 +20,7 @@ use crate::index::{Index, Loc};
 use crate::options::SyncPolicy;
 use crate::record::{self, Kind};
 use crate::segment::{self, SegKind, SegmentFile, SEG_HEADER_LEN};
+use crate::seq::{Cover, ShardSeqs, Taken};
 use crate::tally::Tally;
 use crate::value::Value;
 use crate::{Error, Result};
@@ -188,19 +189,8 @@ pub(crate) struct ShardState {
     pub failed: Option<String>,
     /// The last flush failed; writes retry it before appending.
     pub write_stuck: bool,
-    /// Highest sequence number appended to this shard.
-    pub appended_seq: u64,
-    /// `appended_seq` when the last sync took the buffer: every record up to it is
-    /// durable once `Shard::synced_seq` reaches it.
-    pub taken_seq: u64,
-    /// Lowest sequence number appended since the last sync took the buffer
-    /// (`u64::MAX`: none).
-    pub first_unsynced: u64,
-    /// Like `first_unsynced`, for the records not in the commit log (`commitlog`):
-    /// those a durable write must find synced in this shard.
-    pub first_unlogged: u64,
-    /// `taken_seq` of the last sync that took records not in the commit log.
-    pub taken_unlogged: u64,
+    /// Where the shard's records stand: appended, taken by a sync, durable.
+    pub seqs: ShardSeqs,
     /// The active segment whose hint file, written at the last clean close, was kept
     /// by open because it still describes the file exactly. The hint goes (its removal
     /// made durable) before the first byte that changes the file; a close that finds it
@@ -296,11 +286,7 @@ impl ShardState {
         meta.size += len;
         meta.bytes.add(ns, len);
         meta.max_seq = meta.max_seq.max(seq);
-        self.appended_seq = self.appended_seq.max(seq);
-        self.first_unsynced = self.first_unsynced.min(seq);
-        if !logged {
-            self.first_unlogged = self.first_unlogged.min(seq);
-        }
+        self.seqs.append(seq, logged);
         match op.kind {
             Kind::Put => {
                 self.live_bytes += len;
@@ -372,10 +358,22 @@ const SPARE_ASKED: u8 = 1;
 const SPARE_READY: u8 = 2;
 const SPARE_FAILED: u8 = 3;
 
-/// Files a sync took and must make durable, and the `taken_seq` they cover.
+/// What [`Shard::take_buffer`] took.
+struct TakenBuffer {
+    /// The buffer, to write to its file.
+    pending: Option<Pending>,
+    /// The segment rotated out, and the end of its data.
+    rotated: Option<(Arc<SegmentFile>, u64)>,
+    /// With `sync`: what the caller's sync makes durable.
+    taken: Option<Taken>,
+    /// The size at which the active segment rotates.
+    cap: u64,
+}
+
+/// Files a sync took and must make durable, and what their sync makes durable.
 pub(crate) struct ToSync {
     files: Vec<Arc<SegmentFile>>,
-    taken: u64,
+    taken: Taken,
 }
 
 /// One shard of the store.
@@ -392,13 +390,10 @@ pub(crate) struct Shard {
     spare: AtomicU8,
     user_bytes: AtomicU64,
     written_bytes: AtomicU64,
-    /// The `taken_seq` of the last sync that completed.
-    synced_seq: AtomicU64,
 }
 
 impl Shard {
     pub fn new(id: u32, dir: PathBuf, state: ShardState, unsynced: Vec<Arc<SegmentFile>>) -> Shard {
-        let synced_seq = AtomicU64::new(state.taken_seq);
         let laid = state.active.end();
         Shard {
             id,
@@ -414,7 +409,6 @@ impl Shard {
             spare: AtomicU8::new(SPARE_NONE),
             user_bytes: AtomicU64::new(0),
             written_bytes: AtomicU64::new(0),
-            synced_seq,
         }
     }
 
@@ -521,38 +515,17 @@ impl Shard {
         size - size / (2 * n) * self.id as u64
     }
 
-    /// Whether every record of this shard numbered up to `seq` is durable: none was
-    /// appended since the last sync took the buffer, and that sync (if it took any of
-    /// them) completed.
+    /// Whether every record of this shard numbered up to `seq` is durable.
     pub fn durable_upto(&self, seq: u64) -> bool {
-        let st = self.state.read();
-        st.first_unsynced > seq && self.synced_seq.load(Ordering::SeqCst) >= st.taken_seq.min(seq)
+        self.state.read().seqs.is_durable(seq, Cover::All)
     }
 
-    /// Whether every record of this shard numbered up to `seq` that is not in the commit
-    /// log is durable (as [`Shard::durable_upto`], for those records only).
-    fn unlogged_durable_upto(&self, seq: u64) -> bool {
-        let st = self.state.read();
-        st.first_unlogged > seq
-            && self.synced_seq.load(Ordering::SeqCst) >= st.taken_unlogged.min(seq)
-    }
-
-    /// Like [`Shard::sync_seq`] for the records not in the commit log: a durable write
-    /// under the log syncs a shard only if it holds such a record numbered before it.
-    pub fn sync_unlogged(&self, core: &StoreCtx, seq: u64) -> Result<()> {
-        self.sync_unless(core, || self.unlogged_durable_upto(seq))
-    }
-
-    /// Group commit: returns once every record of this shard numbered up to `seq` is
-    /// durable, sharing the fsync with other writers.
-    pub fn sync_seq(&self, core: &StoreCtx, seq: u64) -> Result<()> {
-        self.sync_unless(core, || self.durable_upto(seq))
-    }
-
-    /// Syncs the shard unless `durable` says what the caller needs already is, checked
-    /// again once `sync` is held: writers arriving while a sync runs wait for it there
-    /// and then find their records durable (group commit).
-    fn sync_unless(&self, core: &StoreCtx, durable: impl Fn() -> bool) -> Result<()> {
+    /// Group commit: returns once every record of this shard numbered up to `seq` that
+    /// `cover` names is durable, sharing the sync with other writers. What is needed is
+    /// checked again once `sync` is held: writers arriving while a sync runs wait for it
+    /// there and then find their records durable.
+    pub fn sync_upto(&self, core: &StoreCtx, seq: u64, cover: Cover) -> Result<()> {
+        let durable = || self.state.read().seqs.is_durable(seq, cover);
         if durable() {
             return Ok(());
         }
@@ -587,13 +560,13 @@ impl Shard {
         }
     }
 
-    /// Makes the files a sync took durable; then every record up to `t.taken` is. A
-    /// failure makes the shard (and the store) read-only.
+    /// Makes the files a sync took durable; then every record it took is. A failure
+    /// makes the shard (and the store) read-only.
     fn sync_files(&self, core: &StoreCtx, t: ToSync) -> Result<()> {
         for f in &t.files {
             self.sync_file(core, f)?;
         }
-        self.synced_seq.fetch_max(t.taken, Ordering::SeqCst);
+        self.state.write().seqs.synced(t.taken);
         Ok(())
     }
 
@@ -795,83 +768,9 @@ impl Shard {
         if let Some(p) = stuck {
             self.write_pending(core, &p)?;
         }
-        let rotate_now = {
-            let st = self.state.read();
-            if let Some(f) = &st.failed {
-                return Err(Error::ReadOnly(f.clone()));
-            }
-            let end = st.active.end();
-            end >= self.segment_cap(core, st.active.id) || (rotate && end > SEG_HEADER_LEN)
-        };
-        let new_file = if rotate_now {
-            let spare = io.spare.take();
-            // A shard that rotated once will likely rotate again: the next spare is
-            // asked for now, so that it has a whole segment's time to be made.
-            if core.opts.fault.is_none() {
-                self.spare.store(SPARE_ASKED, Ordering::SeqCst);
-                core.want_spare();
-            } else {
-                self.spare.store(SPARE_NONE, Ordering::SeqCst);
-            }
-            match spare {
-                Some(f) => Some(f),
-                None => {
-                    let id = {
-                        let mut st = self.state.write();
-                        st.next_seg += 1;
-                        st.next_seg - 1
-                    };
-                    Some(Arc::new(SegmentFile::create(
-                        &core.fs,
-                        &self.dir,
-                        self.id,
-                        id,
-                        SegKind::Data,
-                        core.current_seq(),
-                    )?))
-                }
-            }
-        } else {
-            None
-        };
-        let (pending, rotated, taken, cap) = {
-            let mut st = self.state.write();
-            if sync {
-                st.taken_seq = st.appended_seq;
-                st.first_unsynced = u64::MAX;
-                if st.first_unlogged != u64::MAX {
-                    st.taken_unlogged = st.appended_seq;
-                    st.first_unlogged = u64::MAX;
-                }
-            }
-            let data = std::mem::take(&mut st.active.buf);
-            let pending = (!data.is_empty()).then(|| Pending {
-                seg: st.active.id,
-                start: st.active.buf_start,
-                data: Arc::new(data),
-                file: st.active.file.clone(),
-            });
-            if let Some(p) = &pending {
-                st.active.buf_start += p.data.len() as u64;
-                st.pending = Some(p.clone());
-            }
-            let old_end = st.active.end();
-            let rotated = new_file.map(|nf| {
-                let mut meta = SegMeta::new(nf.clone(), SEG_HEADER_LEN);
-                // A spare was created earlier than now; every record it will hold is
-                // numbered from here on.
-                meta.created_seq = nf.created_seq.max(core.current_seq());
-                st.segs.insert(nf.id, meta);
-                let old = std::mem::replace(
-                    &mut st.active,
-                    Active::new(nf, SEG_HEADER_LEN, core.opts.segment_size),
-                );
-                (old.file, old_end)
-            });
-            let cap = self.segment_cap(core, st.active.id);
-            (pending, rotated, st.taken_seq, cap)
-        };
-        if let Some((r, end)) = &rotated {
+        let new_file = self.rotation_file(core, io, rotate)?;
+        let out = self.take_buffer(core, new_file, sync);
+        if let Some((r, end)) = &out.rotated {
             self.note_write(SEG_HEADER_LEN);
             core.add_disk_used(SEG_HEADER_LEN);
             io.unsynced.push(r.clone());
@@ -883,7 +782,7 @@ impl Shard {
             self.cut_layout(core, io, r, *end)?;
             io.laid = SEG_HEADER_LEN;
         }
-        if let Some(p) = &pending {
+        if let Some(p) = &out.pending {
             self.write_pending(core, p)?;
         }
         if sync && core.opts.sync == SyncPolicy::Always {
@@ -893,10 +792,10 @@ impl Shard {
                 let st = self.state.read();
                 (st.active.file.clone(), st.active.buf_start)
             };
-            let flushed = pending.as_ref().map_or(0, |p| p.data.len() as u64);
-            self.lay_out(core, io, &file, end, flushed, cap);
+            let flushed = out.pending.as_ref().map_or(0, |p| p.data.len() as u64);
+            self.lay_out(core, io, &file, end, flushed, out.cap);
         }
-        let to_sync = sync.then(|| {
+        let to_sync = out.taken.map(|taken| {
             let mut files = std::mem::take(&mut io.unsynced);
             files.push(self.state.read().active.file.clone());
             ToSync { files, taken }
@@ -906,6 +805,98 @@ impl Shard {
             core.queue_seal(self.id, id);
         }
         Ok(to_sync)
+    }
+
+    /// The file of the next active segment if the active one rotates now (it is full, or
+    /// `rotate` and it holds a record): the spare, or a new file. Refuses a failed shard.
+    fn rotation_file(
+        &self,
+        core: &StoreCtx,
+        io: &mut IoState,
+        rotate: bool,
+    ) -> Result<Option<Arc<SegmentFile>>> {
+        let rotate_now = {
+            let st = self.state.read();
+            if let Some(f) = &st.failed {
+                return Err(Error::ReadOnly(f.clone()));
+            }
+            let end = st.active.end();
+            end >= self.segment_cap(core, st.active.id) || (rotate && end > SEG_HEADER_LEN)
+        };
+        if !rotate_now {
+            return Ok(None);
+        }
+        let spare = io.spare.take();
+        // A shard that rotated once will likely rotate again: the next spare is
+        // asked for now, so that it has a whole segment's time to be made.
+        if core.opts.fault.is_none() {
+            self.spare.store(SPARE_ASKED, Ordering::SeqCst);
+            core.want_spare();
+        } else {
+            self.spare.store(SPARE_NONE, Ordering::SeqCst);
+        }
+        match spare {
+            Some(f) => Ok(Some(f)),
+            None => {
+                let id = {
+                    let mut st = self.state.write();
+                    st.next_seg += 1;
+                    st.next_seg - 1
+                };
+                Ok(Some(Arc::new(SegmentFile::create(
+                    &core.fs,
+                    &self.dir,
+                    self.id,
+                    id,
+                    SegKind::Data,
+                    core.current_seq(),
+                )?)))
+            }
+        }
+    }
+
+    /// Under the state lock: takes the write buffer for writing (it becomes `pending`),
+    /// with `sync` takes every record appended so far for the caller's sync
+    /// ([`ShardSeqs::take`]), and rotates to `new_file` if given.
+    fn take_buffer(
+        &self,
+        core: &StoreCtx,
+        new_file: Option<Arc<SegmentFile>>,
+        sync: bool,
+    ) -> TakenBuffer {
+        let mut st = self.state.write();
+        let taken = sync.then(|| st.seqs.take());
+        let data = std::mem::take(&mut st.active.buf);
+        let pending = (!data.is_empty()).then(|| Pending {
+            seg: st.active.id,
+            start: st.active.buf_start,
+            data: Arc::new(data),
+            file: st.active.file.clone(),
+        });
+        if let Some(p) = &pending {
+            st.active.buf_start += p.data.len() as u64;
+            st.pending = Some(p.clone());
+        }
+        let old_end = st.active.end();
+        let rotated = new_file.map(|nf| {
+            let mut meta = SegMeta::new(nf.clone(), SEG_HEADER_LEN);
+            // A spare was created earlier than now; every record it will hold is
+            // numbered from here on.
+            meta.created_seq = nf.created_seq.max(core.current_seq());
+            st.segs.insert(nf.id, meta);
+            let old = std::mem::replace(
+                &mut st.active,
+                Active::new(nf, SEG_HEADER_LEN, core.opts.segment_size),
+            );
+            (old.file, old_end)
+        });
+        let cap = self.segment_cap(core, st.active.id);
+        TakenBuffer {
+            pending,
+            rotated,
+            taken,
+            cap,
+        }
     }
 
     /// Creates the spare segment if one was asked for (called by the maintenance

@@ -55,7 +55,7 @@ impl Shard {
     pub fn hint_active(&self, core: &StoreCtx) -> Result<()> {
         let _sync = self.sync.lock();
         let mut io = self.io.lock();
-        let appended = self.state.read().appended_seq;
+        let appended = self.state.read().seqs.last_appended();
         // Usually the close's flush made everything durable already.
         if !self.durable_upto(appended) {
             if let Some(t) = self.flush_locked(core, &mut io, true, false)? {
