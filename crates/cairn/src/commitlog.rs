@@ -40,7 +40,7 @@
 //! Writes larger than [`MAX_LOGGED_BYTES`] (deferred: [`MAX_DEFERRED_LOGGED_BYTES`])
 //! are not logged (their shards are synced, as without the log): logging them would
 //! write their bytes twice. A durable write after them syncs the shards that hold them
-//! (`Shard::sync_unlogged`).
+//! (`Shard::sync_upto` with `Cover::Unlogged`).
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
