@@ -66,7 +66,7 @@ impl Core {
         }
     }
 
-    /// Makes every acknowledged write durable and advances the batch watermark.
+    /// Makes every write numbered so far durable and raises the durable mark to it.
     pub fn flush(&self) -> Result<()> {
         // After a failed sync (of a shard or of the commit log) what was acknowledged
         // may not be on disk: no flush can say it is.
@@ -118,7 +118,7 @@ impl Core {
     }
 
     /// Ensures `SEQSTATE` records a watermark of at least `seq`, flushing first if the
-    /// in-memory watermark is behind. Compaction calls this before it may drop or
+    /// durable mark is behind. Compaction calls this before it may drop or
     /// rewrite any record up to `seq`.
     pub fn persist_watermark(&self, seq: u64) -> Result<()> {
         if self.durable_seq() < seq {
