@@ -39,6 +39,15 @@ pub enum ServerError {
         /// Which row.
         what: String,
     },
+    /// The store's rows are of a later layout than this build knows (FORMAT.md,
+    /// "Cluster rows").
+    #[error("store at {dir}: cluster rows version {version}; this build of cairn reads versions 1 to {max}", max = crate::rows::ROWS_VERSION)]
+    RowsVersion {
+        /// The store's directory.
+        dir: PathBuf,
+        /// The store's rows version.
+        version: u32,
+    },
     /// The host's open wrapper ([`crate::server::ServerOptions::open_with`]) returned
     /// without running the open.
     #[error("the store was not opened: the host's open wrapper did not run the open")]

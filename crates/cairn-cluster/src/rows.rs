@@ -5,6 +5,12 @@
 
 use crate::giga::{name_hash, rev};
 
+/// The layout of the rows this build writes (FORMAT.md, "Cluster rows"), kept in the
+/// server row (`rows_version`; absent in stores of version 1). Version 2: intent rows
+/// are [`crate::proto::IntentRow`] with one message per kind (version 1:
+/// [`crate::proto::IntentRowV1`]).
+pub const ROWS_VERSION: u32 = 2;
+
 /// `C`: the store's owner ([`crate::proto::ServerRow`]).
 pub const TAG_SERVER: u8 = b'C';
 /// `S`: inode-number lease (`u64` little-endian: every local number below is used).

@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use prost::Message;
 
-use super::intent::{kind_name, K_SPLIT};
+use super::intent_rows::kind_name;
 use super::node::*;
 use super::peer::peer_call;
 use crate::giga::home_of;
 use crate::proto;
+use crate::proto::intent_row::Op;
 use crate::rows::*;
 
 /// Prepared parts older than this are checked with their coordinator.
@@ -81,8 +82,12 @@ impl Node {
         metrics::gauge!("cairn_partitions").set(m.parts.len() as f64);
         metrics::gauge!("cairn_entries")
             .set(m.parts.values().map(|p| p.entries).sum::<u64>() as f64);
-        metrics::gauge!("cairn_splits_in_flight")
-            .set(m.intents.values().filter(|i| i.kind == K_SPLIT).count() as f64);
+        metrics::gauge!("cairn_splits_in_flight").set(
+            m.intents
+                .values()
+                .filter(|i| matches!(i.op, Some(Op::Split(_))))
+                .count() as f64,
+        );
         metrics::gauge!("cairn_intents_pending").set(m.intents.len() as f64);
     }
 
@@ -192,10 +197,9 @@ impl Node {
                 .keys()
                 .filter(|(d, i)| {
                     self.wants_split(&m, *d, *i)
-                        && !m
-                            .intents
-                            .values()
-                            .any(|r| r.kind == K_SPLIT && r.dir == *d && r.index == *i)
+                        && !m.intents.values().any(
+                            |r| matches!(&r.op, Some(Op::Split(s)) if s.dir == *d && s.index == *i),
+                        )
                 })
                 .copied()
                 .collect()
@@ -272,7 +276,11 @@ impl Node {
             entries: m.parts.values().map(|p| p.entries).sum(),
             inodes,
             splits_done: self.counters.splits_done.load(Ordering::Relaxed),
-            splits_in_flight: m.intents.values().filter(|i| i.kind == K_SPLIT).count() as u32,
+            splits_in_flight: m
+                .intents
+                .values()
+                .filter(|i| matches!(i.op, Some(Op::Split(_))))
+                .count() as u32,
             redirects: self.counters.redirects.load(Ordering::Relaxed),
             intents_pending: m.intents.len() as u32,
             largest,
@@ -349,17 +357,17 @@ impl Node {
                 }),
                 Some(TAG_INTENT) => {
                     let i = proto::IntentRow::decode(&v[..]).map_err(|_| bad("intent", &k))?;
+                    let (dir, name) = i.subject();
                     rep.intents.push(proto::DumpIntent {
                         id: be64(&k, 1).unwrap_or(0),
-                        kind: i.kind,
+                        kind: i.kind() as i32,
                         state: i.state,
                         age_ms: (now - i.created_ms).max(0) as u64,
                         what: format!(
-                            "{} of {:#x}/{:?} ({})",
-                            kind_name(i.kind),
-                            i.dir,
-                            String::from_utf8_lossy(&i.name),
-                            if i.state == super::intent::S_COMMITTED {
+                            "{} of {dir:#x}/{:?} ({})",
+                            kind_name(i.kind()),
+                            String::from_utf8_lossy(name),
+                            if i.committed() {
                                 "committed"
                             } else {
                                 "prepared"

@@ -117,14 +117,11 @@ impl Node {
                 })),
             })
             .collect();
-        let row = proto::IntentRow {
-            kind: super::intent::K_PERMS,
-            state: super::intent::S_COMMITTED,
-            created_ms: now_ms(),
-            dir,
-            followups,
-            ..Default::default()
-        };
+        let mut row = proto::IntentRow::new(
+            proto::IntentState::Committed,
+            proto::intent_row::Op::DirPerms(proto::DirPermsIntent { dir }),
+        );
+        row.followups = followups;
         b.put(&intent_key(id), &row);
         m.intents.insert(id, row);
         m.driving.insert(id);

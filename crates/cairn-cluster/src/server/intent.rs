@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use cairn_fs::{rules, Attr, Cred, ROOT};
 
+use super::intent_rows::kind_name;
 use super::names::decode_entry;
 use super::node::*;
 use super::peer::peer_call;
@@ -27,33 +28,9 @@ use super::rename::dir_moves;
 use crate::giga::{dir_home, home_of};
 use crate::proto;
 use crate::proto::follow_up::Call;
+use crate::proto::intent_row::Op;
+use crate::proto::IntentState;
 use crate::rows::*;
-
-/// Intent kinds.
-pub(crate) const K_MKDIR: u32 = 1;
-pub(crate) const K_LINK: u32 = 2;
-pub(crate) const K_UNLINK: u32 = 3;
-pub(crate) const K_RMDIR: u32 = 4;
-pub(crate) const K_RENAME: u32 = 5;
-pub(crate) const K_SPLIT: u32 = 6;
-pub(crate) const K_PERMS: u32 = 7;
-/// Intent states.
-pub(crate) const S_PREPARED: u32 = 1;
-pub(crate) const S_COMMITTED: u32 = 2;
-
-/// The name of an intent kind (logs, status).
-pub(crate) fn kind_name(k: u32) -> &'static str {
-    match k {
-        K_MKDIR => "mkdir",
-        K_LINK => "link",
-        K_UNLINK => "unlink",
-        K_RMDIR => "rmdir",
-        K_RENAME => "rename",
-        K_SPLIT => "split",
-        K_PERMS => "dir-perms",
-        _ => "unknown",
-    }
-}
 
 /// While alive, the holder drives intent `id`; dropped, the intent (if not finished)
 /// is left to the background runner.
@@ -99,16 +76,19 @@ fn releases(f: &proto::FollowUp) -> bool {
 impl Node {
     /// The names intent `row` holds on this server.
     pub(crate) fn intent_names(&self, row: &proto::IntentRow) -> Vec<(u64, Vec<u8>)> {
-        match row.kind {
-            K_MKDIR | K_LINK | K_UNLINK | K_RMDIR => vec![(row.dir, row.name.clone())],
-            K_RENAME => {
-                let mut v = vec![(row.dir, row.name.clone())];
-                if row.target == self.id {
-                    v.push((row.new_dir, row.new_name.clone()));
+        match &row.op {
+            Some(Op::Mkdir(i)) => vec![(i.dir, i.name.clone())],
+            Some(Op::Link(i)) => vec![(i.dir, i.name.clone())],
+            Some(Op::Unlink(i)) => vec![(i.dir, i.name.clone())],
+            Some(Op::Rmdir(i)) => vec![(i.dir, i.name.clone())],
+            Some(Op::Rename(i)) => {
+                let mut v = vec![(i.dir, i.name.clone())];
+                if i.target == self.id {
+                    v.push((i.new_dir, i.new_name.clone()));
                 }
                 v
             }
-            _ => Vec::new(),
+            Some(Op::Split(_) | Op::DirPerms(_)) | None => Vec::new(),
         }
     }
 
@@ -121,11 +101,16 @@ impl Node {
             .ok_or(Fail::Errno(libc::EIO))
     }
 
-    /// Writes intent `id` anew (a later step's state), durably.
-    pub(crate) fn rewrite_intent(&self, id: u64, f: impl FnOnce(&mut proto::IntentRow)) -> R<()> {
+    /// Writes intent `id` anew (a later step's state), durably; `f` refuses a row of
+    /// another kind than it changes.
+    pub(crate) fn rewrite_intent(
+        &self,
+        id: u64,
+        f: impl FnOnce(&mut proto::IntentRow) -> R<()>,
+    ) -> R<()> {
         let mut m = self.mu.lock();
         let mut row = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
-        f(&mut row);
+        f(&mut row)?;
         let mut b = Batch::new();
         b.put(&intent_key(id), &row);
         self.apply(b)?;
@@ -318,7 +303,7 @@ impl Node {
                     tracing::warn!(
                         server = self.id,
                         "{} intent {id}: follow-up on server {}: errno {e}; skipped",
-                        kind_name(row.kind),
+                        kind_name(row.kind()),
                         f.server
                     );
                 }
@@ -329,7 +314,7 @@ impl Node {
         tracing::debug!(
             server = self.id,
             "{} intent {id}: finished",
-            kind_name(row.kind)
+            kind_name(row.kind())
         );
         self.blocking(move |n| n.finish_intent(id)).await
     }
@@ -361,25 +346,32 @@ impl Node {
     /// Drives intent `id` one step further (the background runner, or recovery).
     pub(crate) async fn drive(self: &NodeRef, id: u64) -> R<()> {
         let row = self.intent_row(id)?;
-        match (row.kind, row.state) {
-            (K_RENAME, S_COMMITTED) => {
+        match (row.state(), &row.op) {
+            (IntentState::Committed, Some(Op::Rename(r))) => {
                 self.run_followups(id).await?;
                 // The cluster's rename lock, if this rename took it (a directory
                 // moved across parents), is released now rather than at the end
                 // of its lease (releasing a lock held by another is a no-op).
-                let (moves, swaps) = dir_moves(&row, row.target_kind);
+                let (moves, swaps) = dir_moves(r, r.target_kind);
                 if moves || swaps {
                     self.rename_lock((self.id, id), false).await;
                 }
                 Ok(())
             }
-            (_, S_COMMITTED) => self.run_followups(id).await,
-            (K_MKDIR, _) => self.drive_mkdir(id).await.map(drop),
-            (K_LINK, _) => self.drive_link(id).await.map(drop),
-            (K_SPLIT, _) => self.split_run(id).await,
-            (K_RMDIR | K_RENAME, _) => self.abort_intent(id).await,
-            (k, s) => {
-                tracing::error!("intent {id}: kind {k} state {s} unknown; dropped");
+            (IntentState::Committed, Some(_)) => self.run_followups(id).await,
+            (IntentState::Prepared, Some(Op::Mkdir(_))) => self.drive_mkdir(id).await.map(drop),
+            (IntentState::Prepared, Some(Op::Link(_))) => self.drive_link(id).await.map(drop),
+            (IntentState::Prepared, Some(Op::Split(_))) => self.split_run(id).await,
+            (IntentState::Prepared, Some(Op::Rmdir(_) | Op::Rename(_))) => {
+                self.abort_intent(id).await
+            }
+            // Unlinks and permission pushes are committed when written; a row without
+            // a kind or a state was never written by a server.
+            (s, _) => {
+                tracing::error!(
+                    "intent {id}: {} in state {s:?} unknown; dropped",
+                    kind_name(row.kind())
+                );
                 self.blocking(move |n| n.finish_intent(id)).await
             }
         }
@@ -390,26 +382,35 @@ impl Node {
         let row = self.intent_row(id)?;
         let k = (self.id, id);
         let mut first_err = None;
-        if row.kind == K_RENAME && row.target != self.id {
+        // The rename's destination server (if not this one), the directory whose
+        // removal was prepared (if any) and where.
+        let (target, removed, prepared_on) = match &row.op {
+            Some(Op::Rmdir(i)) => (None, i.ino, &i.prepared_on[..]),
+            Some(Op::Rename(i)) => (
+                Some(i.target).filter(|&t| t != self.id),
+                if i.target_kind == libc::S_IFDIR {
+                    i.target_ino
+                } else {
+                    0
+                },
+                &i.prepared_on[..],
+            ),
+            // Nothing another server holds for the other kinds.
+            _ => (None, 0, &[][..]),
+        };
+        if let Some(target) = target {
             let r = proto::IntentRef {
                 h: self.ph(k, None),
             };
-            if let Err(e) = peer_call!(self, row.target, abort_rename, p_abort_rename, r) {
+            if let Err(e) = peer_call!(self, target, abort_rename, p_abort_rename, r) {
                 match e {
                     Fail::Errno(_) => tracing::warn!("abort of rename {id}: {e:?}"),
                     e => first_err = Some(e),
                 }
             }
         }
-        let removed = if row.kind == K_RMDIR {
-            row.ino
-        } else if row.target_kind == libc::S_IFDIR {
-            row.target_ino
-        } else {
-            0
-        };
         if removed != 0 {
-            for &s in &row.prepared_on {
+            for &s in prepared_on {
                 let r = proto::RmdirReq {
                     h: self.ph(k, None),
                     dir: removed,
@@ -425,7 +426,7 @@ impl Node {
         if let Some(e) = first_err {
             return Err(e);
         }
-        if row.kind == K_RENAME {
+        if matches!(row.op, Some(Op::Rename(_))) {
             self.rename_lock(k, false).await;
         }
         self.blocking(move |n| n.finish_intent(id)).await
@@ -453,19 +454,19 @@ impl Node {
                     return errno(libc::EEXIST);
                 }
                 let (mode, gid) = rules::new_mode_gid(&cred, &p, libc::S_IFDIR | (mode & 0o7777));
-                let row = proto::IntentRow {
-                    kind: K_MKDIR,
-                    state: S_PREPARED,
-                    created_ms: now_ms(),
-                    dir,
-                    name: name.clone(),
-                    mode,
-                    uid: cred.uid,
-                    gid,
-                    time: cairn_fs::now_ns(),
-                    target: dir_home(dir, &name, n.n),
-                    ..Default::default()
-                };
+                let row = proto::IntentRow::new(
+                    IntentState::Prepared,
+                    Op::Mkdir(proto::MkdirIntent {
+                        dir,
+                        name: name.clone(),
+                        mode,
+                        uid: cred.uid,
+                        gid,
+                        time: cairn_fs::now_ns(),
+                        target: dir_home(dir, &name, n.n),
+                        ino: 0,
+                    }),
+                );
                 let id = n.begin_intent(&mut m, row, None)?;
                 drop(m);
                 n.durable()?;
@@ -481,16 +482,19 @@ impl Node {
     /// make the follow-ups.
     pub(crate) async fn drive_mkdir(self: &NodeRef, id: u64) -> R<Attr> {
         let row = self.intent_row(id)?;
+        let Some(Op::Mkdir(mk)) = row.op else {
+            return errno(libc::EIO);
+        };
         let req = proto::MakeDirReq {
             h: self.ph((self.id, id), None),
-            parent: row.dir,
-            name: row.name.clone(),
-            mode: row.mode,
-            uid: row.uid,
-            gid: row.gid,
-            time: row.time,
+            parent: mk.dir,
+            name: mk.name,
+            mode: mk.mode,
+            uid: mk.uid,
+            gid: mk.gid,
+            time: mk.time,
         };
-        let rep = peer_call!(self, row.target, make_dir, p_make_dir, req)?;
+        let rep = peer_call!(self, mk.target, make_dir, p_make_dir, req)?;
         let attr = rep
             .attr
             .as_ref()
@@ -498,50 +502,7 @@ impl Node {
             .ok_or(Fail::Errno(libc::EIO))?;
         self.point("mkdir:after-makedir")?;
         let ino = attr.ino;
-        let split = self
-            .blocking(move |n| {
-                let mut m = n.mu.lock();
-                let mut row = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
-                let idx = n.writable_part(&m, row.dir, &row.name, Some((n.id, id)))?;
-                let mut b = Batch::new();
-                b.put(
-                    &entry_key(row.dir, &row.name),
-                    &proto::EntryRow {
-                        ino,
-                        kind: libc::S_IFDIR,
-                    },
-                );
-                n.count_entry(&mut m, &mut b, row.dir, idx, true);
-                row.state = S_COMMITTED;
-                row.ino = ino;
-                row.followups = vec![
-                    proto::FollowUp {
-                        server: home_of(row.dir),
-                        call: Some(Call::Subdir(proto::SubdirReq {
-                            h: None,
-                            dir: row.dir,
-                            child: ino,
-                            add: true,
-                            time: row.time,
-                        })),
-                    },
-                    proto::FollowUp {
-                        server: row.target,
-                        call: Some(Call::ForgetMemo(proto::IntentRef { h: None })),
-                    },
-                ];
-                b.put(&intent_key(id), &row);
-                n.apply(b)?;
-                let dir = row.dir;
-                let time = row.time;
-                m.intents.insert(id, row);
-                n.touch_dir(&mut m, dir, time);
-                let split = n.wants_split(&m, dir, idx).then_some((dir, idx));
-                drop(m);
-                n.durable()?;
-                Ok(split)
-            })
-            .await?;
+        let split = self.blocking(move |n| n.mkdir_commit(id, ino)).await?;
         if let Some((d, i)) = split {
             self.spawn_split(d, i);
         }
@@ -555,20 +516,73 @@ impl Node {
         Ok(attr)
     }
 
+    /// Commits mkdir intent `id`, whose directory `ino` its home made: the entry here,
+    /// and the follow-ups (count the subdirectory at the parent's home, forget the
+    /// memo at the new home). Returns the partition to split, if it grew past the
+    /// threshold.
+    fn mkdir_commit(&self, id: u64, ino: u64) -> R<Option<(u64, u32)>> {
+        let mut m = self.mu.lock();
+        let mut row = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
+        let Some(Op::Mkdir(mk)) = &mut row.op else {
+            return errno(libc::EIO);
+        };
+        mk.ino = ino;
+        let (dir, time, target) = (mk.dir, mk.time, mk.target);
+        let ek = entry_key(dir, &mk.name);
+        let idx = self.writable_part(&m, dir, &mk.name, Some((self.id, id)))?;
+        let mut b = Batch::new();
+        b.put(
+            &ek,
+            &proto::EntryRow {
+                ino,
+                kind: libc::S_IFDIR,
+            },
+        );
+        self.count_entry(&mut m, &mut b, dir, idx, true);
+        row.set_state(IntentState::Committed);
+        row.followups = vec![
+            proto::FollowUp {
+                server: home_of(dir),
+                call: Some(Call::Subdir(proto::SubdirReq {
+                    h: None,
+                    dir,
+                    child: ino,
+                    add: true,
+                    time,
+                })),
+            },
+            proto::FollowUp {
+                server: target,
+                call: Some(Call::ForgetMemo(proto::IntentRef { h: None })),
+            },
+        ];
+        b.put(&intent_key(id), &row);
+        self.apply(b)?;
+        m.intents.insert(id, row);
+        self.touch_dir(&mut m, dir, time);
+        let split = self.wants_split(&m, dir, idx).then_some((dir, idx));
+        drop(m);
+        self.durable()?;
+        Ok(split)
+    }
+
     // ---- link ----------------------------------------------------------------------
 
     /// The rest of a prepared link: the inode's home adds the link (idempotent), then
     /// the entry is committed; refused by the home (inode gone, a directory), undone.
     pub(crate) async fn drive_link(self: &NodeRef, id: u64) -> R<Attr> {
         let row = self.intent_row(id)?;
+        let Some(Op::Link(link)) = row.op else {
+            return errno(libc::EIO);
+        };
         let req = proto::LinkRef {
             h: self.ph((self.id, id), None),
-            ino: row.ino,
-            dir: row.dir,
-            name: row.name.clone(),
-            time: row.time,
+            ino: link.ino,
+            dir: link.dir,
+            name: link.name.clone(),
+            time: link.time,
         };
-        let rep = match peer_call!(self, home_of(row.ino), add_link, p_add_link, req) {
+        let rep = match peer_call!(self, home_of(link.ino), add_link, p_add_link, req) {
             Ok(r) => r,
             Err(Fail::Errno(e)) => {
                 self.blocking(move |n| n.finish_intent(id)).await?;
@@ -586,20 +600,25 @@ impl Node {
         let split = self
             .blocking(move |n| {
                 let mut m = n.mu.lock();
-                let row = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
-                let idx = n.writable_part(&m, row.dir, &row.name, Some((n.id, id)))?;
+                if !m.intents.contains_key(&id) {
+                    return errno(libc::EIO);
+                }
+                let idx = n.writable_part(&m, link.dir, &link.name, Some((n.id, id)))?;
                 let mut b = Batch::new();
                 b.put(
-                    &entry_key(row.dir, &row.name),
-                    &proto::EntryRow { ino: row.ino, kind },
+                    &entry_key(link.dir, &link.name),
+                    &proto::EntryRow {
+                        ino: link.ino,
+                        kind,
+                    },
                 );
-                n.count_entry(&mut m, &mut b, row.dir, idx, true);
+                n.count_entry(&mut m, &mut b, link.dir, idx, true);
                 b.delete(&intent_key(id));
                 n.apply(b)?;
                 m.intents.remove(&id);
                 n.unreserve(&mut m, (n.id, id));
-                n.touch_dir(&mut m, row.dir, row.time);
-                let split = n.wants_split(&m, row.dir, idx).then_some((row.dir, idx));
+                n.touch_dir(&mut m, link.dir, link.time);
+                let split = n.wants_split(&m, link.dir, idx).then_some((link.dir, idx));
                 drop(m);
                 n.durable()?;
                 Ok(split)
@@ -663,49 +682,57 @@ impl Node {
             }
         };
         self.point("rmdir:after-prepare")?;
-        self.blocking(move |n| {
-            let mut m = n.mu.lock();
-            let mut row = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
-            let idx = n.writable_part(&m, row.dir, &row.name, Some((n.id, id)))?;
-            let mut b = Batch::new();
-            b.delete(&entry_key(row.dir, &row.name));
-            n.count_entry(&mut m, &mut b, row.dir, idx, false);
-            row.state = S_COMMITTED;
-            let mut f: Vec<proto::FollowUp> = participants
-                .iter()
-                .map(|&s| proto::FollowUp {
-                    server: s,
-                    call: Some(Call::CommitRmdir(proto::RmdirReq {
-                        h: None,
-                        dir: child,
-                    })),
-                })
-                .collect();
-            f.push(proto::FollowUp {
-                server: home_of(row.dir),
-                call: Some(Call::Subdir(proto::SubdirReq {
-                    h: None,
-                    dir: row.dir,
-                    child,
-                    add: false,
-                    time: cairn_fs::now_ns(),
-                })),
-            });
-            row.followups = f;
-            b.put(&intent_key(id), &row);
-            n.apply(b)?;
-            let d = row.dir;
-            m.intents.insert(id, row);
-            n.touch_dir(&mut m, d, cairn_fs::now_ns());
-            drop(m);
-            n.durable()
-        })
-        .await?;
+        self.blocking(move |n| n.rmdir_commit(id, child, &participants))
+            .await?;
         self.point("rmdir:after-commit")?;
         if let Err(e) = self.run_followups(id).await {
             tracing::info!(server = self.id, "rmdir {id}: follow-ups later: {e:?}");
         }
         Ok(())
+    }
+
+    /// Commits rmdir intent `id` of directory `child`, prepared on `participants`: the
+    /// entry goes here; the follow-ups remove its partitions and uncount it at its
+    /// parent's home.
+    fn rmdir_commit(&self, id: u64, child: u64, participants: &[u32]) -> R<()> {
+        let mut m = self.mu.lock();
+        let mut row = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
+        let Some(Op::Rmdir(rm)) = &row.op else {
+            return errno(libc::EIO);
+        };
+        let dir = rm.dir;
+        let idx = self.writable_part(&m, dir, &rm.name, Some((self.id, id)))?;
+        let mut b = Batch::new();
+        b.delete(&entry_key(dir, &rm.name));
+        self.count_entry(&mut m, &mut b, dir, idx, false);
+        row.set_state(IntentState::Committed);
+        let mut f: Vec<proto::FollowUp> = participants
+            .iter()
+            .map(|&s| proto::FollowUp {
+                server: s,
+                call: Some(Call::CommitRmdir(proto::RmdirReq {
+                    h: None,
+                    dir: child,
+                })),
+            })
+            .collect();
+        f.push(proto::FollowUp {
+            server: home_of(dir),
+            call: Some(Call::Subdir(proto::SubdirReq {
+                h: None,
+                dir,
+                child,
+                add: false,
+                time: cairn_fs::now_ns(),
+            })),
+        });
+        row.followups = f;
+        b.put(&intent_key(id), &row);
+        self.apply(b)?;
+        m.intents.insert(id, row);
+        self.touch_dir(&mut m, dir, cairn_fs::now_ns());
+        drop(m);
+        self.durable()
     }
 
     fn rmdir_begin(
@@ -740,16 +767,15 @@ impl Node {
                 rules::check_sticky(checks, cred, &p, uid)?;
             }
         }
-        let row = proto::IntentRow {
-            kind: K_RMDIR,
-            state: S_PREPARED,
-            created_ms: now_ms(),
-            dir,
-            name: name.to_vec(),
-            ino: e.ino,
-            prepared_on: vec![home_of(e.ino)],
-            ..Default::default()
-        };
+        let row = proto::IntentRow::new(
+            IntentState::Prepared,
+            Op::Rmdir(proto::RmdirIntent {
+                dir,
+                name: name.to_vec(),
+                ino: e.ino,
+                prepared_on: vec![home_of(e.ino)],
+            }),
+        );
         let id = self.begin_intent(&mut m, row, None)?;
         drop(m);
         self.durable()?;
@@ -779,8 +805,13 @@ impl Node {
         }
         let all: Vec<u32> = (0..self.n).collect();
         let all2 = all.clone();
-        self.blocking(move |n| n.rewrite_intent(id, |r| r.prepared_on = all2))
-            .await?;
+        self.blocking(move |n| {
+            n.rewrite_intent(id, |r| {
+                *r.prepared_on_mut()? = all2;
+                Ok(())
+            })
+        })
+        .await?;
         let mut tasks = Vec::new();
         for s in all.iter().copied().filter(|&s| s != hc) {
             let node = self.clone();

@@ -7,6 +7,7 @@ mod embed;
 mod house;
 mod inode;
 mod intent;
+mod intent_rows;
 mod names;
 pub(crate) mod node;
 mod peer;
@@ -511,6 +512,7 @@ fn open_node(
         cluster_id: cfg.cluster_id(),
         server_id: id,
         servers: cfg.len(),
+        rows_version: crate::rows::ROWS_VERSION,
     };
     match ks.get(single(TAG_SERVER)).map_err(store_err(&dir))? {
         Some(v) => {
@@ -536,6 +538,8 @@ fn open_node(
                     ),
                 });
             }
+            // Rows of an older layout are rewritten now, before they are loaded.
+            intent_rows::upgrade_rows(&ks, &dir, have)?;
         }
         None => {
             ks.put(single(TAG_SERVER), want.encode_to_vec())

@@ -5,10 +5,11 @@
 use cairn_fs::{rules, Attr, Cred, PATH_MAX};
 use prost::Message;
 
-use super::intent::{K_LINK, K_UNLINK, S_COMMITTED, S_PREPARED};
 use super::node::*;
 use crate::giga::{home_of, name_hash, rev_range};
 use crate::proto;
+use crate::proto::intent_row::Op;
+use crate::proto::IntentState;
 use crate::rows::*;
 
 /// Most entries one listing call returns.
@@ -239,25 +240,24 @@ impl Node {
             None
         } else {
             let id = self.alloc_intent(&mut m)?;
-            let row = proto::IntentRow {
-                kind: K_UNLINK,
-                state: S_COMMITTED,
-                created_ms: now_ms(),
-                dir,
-                name: name.to_vec(),
-                ino: e.ino,
-                followups: vec![proto::FollowUp {
-                    server: home_of(e.ino),
-                    call: Some(proto::follow_up::Call::DropLink(proto::LinkRef {
-                        h: None,
-                        ino: e.ino,
-                        dir,
-                        name: name.to_vec(),
-                        time: now,
-                    })),
-                }],
-                ..Default::default()
-            };
+            let mut row = proto::IntentRow::new(
+                IntentState::Committed,
+                Op::Unlink(proto::UnlinkIntent {
+                    dir,
+                    name: name.to_vec(),
+                    ino: e.ino,
+                }),
+            );
+            row.followups = vec![proto::FollowUp {
+                server: home_of(e.ino),
+                call: Some(proto::follow_up::Call::DropLink(proto::LinkRef {
+                    h: None,
+                    ino: e.ino,
+                    dir,
+                    name: name.to_vec(),
+                    time: now,
+                })),
+            }];
             b.put(&intent_key(id), &row);
             self.reserve(&mut m, (self.id, id), &[(dir, name.to_vec())])?;
             m.intents.insert(id, row);
@@ -317,16 +317,15 @@ impl Node {
             return Ok((LinkStep::Done(a), split));
         }
         let id = self.alloc_intent(&mut m)?;
-        let row = proto::IntentRow {
-            kind: K_LINK,
-            state: S_PREPARED,
-            created_ms: now_ms(),
-            dir,
-            name: name.to_vec(),
-            ino,
-            time: now,
-            ..Default::default()
-        };
+        let row = proto::IntentRow::new(
+            IntentState::Prepared,
+            Op::Link(proto::LinkIntent {
+                dir,
+                name: name.to_vec(),
+                ino,
+                time: now,
+            }),
+        );
         self.reserve(&mut m, (self.id, id), &[(dir, name.to_vec())])?;
         let mut b = Batch::new();
         b.put(&intent_key(id), &row);

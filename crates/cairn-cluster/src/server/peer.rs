@@ -11,12 +11,13 @@ use tonic::transport::Channel;
 
 use cairn_fs::{rules, Cred};
 
-use super::intent::{K_SPLIT, S_COMMITTED, S_PREPARED};
 use super::node::*;
 use crate::giga::home_of;
 use crate::proto;
+use crate::proto::intent_row::Op;
 use crate::proto::meta_client::MetaClient;
 use crate::proto::peer_client::PeerClient;
+use crate::proto::IntentState;
 use crate::rows::*;
 
 /// Largest message a server or client sends or accepts.
@@ -362,7 +363,7 @@ impl Node {
             let split_pending = m
                 .intents
                 .values()
-                .any(|i| i.kind == K_SPLIT && i.dir == dir);
+                .any(|i| matches!(&i.op, Some(Op::Split(s)) if s.dir == dir));
             if split_pending || n.has_reserved_dir(&m, dir) {
                 return Err(Fail::Busy);
             }
@@ -531,7 +532,7 @@ impl Node {
                 });
             }
             let row = proto::PreparedRow {
-                state: S_PREPARED,
+                state: IntentState::Prepared as i32,
                 created_ms: now_ms(),
                 new_dir: r.new_dir,
                 new_name: r.new_name.clone(),
@@ -575,7 +576,7 @@ impl Node {
             let Some(mut p) = n.get::<proto::PreparedRow>(&pk)? else {
                 return Ok(proto::PeerReply::default());
             };
-            if p.state == S_COMMITTED {
+            if p.state() == IntentState::Committed {
                 return Ok(proto::PeerReply::default());
             }
             let idx = n.writable_part(&m, p.new_dir, &p.new_name, Some(k))?;
@@ -592,7 +593,7 @@ impl Node {
             if !existed {
                 n.count_entry(&mut m, &mut b, p.new_dir, idx, true);
             }
-            p.state = S_COMMITTED;
+            p.set_state(IntentState::Committed);
             b.put(&pk, &p);
             n.apply(b)?;
             n.touch_dir(&mut m, p.new_dir, cairn_fs::now_ns());
@@ -637,7 +638,7 @@ impl Node {
             let mut m = n.mu.lock();
             match n.get::<proto::PreparedRow>(&pk)? {
                 None => {}
-                Some(p) if p.state == S_COMMITTED => {
+                Some(p) if p.state() == IntentState::Committed => {
                     tracing::error!("abort of committed rename {k:?} refused");
                     return errno(libc::EINVAL);
                 }

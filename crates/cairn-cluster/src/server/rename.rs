@@ -14,6 +14,8 @@ use super::peer::peer_call;
 use crate::giga::{home_of, name_hash, server_of};
 use crate::proto;
 use crate::proto::follow_up::Call;
+use crate::proto::intent_row::Op;
+use crate::proto::IntentState;
 use crate::rows::*;
 
 /// What the local first step of a rename found.
@@ -30,10 +32,10 @@ pub(crate) enum RenameStep {
 const LOCK_TRIES: u32 = 100;
 const LOCK_LEASE_MS: u32 = 10_000;
 
-/// Whether rename intent `row` moves a directory to another parent, and whether it
+/// Whether rename `row` moves a directory to another parent, and whether it
 /// swaps one there (an exchange whose destination, of kind `tkind`, is a directory):
 /// either takes the cluster's rename lock.
-pub(crate) fn dir_moves(row: &proto::IntentRow, tkind: u32) -> (bool, bool) {
+pub(crate) fn dir_moves(row: &proto::RenameIntent, tkind: u32) -> (bool, bool) {
     let across = row.dir != row.new_dir;
     let exchange = row.flags & RENAME_EXCHANGE != 0;
     (
@@ -284,10 +286,7 @@ impl Node {
             }
         };
         let local = e2 == self.id;
-        let mut row = proto::IntentRow {
-            kind: K_RENAME,
-            state: S_PREPARED,
-            created_ms: now_ms(),
+        let mut row = proto::RenameIntent {
             dir: sd,
             name: s.to_vec(),
             ino: src.ino,
@@ -355,6 +354,7 @@ impl Node {
                 return Ok(RenameStep::Done);
             }
         }
+        let row = proto::IntentRow::new(IntentState::Prepared, Op::Rename(row));
         let id = self.begin_intent(&mut m, row, None)?;
         drop(m);
         self.durable()?;
@@ -374,7 +374,9 @@ impl Node {
         locked: &mut bool,
     ) -> R<Option<Vec<u32>>> {
         let k = (self.id, id);
-        let mut row = self.intent_row(id)?;
+        let Some(Op::Rename(mut row)) = self.intent_row(id)?.op else {
+            return errno(libc::EIO);
+        };
         let (tino, tkind, dmode, duid) = if row.target == self.id {
             let (tino, tkind) = (row.target_ino, row.target_kind);
             let dp = self.blocking(move |n| n.dir_perms(row.new_dir)).await?;
@@ -402,8 +404,13 @@ impl Node {
                             // start over.
                             return Err(Fail::Busy);
                         }
-                        self.blocking(move |n| n.rewrite_intent(id, |r| r.target = e2))
-                            .await?;
+                        self.blocking(move |n| {
+                            n.rewrite_intent(id, |r| {
+                                r.rename_mut()?.target = e2;
+                                Ok(())
+                            })
+                        })
+                        .await?;
                         row.target = e2;
                     }
                     Err(e) => return Err(e),
@@ -438,9 +445,11 @@ impl Node {
             let hx = home_of(tino);
             self.blocking(move |n| {
                 n.rewrite_intent(id, |r| {
+                    let r = r.rename_mut()?;
                     r.target_ino = tino;
                     r.target_kind = tkind;
                     r.prepared_on = vec![hx];
+                    Ok(())
                 })
             })
             .await?;
@@ -448,8 +457,10 @@ impl Node {
         } else if tino != 0 && (row.target_ino != tino || row.target_kind != tkind) {
             self.blocking(move |n| {
                 n.rewrite_intent(id, |r| {
+                    let r = r.rename_mut()?;
                     r.target_ino = tino;
                     r.target_kind = tkind;
+                    Ok(())
                 })
             })
             .await?;
@@ -476,7 +487,10 @@ impl Node {
     fn rename_commit(&self, id: u64, participants: Vec<u32>) -> R<()> {
         let k = (self.id, id);
         let mut m = self.mu.lock();
-        let mut row = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
+        let mut full = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
+        let Some(Op::Rename(row)) = full.op.clone() else {
+            return errno(libc::EIO);
+        };
         let exchange = row.flags & RENAME_EXCHANGE != 0;
         let (sd, dd) = (row.dir, row.new_dir);
         let (src, skind) = (row.ino, row.kind_bits);
@@ -595,11 +609,11 @@ impl Node {
                 Call::ReleaseRename(proto::IntentRef { h: None }),
             ));
         }
-        row.state = S_COMMITTED;
-        row.followups = f;
-        b.put(&intent_key(id), &row);
+        full.set_state(IntentState::Committed);
+        full.followups = f;
+        b.put(&intent_key(id), &full);
         self.apply(b)?;
-        m.intents.insert(id, row);
+        m.intents.insert(id, full);
         self.touch_dir(&mut m, sd, now);
         if !remote {
             self.touch_dir(&mut m, dd, now);

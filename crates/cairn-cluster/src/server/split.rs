@@ -16,12 +16,14 @@
 
 use std::sync::Arc;
 
-use super::intent::{Driving, K_SPLIT, S_COMMITTED, S_PREPARED};
+use super::intent::Driving;
 use super::names::decode_entry;
 use super::node::*;
 use crate::giga::{self, child, covers, home_of, name_hash, rev_range, server_of, MAX_DEPTH};
 use crate::proto;
 use crate::proto::follow_up::Call;
+use crate::proto::intent_row::Op;
+use crate::proto::IntentState;
 use crate::rows::*;
 
 /// Bytes of entries per chunk of a partition transfer (well below the message limit).
@@ -63,7 +65,7 @@ impl Node {
         }
         if m.intents
             .values()
-            .any(|r| r.kind == K_SPLIT && r.dir == dir && r.index == idx)
+            .any(|r| matches!(&r.op, Some(Op::Split(s)) if s.dir == dir && s.index == idx))
         {
             return Ok(None);
         }
@@ -72,16 +74,15 @@ impl Node {
             return Ok(None);
         }
         let j = child(idx, depth);
-        let row = proto::IntentRow {
-            kind: K_SPLIT,
-            state: S_PREPARED,
-            created_ms: now_ms(),
-            dir,
-            index: idx,
-            depth,
-            target: server_of(home_of(dir), j, self.n),
-            ..Default::default()
-        };
+        let row = proto::IntentRow::new(
+            IntentState::Prepared,
+            Op::Split(proto::SplitIntent {
+                dir,
+                index: idx,
+                depth,
+                target: server_of(home_of(dir), j, self.n),
+            }),
+        );
         let id = self.begin_intent_plain(&mut m, row)?;
         drop(m);
         self.durable()?;
@@ -101,7 +102,9 @@ impl Node {
 
     /// Runs prepared split intent `id` (steps 2–4; see the module documentation).
     pub(crate) async fn split_run(self: &NodeRef, id: u64) -> R<()> {
-        let row = self.intent_row(id)?;
+        let Some(Op::Split(row)) = self.intent_row(id)?.op else {
+            return errno(libc::EIO);
+        };
         let (dir, idx, r, t) = (row.dir, row.index, row.depth, row.target);
         let j = child(idx, r);
         // Step 2: hold the partition and read what moves.
@@ -199,7 +202,10 @@ impl Node {
     /// Step 3 of split `id`: one batch.
     fn split_commit(&self, m: &mut Mem, id: u64, keys: &[Vec<u8>]) -> R<u64> {
         let mut row = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
-        let (dir, idx, r, t) = (row.dir, row.index, row.depth, row.target);
+        let Some(Op::Split(split)) = &row.op else {
+            return errno(libc::EIO);
+        };
+        let (dir, idx, r, t) = (split.dir, split.index, split.depth, split.target);
         let j = child(idx, r);
         let mut p = m
             .parts
@@ -236,7 +242,7 @@ impl Node {
             b.put(&partition_key(dir, j), &jp.row());
             b.delete(&intent_key(id));
         } else {
-            row.state = S_COMMITTED;
+            row.set_state(IntentState::Committed);
             row.followups = vec![proto::FollowUp {
                 server: t,
                 call: Some(Call::Activate(proto::PartitionRef {
