@@ -8,9 +8,9 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use cairn_cluster::giga::{dir_home, home_of, name_hash, server_of};
+use cairn_cluster::giga::{dir_home, home_of, server_of};
 use cairn_cluster::Client;
 use cairn_fs::{Cred, FileSystem, FsResult, ROOT};
 use common::Cluster;
@@ -41,16 +41,19 @@ fn dirs_a1_b2(fs: &Client) -> (u64, u64) {
     (mk("a", 1), mk("b", 2))
 }
 
+/// Every name in `dir` (pages of 50; at most 100,000 pages).
 fn list(fs: &dyn FileSystem, dir: u64) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut cursor: Option<Vec<u8>> = None;
-    loop {
+    for _ in 0..100_000 {
         let p = fs.readdir(&R, dir, cursor.as_deref(), 50).unwrap();
-        let Some(last) = p.last() else { break };
+        let Some(last) = p.last() else {
+            return out;
+        };
         cursor = Some(last.name.clone());
         out.extend(p.into_iter().map(|e| e.name));
     }
-    out
+    panic!("directory {dir:#x}: no end after 100,000 pages");
 }
 
 /// Runs `op` with a short-timeout client while server `victim` is armed with
@@ -408,9 +411,160 @@ fn split_crash_points() {
     }
 }
 
+/// What a client was told of one operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Told {
+    /// Acknowledged: it happened.
+    Acked,
+    /// Refused with this errno (the server answered): it did not happen.
+    Refused(i32),
+    /// `EIO`: a server died or did not answer in time; it may have happened (an
+    /// operation across servers may even finish after the restart).
+    Unknown,
+}
+
+fn told<T>(r: FsResult<T>) -> Told {
+    match r {
+        Ok(_) => Told::Acked,
+        Err(e) if e.0 == libc::EIO => Told::Unknown,
+        Err(e) => Told::Refused(e.0),
+    }
+}
+
+/// Where a directory of a [`Chain`] is once every operation has finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    /// In the directory it was made in.
+    From,
+    /// In the directory it was renamed to.
+    To,
+    /// In neither.
+    Gone,
+}
+
+/// One client's mkdir of `name` in `from`, rename of it to the same name in `to`, and
+/// rmdir of it there, each with what the client was told.
+#[derive(Debug)]
+struct Chain {
+    from: u64,
+    to: u64,
+    name: Vec<u8>,
+    mkdir: Told,
+    rename: Told,
+    rmdir: Told,
+}
+
+impl Chain {
+    /// The places the directory may be in, given what the client was told: each
+    /// acknowledged operation happened, each refused one did not, an unknown one did or
+    /// did not; a rename happened only after the mkdir, an rmdir only after the
+    /// rename. Empty when what the client was told is itself impossible (an
+    /// acknowledged rename of a directory whose mkdir was refused).
+    fn allowed(&self) -> Vec<Place> {
+        let may = |t: Told| match t {
+            Told::Acked => &[true][..],
+            Told::Refused(_) => &[false][..],
+            Told::Unknown => &[false, true][..],
+        };
+        let mut out = Vec::new();
+        for &made in may(self.mkdir) {
+            for &moved in may(self.rename) {
+                for &removed in may(self.rmdir) {
+                    if (moved && !made) || (removed && !moved) {
+                        continue;
+                    }
+                    let p = match (made, moved, removed) {
+                        (_, _, true) => Place::Gone,
+                        (_, true, false) => Place::To,
+                        (true, false, false) => Place::From,
+                        (false, false, false) => Place::Gone,
+                    };
+                    if !out.contains(&p) {
+                        out.push(p);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Where the directory is (never under both names).
+    fn place(&self, fs: &Client) -> Place {
+        let at = |dir: u64| match fs.lookup(&R, dir, &self.name) {
+            Ok(e) => {
+                assert!(e.is_dir(), "{self:?}: not a directory");
+                true
+            }
+            Err(e) if e.0 == libc::ENOENT => false,
+            Err(e) => panic!("{self:?}: lookup in {dir:#x}: {e}"),
+        };
+        match (at(self.from), at(self.to)) {
+            (true, false) => Place::From,
+            (false, true) => Place::To,
+            (false, false) => Place::Gone,
+            (true, true) => panic!("{self:?}: under both names"),
+        }
+    }
+
+    /// Asserts that the directory is where what the client was told allows.
+    fn assert_consistent(&self, fs: &Client, when: &str) {
+        let allowed = self.allowed();
+        assert!(!allowed.is_empty(), "{when}: impossible outcomes {self:?}");
+        let p = self.place(fs);
+        assert!(
+            allowed.contains(&p),
+            "{when}: {:?} is {p:?}, allowed {allowed:?}: {self:?}",
+            String::from_utf8_lossy(&self.name)
+        );
+    }
+}
+
+/// What one client of the storm did: the creates it was told were made, and its
+/// chains of directory operations.
+#[derive(Default)]
+struct Storm {
+    acked: Vec<(u64, Vec<u8>)>,
+    chains: Vec<Chain>,
+}
+
+/// One client's part of cycle `cycle` of the storm: up to 150 creates, and a chain
+/// every tenth, round the directories `dirs`, until `deadline`.
+fn storm_client(cl: &Client, dirs: &[u64], cycle: u64, t: usize, deadline: Instant) -> Storm {
+    let mut out = Storm::default();
+    for i in 0..150u64 {
+        if Instant::now() > deadline {
+            break;
+        }
+        let d = dirs[(i as usize + t) % dirs.len()];
+        let n = format!("c{cycle}-t{t}-{i}").into_bytes();
+        if cl.create(&R, d, &n, 0o644).is_ok() {
+            out.acked.push((d, n.clone()));
+        }
+        if i % 10 == 5 {
+            let m = format!("c{cycle}-t{t}-m{i}").into_bytes();
+            let d2 = dirs[(i as usize + t + 1) % dirs.len()];
+            let mkdir = told(cl.mkdir(&R, d, &m, 0o755));
+            let rename = told(cl.rename(&R, d, &m, d2, &m, 0));
+            let rmdir = told(cl.rmdir(&R, d2, &m));
+            out.chains.push(Chain {
+                from: d,
+                to: d2,
+                name: m,
+                mkdir,
+                rename,
+                rmdir,
+            });
+        }
+    }
+    out
+}
+
 /// Servers killed at random moments (not at a named point) during a mixed workload
-/// from several clients; after each restart the namespace is consistent and every
-/// acknowledged create is there.
+/// from several clients; after each restart the namespace is consistent, every
+/// acknowledged create is there, and each directory made, moved and removed is where
+/// what its client was told allows (an acknowledged mkdir made it, an acknowledged
+/// rename moved it, an acknowledged rmdir removed it, a refused one did nothing, an
+/// unknown one either).
 #[test]
 fn random_kills_during_a_storm() {
     let mut c = Cluster::start(N as usize, 40);
@@ -423,35 +577,22 @@ fn random_kills_during_a_storm() {
         })
         .collect();
     let mut made: BTreeSet<(u64, Vec<u8>)> = BTreeSet::new();
+    let mut chains: Vec<Chain> = Vec::new();
     for cycle in 0..4u64 {
         let victim = (cycle % N as u64) as usize;
         let clients: Vec<Client> = (0..3)
             .map(|_| c.client_timeout(Duration::from_secs(3)))
             .collect();
-        let acked = std::thread::scope(|s| {
+        // Each client stops issuing operations after this (each takes at most its
+        // timeout): the cycle is bounded in time as well as in count.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let storms: Vec<Storm> = std::thread::scope(|s| {
             let hs: Vec<_> = clients
                 .iter()
                 .enumerate()
                 .map(|(t, cl)| {
                     let dirs = &dirs;
-                    s.spawn(move || {
-                        let mut acked = Vec::new();
-                        for i in 0..150u64 {
-                            let d = dirs[(i as usize + t) % dirs.len()];
-                            let n = format!("c{cycle}-t{t}-{i}").into_bytes();
-                            if cl.create(&R, d, &n, 0o644).is_ok() {
-                                acked.push((d, n.clone()));
-                            }
-                            if i % 10 == 5 {
-                                let m = format!("c{cycle}-t{t}-m{i}").into_bytes();
-                                let _ = cl.mkdir(&R, d, &m, 0o755);
-                                let d2 = dirs[(i as usize + t + 1) % dirs.len()];
-                                let _ = cl.rename(&R, d, &m, d2, &m, 0);
-                                let _ = cl.rmdir(&R, d2, &m);
-                            }
-                        }
-                        acked
-                    })
+                    s.spawn(move || storm_client(cl, dirs, cycle, t, deadline))
                 })
                 .collect();
             std::thread::sleep(Duration::from_millis(300 + 150 * cycle));
@@ -459,12 +600,28 @@ fn random_kills_during_a_storm() {
             // Down for a moment while the clients go on, then back.
             std::thread::sleep(Duration::from_millis(400));
             c.restart(victim, None);
-            let acked: Vec<_> = hs.into_iter().flat_map(|h| h.join().unwrap()).collect();
-            acked
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
         c.check();
-        made.extend(acked);
         let fs = c.client();
+        let mut told_of = [0usize; 3];
+        for st in storms {
+            made.extend(st.acked);
+            for ch in st.chains {
+                ch.assert_consistent(&fs, &format!("cycle {cycle}"));
+                for t in [ch.mkdir, ch.rename, ch.rmdir] {
+                    told_of[match t {
+                        Told::Acked => 0,
+                        Told::Refused(_) => 1,
+                        Told::Unknown => 2,
+                    }] += 1;
+                }
+                chains.push(ch);
+            }
+        }
+        eprintln!(
+            "cycle {cycle}: directory operations acknowledged, refused, unknown: {told_of:?}"
+        );
         for (d, n) in &made {
             fs.lookup(&R, *d, n).unwrap_or_else(|e| {
                 panic!("cycle {cycle}: {:?} lost: {e}", String::from_utf8_lossy(n))
@@ -476,7 +633,16 @@ fn random_kills_during_a_storm() {
             assert_eq!(set.len(), got.len(), "cycle {cycle}: a name listed twice");
         }
     }
-    let _ = name_hash(b"");
+    // Nothing a later cycle's kills did changed what was told before.
+    let fs = c.client();
+    for ch in &chains {
+        ch.assert_consistent(&fs, "at the end");
+    }
+    assert!(
+        chains.iter().any(|ch| ch.mkdir == Told::Acked),
+        "no directory operation was acknowledged: the storm tested nothing"
+    );
+    c.check();
     c.shutdown();
 }
 

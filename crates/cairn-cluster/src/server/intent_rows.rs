@@ -3,10 +3,10 @@
 //! of rows version 1 ([`proto::IntentRowV1`], one flat message for every kind; see
 //! FORMAT.md, "Cluster rows").
 //!
-//! The upgrade rewrites every intent row in the current layout once, in one atomic
-//! batch with the server row's new `rows_version`, and makes it durable before the
-//! server loads its intents (DESIGN.md, "Intents"): the running code knows only the
-//! current layout.
+//! The upgrade rewrites every intent row of the old layout in the current one once, in
+//! one atomic batch with the server row's new `rows_version`, and makes it durable
+//! before the server loads its intents (DESIGN.md, "Intents"): the running code knows
+//! only the current layout.
 
 use std::path::Path;
 
@@ -163,18 +163,18 @@ pub(crate) fn from_v1(old: proto::IntentRowV1) -> Option<proto::IntentRow> {
 }
 
 /// Brings the rows of the store `ks` (at `dir`; its server row `server` read and
-/// checked) to [`ROWS_VERSION`]: from version 1, every intent row is rewritten in the
-/// current layout in one batch with the server row's new version, made durable.
-/// Refuses a store of a later version than this build knows.
+/// checked) to [`ROWS_VERSION`]: every intent row still in the layout of version 1 is
+/// rewritten in the current one, in one batch with the server row's version, made
+/// durable. Such rows are those of a version-1 store, or rows that a build from before
+/// version 2 (which does not read `rows_version`) wrote into a version-2 store; the two
+/// layouts never decode as each other. Refuses a store of a later version than this
+/// build knows.
 pub(crate) fn upgrade_rows(
     ks: &cairn::Keyspace,
     dir: &Path,
     mut server: proto::ServerRow,
 ) -> Result<(), ServerError> {
     let version = server.rows_version.max(1);
-    if version == ROWS_VERSION {
-        return Ok(());
-    }
     if version > ROWS_VERSION {
         return Err(ServerError::RowsVersion {
             dir: dir.to_path_buf(),
@@ -193,14 +193,20 @@ pub(crate) fn upgrade_rows(
     let mut n = 0usize;
     for kv in ks.prefix([TAG_INTENT]) {
         let (k, v) = kv.map_err(store)?;
+        if proto::IntentRow::decode(&v[..]).is_ok() {
+            continue;
+        }
         let id = be64(&k, 1).ok_or_else(|| damaged(format!("intent key {k:02x?}")))?;
         let old = proto::IntentRowV1::decode(&v[..])
-            .map_err(|e| damaged(format!("intent {id} (rows version 1): {e}")))?;
+            .map_err(|e| damaged(format!("intent {id} (in neither layout): {e}")))?;
         let kind = old.kind;
         let row = from_v1(old)
             .ok_or_else(|| damaged(format!("intent {id} (rows version 1): kind {kind}")))?;
         b.put(&k, row.encode_to_vec());
         n += 1;
+    }
+    if version == ROWS_VERSION && n == 0 {
+        return Ok(());
     }
     server.rows_version = ROWS_VERSION;
     b.put(single(TAG_SERVER), server.encode_to_vec());
@@ -208,7 +214,7 @@ pub(crate) fn upgrade_rows(
     ks.db().flush().map_err(store)?;
     tracing::info!(
         server = server.server_id,
-        "store {}: rows version {version} upgraded to {ROWS_VERSION} ({n} intent rows rewritten)",
+        "store {}: rows version {version} brought to {ROWS_VERSION} ({n} intent rows rewritten)",
         dir.display()
     );
     Ok(())
