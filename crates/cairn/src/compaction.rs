@@ -52,7 +52,7 @@ pub(crate) fn compact_one(core: &Core, manual: bool) -> Result<Outcome> {
             continue;
         }
         for (&id, m) in &st.segs {
-            if !m.sealed || m.damaged || id == st.active.id {
+            if !m.is_sealed() || m.is_damaged() || id == st.active.id {
                 continue;
             }
             let f = m.stale_fraction();
@@ -186,8 +186,8 @@ pub(crate) fn reclaim_at_close(core: &Core, deadline: Instant) {
                 let ok = !st.compacting
                     && st.failed.is_none()
                     && st.segs.get(&id).is_some_and(|m| {
-                        !m.damaged
-                            && !m.dropping
+                        !m.is_damaged()
+                            && !m.is_dropping()
                             && m.size >= min
                             && m.live() <= CLOSE_COPY_MAX
                             && (m.all_stale() || m.stale_fraction() >= threshold)
@@ -297,10 +297,7 @@ fn claim_unsealed(shard: &Shard, seg: u32) -> bool {
     let mut st = shard.state.write();
     let busy = st.pending.as_ref().is_some_and(|p| p.seg == seg);
     match st.segs.get_mut(&seg) {
-        Some(m) if !busy && !m.sealed && !m.sealing && !m.dropping => {
-            m.dropping = true;
-            true
-        }
+        Some(m) if !busy => m.claim_drop(),
         _ => false,
     }
 }
@@ -321,7 +318,7 @@ fn unclaim(core: &Core, c: &Claim) {
     let shard = &core.shards[c.shard];
     let mut st = shard.state.write();
     if let Some(m) = st.segs.get_mut(&c.seg) {
-        m.dropping = false;
+        m.unclaim_drop();
         drop(st);
         core.queue_seal(shard.id, c.seg);
     }
@@ -388,16 +385,16 @@ fn drop_dead_segments(
                 .iter()
                 .filter(|(&id, m)| {
                     mine(id)
-                        || (!m.damaged
+                        || (!m.is_damaged()
                             && id != st.active.id
                             && m.all_stale()
-                            && (m.sealed || !(m.sealing || m.dropping))
-                            && m.drop_memo != Some((m.dead + m.tomb, retired)))
+                            && (m.is_sealed() || m.is_unsealed())
+                            && m.drop_memo() != Some((m.dead + m.tomb, retired)))
                 })
                 .map(|(&id, m)| {
                     let f = m.file.clone();
-                    let listed = m.listing.clone();
-                    (id, f, m.size, m.sealed, listed, mine(id))
+                    let listed = m.listing();
+                    (id, f, m.size, m.is_sealed(), listed, mine(id))
                 })
                 .collect();
             (candidates, others_of(&st.segs))
@@ -447,12 +444,14 @@ fn drop_dead_segments(
                 claims.push(claim);
             } else {
                 if let Some(m) = sh.state.write().segs.get_mut(&id) {
-                    m.drop_memo = Some((m.dead + m.tomb, retired));
                     // The records of a segment that is not sealed never change; kept,
                     // if few, so that the next judgement does not read them again.
-                    if !sealed && !m.sealed {
-                        m.listing = records.filter(|r| r.len() <= LISTING_MAX);
-                    }
+                    let listing = if !sealed && !m.is_sealed() {
+                        records.filter(|r| r.len() <= LISTING_MAX)
+                    } else {
+                        None
+                    };
+                    m.note_judged((m.dead + m.tomb, retired), listing);
                 }
                 unclaim(core, &claim);
             }
@@ -550,7 +549,7 @@ fn others_of(segs: &std::collections::BTreeMap<u32, SegMeta>) -> Vec<Other> {
         .map(|(&id, o)| Other {
             id,
             created_seq: o.created_seq,
-            sealed: o.sealed,
+            sealed: o.is_sealed(),
             bloom: o.bloom.clone(),
         })
         .collect()
@@ -656,7 +655,7 @@ fn compact_segment(
         let mut others = others_of(&st.segs);
         others.retain(|o| o.id != seg);
         let active = seg == st.active.id;
-        if (active || !m.sealed) && !closing {
+        if (active || !m.is_sealed()) && !closing {
             return Ok(());
         }
         (
@@ -664,7 +663,7 @@ fn compact_segment(
             m.size,
             m.max_seq,
             others,
-            m.sealed,
+            m.is_sealed(),
             m.live(),
             active,
         )
@@ -822,7 +821,7 @@ fn compact_segment(
         o.file.map_sealed(o.len);
         let mut st = shard.state.write();
         if let Some(m) = st.segs.get_mut(&o.file.id) {
-            m.sealed = true;
+            m.mark_sealed();
             m.hint_size = hint;
         }
     }
@@ -831,7 +830,7 @@ fn compact_segment(
         // try it again automatically. `verify` reports the damage.
         let mut st = shard.state.write();
         if let Some(m) = st.segs.get_mut(&seg) {
-            m.damaged = true;
+            m.mark_damaged();
         }
         for spot in outcome.damage.iter().chain(outcome.tail.as_ref()) {
             core.note_damage(crate::damage::Damage {

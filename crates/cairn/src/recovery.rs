@@ -634,7 +634,9 @@ pub(crate) fn settle(
         .map(|(&id, s)| {
             let mut m = SegMeta::new(s.file.clone(), s.size);
             m.hint_size = s.hint_size;
-            m.sealed = s.sealed;
+            if s.sealed {
+                m.mark_sealed();
+            }
             (id, m)
         })
         .collect();
@@ -728,14 +730,14 @@ pub(crate) fn build(
         .iter()
         .rev()
         .find(|(_, m)| m.file.kind == SegKind::Data)
-        .map(|(&id, m)| (id, m.sealed, m.size));
+        .map(|(&id, m)| (id, m.is_sealed(), m.size));
     let mut next_seg = l.next_seg;
     let mut kept_hint = None;
     let active = match newest_data {
         Some((id, sealed, size)) if !sealed || size < segment_size => {
             let m = segs.get_mut(&id).expect("segment listed above");
             if sealed {
-                m.sealed = false;
+                m.reopen();
                 kept_hint = Some(id);
             }
             Active::new(m.file.clone(), m.size, segment_size)
@@ -748,13 +750,13 @@ pub(crate) fn build(
         }
     };
     for (id, m) in &segs {
-        if m.sealed && *id != active.id {
+        if m.is_sealed() && *id != active.id {
             m.file.map_sealed(m.size);
         }
     }
     let to_seal: Vec<u32> = segs
         .iter()
-        .filter(|(&id, m)| !m.sealed && id != active.id)
+        .filter(|(&id, m)| !m.is_sealed() && id != active.id)
         .map(|(&id, _)| id)
         .collect();
     let unsynced = to_seal.iter().map(|id| segs[id].file.clone()).collect();

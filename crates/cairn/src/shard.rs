@@ -9,17 +9,16 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::bloom::Bloom;
 use crate::ctx::StoreCtx;
 use crate::index::{Index, Loc};
 use crate::options::SyncPolicy;
 use crate::record::{self, Kind};
-use crate::segment::{self, SegKind, SegmentFile, SEG_HEADER_LEN};
+use crate::segment::{SegKind, SegmentFile, SEG_HEADER_LEN};
 use crate::seq::{Cover, ShardSeqs, Taken};
 use crate::tally::Tally;
 use crate::value::Value;
@@ -27,105 +26,10 @@ use crate::{Error, Result};
 
 mod hints;
 mod layout;
+mod meta;
 
-/// Bookkeeping for one segment of the shard.
-pub(crate) struct SegMeta {
-    pub file: Arc<SegmentFile>,
-    /// Bytes of the segment including its header (and, for the active segment, buffered
-    /// bytes not yet written).
-    pub size: u64,
-    /// Bytes of the hint file, once written.
-    pub hint_size: u64,
-    /// Bytes of records superseded by newer ones.
-    pub dead: u64,
-    /// Highest sequence number of a record that superseded one of this segment's (or
-    /// an upper bound of it): once the store is durable up to it, dropping the
-    /// superseded records loses nothing.
-    pub superseded_seq: u64,
-    /// Bytes of tombstones that compaction may be able to drop.
-    pub tomb: u64,
-    /// Bytes of tombstones compaction kept because `blockers` may hold older versions.
-    pub blocked_tomb: u64,
-    /// Segments that blocked dropping tombstones here; when one goes, they are retried.
-    pub blockers: Vec<u32>,
-    /// Highest sequence number in the segment.
-    pub max_seq: u64,
-    /// Every record of the segment is numbered at least this (the header's creation
-    /// number, or later for a spare that became the active segment later).
-    pub created_seq: u64,
-    /// Synced and hinted: eligible for compaction.
-    pub sealed: bool,
-    /// The maintenance thread is sealing it.
-    pub sealing: bool,
-    /// Compaction is dropping it whole before it was sealed (it holds nothing live): it
-    /// is not to be sealed.
-    pub dropping: bool,
-    /// What compaction found when it last judged the segment not droppable whole:
-    /// `(dead + tomb, segments retired so far)`; it is judged again when either changed.
-    pub drop_memo: Option<(u64, u64)>,
-    /// The records of a segment not sealed yet that compaction read and could not drop
-    /// whole yet (they never change; forgotten once it is sealed).
-    pub listing: Option<Arc<Vec<segment::Entry>>>,
-    /// Compaction found damage here; it is not retried automatically.
-    pub damaged: bool,
-    /// Keys of the segment, built from the hint file on first need.
-    pub bloom: Arc<OnceLock<Bloom>>,
-    /// Bytes of the segment's records by keyspace (for `Db::stats`).
-    pub bytes: Tally,
-}
-
-impl SegMeta {
-    pub fn new(file: Arc<SegmentFile>, size: u64) -> SegMeta {
-        SegMeta {
-            created_seq: file.created_seq,
-            file,
-            size,
-            hint_size: 0,
-            dead: 0,
-            superseded_seq: 0,
-            tomb: 0,
-            blocked_tomb: 0,
-            blockers: Vec::new(),
-            max_seq: 0,
-            sealed: false,
-            sealing: false,
-            dropping: false,
-            drop_memo: None,
-            listing: None,
-            damaged: false,
-            bloom: Arc::new(OnceLock::new()),
-            bytes: Tally::default(),
-        }
-    }
-
-    /// Bytes of records that are neither superseded nor deletes: an upper bound of the
-    /// live bytes (damaged stretches count too).
-    pub fn live(&self) -> u64 {
-        self.size
-            .saturating_sub(SEG_HEADER_LEN + self.dead + self.tomb + self.blocked_tomb)
-    }
-
-    /// Whether, by its accounting, the segment holds nothing live: every record is
-    /// superseded or a tombstone that may be droppable.
-    pub fn all_stale(&self) -> bool {
-        self.blocked_tomb == 0 && self.dead + self.tomb + SEG_HEADER_LEN >= self.size
-    }
-
-    /// Bytes that compaction would reclaim.
-    pub fn stale(&self) -> u64 {
-        self.dead + self.tomb
-    }
-
-    /// Stale fraction of the record bytes.
-    pub fn stale_fraction(&self) -> f64 {
-        let body = self.size.saturating_sub(SEG_HEADER_LEN);
-        if body == 0 {
-            1.0
-        } else {
-            self.stale() as f64 / body as f64
-        }
-    }
-}
+pub(crate) use meta::SegMeta;
+use meta::{Spare, SpareCell};
 
 /// Id of a new store's first data segment in each shard.
 pub(crate) const FIRST_SEGMENT: u32 = 1;
@@ -350,14 +254,6 @@ pub(crate) struct IoState {
     pub laid: u64,
 }
 
-/// `Shard::spare` states: no spare and none asked for yet; asked for (the active segment
-/// is half full, or the shard rotated); ready in `IoState::spare`; creating one failed
-/// (asked again at the next rotation).
-const SPARE_NONE: u8 = 0;
-const SPARE_ASKED: u8 = 1;
-const SPARE_READY: u8 = 2;
-const SPARE_FAILED: u8 = 3;
-
 /// What [`Shard::take_buffer`] took.
 struct TakenBuffer {
     /// The buffer, to write to its file.
@@ -386,8 +282,8 @@ pub(crate) struct Shard {
     /// appends and write-outs of the shard (another writer's, or a streaming file
     /// writer's) go on while a sync runs. Lock order: `sync` before `io`.
     sync: Mutex<()>,
-    /// Where the spare segment stands (`SPARE_*`).
-    spare: AtomicU8,
+    /// Where the spare segment stands.
+    spare: SpareCell,
     user_bytes: AtomicU64,
     written_bytes: AtomicU64,
 }
@@ -406,7 +302,7 @@ impl Shard {
                 laid,
             }),
             sync: Mutex::new(()),
-            spare: AtomicU8::new(SPARE_NONE),
+            spare: SpareCell::new(),
             user_bytes: AtomicU64::new(0),
             written_bytes: AtomicU64::new(0),
         }
@@ -482,14 +378,10 @@ impl Shard {
                 end >= cap / 2,
             )
         };
-        if half && self.spare.load(Ordering::Relaxed) == SPARE_NONE && core.opts.fault.is_none() {
+        if half && self.spare.get() == Spare::None && core.opts.fault.is_none() {
             // Fault-injection tests get no spares, so that their injected faults meet
             // the same operations every run.
-            if self
-                .spare
-                .compare_exchange(SPARE_NONE, SPARE_ASKED, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
-            {
+            if self.spare.advance(Spare::None, Spare::Asked) {
                 core.want_spare();
             }
         }
@@ -646,16 +538,13 @@ impl Shard {
             if end < min.max(SEG_HEADER_LEN + 1) || m.stale_fraction() < threshold {
                 return Ok(None);
             }
-            let claimed = m.all_stale() && !m.dropping && !m.sealing;
-            if claimed {
-                m.dropping = true;
-            }
+            let claimed = m.all_stale() && m.claim_drop();
             (id, claimed)
         };
         if let Err(e) = self.flush_locked(core, &mut io, false, true) {
             if claimed {
                 if let Some(m) = self.state.write().segs.get_mut(&id) {
-                    m.dropping = false;
+                    m.unclaim_drop();
                 }
             }
             return Err(e);
@@ -664,7 +553,7 @@ impl Shard {
             // Not rotated after all (nothing to write): give it back.
             if claimed {
                 if let Some(m) = self.state.write().segs.get_mut(&id) {
-                    m.dropping = false;
+                    m.unclaim_drop();
                 }
             }
             return Ok(None);
@@ -830,10 +719,10 @@ impl Shard {
         // A shard that rotated once will likely rotate again: the next spare is
         // asked for now, so that it has a whole segment's time to be made.
         if core.opts.fault.is_none() {
-            self.spare.store(SPARE_ASKED, Ordering::SeqCst);
+            self.spare.set(Spare::Asked);
             core.want_spare();
         } else {
-            self.spare.store(SPARE_NONE, Ordering::SeqCst);
+            self.spare.set(Spare::None);
         }
         match spare {
             Some(f) => Ok(Some(f)),
@@ -905,7 +794,7 @@ impl Shard {
     /// conservatively. A crash leaves it as an empty segment that open handles like any
     /// other.
     pub fn make_spare(&self, core: &StoreCtx) {
-        if self.spare.load(Ordering::SeqCst) != SPARE_ASKED {
+        if self.spare.get() != Spare::Asked {
             return;
         }
         let id = {
@@ -925,12 +814,7 @@ impl Shard {
             Ok(f) => Arc::new(f),
             Err(e) => {
                 log::warn!("creating a spare segment for shard {}: {e}", self.id);
-                let _ = self.spare.compare_exchange(
-                    SPARE_ASKED,
-                    SPARE_FAILED,
-                    Ordering::SeqCst,
-                    Ordering::SeqCst,
-                );
+                self.spare.advance(Spare::Asked, Spare::Failed);
                 return;
             }
         };
@@ -938,11 +822,11 @@ impl Shard {
         // A rotation that found no spare meanwhile made a newer active segment itself:
         // this one is too old to follow it.
         let usable = io.spare.is_none()
-            && self.spare.load(Ordering::SeqCst) == SPARE_ASKED
+            && self.spare.get() == Spare::Asked
             && id > self.state.read().active.id;
         if usable {
             io.spare = Some(file);
-            self.spare.store(SPARE_READY, Ordering::SeqCst);
+            self.spare.set(Spare::Ready);
         } else {
             drop(io);
             let _ = core.fs.remove(&file.path);
@@ -952,7 +836,7 @@ impl Shard {
     /// Removes an unused spare segment (at a clean close).
     pub fn drop_spare(&self, core: &StoreCtx) -> Result<()> {
         let spare = self.io.lock().spare.take();
-        self.spare.store(SPARE_NONE, Ordering::SeqCst);
+        self.spare.set(Spare::None);
         match spare {
             Some(f) => core.fs.remove(&f.path),
             None => Ok(()),

@@ -16,7 +16,7 @@ impl ShardState {
     pub fn has_hint(&self, seg: u32) -> bool {
         self.segs
             .get(&seg)
-            .is_some_and(|m| m.sealed || self.kept_hint == Some(seg))
+            .is_some_and(|m| m.is_sealed() || self.kept_hint == Some(seg))
     }
 
     /// Forgets the hint open kept for `seg` (its file was removed or replaced): its
@@ -99,15 +99,18 @@ impl Shard {
     /// Seals a rotated-out segment: syncs it, writes its hint file, and makes it eligible
     /// for compaction.
     pub fn seal(&self, core: &StoreCtx, seg: u32) -> Result<()> {
-        let file = match self.state.write().segs.get_mut(&seg) {
-            Some(m) if !m.sealed && !m.sealing && !m.dropping => {
-                m.sealing = true;
-                m.file.clone()
+        // Refused when gone, sealed, being sealed by another thread (a segment can be
+        // queued twice), or being dropped by compaction (which queues it again if it
+        // changes its mind).
+        let file = {
+            let mut st = self.state.write();
+            match st.segs.get_mut(&seg) {
+                Some(m) if m.is_unsealed() => {
+                    m.begin_seal();
+                    m.file.clone()
+                }
+                _ => return Ok(()),
             }
-            // Gone, sealed, being sealed by another thread (a segment can be queued
-            // twice), or being dropped by compaction (which queues it again if it
-            // changes its mind).
-            _ => return Ok(()),
         };
         let res = self.seal_file(core, seg, &file);
         let mut st = self.state.write();
@@ -116,11 +119,9 @@ impl Shard {
             st.forget_kept_hint(core, seg);
         }
         if let Some(m) = st.segs.get_mut(&seg) {
-            m.sealing = false;
+            m.end_seal(res.is_ok());
             if let Ok(hint_size) = res {
-                m.sealed = true;
                 m.hint_size = hint_size;
-                m.listing = None;
             }
         }
         res.map(|_| ())
