@@ -499,12 +499,14 @@ impl Db {
         // Bounded by the segments that exist now, so that it returns even while writers
         // keep producing stale segments.
         let mut budget: usize = c.shards.iter().map(|s| s.state.read().segs.len()).sum();
-        // Waiting for a background compaction is bounded too (1 ms a try).
-        let mut waits = 0u32;
-        while budget > 0 && waits < 60_000 {
+        // Waiting for a background compaction is bounded too (a minute in all; each
+        // wait ends when the shard waited for is free).
+        let mut waited = std::time::Duration::ZERO;
+        while budget > 0 && waited < std::time::Duration::from_secs(60) {
+            let t = Instant::now();
             match compaction::compact_one(c, true)? {
                 Outcome::Compacted => budget -= 1,
-                Outcome::Busy => waits += 1,
+                Outcome::Busy => waited += t.elapsed(),
                 Outcome::Nothing => break,
             }
         }

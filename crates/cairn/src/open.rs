@@ -77,46 +77,8 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
     if !dir.join(manifest::MANIFEST).exists() {
         check_creatable(dir)?;
     }
-    let lock_path = dir.join("LOCK");
-    let lock = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| Error::io(&lock_path, e))?;
-    match lock.try_lock() {
-        Ok(()) => {}
-        Err(fs::TryLockError::WouldBlock) => return Err(Error::Locked(dir.to_owned())),
-        Err(fs::TryLockError::Error(e)) => return Err(Error::io(&lock_path, e)),
-    }
-    let manifest = if dir.join(manifest::MANIFEST).exists() {
-        let m = manifest::read_manifest(dir)?;
-        if let Some(want) = opts.shards {
-            if want != m.shards {
-                return Err(Error::InvalidArgument(format!(
-                    "store at {} has {} shards; the shard count is fixed at creation (asked for {want})",
-                    dir.display(),
-                    m.shards
-                )));
-            }
-        }
-        m
-    } else {
-        // A new store routes the numbered rows it is created with by group.
-        let m = manifest::Manifest {
-            shards: opts.shards.unwrap_or(crate::options::DEFAULT_SHARDS),
-            grouped: opts
-                .numbered
-                .iter()
-                .map(|&region| Grouped {
-                    region,
-                    shift: GROUP_SHIFT,
-                })
-                .collect(),
-        };
-        create_store(&fs, dir, &m)?;
-        m
-    };
+    let lock = lock_store(dir)?;
+    let manifest = read_or_create_manifest(&fs, dir, &opts)?;
     let nshards = manifest.shards;
     let mut seqstate = manifest::read_seqstate(dir)?;
     for i in 0..nshards {
@@ -150,65 +112,11 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
             Ok(l)
         },
     )?;
-    // Phase 2: the writes newer than the watermark that survive must be a prefix of
-    // the writes made, each batch whole (see `recovery::find_cut`).
-    let mut seqs = Vec::new();
-    for l in &loaded {
-        l.seqs_above(seqstate.watermark, &mut seqs);
-    }
-    let max_seq = loaded
+    let next_seq = cut_to_prefix(&fs, dir, &loaded, &mut seqstate)?;
+    let damage: Vec<Damage> = loaded
         .iter()
-        .map(|l| l.max_seq)
-        .chain([seqstate.max_seq()])
-        .max()
-        .unwrap_or(0);
-    let lost_records = loaded.iter().any(|l| l.lost_records);
-    let cut = recovery::find_cut(seqs, &seqstate, max_seq, lost_records);
-    let mut damage: Vec<Damage> = Vec::new();
-    // Whether `SEQSTATE` changed (written once, below).
-    let mut seqstate_changed = cut != recovery::Cut::default();
-    if seqstate_changed {
-        for s in &cut.aborted {
-            log::warn!("batch {s} was only partly written before damage; ignoring all of it");
-        }
-        for &(lo, hi) in &cut.void {
-            if lost_records {
-                log::warn!("writes {lo}..={hi} are missing after damage");
-            } else {
-                log::warn!(
-                    "write {lo} was lost in a crash; ignoring the writes after it ({lo}..={hi}) \
-                     so that the store holds a prefix of its writes"
-                );
-            }
-            seqstate.add_void(lo, hi);
-        }
-        seqstate.aborted.extend(&cut.aborted);
-        seqstate.aborted.sort_unstable();
-    }
-    // Every segment was created with the number the next write would take then; new
-    // writes must not be numbered below any of them, even when the writes numbered
-    // after a segment's creation were lost: a compaction output holds copies numbered
-    // below its creation, and a tombstone numbered below that would be judged to need
-    // no protection from it (`compaction::Other::may_hold_older`), be dropped, and let
-    // the copy bring the deleted key back. The numbers skipped are void, so that a
-    // later crash does not take them for lost writes.
-    let max_created = loaded.iter().map(|l| l.max_created()).max().unwrap_or(0);
-    let mut next_seq = max_seq + 1;
-    if max_created > next_seq {
-        log::warn!(
-            "writes {next_seq}..{max_created} were lost in a crash after segments numbered \
-             up to {max_created} were made; new writes are numbered from {max_created}"
-        );
-        seqstate.add_void(next_seq, max_created - 1);
-        seqstate_changed = true;
-        next_seq = max_created;
-    }
-    if seqstate_changed {
-        manifest::write_seqstate(&fs, dir, &seqstate)?;
-    }
-    for l in &loaded {
-        damage.extend(l.damage.iter().cloned());
-    }
+        .flat_map(|l| l.damage.iter().cloned())
+        .collect();
     // Phase 3: rebuild each shard's index in parallel.
     let segment_size = opts.segment_size;
     let built = par_map(loaded, |l| {
@@ -254,6 +162,119 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
         commitlog::remove(&core.fs, dir)?;
     }
     Ok(core)
+}
+
+/// Takes the store's lock (the file `LOCK`): one open store per directory.
+fn lock_store(dir: &Path) -> Result<File> {
+    let lock_path = dir.join("LOCK");
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| Error::io(&lock_path, e))?;
+    match lock.try_lock() {
+        Ok(()) => Ok(lock),
+        Err(fs::TryLockError::WouldBlock) => Err(Error::Locked(dir.to_owned())),
+        Err(fs::TryLockError::Error(e)) => Err(Error::io(&lock_path, e)),
+    }
+}
+
+/// The store's manifest; a new store is created with the one `opts` describe.
+fn read_or_create_manifest(fs: &Fs, dir: &Path, opts: &Options) -> Result<manifest::Manifest> {
+    if dir.join(manifest::MANIFEST).exists() {
+        let m = manifest::read_manifest(dir)?;
+        if let Some(want) = opts.shards {
+            if want != m.shards {
+                return Err(Error::InvalidArgument(format!(
+                    "store at {} has {} shards; the shard count is fixed at creation (asked for {want})",
+                    dir.display(),
+                    m.shards
+                )));
+            }
+        }
+        Ok(m)
+    } else {
+        // A new store routes the numbered rows it is created with by group.
+        let m = manifest::Manifest {
+            shards: opts.shards.unwrap_or(crate::options::DEFAULT_SHARDS),
+            grouped: opts
+                .numbered
+                .iter()
+                .map(|&region| Grouped {
+                    region,
+                    shift: GROUP_SHIFT,
+                })
+                .collect(),
+        };
+        create_store(fs, dir, &m)?;
+        Ok(m)
+    }
+}
+
+/// Phase 2 of an open: the writes newer than the watermark that survive must be a prefix
+/// of the writes made, each batch whole (see `recovery::find_cut`); what is cut off is
+/// recorded in `seqstate` (written if it changed). Returns the number of the next write.
+fn cut_to_prefix(
+    fs: &Fs,
+    dir: &Path,
+    loaded: &[recovery::Loaded],
+    seqstate: &mut manifest::SeqState,
+) -> Result<u64> {
+    let mut seqs = Vec::new();
+    for l in loaded {
+        l.seqs_above(seqstate.watermark, &mut seqs);
+    }
+    let max_seq = loaded
+        .iter()
+        .map(|l| l.max_seq)
+        .chain([seqstate.max_seq()])
+        .max()
+        .unwrap_or(0);
+    let lost_records = loaded.iter().any(|l| l.lost_records);
+    let cut = recovery::find_cut(seqs, seqstate, max_seq, lost_records);
+    // Whether `SEQSTATE` changed (written once, below).
+    let mut seqstate_changed = cut != recovery::Cut::default();
+    if seqstate_changed {
+        for s in &cut.aborted {
+            log::warn!("batch {s} was only partly written before damage; ignoring all of it");
+        }
+        for &(lo, hi) in &cut.void {
+            if lost_records {
+                log::warn!("writes {lo}..={hi} are missing after damage");
+            } else {
+                log::warn!(
+                    "write {lo} was lost in a crash; ignoring the writes after it ({lo}..={hi}) \
+                     so that the store holds a prefix of its writes"
+                );
+            }
+            seqstate.add_void(lo, hi);
+        }
+        seqstate.aborted.extend(&cut.aborted);
+        seqstate.aborted.sort_unstable();
+    }
+    // Every segment was created with the number the next write would take then; new
+    // writes must not be numbered below any of them, even when the writes numbered
+    // after a segment's creation were lost: a compaction output holds copies numbered
+    // below its creation, and a tombstone numbered below that would be judged to need
+    // no protection from it (`compaction::Other::may_hold_older`), be dropped, and let
+    // the copy bring the deleted key back. The numbers skipped are void, so that a
+    // later crash does not take them for lost writes.
+    let max_created = loaded.iter().map(|l| l.max_created()).max().unwrap_or(0);
+    let mut next_seq = max_seq + 1;
+    if max_created > next_seq {
+        log::warn!(
+            "writes {next_seq}..{max_created} were lost in a crash after segments numbered \
+             up to {max_created} were made; new writes are numbered from {max_created}"
+        );
+        seqstate.add_void(next_seq, max_created - 1);
+        seqstate_changed = true;
+        next_seq = max_created;
+    }
+    if seqstate_changed {
+        manifest::write_seqstate(fs, dir, seqstate)?;
+    }
+    Ok(next_seq)
 }
 
 /// Removes the segments a crash left that were being dropped whole when it happened

@@ -151,6 +151,8 @@ pub(crate) fn load(fs: &Fs, shard: u32, dir: &Path, bufs: &mut LoadBuffers) -> R
     Ok(out)
 }
 
+/// Loads segment `id` of the shard into `out`: from its hint file when it has one that
+/// describes it, else by a scan of its data (a torn tail is cut off).
 fn load_segment(
     fs: &Fs,
     dir: &Path,
@@ -161,109 +163,24 @@ fn load_segment(
 ) -> Result<()> {
     let path = segment::seg_path(dir, id);
     let hpath = segment::hint_path(dir, id);
-    let (file, len) = match SegmentFile::open(&path, shard, id) {
-        Ok(Some((file, len, damage))) => {
-            if let Some(detail) = damage {
-                out.damage.push(Damage {
-                    path: path.clone(),
-                    offset: Some(0),
-                    detail: format!("{detail}; its records are read, it takes no more writes"),
-                });
-            }
-            (file, len)
-        }
-        Ok(None) => {
-            // Shorter than its header: a crash while it was being created. It holds no
-            // records.
-            fs.remove(&path)?;
-            fs.remove(&hpath)?;
-            return Ok(());
-        }
-        Err(e @ Error::Format { .. }) => return Err(e),
-        Err(e @ Error::Io { .. }) => return Err(e),
-        Err(e) => {
-            out.damage.push(Damage {
-                path: path.clone(),
-                offset: Some(0),
-                detail: format!("segment skipped: {e}"),
-            });
-            return Ok(());
-        }
+    let Some((file, len)) = open_segment(fs, &path, &hpath, shard, id, out)? else {
+        return Ok(());
     };
     let file = Arc::new(file);
-    let push = |out: &mut Loaded, kind, seq, batch_total, off: u32, rlen: u32, key: &[u8]| {
-        out.recs.push(Rec {
-            prefix: segment::key_prefix(key),
-            key_off: out.arena.len(),
-            key_len: key.len() as u32,
-            kind,
-            batch_total,
-            seq,
-            loc: Loc {
-                seg: id,
-                off,
-                len: rlen,
-            },
-        });
-        out.arena.extend_from_slice(key);
-        out.max_seq = out.max_seq.max(seq);
-    };
     if has_hint {
-        match Hint::open(&hpath, id) {
-            Ok(hint) if !hint.within(len) => out.damage.push(Damage {
-                path: hpath.clone(),
-                offset: None,
-                detail: "hint lists a record outside the segment; rescanning".into(),
-            }),
-            Ok(hint) if hint.data_len() == len => {
-                out.max_seq = out.max_seq.max(hint.max_seq());
-                out.segs.insert(
-                    id,
-                    LoadedSeg {
-                        file,
-                        size: len,
-                        hint_size: hint.size(),
-                        sealed: true,
-                    },
-                );
-                if hint.in_order() {
-                    out.hints.push(hint);
-                } else {
-                    // An older version's hint, in file order: its records are sorted
-                    // with the scanned ones.
-                    for e in hint.entries() {
-                        push(out, e.kind, e.seq, e.batch_total, e.off, e.len, e.key);
-                    }
-                }
-                return Ok(());
-            }
-            Ok(hint) => out.damage.push(Damage {
-                path: hpath.clone(),
-                offset: None,
-                detail: format!(
-                    "hint covers {} bytes but the segment has {len}; rescanning",
-                    hint.data_len()
-                ),
-            }),
-            Err(e @ Error::Io { .. }) => return Err(e),
-            Err(e) => out.damage.push(Damage {
-                path: hpath.clone(),
-                offset: None,
-                detail: format!("{e}; rescanning the segment"),
-            }),
+        if load_hint(&hpath, id, &file, len, out)? {
+            return Ok(());
         }
         fs.remove(&hpath)?;
     }
     let outcome = segment::scan(&file, len, |off, rec, _intact| {
-        push(
-            out,
-            rec.header.kind,
-            rec.header.seq,
-            rec.header.batch_total,
-            off as u32,
-            rec.header.record_len() as u32,
-            rec.key,
-        );
+        let h = rec.header;
+        let loc = Loc {
+            seg: id,
+            off: off as u32,
+            len: h.record_len() as u32,
+        };
+        out.push_rec(h.kind, h.seq, h.batch_total, loc, rec.key);
         Ok(())
     })?;
     for spot in outcome.damage {
@@ -302,6 +219,119 @@ fn load_segment(
         },
     );
     Ok(())
+}
+
+/// Opens segment `id` at `path`: its file and length, or `None` when it holds nothing
+/// (removed: shorter than its header) or cannot be read (skipped, the damage noted).
+fn open_segment(
+    fs: &Fs,
+    path: &Path,
+    hpath: &Path,
+    shard: u32,
+    id: u32,
+    out: &mut Loaded,
+) -> Result<Option<(SegmentFile, u64)>> {
+    match SegmentFile::open(path, shard, id) {
+        Ok(Some((file, len, damage))) => {
+            if let Some(detail) = damage {
+                out.damage.push(Damage {
+                    path: path.to_owned(),
+                    offset: Some(0),
+                    detail: format!("{detail}; its records are read, it takes no more writes"),
+                });
+            }
+            Ok(Some((file, len)))
+        }
+        Ok(None) => {
+            // Shorter than its header: a crash while it was being created. It holds no
+            // records.
+            fs.remove(path)?;
+            fs.remove(hpath)?;
+            Ok(None)
+        }
+        Err(e @ Error::Format { .. }) => Err(e),
+        Err(e @ Error::Io { .. }) => Err(e),
+        Err(e) => {
+            out.damage.push(Damage {
+                path: path.to_owned(),
+                offset: Some(0),
+                detail: format!("segment skipped: {e}"),
+            });
+            Ok(None)
+        }
+    }
+}
+
+/// Loads segment `id` (`len` bytes) from its hint file at `hpath`; returns whether the
+/// hint described it (else the damage is noted and the caller scans the segment).
+fn load_hint(
+    hpath: &Path,
+    id: u32,
+    file: &Arc<SegmentFile>,
+    len: u64,
+    out: &mut Loaded,
+) -> Result<bool> {
+    let detail = match Hint::open(hpath, id) {
+        Ok(hint) if !hint.within(len) => {
+            "hint lists a record outside the segment; rescanning".to_string()
+        }
+        Ok(hint) if hint.data_len() == len => {
+            out.max_seq = out.max_seq.max(hint.max_seq());
+            out.segs.insert(
+                id,
+                LoadedSeg {
+                    file: file.clone(),
+                    size: len,
+                    hint_size: hint.size(),
+                    sealed: true,
+                },
+            );
+            if hint.in_order() {
+                out.hints.push(hint);
+            } else {
+                // An older version's hint, in file order: its records are sorted with
+                // the scanned ones.
+                for e in hint.entries() {
+                    let loc = Loc {
+                        seg: id,
+                        off: e.off,
+                        len: e.len,
+                    };
+                    out.push_rec(e.kind, e.seq, e.batch_total, loc, e.key);
+                }
+            }
+            return Ok(true);
+        }
+        Ok(hint) => format!(
+            "hint covers {} bytes but the segment has {len}; rescanning",
+            hint.data_len()
+        ),
+        Err(e @ Error::Io { .. }) => return Err(e),
+        Err(e) => format!("{e}; rescanning the segment"),
+    };
+    out.damage.push(Damage {
+        path: hpath.to_owned(),
+        offset: None,
+        detail,
+    });
+    Ok(false)
+}
+
+impl Loaded {
+    /// Adds the record at `loc` to the shard's loaded records.
+    fn push_rec(&mut self, kind: Kind, seq: u64, batch_total: u32, loc: Loc, key: &[u8]) {
+        self.recs.push(Rec {
+            prefix: segment::key_prefix(key),
+            key_off: self.arena.len(),
+            key_len: key.len() as u32,
+            kind,
+            batch_total,
+            seq,
+            loc,
+        });
+        self.arena.extend_from_slice(key);
+        self.max_seq = self.max_seq.max(seq);
+    }
 }
 
 /// Writes `recs` (records from the commit log that shard `shard` lost) into a new
@@ -770,7 +800,6 @@ pub(crate) fn build(
             live_bytes,
             live_by_ns,
             keys_by_ns,
-            compacting: false,
             failed: None,
             write_stuck: false,
             seqs: ShardSeqs::recovered(l.max_seq),

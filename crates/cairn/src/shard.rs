@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::ctx::StoreCtx;
 use crate::index::{Index, Loc};
@@ -24,10 +24,12 @@ use crate::tally::Tally;
 use crate::value::Value;
 use crate::{Error, Result};
 
+mod compact;
 mod hints;
 mod layout;
 mod meta;
 
+pub(crate) use compact::{entry_loc, CompactionGuard, Copied, DropCandidate, Other, Victim};
 pub(crate) use meta::SegMeta;
 use meta::{Spare, SpareCell};
 
@@ -87,8 +89,6 @@ pub(crate) struct ShardState {
     pub live_by_ns: Tally,
     /// Live keys by keyspace.
     pub keys_by_ns: Tally,
-    /// A compaction of this shard is running.
-    pub compacting: bool,
     /// Set after a failed fsync: the shard refuses writes until reopened.
     pub failed: Option<String>,
     /// The last flush failed; writes retry it before appending.
@@ -284,6 +284,10 @@ pub(crate) struct Shard {
     sync: Mutex<()>,
     /// Where the spare segment stands.
     spare: SpareCell,
+    /// A thread holds the right to compact the shard (`compact`); `compaction_done` is
+    /// signalled when it gives it back.
+    compacting: Mutex<bool>,
+    compaction_done: Condvar,
     user_bytes: AtomicU64,
     written_bytes: AtomicU64,
 }
@@ -303,6 +307,8 @@ impl Shard {
             }),
             sync: Mutex::new(()),
             spare: SpareCell::new(),
+            compacting: Mutex::new(false),
+            compaction_done: Condvar::new(),
             user_bytes: AtomicU64::new(0),
             written_bytes: AtomicU64::new(0),
         }
