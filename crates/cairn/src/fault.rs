@@ -1,12 +1,19 @@
-//! Test hooks on the store's file operations: fault injection ([`FaultInjector`], a
-//! hook consulted before every file write, sync and create, so tests can make the store
-//! meet `ENOSPC` or `EIO` at a chosen moment) and simulated power loss ([`PowerLoss`]:
-//! what a power cut could still lose, and a power switch).
+//! Test hooks on the store's file operations (feature `test-hooks`, not part of the
+//! documented API): fault injection ([`FaultInjector`], a hook consulted before every
+//! file write, sync and create, so tests can make the store meet `ENOSPC` or `EIO` at a
+//! chosen moment) and simulated power loss ([`PowerLoss`]: what a power cut could still
+//! lose, and a power switch). Both are implementations of the store's file-system seam
+//! (`fsutil::FileOps`), put in place of the plain system calls by
+//! [`crate::Options::fault_injector`] and [`crate::Options::power_loss`].
 
+use std::fs::File;
 use std::io;
-
-pub use crate::powerloss::{seeds, Loss, PowerLoss, Restart, PAGE};
+use std::path::Path;
 use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
+use std::sync::Arc;
+
+use crate::fsutil::{FileOps, Fs, OsFiles};
+pub use crate::powerloss::{seeds, Loss, PowerLoss, Restart, PAGE};
 
 /// Which kind of file operation a fault applies to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,5 +80,75 @@ impl FaultInjector {
         Err(io::Error::from_raw_os_error(
             self.errno.load(Ordering::SeqCst),
         ))
+    }
+}
+
+/// The file operations of a store with test hooks: through `power` when given (else the
+/// plain system calls), each write, sync and create checked by `fault` first when given.
+pub(crate) fn hooked_fs(fault: Option<Arc<FaultInjector>>, power: Option<Arc<PowerLoss>>) -> Fs {
+    let inner: Arc<dyn FileOps> = match power {
+        Some(p) => p,
+        None => Arc::new(OsFiles),
+    };
+    match fault {
+        Some(fault) => Fs::new(Arc::new(Faulty { fault, inner })),
+        None => Fs::new(inner),
+    }
+}
+
+/// File operations that consult a [`FaultInjector`] before each write, sync, create and
+/// rename, and pass those allowed to `inner`.
+struct Faulty {
+    fault: Arc<FaultInjector>,
+    inner: Arc<dyn FileOps>,
+}
+
+impl FileOps for Faulty {
+    fn write_at(&self, file: &File, path: &Path, buf: &[u8], off: u64) -> io::Result<()> {
+        self.fault.check(IoOp::Write)?;
+        self.inner.write_at(file, path, buf, off)
+    }
+
+    fn sync_data(&self, file: &File, path: &Path) -> io::Result<()> {
+        self.fault.check(IoOp::Sync)?;
+        self.inner.sync_data(file, path)
+    }
+
+    fn sync_all(&self, file: &File, path: &Path) -> io::Result<()> {
+        self.fault.check(IoOp::Sync)?;
+        self.inner.sync_all(file, path)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.fault.check(IoOp::Sync)?;
+        self.inner.sync_dir(dir)
+    }
+
+    fn create_new(&self, path: &Path) -> io::Result<File> {
+        self.fault.check(IoOp::Create)?;
+        self.inner.create_new(path)
+    }
+
+    fn set_len(&self, file: &File, path: &Path, len: u64) -> io::Result<()> {
+        self.inner.set_len(file, path, len)
+    }
+
+    fn create_dir(&self, dir: &Path) -> io::Result<()> {
+        self.inner.create_dir(dir)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.fault.check(IoOp::Create)?;
+        self.inner.rename(from, to)
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        self.inner.remove(path)
+    }
+
+    /// No spares: a fault "after n operations" then meets the same operations every
+    /// run, whatever the maintenance thread's timing.
+    fn spares_ahead(&self) -> bool {
+        false
     }
 }

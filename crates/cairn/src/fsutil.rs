@@ -1,6 +1,10 @@
-//! Thin wrappers over file-system calls: every write, sync, create, rename, removal,
-//! truncation and directory creation goes through here, so errors carry their path and
-//! tests can inject faults ([`FaultInjector`]) and simulate power loss ([`PowerLoss`]).
+//! The file-system seam: every write, sync, create, rename, removal, truncation and
+//! directory creation of the store goes through a [`FileOps`] (the plain system calls,
+//! [`OsFiles`], in production), wrapped by [`Fs`] so that errors carry their path. Tests
+//! put other implementations in its place (feature `test-hooks`): the fault injector
+//! (`fault::FaultInjector`, which makes chosen calls fail) and the power-loss simulator
+//! (`powerloss::PowerLoss`, which records what a power cut could still lose). Reads go
+//! straight to the files: none of them intercepts reads.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
@@ -8,81 +12,133 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::fault::{FaultInjector, IoOp};
-use crate::powerloss::PowerLoss;
 use crate::{Error, Result};
 
-/// File-system access with optional fault injection and power-loss simulation (both
-/// test hooks; with neither, every call is the plain system call).
-#[derive(Clone, Default)]
+/// The file-system calls of the store that an implementation may intercept.
+pub(crate) trait FileOps: Send + Sync {
+    /// Writes all of `buf` at `off` (`pwrite`).
+    fn write_at(&self, file: &File, path: &Path, buf: &[u8], off: u64) -> io::Result<()>;
+    /// `fdatasync` of a file.
+    fn sync_data(&self, file: &File, path: &Path) -> io::Result<()>;
+    /// `fsync` of a file (content and metadata).
+    fn sync_all(&self, file: &File, path: &Path) -> io::Result<()>;
+    /// `fsync` of a directory: its entries are durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Creates a new file for reading and writing; fails if it exists.
+    fn create_new(&self, path: &Path) -> io::Result<File>;
+    /// `ftruncate`.
+    fn set_len(&self, file: &File, path: &Path, len: u64) -> io::Result<()>;
+    /// Creates one directory (its parent must exist).
+    fn create_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Renames `from` to `to`, replacing `to` if it exists.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes a file.
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Whether shards create their next active segment ahead of time (the maintenance
+    /// thread makes a spare). An implementation whose callers count its calls (the
+    /// fault injector: a fault "after n writes") says no, so that the same operations
+    /// meet the same faults every run whatever the threads' timing.
+    fn spares_ahead(&self) -> bool {
+        true
+    }
+}
+
+/// The plain system calls.
+pub(crate) struct OsFiles;
+
+impl FileOps for OsFiles {
+    fn write_at(&self, file: &File, _: &Path, buf: &[u8], off: u64) -> io::Result<()> {
+        file.write_all_at(buf, off)
+    }
+
+    fn sync_data(&self, file: &File, _: &Path) -> io::Result<()> {
+        file.sync_data()
+    }
+
+    fn sync_all(&self, file: &File, _: &Path) -> io::Result<()> {
+        file.sync_all()
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir).and_then(|d| d.sync_all())
+    }
+
+    fn create_new(&self, path: &Path) -> io::Result<File> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+    }
+
+    fn set_len(&self, file: &File, _: &Path, len: u64) -> io::Result<()> {
+        file.set_len(len)
+    }
+
+    fn create_dir(&self, dir: &Path) -> io::Result<()> {
+        fs::create_dir(dir)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+}
+
+/// The store's file-system access: a [`FileOps`], its errors carrying their path.
+#[derive(Clone)]
 pub(crate) struct Fs {
-    fault: Option<Arc<FaultInjector>>,
-    power: Option<Arc<PowerLoss>>,
+    ops: Arc<dyn FileOps>,
+}
+
+impl Default for Fs {
+    fn default() -> Fs {
+        Fs::new(Arc::new(OsFiles))
+    }
 }
 
 impl Fs {
-    pub fn new(fault: Option<Arc<FaultInjector>>, power: Option<Arc<PowerLoss>>) -> Fs {
-        Fs { fault, power }
+    pub fn new(ops: Arc<dyn FileOps>) -> Fs {
+        Fs { ops }
     }
 
-    fn check(&self, op: IoOp, path: &Path) -> Result<()> {
-        match &self.fault {
-            Some(f) => f.check(op).map_err(|e| Error::io(path, e)),
-            None => Ok(()),
-        }
+    /// Whether shards create spare segments ahead of time ([`FileOps::spares_ahead`]).
+    pub fn spares_ahead(&self) -> bool {
+        self.ops.spares_ahead()
     }
 
     /// Writes all of `buf` at `off`.
     pub fn write_at(&self, file: &File, path: &Path, buf: &[u8], off: u64) -> Result<()> {
-        self.check(IoOp::Write, path)?;
-        match &self.power {
-            Some(p) => p.write_at(file, path, buf, off),
-            None => file.write_all_at(buf, off),
-        }
-        .map_err(|e| Error::io(path, e))
+        self.ops
+            .write_at(file, path, buf, off)
+            .map_err(|e| Error::io(path, e))
     }
 
     /// fdatasync.
     pub fn sync_data(&self, file: &File, path: &Path) -> Result<()> {
-        self.check(IoOp::Sync, path)?;
-        match &self.power {
-            Some(p) => p.sync_file(file, path),
-            None => file.sync_data(),
-        }
-        .map_err(|e| Error::io(path, e))
+        self.ops
+            .sync_data(file, path)
+            .map_err(|e| Error::io(path, e))
     }
 
     /// fsync of a directory, so that creates, renames and removes in it are durable.
     pub fn sync_dir(&self, dir: &Path) -> Result<()> {
-        self.check(IoOp::Sync, dir)?;
-        match &self.power {
-            Some(p) => p.sync_dir(dir),
-            None => File::open(dir).and_then(|d| d.sync_all()),
-        }
-        .map_err(|e| Error::io(dir, e))
+        self.ops.sync_dir(dir).map_err(|e| Error::io(dir, e))
     }
 
     /// Creates a new file for reading and writing; fails if it exists.
     pub fn create_new(&self, path: &Path) -> Result<File> {
-        self.check(IoOp::Create, path)?;
-        match &self.power {
-            Some(p) => p.create_new(path),
-            None => OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(path),
-        }
-        .map_err(|e| Error::io(path, e))
+        self.ops.create_new(path).map_err(|e| Error::io(path, e))
     }
 
     /// Truncates (or extends) a file to `len` bytes; not durable until synced.
     pub fn set_len(&self, file: &File, path: &Path, len: u64) -> Result<()> {
-        match &self.power {
-            Some(p) => p.set_len(file, path, len),
-            None => file.set_len(len),
-        }
-        .map_err(|e| Error::io(path, e))
+        self.ops
+            .set_len(file, path, len)
+            .map_err(|e| Error::io(path, e))
     }
 
     /// Creates `dir` and its missing ancestors; returns the directories that got a new
@@ -100,11 +156,7 @@ impl Fs {
         }
         let mut parents = Vec::new();
         for d in missing.into_iter().rev() {
-            let res = match &self.power {
-                Some(p) => p.create_dir(d),
-                None => fs::create_dir(d),
-            };
-            match res {
+            match self.ops.create_dir(d) {
                 Ok(()) => parents.push(parent(d).to_owned()),
                 // Created meanwhile by someone else: not ours to sync.
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && d.is_dir() => {}
@@ -122,22 +174,8 @@ impl Fs {
         let f = self.create_new(&tmp)?;
         let res = self
             .write_at(&f, &tmp, bytes, 0)
-            .and_then(|_| self.check(IoOp::Sync, &tmp))
-            .and_then(|_| {
-                match &self.power {
-                    Some(p) => p.sync_file(&f, &tmp),
-                    None => f.sync_all(),
-                }
-                .map_err(|e| Error::io(&tmp, e))
-            })
-            .and_then(|_| self.check(IoOp::Create, path))
-            .and_then(|_| {
-                match &self.power {
-                    Some(p) => p.rename(&tmp, path),
-                    None => fs::rename(&tmp, path),
-                }
-                .map_err(|e| Error::io(path, e))
-            });
+            .and_then(|_| self.ops.sync_all(&f, &tmp).map_err(|e| Error::io(&tmp, e)))
+            .and_then(|_| self.ops.rename(&tmp, path).map_err(|e| Error::io(path, e)));
         if res.is_err() {
             let _ = self.remove(&tmp);
         }
@@ -147,11 +185,7 @@ impl Fs {
 
     /// Removes a file; a missing file is not an error.
     pub fn remove(&self, path: &Path) -> Result<()> {
-        let res = match &self.power {
-            Some(p) => p.remove(path),
-            None => fs::remove_file(path),
-        };
-        match res {
+        match self.ops.remove(path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(Error::io(path, e)),

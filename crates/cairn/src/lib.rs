@@ -44,6 +44,8 @@ mod ctx;
 mod damage;
 mod db;
 mod error;
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
 pub mod fault;
 mod fsutil;
 mod hash_index;
@@ -56,6 +58,7 @@ mod manifest;
 mod numbered;
 mod open;
 mod options;
+#[cfg(feature = "test-hooks")]
 mod powerloss;
 mod record;
 mod recovery;
@@ -72,6 +75,9 @@ mod verify;
 mod wake;
 
 pub use batch::WriteBatch;
+// A benchmark's tool, not the store's: reachable for the benchmarks (cairn-bench, the
+// engine's examples, the CLI's cold-read tests), left out of the documented API.
+#[doc(hidden)]
 pub use cache::evict_page_cache;
 pub use compaction::Reclaimed;
 pub use damage::Damage;

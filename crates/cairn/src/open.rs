@@ -69,7 +69,7 @@ pub(crate) fn shard_dir(dir: &Path, i: u32) -> PathBuf {
 
 pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
     opts.validate()?;
-    let fs = Fs::new(opts.fault.clone(), opts.power.clone());
+    let fs = opts.fs();
     // A new store directory is made durable in its parent.
     for parent in fs.create_dirs(dir)? {
         fs.sync_dir(&parent)?;

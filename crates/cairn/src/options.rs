@@ -1,9 +1,12 @@
 //! Tuning knobs, chosen when a store is opened.
 
+#[cfg(feature = "test-hooks")]
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "test-hooks")]
 use crate::fault::{FaultInjector, PowerLoss};
+use crate::fsutil::Fs;
 use crate::{Error, Result};
 
 /// When writes reach stable storage.
@@ -64,7 +67,9 @@ pub struct Options {
     pub(crate) numbered: Vec<crate::numbered::Region>,
     pub(crate) close_budget: Duration,
     pub(crate) commit_log_size: u64,
+    #[cfg(feature = "test-hooks")]
     pub(crate) fault: Option<Arc<FaultInjector>>,
+    #[cfg(feature = "test-hooks")]
     pub(crate) power: Option<Arc<PowerLoss>>,
 }
 
@@ -112,7 +117,9 @@ impl Options {
             numbered: Vec::new(),
             close_budget: DEFAULT_CLOSE_BUDGET,
             commit_log_size: crate::commitlog::DEFAULT_COMMIT_LOG_SIZE,
+            #[cfg(feature = "test-hooks")]
             fault: None,
+            #[cfg(feature = "test-hooks")]
             power: None,
         }
     }
@@ -279,6 +286,7 @@ impl Options {
         self.sync
     }
 
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     /// Test hook: consult `fault` before every file write, sync and create.
     pub fn fault_injector(mut self, fault: Arc<FaultInjector>) -> Options {
@@ -286,6 +294,7 @@ impl Options {
         self
     }
 
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     /// Test hook: every file write, sync, create, rename, removal, truncation and
     /// directory creation goes through `power`, which records what a power cut could
@@ -294,6 +303,19 @@ impl Options {
     pub fn power_loss(mut self, power: Arc<PowerLoss>) -> Options {
         self.power = Some(power);
         self
+    }
+
+    /// The file operations of a store opened with these options: the plain system
+    /// calls, unless a test hook was set.
+    pub(crate) fn fs(&self) -> Fs {
+        #[cfg(feature = "test-hooks")]
+        {
+            crate::fault::hooked_fs(self.fault.clone(), self.power.clone())
+        }
+        #[cfg(not(feature = "test-hooks"))]
+        {
+            Fs::default()
+        }
     }
 
     pub(crate) fn validate(&self) -> Result<()> {

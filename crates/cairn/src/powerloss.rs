@@ -26,6 +26,8 @@ use std::path::{Path, PathBuf};
 
 use parking_lot::{Mutex, MutexGuard};
 
+use crate::fsutil::FileOps;
+
 /// The unit a disk writes atomically in this simulation (a page of the page cache).
 pub const PAGE: u64 = 4096;
 
@@ -846,5 +848,43 @@ mod tests {
             holes += got.chunks(PAGE as usize).any(|pg| pg[0] == 0) as u32;
         }
         assert!(holes > 0);
+    }
+}
+
+impl FileOps for PowerLoss {
+    fn write_at(&self, file: &File, path: &Path, buf: &[u8], off: u64) -> io::Result<()> {
+        PowerLoss::write_at(self, file, path, buf, off)
+    }
+
+    fn sync_data(&self, file: &File, path: &Path) -> io::Result<()> {
+        self.sync_file(file, path)
+    }
+
+    fn sync_all(&self, file: &File, path: &Path) -> io::Result<()> {
+        self.sync_file(file, path)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        PowerLoss::sync_dir(self, dir)
+    }
+
+    fn create_new(&self, path: &Path) -> io::Result<File> {
+        PowerLoss::create_new(self, path)
+    }
+
+    fn set_len(&self, file: &File, path: &Path, len: u64) -> io::Result<()> {
+        PowerLoss::set_len(self, file, path, len)
+    }
+
+    fn create_dir(&self, dir: &Path) -> io::Result<()> {
+        PowerLoss::create_dir(self, dir)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        PowerLoss::rename(self, from, to)
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        PowerLoss::remove(self, path)
     }
 }

@@ -870,7 +870,7 @@ mod tests {
     /// Turns some of `recs`' segments into hint files in `dir` (every third one, from
     /// `first`), taking their records out of `recs`; returns the hints.
     fn some_as_hints(recs: &mut Vec<Rec>, arena: &[u8], dir: &Path, first: u32) -> Vec<Hint> {
-        let fs = Fs::new(None, None);
+        let fs = Fs::default();
         let segs: std::collections::BTreeSet<u32> = recs.iter().map(|r| r.loc.seg).collect();
         let mut hints = Vec::new();
         for seg in segs.into_iter().filter(|s| s % 3 == first % 3) {

@@ -384,9 +384,7 @@ impl Shard {
                 end >= cap / 2,
             )
         };
-        if half && self.spare.get() == Spare::None && core.opts.fault.is_none() {
-            // Fault-injection tests get no spares, so that their injected faults meet
-            // the same operations every run.
+        if half && self.spare.get() == Spare::None && core.fs.spares_ahead() {
             if self.spare.advance(Spare::None, Spare::Asked) {
                 core.want_spare();
             }
@@ -724,7 +722,7 @@ impl Shard {
         let spare = io.spare.take();
         // A shard that rotated once will likely rotate again: the next spare is
         // asked for now, so that it has a whole segment's time to be made.
-        if core.opts.fault.is_none() {
+        if core.fs.spares_ahead() {
             self.spare.set(Spare::Asked);
             core.want_spare();
         } else {

@@ -113,6 +113,7 @@ pub struct ServerOptions {
     /// cut could still lose (`cairn::Options::power_loss`; syncs are recorded, not
     /// done), so that a test can cut the power and restart the server with only what
     /// it made durable.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub power_loss: Option<Arc<cairn::fault::PowerLoss>>,
 }
@@ -178,6 +179,7 @@ impl ServerOptions {
             open_with: None,
             crash_hook: None,
             without_streams: false,
+            #[cfg(feature = "test-hooks")]
             power_loss: None,
         }
     }
@@ -389,13 +391,15 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
         .thread_name(format!("cairn-server-{id}"))
         .build()
         .map_err(ServerError::Runtime)?;
-    let mut engine = Options::new().sync(match opts.sync {
+    let engine = Options::new().sync(match opts.sync {
         SyncMode::Always => SyncPolicy::Always,
         SyncMode::Never => SyncPolicy::Never,
     });
-    if let Some(power) = &opts.power_loss {
-        engine = engine.power_loss(power.clone());
-    }
+    #[cfg(feature = "test-hooks")]
+    let engine = match &opts.power_loss {
+        Some(power) => engine.power_loss(power.clone()),
+        None => engine,
+    };
     let peers = {
         let _g = rt.enter();
         peers(&opts, &reach)?

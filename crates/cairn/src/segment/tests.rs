@@ -6,7 +6,7 @@ use crate::fsutil::Fs;
 
 /// A segment holding records of small and large values.
 fn segment(dir: &Path) -> (SegmentFile, u64) {
-    let fs = Fs::new(None, None);
+    let fs = Fs::default();
     let seg = SegmentFile::create(&fs, dir, 0, 7, SegKind::Data, 1).unwrap();
     let mut buf = Vec::new();
     for i in 0..50u32 {
@@ -39,7 +39,7 @@ fn segment(dir: &Path) -> (SegmentFile, u64) {
 /// A segment of `n` puts of 1,000-byte values under 8-byte keys 0, 1, … (sequence
 /// numbers 1, 2, …), mapped for reads; and its length.
 fn puts(dir: &Path, n: u64) -> (SegmentFile, u64) {
-    let fs = Fs::new(None, None);
+    let fs = Fs::default();
     let seg = SegmentFile::create(&fs, dir, 0, 3, SegKind::Data, 1).unwrap();
     let mut buf = Vec::new();
     let value = vec![7u8; 1000];
@@ -60,7 +60,7 @@ fn puts(dir: &Path, n: u64) -> (SegmentFile, u64) {
 #[test]
 fn hints_are_in_key_order_and_read_back_in_file_order() {
     let dir = tempfile::tempdir().unwrap();
-    let fs = Fs::new(None, None);
+    let fs = Fs::default();
     // File order: keys out of order, and "b" written three times.
     let keys = ["m", "b", "z", "b", "a", "b", "c"];
     let entries: Vec<Entry> = keys
@@ -106,7 +106,7 @@ fn hints_are_in_key_order_and_read_back_in_file_order() {
 #[test]
 fn hints_are_checked_whole_and_their_order_found() {
     let dir = tempfile::tempdir().unwrap();
-    let fs = Fs::new(None, None);
+    let fs = Fs::default();
     let entry = |key: &str, seq: u64, off: u32| Entry {
         kind: Kind::Put,
         seq,
