@@ -27,7 +27,7 @@ use std::mem::size_of;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::loc::Loc;
-use crate::table_mem::{Zeroable, ZeroedArray};
+use crate::table_mem::ZeroedArray;
 
 /// Slots per bucket: 4 tags and 4 locations fill one 64-byte cache line.
 const SLOTS: usize = 4;
@@ -124,15 +124,13 @@ fn next(b: usize, n: usize) -> usize {
     }
 }
 
-#[derive(Clone, Copy)]
+/// All zero is an empty bucket (tag `EMPTY`, location `NO_LOC`).
+#[derive(Clone, Copy, zerocopy::FromZeros)]
 #[repr(C, align(64))]
 struct Bucket {
     tags: [u32; SLOTS],
     locs: [Loc; SLOTS],
 }
-
-// SAFETY: integers only; all zero is an empty bucket (tag `EMPTY`, location `NO_LOC`).
-unsafe impl Zeroable for Bucket {}
 
 /// One part: its buckets (none until the first insert).
 #[derive(Default)]

@@ -2,7 +2,7 @@
 
 /// Location of a record: segment id, byte offset of the record in the segment file, record
 /// length in bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, zerocopy::FromZeros)]
 pub struct Loc {
     /// Id of the segment file holding the record.
     pub seg: u32,

@@ -20,6 +20,8 @@
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 
+use zerocopy::FromZeros;
+
 /// Size of a transparent huge page on x86-64 and most aarch64 kernels.
 const HUGE: usize = 2 << 20;
 /// Small page size the lengths are rounded to (the mapping's own rounding).
@@ -28,12 +30,11 @@ const PAGE: usize = 4 << 10;
 /// page holds with at most a quarter added.
 pub const MIN_MAPPED: usize = (HUGE * 4 / 5).next_multiple_of(PAGE);
 
-/// Types whose all-zero bytes are a valid value (the empty state of a table's slot).
-///
-/// # Safety
-/// Every field must accept all-zero bytes (integers, arrays and `repr(C)` structs of
-/// them), and the type's alignment must be at most 4 KiB.
-pub unsafe trait Zeroable: Copy {}
+/// Types whose all-zero bytes are a valid value (the empty state of a table's slot):
+/// `zerocopy::FromZeros`, derived and checked by the compiler.
+pub trait Zeroable: FromZeros + Copy {}
+
+impl<T: FromZeros + Copy> Zeroable for T {}
 
 /// A fixed-length array of `T`, all zero when made (see the module documentation).
 pub struct ZeroedArray<T: Zeroable> {
@@ -65,22 +66,27 @@ impl<T: Zeroable> ZeroedArray<T> {
     /// An array of `len` zero values.
     pub fn new(len: usize) -> ZeroedArray<T> {
         let bytes = len.saturating_mul(std::mem::size_of::<T>());
-        if bytes >= MIN_MAPPED {
+        // A mapping is aligned to its pages: a type aligned to more stays on the heap.
+        if bytes >= MIN_MAPPED && std::mem::align_of::<T>() <= PAGE {
             if let Some((mut m, at)) = map_huge(bytes) {
-                // SAFETY: `at` is within the mapping (it has 2 MiB - 4 KiB of slack in
-                // front of `mapped` bytes), so the pointer is in bounds and not null.
-                let ptr = unsafe { NonNull::new_unchecked(m.as_mut_ptr().add(at).cast::<T>()) };
-                return ZeroedArray {
-                    ptr,
-                    len,
-                    owner: Owner::Mapped { _map: m },
-                };
+                // `at` is within the mapping (it has 2 MiB - 4 KiB of slack in front of
+                // `mapped` bytes); the pointer stays valid when the mapping moves into
+                // `owner` (its memory does not move).
+                if let Some(from) = m.get_mut(at..) {
+                    let ptr = NonNull::from(from).cast::<T>();
+                    return ZeroedArray {
+                        ptr,
+                        len,
+                        owner: Owner::Mapped { _map: m },
+                    };
+                }
             }
         }
         let mut v = zeroed_vec(len);
         ZeroedArray {
-            // SAFETY: a Vec's pointer is never null (dangling when it holds nothing).
-            ptr: unsafe { NonNull::new_unchecked(v.as_mut_ptr()) },
+            // The Vec's block (dangling when it holds nothing), which does not move when
+            // the Vec moves into `owner`.
+            ptr: NonNull::from(v.as_mut_slice()).cast::<T>(),
             len,
             owner: Owner::Heap(v),
         }
@@ -113,7 +119,7 @@ impl<T: Zeroable> Deref for ZeroedArray<T> {
     #[inline]
     fn deref(&self) -> &[T] {
         // SAFETY: `ptr` points at `len` initialized `T`s (zero, a valid `T` by
-        // `Zeroable`, then written only as `T`s), aligned (a Vec's block, or a 2 MiB
+        // `FromZeros`, then written only as `T`s), aligned (a Vec's block, or a 2 MiB
         // boundary), owned by `owner` for as long as `self` lives; the shared borrow of
         // `self` excludes a mutable one.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
@@ -129,8 +135,7 @@ impl<T: Zeroable> DerefMut for ZeroedArray<T> {
 }
 
 fn zeroed_vec<T: Zeroable>(len: usize) -> Vec<T> {
-    // SAFETY: all-zero bytes are a valid `T` (`Zeroable`).
-    vec![unsafe { std::mem::zeroed::<T>() }; len]
+    vec![T::new_zeroed(); len]
 }
 
 /// The mapping's length for an array of `bytes` (see the module documentation).
@@ -163,11 +168,9 @@ fn map_huge(bytes: usize) -> Option<(memmap2::MmapMut, usize)> {
 mod tests {
     use super::*;
 
-    #[derive(Clone, Copy, Debug, PartialEq)]
+    #[derive(Clone, Copy, Debug, PartialEq, zerocopy::FromZeros)]
     #[repr(C, align(64))]
     struct Line([u32; 16]);
-    // SAFETY: an array of integers.
-    unsafe impl Zeroable for Line {}
 
     #[test]
     fn small_arrays_are_heap_and_large_ones_mapped_and_aligned() {
