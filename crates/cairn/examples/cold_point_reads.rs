@@ -13,8 +13,9 @@
 use std::time::Instant;
 
 fn majflt() -> u64 {
-    // SAFETY: getrusage fills the struct it is given.
+    // SAFETY: `rusage` is a struct of integers, for which all-zero bytes are valid.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct it is given, which outlives the call.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     ru.ru_majflt as u64
 }

@@ -337,15 +337,18 @@ impl Appender<'_> {
         }
         let a = g.active;
         let (pos, gen) = (g.files[a].pos, g.files[a].gen);
-        let extend = matches!(g.staged.last(), Some(c) if c.file == a && c.off + c.bytes.len() as u64 == pos);
-        if !extend {
-            g.staged.push(Chunk {
-                file: a,
-                off: pos,
-                bytes: Vec::with_capacity(64 << 10),
-            });
-        }
-        let c = g.staged.last_mut().expect("a chunk was just ensured");
+        let c = match g.staged.last_mut() {
+            Some(c) if c.file == a && c.off + c.bytes.len() as u64 == pos => c,
+            _ => {
+                g.staged.push(Chunk {
+                    file: a,
+                    off: pos,
+                    bytes: Vec::with_capacity(64 << 10),
+                });
+                let last = g.staged.len() - 1;
+                &mut g.staged[last]
+            }
+        };
         encode_frame(&mut c.bytes, shard, gen, records);
         g.files[a].pos += len;
         g.appended += len;

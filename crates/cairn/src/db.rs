@@ -235,11 +235,12 @@ impl Db {
         init: impl FnOnce() -> Result<T>,
     ) -> Result<Arc<T>> {
         let mut ext = self.core.extensions.lock();
-        if let Some(v) = ext.get(&TypeId::of::<T>()) {
-            return Ok(v
-                .clone()
-                .downcast::<T>()
-                .expect("extension stored under its type"));
+        // Stored under its type: the downcast always succeeds.
+        if let Some(Ok(v)) = ext
+            .get(&TypeId::of::<T>())
+            .map(|v| v.clone().downcast::<T>())
+        {
+            return Ok(v);
         }
         let v = Arc::new(init()?);
         ext.insert(TypeId::of::<T>(), v.clone());

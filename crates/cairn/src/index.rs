@@ -411,7 +411,10 @@ impl Index {
                 .range::<[u8], _>((Bound::Excluded(key), Bound::Unbounded))
                 .next()
                 .is_none();
-        let leaf = self.leaf_mut(key).expect("a full leaf exists");
+        let Some(leaf) = self.leaf_mut(key) else {
+            debug_assert!(false, "a full leaf exists");
+            return;
+        };
         let right = if is_append {
             leaf.shrink_to_fit();
             Leaf::with_entry(key, loc)
@@ -487,18 +490,26 @@ impl Index {
             }
         };
         match plan {
+            // The plan names leaves found above: both exist.
             Plan::IntoPrev(sep) => {
-                let leaf = self.leaves.remove(sep.as_bytes()).expect("leaf exists");
-                self.leaf_mut(key)
-                    .expect("previous leaf exists")
-                    .append(leaf);
+                if let Some(leaf) = self.leaves.remove(sep.as_bytes()) {
+                    match self.leaf_mut(key) {
+                        Some(prev) => prev.append(leaf),
+                        None => {
+                            self.leaves.insert(sep, leaf);
+                        }
+                    }
+                }
             }
             Plan::TakeNext(next_sep) => {
-                let next = self
-                    .leaves
-                    .remove(next_sep.as_bytes())
-                    .expect("next leaf exists");
-                self.leaf_mut(key).expect("leaf exists").append(next);
+                if let Some(next) = self.leaves.remove(next_sep.as_bytes()) {
+                    match self.leaf_mut(key) {
+                        Some(leaf) => leaf.append(next),
+                        None => {
+                            self.leaves.insert(next_sep, next);
+                        }
+                    }
+                }
             }
             Plan::Clear => self.leaves.clear(),
             Plan::Keep => {}
@@ -699,8 +710,11 @@ impl Index {
             let k = key.as_ref();
             // Numbered rows go to their tables, each region's in ascending order too
             // (a repeated key is out of order: the inserts below replace it).
-            if let Some((i, t)) = numbered_in(regions, k) {
-                let n = u64::from_be_bytes(k[2..].try_into().expect("a numbered key"));
+            // (A numbered key is 10 bytes: `numbered_in` checks it.)
+            let numbered =
+                numbered_in(regions, k).zip(k.get(2..).and_then(|b| <[u8; 8]>::try_from(b).ok()));
+            if let Some(((i, t), n)) = numbered {
+                let n = u64::from_be_bytes(n);
                 if last_numbered[i].is_some_and(|last| last >= n) {
                     unsorted = Some((key, loc));
                     break;

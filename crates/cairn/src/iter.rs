@@ -211,12 +211,16 @@ impl Iter {
             self.done = true;
             return None;
         };
+        // The chosen cursor has a head.
         let item = if forward {
             self.front[s].buf.pop_front()
         } else {
             self.back[s].buf.pop_front()
-        }
-        .expect("chosen cursor has a head");
+        };
+        let Some(item) = item else {
+            self.done = true;
+            return None;
+        };
         // Stop where the other end has already been.
         let inside = if forward {
             below(&item.key, &self.hi)

@@ -29,7 +29,7 @@
 //!
 //! See DESIGN.md for how it works and FORMAT.md for the bytes on disk.
 
-#![deny(missing_docs)]
+#![deny(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 // Layers of the engine, lowest first: each module uses only those above it in this
 // list (DESIGN.md, "Modules").

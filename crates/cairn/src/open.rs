@@ -39,27 +39,34 @@ fn par_map_with<T: Send, R: Send, S: Default>(
         .unwrap_or(2)
         .min(n.max(1));
     let slots: Vec<Mutex<Option<T>>> = items.into_iter().map(|t| Mutex::new(Some(t))).collect();
-    let results: Vec<Mutex<Option<Result<R>>>> = (0..n).map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| {
-                let mut state = S::default();
-                loop {
-                    let i = next.fetch_add(1, Ordering::SeqCst);
-                    if i >= n {
-                        break;
+    let mut done: Vec<(usize, Result<R>)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut state = S::default();
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::SeqCst);
+                        if i >= n {
+                            break;
+                        }
+                        // Each item is taken once.
+                        if let Some(item) = slots[i].lock().take() {
+                            out.push((i, f(&mut state, item)));
+                        }
                     }
-                    let item = slots[i].lock().take().expect("each item taken once");
-                    *results[i].lock() = Some(f(&mut state, item));
-                }
-            });
-        }
+                    out
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
     });
-    results
-        .into_iter()
-        .map(|r| r.into_inner().expect("every item processed"))
-        .collect()
+    done.sort_unstable_by_key(|d| d.0);
+    done.into_iter().map(|(_, r)| r).collect()
 }
 
 /// Directory of shard `i`.

@@ -726,6 +726,44 @@ fn undo_entry(dir: &Path, e: &Entry) -> io::Result<()> {
     })
 }
 
+impl FileOps for PowerLoss {
+    fn write_at(&self, file: &File, path: &Path, buf: &[u8], off: u64) -> io::Result<()> {
+        PowerLoss::write_at(self, file, path, buf, off)
+    }
+
+    fn sync_data(&self, file: &File, path: &Path) -> io::Result<()> {
+        self.sync_file(file, path)
+    }
+
+    fn sync_all(&self, file: &File, path: &Path) -> io::Result<()> {
+        self.sync_file(file, path)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        PowerLoss::sync_dir(self, dir)
+    }
+
+    fn create_new(&self, path: &Path) -> io::Result<File> {
+        PowerLoss::create_new(self, path)
+    }
+
+    fn set_len(&self, file: &File, path: &Path, len: u64) -> io::Result<()> {
+        PowerLoss::set_len(self, file, path, len)
+    }
+
+    fn create_dir(&self, dir: &Path) -> io::Result<()> {
+        PowerLoss::create_dir(self, dir)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        PowerLoss::rename(self, from, to)
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        PowerLoss::remove(self, path)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -848,43 +886,5 @@ mod tests {
             holes += got.chunks(PAGE as usize).any(|pg| pg[0] == 0) as u32;
         }
         assert!(holes > 0);
-    }
-}
-
-impl FileOps for PowerLoss {
-    fn write_at(&self, file: &File, path: &Path, buf: &[u8], off: u64) -> io::Result<()> {
-        PowerLoss::write_at(self, file, path, buf, off)
-    }
-
-    fn sync_data(&self, file: &File, path: &Path) -> io::Result<()> {
-        self.sync_file(file, path)
-    }
-
-    fn sync_all(&self, file: &File, path: &Path) -> io::Result<()> {
-        self.sync_file(file, path)
-    }
-
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        PowerLoss::sync_dir(self, dir)
-    }
-
-    fn create_new(&self, path: &Path) -> io::Result<File> {
-        PowerLoss::create_new(self, path)
-    }
-
-    fn set_len(&self, file: &File, path: &Path, len: u64) -> io::Result<()> {
-        PowerLoss::set_len(self, file, path, len)
-    }
-
-    fn create_dir(&self, dir: &Path) -> io::Result<()> {
-        PowerLoss::create_dir(self, dir)
-    }
-
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        PowerLoss::rename(self, from, to)
-    }
-
-    fn remove(&self, path: &Path) -> io::Result<()> {
-        PowerLoss::remove(self, path)
     }
 }

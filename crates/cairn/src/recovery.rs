@@ -550,10 +550,10 @@ impl Acct {
         let mut winner = None;
         let mut first = true;
         for r in group {
-            let m = self
-                .segs
-                .get_mut(&r.loc.seg)
-                .expect("record of a loaded segment");
+            // Every record is of a loaded segment.
+            let Some(m) = self.segs.get_mut(&r.loc.seg) else {
+                continue;
+            };
             m.max_seq = m.max_seq.max(r.seq);
             m.bytes.add(ns, r.loc.len as u64);
             if seqstate.ignored(r.seq) {
@@ -720,10 +720,13 @@ pub(crate) fn build(
     segment_size: u64,
     new_active: impl FnOnce(u32) -> Result<SegmentFile>,
 ) -> Result<Built> {
-    let mut st = l
-        .settled
-        .take()
-        .expect("phase 1 settles every shard before phase 3 builds it");
+    // Phase 1 settles every shard before phase 3 builds it.
+    let Some(mut st) = l.settled.take() else {
+        return Err(Error::corruption(
+            &l.dir,
+            "shard built before it was settled",
+        ));
+    };
     let (arena, recs) = (std::mem::take(&mut l.arena), std::mem::take(&mut l.recs));
     let mut i = 0;
     while i < recs.len() {
@@ -757,22 +760,21 @@ pub(crate) fn build(
     // write that changes the file (`ShardState::kept_hint`), so that an open that only
     // reads costs no directory sync and its close no new hint.
     let newest_data = segs
-        .iter()
+        .iter_mut()
         .rev()
         .find(|(_, m)| m.file.kind == SegKind::Data)
-        .map(|(&id, m)| (id, m.is_sealed(), m.size));
+        .filter(|(_, m)| !m.is_sealed() || m.size < segment_size);
     let mut next_seg = l.next_seg;
     let mut kept_hint = None;
     let active = match newest_data {
-        Some((id, sealed, size)) if !sealed || size < segment_size => {
-            let m = segs.get_mut(&id).expect("segment listed above");
-            if sealed {
+        Some((&id, m)) => {
+            if m.is_sealed() {
                 m.reopen();
                 kept_hint = Some(id);
             }
             Active::new(m.file.clone(), m.size, segment_size)
         }
-        _ => {
+        None => {
             let f = Arc::new(new_active(next_seg)?);
             next_seg += 1;
             segs.insert(f.id, SegMeta::new(f.clone(), SEG_HEADER_LEN));

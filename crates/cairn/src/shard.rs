@@ -182,10 +182,11 @@ impl ShardState {
             off: off as u32,
             len: len as u32,
         };
-        let meta = self
-            .segs
-            .get_mut(&self.active.id)
-            .expect("active segment has metadata");
+        // The active segment has its metadata (`recovery::build`, rotation).
+        let Some(meta) = self.segs.get_mut(&self.active.id) else {
+            debug_assert!(false, "active segment has metadata");
+            return (self.active.id, off + len);
+        };
         let ns = Tally::ns(op.key);
         meta.size += len;
         meta.bytes.add(ns, len);
@@ -384,10 +385,12 @@ impl Shard {
                 end >= cap / 2,
             )
         };
-        if half && self.spare.get() == Spare::None && core.fs.spares_ahead() {
-            if self.spare.advance(Spare::None, Spare::Asked) {
-                core.want_spare();
-            }
+        if half
+            && self.spare.get() == Spare::None
+            && core.fs.spares_ahead()
+            && self.spare.advance(Spare::None, Spare::Asked)
+        {
+            core.want_spare();
         }
         if full {
             return Ok(true);

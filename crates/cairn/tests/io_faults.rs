@@ -250,6 +250,7 @@ fn failing_seal_run(attempt: u32) {
     let before = cpu_ticks(&mine);
     std::thread::sleep(std::time::Duration::from_millis(500));
     let used = cpu_ticks(&mine) - before;
+    // SAFETY: sysconf only reads a configuration value.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
     assert!(
         used < ticks / 8,

@@ -456,6 +456,7 @@ fn concurrent_stress_one_shard_periodic_sync() {
     run_stress(opts, ops_per_writer(5_000));
 }
 
+#[allow(clippy::too_many_lines)]
 fn run_stress(opts: impl Fn() -> Options, ops: u64) {
     let start = Instant::now();
     let dir = tempfile::tempdir().unwrap();

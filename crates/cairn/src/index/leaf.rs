@@ -151,7 +151,9 @@ fn layout_of(keys: &[u8], ends: &[u32], cap: usize) -> Layout {
 
 /// Converts a key offset into the `u32` stored in `Leaf::ends`.
 pub(super) fn offset(n: usize) -> u32 {
-    u32::try_from(n).expect("leaf key bytes exceed u32::MAX")
+    // A leaf holds at most `LEAF_CAP` keys of at most `MAX_KEY_LEN` bytes: 8 MiB.
+    debug_assert!(u32::try_from(n).is_ok(), "leaf key bytes exceed u32::MAX");
+    n as u32
 }
 
 /// A key read from a leaf: borrowed from a packed leaf, rebuilt from a fixed one.

@@ -167,11 +167,11 @@ impl<'a> Iterator for Merge<'a> {
         if let Some(head) = pull(&mut r.source, arena) {
             r.head = head;
         } else {
-            let last = self.heap.pop().expect("the heap holds this run");
-            if self.heap.is_empty() {
-                return Some(item);
+            // The heap holds this run.
+            match self.heap.pop() {
+                Some(last) if !self.heap.is_empty() => self.heap[0] = last,
+                _ => return Some(item),
             }
-            self.heap[0] = last;
         }
         self.sift_down(0);
         Some(item)

@@ -184,8 +184,9 @@ fn mapped_scan_matches_the_full_scan_and_refuses_damage() {
 
 /// Major page faults of the calling thread so far.
 fn major_faults() -> i64 {
-    // SAFETY: getrusage fills the struct it is given.
+    // SAFETY: `rusage` is a struct of integers, for which all-zero bytes are valid.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct it is given, which outlives the call.
     unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
     u.ru_majflt
 }
