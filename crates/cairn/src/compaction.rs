@@ -6,9 +6,10 @@
 //! of its key: every other segment was created after the tombstone was written, or is
 //! sealed and its Bloom filter says the key is absent.
 //!
-//! Compaction works on one segment of one shard at a time and takes the shard's state
-//! lock only for short in-memory updates, so other shards and readers never wait for it;
-//! its I/O is throttled to `Options::compaction_rate`.
+//! Compaction works on one segment of one shard at a time, holding the right to compact
+//! that shard, and reaches the shard only through its operations (`shard/compact.rs`),
+//! which take its locks for short in-memory updates, so other shards and readers never
+//! wait for it; its I/O is throttled to `Options::compaction_rate`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
