@@ -91,7 +91,7 @@ fn conn(
     timeout: Duration,
 ) -> Result<MetaClient<tonic::transport::Channel>, crate::tls::TlsError> {
     let ch = reach.channel(s, timeout, Some(timeout))?;
-    Ok(MetaClient::new(ch).max_decoding_message_size(crate::server::MAX_MESSAGE))
+    Ok(MetaClient::new(ch).max_decoding_message_size(crate::transport::MAX_MESSAGE))
 }
 
 fn header(cfg: &ClusterConfig) -> Option<proto::Header> {

@@ -53,6 +53,7 @@ pub mod admin;
 mod batch;
 pub mod client;
 pub mod config;
+mod convert;
 mod error;
 pub mod giga;
 mod rows;

@@ -15,6 +15,9 @@ use tonic::transport::Channel;
 use crate::config::{ClusterConfig, ServerInfo};
 use crate::tls::TlsError;
 
+/// Largest message a server or client sends or accepts.
+pub(crate) const MAX_MESSAGE: usize = 16 << 20;
+
 /// Makes the channel to the server at an address (called once per server, inside a
 /// tokio runtime; the channel should connect lazily). Arguments: the server's address
 /// in the cluster file and the connect timeout.

@@ -27,11 +27,11 @@ use cairn_fs::{
 
 use crate::batch::Batcher;
 use crate::config::ClusterConfig;
+use crate::convert::{cred_msg, msg_attr};
 use crate::error::ClientError;
 use crate::giga::{home_of, name_hash, rev, rev_range, server_of, Bitmap};
 use crate::proto;
 use crate::proto::meta_client::MetaClient;
-use crate::server::node::{cred_msg, msg_attr};
 use crate::stream::Streams;
 use crate::transport::{Dialer, Reach};
 
@@ -102,6 +102,8 @@ impl Default for ClientOptions {
 const MAX_REDIRECTS: usize = 32;
 /// Bytes of data per read or write request.
 const IO_CHUNK: usize = 4 << 20;
+/// Entries asked for per listing call.
+const READDIR_PAGE: usize = 1024;
 /// Directories whose bitmaps are cached (the cache is emptied beyond).
 const BITMAP_CACHE: usize = 100_000;
 
@@ -196,8 +198,8 @@ impl Client {
             .map(|s| {
                 Ok(
                     MetaClient::new(reach.channel(s, opts.connect_timeout, None)?)
-                        .max_decoding_message_size(crate::server::MAX_MESSAGE)
-                        .max_encoding_message_size(crate::server::MAX_MESSAGE),
+                        .max_decoding_message_size(crate::transport::MAX_MESSAGE)
+                        .max_encoding_message_size(crate::transport::MAX_MESSAGE),
                 )
             })
             .collect()
@@ -751,7 +753,7 @@ impl FileSystem for Client {
             // Each round reads one partition (or the rest of one): bounded by the
             // partitions a directory may have, and by the deadline.
             for _ in 0..(1u64 << 25) {
-                let want = (limit - out.len()).min(crate::server::node::READDIR_PAGE) as u32;
+                let want = (limit - out.len()).min(READDIR_PAGE) as u32;
                 let (prev, name) = (pos.0, pos.1.clone());
                 let rep = self
                     .named(ino, pos.0.reverse_bits(), true, d, |mut c, t, i| {

@@ -5,7 +5,6 @@
 //! listener and the peer channels differ, and store calls run in the calling task
 //! (no blocking pool) so that one thread sees them in a fixed order.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -66,7 +65,7 @@ where
     );
     tokio::spawn(node.clone().intent_runner());
     tokio::spawn(node.clone().housekeeping());
-    node.wake.notify_one();
+    node.wake_runner();
     Ok(Embedded {
         node,
         stop: Some(stop_tx),
@@ -89,7 +88,7 @@ impl Embedded {
 
 impl Drop for Embedded {
     fn drop(&mut self) {
-        self.node.crashed.store(true, Ordering::SeqCst);
+        self.node.set_stopped(true);
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
@@ -123,11 +122,11 @@ impl Probe {
     /// The partitions the server holds.
     pub fn partitions(&self) -> Option<Vec<PartitionInfo>> {
         let node = self.node.upgrade()?;
-        let m = node.mu.lock();
+        let st = node.state();
         Some(
-            m.parts
+            st.parts
                 .iter()
-                .map(|(&(dir, index), p)| PartitionInfo {
+                .map(|((dir, index), p)| PartitionInfo {
                     dir,
                     index,
                     depth: p.depth,
@@ -142,29 +141,26 @@ impl Probe {
     /// Splits this server finished as the source since it started.
     pub fn splits_done(&self) -> Option<u64> {
         let node = self.node.upgrade()?;
-        let n = node.counters.splits_done.load(Ordering::Relaxed);
-        Some(n)
+        Some(node.counters.splits_done())
     }
 
     /// Entries the splits it finished as the source gave their new partitions (the
     /// upper half of each, moved to another server or relabelled in place).
     pub fn entries_moved(&self) -> Option<u64> {
         let node = self.node.upgrade()?;
-        let n = node.counters.entries_moved.load(Ordering::Relaxed);
-        Some(n)
+        Some(node.counters.entries_moved())
     }
 
     /// Whether a split of one of its partitions is moving entries now.
     pub fn splitting(&self) -> bool {
         self.node
             .upgrade()
-            .is_some_and(|n| n.mu.lock().parts.values().any(|p| p.splitting))
+            .is_some_and(|n| n.state().parts.any_splitting())
     }
 
     /// Redirects the server answered since it started.
     pub fn redirects(&self) -> Option<u64> {
         let node = self.node.upgrade()?;
-        let r: &AtomicU64 = &node.counters.redirects;
-        Some(r.load(Ordering::Relaxed))
+        Some(node.counters.redirects())
     }
 }

@@ -3,19 +3,22 @@
 //! coordinator has forgotten them, and the status, dump and statfs answers.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use prost::Message;
 
 use super::intent_rows::kind_name;
-use super::node::*;
+use super::node::{errno, now_ms, Batch, Fail, IntentKey, Node, NodeRef, R};
 use super::peer::peer_call;
+use crate::convert::{attr_msg, row_attr};
 use crate::giga::home_of;
 use crate::proto;
 use crate::proto::intent_row::Op;
-use crate::rows::*;
+use crate::rows::{
+    be32, be64, inode_key, orphan_key, partition_key, prepared_key, TAG_CHUNK, TAG_ENTRY,
+    TAG_INODE, TAG_INTENT, TAG_LINK, TAG_PARTITION, TAG_PREPARED, TAG_SUBDIR, TAG_XATTR,
+};
 
 /// Prepared parts older than this are checked with their coordinator.
 const STALE_PREPARED_MS: i64 = 30_000;
@@ -23,12 +26,11 @@ const STALE_PREPARED_MS: i64 = 30_000;
 impl Node {
     /// Writes the pending times of directories whose home is here into their rows.
     pub(crate) fn write_dir_times(&self) -> R<()> {
-        let mut m = self.mu.lock();
-        if m.dir_times.is_empty() {
+        let mut st = self.state();
+        let pending = st.times.take_local();
+        if pending.is_empty() {
             return Ok(());
         }
-        let pending: Vec<(u64, (i64, i64))> =
-            std::mem::take(&mut m.dir_times).into_iter().collect();
         let mut b = Batch::new();
         for (dir, (mt, ct)) in &pending {
             if let Some(mut i) = self.inode(*dir)? {
@@ -38,8 +40,8 @@ impl Node {
             }
         }
         if let Err(e) = self.apply(b) {
-            for (dir, t) in pending {
-                m.dir_times.insert(dir, t);
+            for (dir, (mt, ct)) in pending {
+                st.times.merge(true, dir, mt, ct);
             }
             return Err(e);
         }
@@ -48,9 +50,7 @@ impl Node {
 
     /// Sends the times of directories whose home is elsewhere to their homes.
     async fn push_remote_times(self: &NodeRef) {
-        let pending: Vec<(u64, (i64, i64))> = std::mem::take(&mut self.mu.lock().remote_times)
-            .into_iter()
-            .collect();
+        let pending = self.state().times.take_remote();
         if pending.is_empty() {
             return;
         }
@@ -67,28 +67,21 @@ impl Node {
                 times: times.clone(),
             };
             if peer_call!(self, home, touch_dirs, p_touch_dirs, req).is_err() {
-                let mut m = self.mu.lock();
+                let mut st = self.state();
                 for t in times {
-                    let e = m.remote_times.entry(t.dir).or_insert((t.mtime, t.ctime));
-                    e.0 = e.0.max(t.mtime);
-                    e.1 = e.1.max(t.ctime);
+                    st.times.merge(false, t.dir, t.mtime, t.ctime);
                 }
             }
         }
     }
 
     fn gauges(&self) {
-        let m = self.mu.lock();
-        metrics::gauge!("cairn_partitions").set(m.parts.len() as f64);
-        metrics::gauge!("cairn_entries")
-            .set(m.parts.values().map(|p| p.entries).sum::<u64>() as f64);
-        metrics::gauge!("cairn_splits_in_flight").set(
-            m.intents
-                .values()
-                .filter(|i| matches!(i.op, Some(Op::Split(_))))
-                .count() as f64,
-        );
-        metrics::gauge!("cairn_intents_pending").set(m.intents.len() as f64);
+        let st = self.state();
+        metrics::gauge!("cairn_partitions").set(st.parts.len() as f64);
+        metrics::gauge!("cairn_entries").set(st.parts.entries() as f64);
+        metrics::gauge!("cairn_splits_in_flight")
+            .set(st.intents.count(|i| matches!(i.op, Some(Op::Split(_)))) as f64);
+        metrics::gauge!("cairn_intents_pending").set(st.intents.len() as f64);
     }
 
     /// Prepared parts held here (rename destinations, partitions marked removing)
@@ -114,14 +107,13 @@ impl Node {
                 }
             }
         }
-        {
-            let m = self.mu.lock();
-            for p in m.parts.values() {
-                if let Some(k) = p.removing {
-                    asks.push((k, false));
-                }
-            }
-        }
+        asks.extend(
+            self.state()
+                .parts
+                .removing()
+                .into_iter()
+                .map(|k| (k, false)),
+        );
         asks.sort();
         asks.dedup();
         for (k, prepared) in asks {
@@ -143,20 +135,17 @@ impl Node {
             );
             let _ = self
                 .blocking(move |n| {
-                    let mut m = n.mu.lock();
+                    let mut st = n.state();
                     let mut b = Batch::new();
                     if prepared {
                         b.delete(&prepared_key(k.0, k.1));
                     }
-                    for ((d, i), p) in m.parts.iter_mut() {
-                        if p.removing == Some(k) {
-                            p.removing = None;
-                            b.put(&partition_key(*d, *i), &p.row());
-                        }
+                    for ((d, i), row) in st.parts.release_removing(k) {
+                        b.put(&partition_key(d, i), &row);
                     }
                     n.apply(b)?;
-                    n.unreserve(&mut m, k);
-                    drop(m);
+                    st.names.release(k);
+                    drop(st);
                     n.durable()
                 })
                 .await;
@@ -192,16 +181,16 @@ impl Node {
     /// (skipped while a name of theirs was held, or found so after a restart).
     fn start_due_splits(self: &NodeRef) {
         let due: Vec<(u64, u32)> = {
-            let m = self.mu.lock();
-            m.parts
-                .keys()
-                .filter(|(d, i)| {
-                    self.wants_split(&m, *d, *i)
-                        && !m.intents.values().any(
-                            |r| matches!(&r.op, Some(Op::Split(s)) if s.dir == *d && s.index == *i),
+            let st = self.state();
+            st.parts
+                .iter()
+                .map(|(k, _)| k)
+                .filter(|&(d, i)| {
+                    self.wants_split(&st, d, i)
+                        && !st.intents.any(
+                            |r| matches!(&r.op, Some(Op::Split(s)) if s.dir == d && s.index == i),
                         )
                 })
-                .copied()
                 .collect()
         };
         for (d, i) in due {
@@ -221,7 +210,7 @@ impl Node {
             return errno(libc::EIO);
         }
         let f = st.f_frsize.max(1) as u64;
-        let used = self.mu.lock().ino_next;
+        let used = self.inos_used();
         Ok(proto::StatFsReply {
             status: None,
             bsize: 4096,
@@ -245,17 +234,13 @@ impl Node {
         } else {
             (0, 0)
         };
-        let m = self.mu.lock();
-        let incoming = m
-            .parts
-            .values()
-            .filter(|p| p.state == PART_INCOMING)
-            .count() as u32;
+        let st = self.state();
+        let incoming = st.parts.incoming() as u32;
         let mut largest = Vec::new();
         if whole {
             let mut dirs: HashMap<u64, (u32, u64)> = HashMap::new();
-            for ((d, _), p) in &m.parts {
-                let e = dirs.entry(*d).or_default();
+            for ((d, _), p) in st.parts.iter() {
+                let e = dirs.entry(d).or_default();
                 e.0 += 1;
                 e.1 += p.entries;
             }
@@ -272,17 +257,13 @@ impl Node {
         }
         Ok(proto::ServerStatusReply {
             server_id: self.id,
-            partitions: m.parts.len() as u64,
-            entries: m.parts.values().map(|p| p.entries).sum(),
+            partitions: st.parts.len() as u64,
+            entries: st.parts.entries(),
             inodes,
-            splits_done: self.counters.splits_done.load(Ordering::Relaxed),
-            splits_in_flight: m
-                .intents
-                .values()
-                .filter(|i| matches!(i.op, Some(Op::Split(_))))
-                .count() as u32,
-            redirects: self.counters.redirects.load(Ordering::Relaxed),
-            intents_pending: m.intents.len() as u32,
+            splits_done: self.counters.splits_done(),
+            splits_in_flight: st.intents.count(|i| matches!(i.op, Some(Op::Split(_)))) as u32,
+            redirects: self.counters.redirects(),
+            intents_pending: st.intents.len() as u32,
             largest,
             prepared_pending: prepared,
             incoming_partitions: incoming,
@@ -311,7 +292,7 @@ impl Node {
                 libc::EIO
             })
         };
-        for r in self.ks.range::<Vec<u8>, _>((lo, Bound::Unbounded)) {
+        for r in self.rows((lo, Bound::Unbounded)) {
             let (k, v) = r?;
             n += 1;
             match k.first().copied() {

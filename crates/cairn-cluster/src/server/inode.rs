@@ -6,10 +6,15 @@ use std::collections::BTreeMap;
 
 use cairn_fs::{rules, Attr, Cred, SetAttr, CHUNK_SIZE, INLINE_MAX, XATTR_CREATE, XATTR_REPLACE};
 
-use super::node::*;
+use super::node::{errno, Batch, Fail, Node, R};
+use super::state::State;
+use crate::convert::{row_attr, set_row_attr};
 use crate::giga::home_of;
 use crate::proto;
-use crate::rows::*;
+use crate::rows::{
+    chunk_key, ino_prefix, inode_key, intent_key, link_key, orphan_key, subdir_key, xattr_key,
+    TAG_CHUNK, TAG_XATTR,
+};
 
 fn is_dir(i: &proto::InodeRow) -> bool {
     i.mode & libc::S_IFMT == libc::S_IFDIR
@@ -28,7 +33,7 @@ impl Node {
     pub(crate) fn getattr(&self, ino: u64) -> R<Attr> {
         self.check_home(ino)?;
         let i = self.inode_or_enoent(ino)?;
-        let m = self.mu.lock();
+        let m = self.state();
         Ok(self.attr_of(&m, ino, &i))
     }
 
@@ -39,9 +44,9 @@ impl Node {
             self.durable()?;
             // Left to the background runner.
             if let Some(id) = intent {
-                self.mu.lock().driving.remove(&id);
+                self.state().intents.stop_driving(id);
             }
-            self.wake.notify_one();
+            self.wake_runner();
         }
         Ok(a)
     }
@@ -57,7 +62,7 @@ impl Node {
         s: &SetAttr,
     ) -> R<(Attr, Option<u64>)> {
         self.check_home(ino)?;
-        let mut m = self.mu.lock();
+        let mut m = self.state();
         let mut i = self.inode_or_enoent(ino)?;
         self.fold_times(&mut m, ino, &mut i);
         let mut a = row_attr(ino, &i);
@@ -81,8 +86,7 @@ impl Node {
         b.put(&inode_key(ino), &i);
         if let Err(e) = self.apply(b) {
             if let Some(id) = intent {
-                m.intents.remove(&id);
-                m.driving.remove(&id);
+                m.intents.discard(id);
             }
             return Err(e);
         }
@@ -98,8 +102,8 @@ impl Node {
 
     /// An intent (committed at once) to send directory `dir`'s new permissions to
     /// every other server.
-    fn perms_intent(&self, m: &mut Mem, b: &mut Batch, dir: u64, i: &proto::InodeRow) -> R<u64> {
-        let id = self.alloc_intent(m)?;
+    fn perms_intent(&self, st: &mut State, b: &mut Batch, dir: u64, i: &proto::InodeRow) -> R<u64> {
+        let id = self.alloc_intent()?;
         let perms = proto::DirPerms {
             mode: i.mode & 0o7777,
             uid: i.uid,
@@ -123,8 +127,7 @@ impl Node {
         );
         row.followups = followups;
         b.put(&intent_key(id), &row);
-        m.intents.insert(id, row);
-        m.driving.insert(id);
+        st.intents.begin(id, row);
         Ok(id)
     }
 
@@ -142,7 +145,7 @@ impl Node {
         self.check_home(ino)?;
         let i = self.inode_or_enoent(ino)?;
         let a = {
-            let m = self.mu.lock();
+            let m = self.state();
             self.attr_of(&m, ino, &i)
         };
         let open_checks = checks && !(created && cred.uid == a.uid);
@@ -155,7 +158,7 @@ impl Node {
         } else {
             a
         };
-        self.mu.lock().open.add(ino, cred.uid);
+        self.state().opens.add(ino, cred.uid);
         Ok(a)
     }
 
@@ -163,8 +166,8 @@ impl Node {
     /// last close of an unlinked file frees it.
     pub(crate) fn release(&self, cred: &Cred, ino: u64) -> R<()> {
         self.check_home(ino)?;
-        let mut m = self.mu.lock();
-        if m.open.remove(ino, cred.uid) {
+        let mut m = self.state();
+        if m.opens.remove(ino, cred.uid) {
             if let Some(i) = self.inode(ino)? {
                 if i.nlink == 0 && !is_dir(&i) {
                     let mut b = Batch::new();
@@ -239,7 +242,7 @@ impl Node {
     /// Sets the access time of `ino` if `relatime` asks (a read of it).
     pub(crate) fn touch_atime(&self, ino: u64) -> R<()> {
         let now = cairn_fs::now_ns();
-        let m = self.mu.lock();
+        let m = self.state();
         let Some(mut i) = self.inode(ino)? else {
             return Ok(());
         };
@@ -272,7 +275,7 @@ impl Node {
         }
         self.data_access(checks, cred, ino, &i, rules::MAY_READ)?;
         {
-            let m = self.mu.lock();
+            let m = self.state();
             if rules::relatime_due(&self.attr_of(&m, ino, &i), cairn_fs::now_ns()) {
                 drop(m);
                 self.touch_atime(ino)?;
@@ -318,7 +321,7 @@ impl Node {
         data: &[u8],
     ) -> R<u64> {
         self.check_home(ino)?;
-        let m = self.mu.lock();
+        let m = self.state();
         let mut i = self.inode_or_enoent(ino)?;
         if is_dir(&i) {
             return errno(libc::EISDIR);
@@ -452,7 +455,7 @@ impl Node {
             return errno(libc::E2BIG);
         }
         self.check_home(ino)?;
-        let mut m = self.mu.lock();
+        let mut m = self.state();
         let mut i = self.inode_or_enoent(ino)?;
         rules::xattr_access(checks, cred, &row_attr(ino, &i), name)?;
         let k = xattr_key(ino, name);
@@ -497,8 +500,7 @@ impl Node {
         b.put(&inode_key(ino), &i);
         if let Err(e) = self.apply(b) {
             if let Some(id) = intent {
-                m.intents.remove(&id);
-                m.driving.remove(&id);
+                m.intents.discard(id);
             }
             return Err(e);
         }
@@ -518,8 +520,8 @@ impl Node {
         let p = ino_prefix(TAG_XATTR, ino);
         let mut names = Vec::new();
         let mut bytes = 0;
-        for r in self.ks.prefix_suffixes(&p) {
-            let (name, _) = r?;
+        for name in self.suffixes(&p) {
+            let name = name?;
             if !rules::xattr_listed(checks, cred, &name) {
                 continue;
             }
@@ -536,7 +538,7 @@ impl Node {
     pub(crate) fn removexattr(&self, checks: bool, cred: &Cred, ino: u64, name: &[u8]) -> R<()> {
         rules::check_xattr_name(name)?;
         self.check_home(ino)?;
-        let mut m = self.mu.lock();
+        let mut m = self.state();
         let mut i = self.inode_or_enoent(ino)?;
         rules::xattr_access(checks, cred, &row_attr(ino, &i), name)?;
         let k = xattr_key(ino, name);
@@ -590,7 +592,7 @@ impl Node {
     /// link, or becomes an orphan if open.
     pub(crate) fn drop_link_in(
         &self,
-        m: &Mem,
+        st: &State,
         b: &mut Batch,
         ino: u64,
         dir: u64,
@@ -609,7 +611,7 @@ impl Node {
         i.nlink = i.nlink.saturating_sub(1);
         i.ctime = now;
         if i.nlink == 0 {
-            if m.open.is_open(ino) {
+            if st.opens.is_open(ino) {
                 b.put_raw(&orphan_key(ino), &[]);
                 b.put(&inode_key(ino), &i);
             } else {
@@ -643,7 +645,7 @@ impl Node {
 
     /// Adds or removes subdirectory `child` of `dir` (idempotent): a directory's link
     /// count is 2 + its subdirectories.
-    pub(crate) fn subdir_in(&self, m: &mut Mem, b: &mut Batch, r: &proto::SubdirReq) -> R<()> {
+    pub(crate) fn subdir_in(&self, st: &mut State, b: &mut Batch, r: &proto::SubdirReq) -> R<()> {
         self.check_home(r.dir)?;
         let k = subdir_key(r.dir, r.child);
         let has = self.contains(&k);
@@ -653,7 +655,7 @@ impl Node {
         let Some(mut i) = self.inode(r.dir)? else {
             return Ok(());
         };
-        self.fold_times(m, r.dir, &mut i);
+        self.fold_times(st, r.dir, &mut i);
         if r.add {
             b.put_raw(&k, &[]);
             i.nlink += 1;

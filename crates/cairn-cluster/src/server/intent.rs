@@ -22,15 +22,17 @@ use cairn_fs::{rules, Attr, Cred, ROOT};
 
 use super::intent_rows::kind_name;
 use super::names::decode_entry;
-use super::node::*;
+use super::node::{errno, Batch, Fail, IntentKey, Node, NodeRef, R};
 use super::peer::peer_call;
 use super::rename::dir_moves;
+use super::state::State;
+use crate::convert::{cred_msg, msg_attr};
 use crate::giga::{dir_home, home_of};
 use crate::proto;
 use crate::proto::follow_up::Call;
 use crate::proto::intent_row::Op;
 use crate::proto::IntentState;
-use crate::rows::*;
+use crate::rows::{entry_key, intent_key};
 
 /// While alive, the holder drives intent `id`; dropped, the intent (if not finished)
 /// is left to the background runner.
@@ -51,12 +53,9 @@ impl Driving {
 
 impl Drop for Driving {
     fn drop(&mut self) {
-        let mut m = self.node.mu.lock();
-        m.driving.remove(&self.id);
-        let pending = m.intents.contains_key(&self.id);
-        drop(m);
+        let pending = self.node.state().intents.stop_driving(self.id);
         if pending {
-            self.node.wake.notify_one();
+            self.node.wake_runner();
         }
     }
 }
@@ -93,12 +92,7 @@ impl Node {
     }
 
     pub(crate) fn intent_row(&self, id: u64) -> R<proto::IntentRow> {
-        self.mu
-            .lock()
-            .intents
-            .get(&id)
-            .cloned()
-            .ok_or(Fail::Errno(libc::EIO))
+        self.state().intents.row(id)
     }
 
     /// Writes intent `id` anew (a later step's state), durably; `f` refuses a row of
@@ -108,13 +102,13 @@ impl Node {
         id: u64,
         f: impl FnOnce(&mut proto::IntentRow) -> R<()>,
     ) -> R<()> {
-        let mut m = self.mu.lock();
-        let mut row = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
+        let mut m = self.state();
+        let mut row = m.intents.row(id)?;
         f(&mut row)?;
         let mut b = Batch::new();
         b.put(&intent_key(id), &row);
         self.apply(b)?;
-        m.intents.insert(id, row);
+        m.intents.put(id, row);
         drop(m);
         self.durable()
     }
@@ -122,33 +116,31 @@ impl Node {
     /// Records a new intent (its names held) and makes it durable.
     pub(crate) fn begin_intent(
         &self,
-        m: &mut Mem,
+        st: &mut State,
         row: proto::IntentRow,
         extra: Option<Batch>,
     ) -> R<u64> {
-        let id = self.alloc_intent(m)?;
+        let id = self.alloc_intent()?;
         let names = self.intent_names(&row);
-        self.reserve(m, (self.id, id), &names)?;
+        st.names.reserve((self.id, id), &names)?;
         let mut b = extra.unwrap_or_else(Batch::new);
         b.put(&intent_key(id), &row);
         if let Err(e) = self.apply(b) {
-            self.unreserve(m, (self.id, id));
+            st.names.release((self.id, id));
             return Err(e);
         }
-        m.intents.insert(id, row);
-        m.driving.insert(id);
+        st.intents.begin(id, row);
         Ok(id)
     }
 
     /// Deletes a finished (or undone) intent and frees its names.
     pub(crate) fn finish_intent(&self, id: u64) -> R<()> {
-        let mut m = self.mu.lock();
+        let mut m = self.state();
         let mut b = Batch::new();
         b.delete(&intent_key(id));
         self.apply(b)?;
-        m.intents.remove(&id);
-        m.retry.remove(&id);
-        self.unreserve(&mut m, (self.id, id));
+        m.intents.finish(id);
+        m.names.release((self.id, id));
         Ok(())
     }
 
@@ -321,12 +313,10 @@ impl Node {
 
     /// Records that the first `done` follow-ups of intent `id` are made (durably).
     fn followups_done(&self, id: u64, done: u32) -> R<()> {
-        let mut m = self.mu.lock();
-        let Some(row) = m.intents.get_mut(&id) else {
+        let mut m = self.state();
+        let Some(row) = m.intents.followups_done(id, done) else {
             return errno(libc::EIO);
         };
-        row.followups_done = done;
-        let row = row.clone();
         let mut b = Batch::new();
         b.put(&intent_key(id), &row);
         self.apply(b)?;
@@ -446,7 +436,7 @@ impl Node {
         let id = self
             .blocking(move |n| {
                 rules::check_new_name(&name)?;
-                let mut m = n.mu.lock();
+                let mut m = n.state();
                 n.writable_part(&m, dir, &name, None)?;
                 let p = n.dir_perms(dir)?;
                 rules::check_access(checks, &cred, &p, rules::MAY_WRITE | rules::MAY_EXEC)?;
@@ -521,8 +511,8 @@ impl Node {
     /// memo at the new home). Returns the partition to split, if it grew past the
     /// threshold.
     fn mkdir_commit(&self, id: u64, ino: u64) -> R<Option<(u64, u32)>> {
-        let mut m = self.mu.lock();
-        let mut row = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
+        let mut m = self.state();
+        let mut row = m.intents.row(id)?;
         let Some(Op::Mkdir(mk)) = &mut row.op else {
             return errno(libc::EIO);
         };
@@ -558,7 +548,7 @@ impl Node {
         ];
         b.put(&intent_key(id), &row);
         self.apply(b)?;
-        m.intents.insert(id, row);
+        m.intents.put(id, row);
         self.touch_dir(&mut m, dir, time);
         let split = self.wants_split(&m, dir, idx).then_some((dir, idx));
         drop(m);
@@ -599,8 +589,8 @@ impl Node {
         let kind = attr.mode & libc::S_IFMT;
         let split = self
             .blocking(move |n| {
-                let mut m = n.mu.lock();
-                if !m.intents.contains_key(&id) {
+                let mut m = n.state();
+                if !m.intents.contains(id) {
                     return errno(libc::EIO);
                 }
                 let idx = n.writable_part(&m, link.dir, &link.name, Some((n.id, id)))?;
@@ -615,8 +605,8 @@ impl Node {
                 n.count_entry(&mut m, &mut b, link.dir, idx, true);
                 b.delete(&intent_key(id));
                 n.apply(b)?;
-                m.intents.remove(&id);
-                n.unreserve(&mut m, (n.id, id));
+                m.intents.finish(id);
+                m.names.release((n.id, id));
                 n.touch_dir(&mut m, link.dir, link.time);
                 let split = n.wants_split(&m, link.dir, idx).then_some((link.dir, idx));
                 drop(m);
@@ -695,8 +685,8 @@ impl Node {
     /// entry goes here; the follow-ups remove its partitions and uncount it at its
     /// parent's home.
     fn rmdir_commit(&self, id: u64, child: u64, participants: &[u32]) -> R<()> {
-        let mut m = self.mu.lock();
-        let mut row = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
+        let mut m = self.state();
+        let mut row = m.intents.row(id)?;
         let Some(Op::Rmdir(rm)) = &row.op else {
             return errno(libc::EIO);
         };
@@ -729,7 +719,7 @@ impl Node {
         row.followups = f;
         b.put(&intent_key(id), &row);
         self.apply(b)?;
-        m.intents.insert(id, row);
+        m.intents.put(id, row);
         self.touch_dir(&mut m, dir, cairn_fs::now_ns());
         drop(m);
         self.durable()
@@ -743,7 +733,7 @@ impl Node {
         name: &[u8],
         owner: Option<(u64, u32)>,
     ) -> R<RmdirStep> {
-        let mut m = self.mu.lock();
+        let mut m = self.state();
         self.writable_part(&m, dir, name, None)?;
         let p = self.dir_perms(dir)?;
         rules::check_access(checks, cred, &p, rules::MAY_WRITE | rules::MAY_EXEC)?;
@@ -850,49 +840,26 @@ impl Node {
             tokio::select! {
                 // Fixed order (no random branch choice): the simulation replays a seed.
                 biased;
-                _ = self.wake.notified() => {}
+                _ = self.woken() => {}
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {}
             }
             if self.is_crashed() {
                 return;
             }
             let now = Instant::now();
-            let ids: Vec<u64> = {
-                let mut m = self.mu.lock();
-                let ids: Vec<u64> = m
-                    .intents
-                    .keys()
-                    .copied()
-                    .filter(|id| !m.driving.contains(id))
-                    .filter(|id| m.retry.get(id).is_none_or(|(at, _)| *at <= now))
-                    .collect();
-                for id in &ids {
-                    m.driving.insert(*id);
-                }
-                ids
-            };
+            let ids = self.state().intents.take_due(now);
             for id in ids {
                 let node = self.clone();
                 tokio::spawn(async move {
                     let g = Driving::adopt(&node, id);
                     let res = node.drive(id).await;
-                    let mut m = node.mu.lock();
-                    if res.is_err() && m.intents.contains_key(&id) {
-                        let pause = m
-                            .retry
-                            .get(&id)
-                            .map_or(Duration::from_millis(100), |(_, p)| {
-                                (*p * 2).min(Duration::from_secs(5))
-                            });
-                        m.retry.insert(id, (Instant::now() + pause, pause));
+                    let pause = node.state().intents.attempted(id, res.is_err());
+                    if let Some(pause) = pause {
                         tracing::debug!(
                             server = node.id,
                             "intent {id}: retry in {pause:?}: {res:?}"
                         );
-                    } else {
-                        m.retry.remove(&id);
                     }
-                    drop(m);
                     drop(g);
                 });
             }

@@ -13,17 +13,16 @@ pub(crate) mod node;
 mod peer;
 mod rename;
 mod split;
+mod state;
 mod stream;
 mod svc;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use prost::Message;
 
 use cairn::{Options, SyncPolicy};
@@ -32,11 +31,15 @@ use crate::config::ClusterConfig;
 use crate::error::ServerError;
 use crate::giga;
 use crate::proto;
-use crate::rows::*;
-use node::{Batch, Mem, Node, NodeRef, Part};
+use crate::rows::{
+    be32, be64, inode_key, orphan_key, partition_key, single, PART_ACTIVE, TAG_INO_LEASE,
+    TAG_INTENT, TAG_INTENT_LEASE, TAG_ORPHAN, TAG_PARTITION, TAG_PREPARED, TAG_SERVER,
+};
+use crate::transport::MAX_MESSAGE;
+use node::{Batch, Node, NodeConfig, NodeRef};
+use state::Part;
 
 pub use embed::{start_embedded, Embedded, PartitionInfo, Probe};
-pub(crate) use peer::MAX_MESSAGE;
 
 /// When a change is durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -233,7 +236,7 @@ impl ServerHandle {
             let _ = stop.send(());
         }
         // Streams of creates are never done on their own: they end now.
-        self.node.stop_streams.send_replace(true);
+        self.node.stop_streams();
         // Requests in flight get SHUTDOWN_GRACE to finish; connections still open then
         // (a client that keeps an idle connection and never answers the GOAWAY) are
         // dropped with the runtime rather than waited for.
@@ -247,15 +250,15 @@ impl ServerHandle {
             }
         });
         // Background tasks stop at their next step; everything they did is durable.
-        self.node.crashed.store(true, Ordering::SeqCst);
+        self.node.set_stopped(true);
         stop_runtime(rt);
-        self.node.crashed.store(false, Ordering::SeqCst);
+        self.node.set_stopped(false);
         let node = &self.node;
         let dir = node.db().path().to_path_buf();
         let res = node
             .write_dir_times()
             .map_err(|f| ServerError::Serve(format!("writing directory times: {f:?}")));
-        node.crashed.store(true, Ordering::SeqCst);
+        node.set_stopped(true);
         let closed = node.db().clone().close();
         res?;
         closed.map_err(|source| ServerError::Store { dir, source })?;
@@ -271,7 +274,7 @@ impl ServerHandle {
     /// finished, the store's lock is released.
     #[doc(hidden)]
     pub fn kill(mut self) {
-        self.node.crashed.store(true, Ordering::SeqCst);
+        self.node.set_stopped(true);
         if let Some(rt) = self.rt.take() {
             stop_runtime(rt);
         }
@@ -287,19 +290,13 @@ impl ServerHandle {
     /// due but not started), and partitions it holds that are still incoming.
     #[doc(hidden)]
     pub fn pending(&self) -> (usize, usize) {
-        let m = self.node.mu.lock();
-        let due = m
+        let st = self.node.state();
+        let due = st
             .parts
-            .keys()
-            .filter(|(d, i)| self.node.wants_split(&m, *d, *i))
+            .iter()
+            .filter(|&((d, i), _)| self.node.wants_split(&st, d, i))
             .count();
-        (
-            m.intents.len() + due,
-            m.parts
-                .values()
-                .filter(|p| p.state == PART_INCOMING)
-                .count(),
-        )
+        (st.intents.len() + due, st.parts.incoming())
     }
 }
 
@@ -309,7 +306,7 @@ impl Drop for ServerHandle {
             if let Some(stop) = self.stop.take() {
                 let _ = stop.send(());
             }
-            self.node.crashed.store(true, Ordering::SeqCst);
+            self.node.set_stopped(true);
             stop_runtime(rt);
         }
     }
@@ -470,7 +467,7 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
     };
     rt.spawn(node.clone().intent_runner());
     rt.spawn(node.clone().housekeeping());
-    node.wake.notify_one();
+    node.wake_runner();
     tracing::info!(server = id, "serving on {addr} (store {})", dir.display());
     Ok(ServerHandle {
         addr,
@@ -551,27 +548,24 @@ fn open_node(
             ks.db().flush().map_err(store_err(&dir))?;
         }
     }
-    let node = Arc::new(Node {
-        id,
-        n: cfg.len(),
-        cluster_id: cfg.cluster_id(),
+    let mut node = Node::new(
+        NodeConfig {
+            id,
+            n: cfg.len(),
+            cluster_id: cfg.cluster_id(),
+            sync: opts.sync,
+            threshold: opts.split_threshold.max(2),
+            split_depth: giga::split_depth_limit(cfg.len(), opts.partitions_per_server),
+            peer_timeout: opts.peer_timeout,
+            inline_store,
+        },
         ks,
-        sync: opts.sync,
-        threshold: opts.split_threshold.max(2),
-        split_depth: giga::split_depth_limit(cfg.len(), opts.partitions_per_server),
-        peer_timeout: opts.peer_timeout,
-        mu: Mutex::new(Mem::default()),
         peers,
-        crash_at: opts.crash_at.clone(),
-        crash_hook: opts.crash_hook.clone(),
-        without_streams: opts.without_streams,
-        crashed: AtomicBool::new(false),
-        counters: Default::default(),
-        wake: tokio::sync::Notify::new(),
-        stop_streams: tokio::sync::watch::channel(false).0,
-        bitmaps: Mutex::new(HashMap::new()),
-        inline_store,
-    });
+    );
+    node.crash_at = opts.crash_at.clone();
+    node.crash_hook = opts.crash_hook.clone();
+    node.without_streams = opts.without_streams;
+    let node = Arc::new(node);
     recover(&node).map_err(|f| fail_err(&dir, "recovery", f))?;
     Ok(node)
 }
@@ -625,7 +619,7 @@ fn recover(node: &Node) -> Result<(), node::Fail> {
         tracing::error!("damaged {what} row");
         Fail::Errno(libc::EIO)
     };
-    let mut m = node.mu.lock();
+    let mut st = node.state();
     let first_local = if node.id == 0 { 2 } else { 1 };
     let lease = |tag: u8| -> Result<Option<u64>, Fail> {
         Ok(node.get_raw(&single(tag))?.and_then(|v| {
@@ -633,41 +627,32 @@ fn recover(node: &Node) -> Result<(), node::Fail> {
                 .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
         }))
     };
-    let l = lease(TAG_INO_LEASE)?.unwrap_or(first_local);
-    m.ino_next = l;
-    m.ino_end = l;
-    let l = lease(TAG_INTENT_LEASE)?.unwrap_or(1);
-    m.intent_next = l;
-    m.intent_end = l;
+    node.set_leases(
+        lease(TAG_INO_LEASE)?.unwrap_or(first_local),
+        lease(TAG_INTENT_LEASE)?.unwrap_or(1),
+    );
     for (k, v) in node.scan(&[TAG_PARTITION], None, usize::MAX)? {
         let (Some(dir), Some(idx)) = (be64(&k, 1), be32(&k, 9)) else {
             return Err(damaged("partition key"));
         };
         let p = proto::PartitionRow::decode(&v[..]).map_err(|_| damaged("partition"))?;
-        m.parts.insert(
-            (dir, idx),
-            Part {
-                depth: p.depth,
-                state: p.state,
-                entries: p.entries,
-                splitting: false,
-                removing: p.removing.map(|r| (r.server, r.id)),
-            },
-        );
+        let mut part = Part::new(p.depth, p.state, p.entries);
+        part.removing = p.removing.map(|r| (r.server, r.id));
+        st.parts.insert(dir, idx, part);
     }
     for (k, v) in node.scan(&[TAG_INTENT], None, usize::MAX)? {
         let id = be64(&k, 1).ok_or_else(|| damaged("intent key"))?;
         let row = proto::IntentRow::decode(&v[..]).map_err(|_| damaged("intent"))?;
         let names = node.intent_names(&row);
-        node.reserve(&mut m, (node.id, id), &names)?;
-        m.intents.insert(id, row);
+        st.names.reserve((node.id, id), &names)?;
+        st.intents.put(id, row);
     }
     for (k, v) in node.scan(&[TAG_PREPARED], None, usize::MAX)? {
         let (Some(s), Some(id)) = (be32(&k, 1), be64(&k, 5)) else {
             return Err(damaged("prepared key"));
         };
         let p = proto::PreparedRow::decode(&v[..]).map_err(|_| damaged("prepared"))?;
-        node.reserve(&mut m, (s, id), &[(p.new_dir, p.new_name)])?;
+        st.names.reserve((s, id), &[(p.new_dir, p.new_name)])?;
     }
     if node.id == 0 && node.inode(cairn_fs::ROOT)?.is_none() {
         let t = cairn_fs::now_ns();
@@ -681,18 +666,12 @@ fn recover(node: &Node) -> Result<(), node::Fail> {
             perms_version: 1,
             ..Default::default()
         };
-        let part = Part {
-            depth: 0,
-            state: PART_ACTIVE,
-            entries: 0,
-            splitting: false,
-            removing: None,
-        };
+        let part = Part::new(0, PART_ACTIVE, 0);
         let mut b = Batch::new();
         b.put(&inode_key(cairn_fs::ROOT), &root);
         b.put(&partition_key(cairn_fs::ROOT, 0), &part.row());
         node.apply(b)?;
-        m.parts.insert((cairn_fs::ROOT, 0), part);
+        st.parts.insert(cairn_fs::ROOT, 0, part);
     }
     let orphans: Vec<u64> = node
         .scan(&[TAG_ORPHAN], None, usize::MAX)?
@@ -709,7 +688,7 @@ fn recover(node: &Node) -> Result<(), node::Fail> {
         b.delete(&orphan_key(ino));
         node.apply(b)?;
     }
-    drop(m);
+    drop(st);
     node.durable()?;
     Ok(())
 }

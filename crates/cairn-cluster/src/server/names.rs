@@ -5,12 +5,16 @@
 use cairn_fs::{rules, Attr, Cred, PATH_MAX};
 use prost::Message;
 
-use super::node::*;
+use super::node::{errno, Batch, Fail, Node, R};
+use super::state::State;
+use crate::convert::row_attr;
 use crate::giga::{home_of, name_hash, rev_range};
 use crate::proto;
 use crate::proto::intent_row::Op;
 use crate::proto::IntentState;
-use crate::rows::*;
+use crate::rows::{
+    entry_key, entry_pos_key, entry_prefix, inode_key, intent_key, link_key, prefix_successor,
+};
 
 /// Most entries one listing call returns.
 pub(crate) const READDIR_MAX: usize = 4096;
@@ -47,11 +51,11 @@ pub(crate) fn decode_entry(v: &[u8]) -> R<proto::EntryRow> {
 
 impl Node {
     /// `ino`'s attributes if its home is here.
-    fn local_attr(&self, m: &Mem, ino: u64) -> R<Option<Attr>> {
+    fn local_attr(&self, st: &State, ino: u64) -> R<Option<Attr>> {
         if home_of(ino) != self.id {
             return Ok(None);
         }
-        Ok(self.inode(ino)?.map(|i| self.attr_of(m, ino, &i)))
+        Ok(self.inode(ino)?.map(|i| self.attr_of(st, ino, &i)))
     }
 
     /// The entry `name` of `dir` (search permission on `dir` needed). "." and ".." are
@@ -63,7 +67,7 @@ impl Node {
             if i.mode & libc::S_IFMT != libc::S_IFDIR {
                 return errno(libc::ENOTDIR);
             }
-            let m = self.mu.lock();
+            let m = self.state();
             let a = self.attr_of(&m, dir, &i);
             rules::check_access(checks, cred, &a, rules::MAY_EXEC)?;
             if name == b"." {
@@ -80,7 +84,7 @@ impl Node {
                 attr,
             });
         }
-        let m = self.mu.lock();
+        let m = self.state();
         self.locate(&m, dir, name_hash(name))?;
         let p = self.dir_perms(dir)?;
         rules::check_access(checks, cred, &p, rules::MAY_EXEC)?;
@@ -143,7 +147,7 @@ impl Node {
             _ => rules::mknod_type(checks, cred, mode)? | (mode & 0o7777),
         };
         rules::check_new_name(name)?;
-        let mut m = self.mu.lock();
+        let mut m = self.state();
         let idx = self.writable_part(&m, dir, name, None)?;
         let p = self.dir_perms(dir)?;
         rules::check_access(checks, cred, &p, rules::MAY_WRITE | rules::MAY_EXEC)?;
@@ -151,7 +155,7 @@ impl Node {
         if self.contains(&ek) {
             return errno(libc::EEXIST);
         }
-        let ino = self.alloc_ino(&mut m)?;
+        let ino = self.alloc_ino()?;
         let now = cairn_fs::now_ns();
         let (mode, gid) = rules::new_mode_gid(cred, &p, mode);
         let data = if mode & libc::S_IFMT == libc::S_IFLNK {
@@ -205,7 +209,7 @@ impl Node {
         owner: Option<(u64, u32)>,
     ) -> R<UnlinkStep> {
         rules::check_name(name)?;
-        let mut m = self.mu.lock();
+        let mut m = self.state();
         let idx = self.writable_part(&m, dir, name, None)?;
         let p = self.dir_perms(dir)?;
         rules::check_access(checks, cred, &p, rules::MAY_WRITE | rules::MAY_EXEC)?;
@@ -239,7 +243,7 @@ impl Node {
             self.drop_link_in(&m, &mut b, e.ino, dir, name, now)?;
             None
         } else {
-            let id = self.alloc_intent(&mut m)?;
+            let id = self.alloc_intent()?;
             let mut row = proto::IntentRow::new(
                 IntentState::Committed,
                 Op::Unlink(proto::UnlinkIntent {
@@ -259,9 +263,8 @@ impl Node {
                 })),
             }];
             b.put(&intent_key(id), &row);
-            self.reserve(&mut m, (self.id, id), &[(dir, name.to_vec())])?;
-            m.intents.insert(id, row);
-            m.driving.insert(id);
+            m.names.reserve((self.id, id), &[(dir, name.to_vec())])?;
+            m.intents.begin(id, row);
             Some(id)
         };
         self.apply(b)?;
@@ -289,7 +292,7 @@ impl Node {
         if ino == 0 || home_of(ino) >= self.n {
             return errno(libc::ENOENT);
         }
-        let mut m = self.mu.lock();
+        let mut m = self.state();
         let idx = self.writable_part(&m, dir, name, None)?;
         let p = self.dir_perms(dir)?;
         rules::check_access(checks, cred, &p, rules::MAY_WRITE | rules::MAY_EXEC)?;
@@ -316,7 +319,7 @@ impl Node {
             self.ack()?;
             return Ok((LinkStep::Done(a), split));
         }
-        let id = self.alloc_intent(&mut m)?;
+        let id = self.alloc_intent()?;
         let row = proto::IntentRow::new(
             IntentState::Prepared,
             Op::Link(proto::LinkIntent {
@@ -326,15 +329,13 @@ impl Node {
                 time: now,
             }),
         );
-        self.reserve(&mut m, (self.id, id), &[(dir, name.to_vec())])?;
+        m.names.reserve((self.id, id), &[(dir, name.to_vec())])?;
         let mut b = Batch::new();
         b.put(&intent_key(id), &row);
-        m.intents.insert(id, row);
-        m.driving.insert(id);
+        m.intents.begin(id, row);
         if let Err(e) = self.apply(b) {
-            self.unreserve(&mut m, (self.id, id));
-            m.intents.remove(&id);
-            m.driving.remove(&id);
+            m.names.release((self.id, id));
+            m.intents.discard(id);
             return Err(e);
         }
         // Its caller makes the intent durable ([`Node::intent_durable`]) before it
@@ -361,9 +362,9 @@ impl Node {
         }
         rules::check_data_access(checks, cred, &self.dir_perms(dir)?, rules::MAY_READ)?;
         let limit = limit.clamp(1, READDIR_MAX);
-        let m = self.mu.lock();
+        let m = self.state();
         let idx = self.locate(&m, dir, after_rev.reverse_bits())?;
-        let depth = m.parts[&(dir, idx)].depth;
+        let depth = m.parts.get(dir, idx).ok_or(Fail::Busy)?.depth;
         let (_, hi) = rev_range(idx, depth);
         let start = entry_pos_key(dir, after_rev, after_name);
         let mut end_prefix = entry_prefix(dir);
@@ -373,13 +374,11 @@ impl Node {
         {
             use std::ops::Bound;
             let hi_b = end.map_or(Bound::Unbounded, Bound::Excluded);
-            for r in self.ks.range::<Vec<u8>, _>((Bound::Excluded(start), hi_b)) {
-                let (k, v) = r?;
-                if rows.len() == limit {
-                    rows.push((k, v.into_vec()));
+            for r in self.rows((Bound::Excluded(start), hi_b)) {
+                rows.push(r?);
+                if rows.len() > limit {
                     break;
                 }
-                rows.push((k, v.into_vec()));
             }
         }
         drop(m);

@@ -2,25 +2,25 @@
 //! holds and their in-memory flags, names held by operations across servers, leases,
 //! open counts, pending directory times; and the helpers every operation uses.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-// tokio's clock: real time in a server, virtual time in the simulation (turmoil pauses
-// it), so that retries and leases follow the simulated schedule.
-use tokio::time::Instant;
-
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use prost::Message;
 
 use cairn::{Db, Keyspace, WriteBatch, WriteOptions};
-use cairn_fs::{Attr, Cred, Errno};
+use cairn_fs::{Attr, Errno};
 
+use super::state::{LearntBitmaps, Lease, Leases, RenameLock, State};
 use super::SyncMode;
-use crate::giga::{self, covers, created_depth, home_of, name_hash, MAX_DEPTH};
+use crate::convert::row_attr;
+use crate::giga::{self, covers, home_of, name_hash, MAX_DEPTH};
 use crate::proto;
-use crate::rows::*;
+use crate::rows::{
+    inode_key, partition_key, perms_key, prefix_successor, single, PART_ACTIVE, TAG_INO_LEASE,
+    TAG_INTENT_LEASE,
+};
 
 /// Why an operation did not succeed (inside the server).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,146 +110,97 @@ pub(crate) fn errno<T>(e: i32) -> R<T> {
 /// An intent's identity: (coordinating server, number).
 pub(crate) type IntentKey = (u32, u64);
 
-/// A partition held here, as kept in memory.
-#[derive(Clone, Debug)]
-pub(crate) struct Part {
-    pub depth: u32,
-    pub state: u32,
-    pub entries: u64,
-    /// A split of this partition is moving its entries: changes of its names wait.
-    pub splitting: bool,
-    /// An rmdir of the directory is prepared.
-    pub removing: Option<IntentKey>,
-}
-
-impl Part {
-    pub(crate) fn row(&self) -> proto::PartitionRow {
-        proto::PartitionRow {
-            depth: self.depth,
-            state: self.state,
-            entries: self.entries,
-            removing: self
-                .removing
-                .map(|(server, id)| proto::IntentId { server, id }),
-        }
-    }
-
-    /// Whether changes of names in this partition may go ahead now.
-    pub(crate) fn writable(&self) -> R<()> {
-        if self.state != PART_ACTIVE || self.splitting || self.removing.is_some() {
-            return Err(Fail::Busy);
-        }
-        Ok(())
-    }
-}
-
-/// What the server keeps in memory, under [`Node::mu`].
-#[derive(Default)]
-pub(crate) struct Mem {
-    pub parts: BTreeMap<(u64, u32), Part>,
-    /// Names held by operations across servers (an intent here, or a prepared part of
-    /// another server's): changes of them wait.
-    pub reserved: BTreeMap<(u64, Vec<u8>), IntentKey>,
-    pub ino_next: u64,
-    pub ino_end: u64,
-    pub intent_next: u64,
-    pub intent_end: u64,
-    /// Opens of inodes whose home is here.
-    pub open: Opens,
-    /// Times of directories whose home is here, newer than their rows.
-    pub dir_times: BTreeMap<u64, (i64, i64)>,
-    /// Times of directories whose home is elsewhere, to send there.
-    pub remote_times: BTreeMap<u64, (i64, i64)>,
-    /// Intents this server coordinates that are not finished.
-    pub intents: BTreeMap<u64, proto::IntentRow>,
-    /// Intents a task is driving now.
-    pub driving: BTreeSet<u64>,
-    /// The cluster's rename lock (server 0 only): holder and expiry.
-    pub rename_lock: Option<(IntentKey, Instant)>,
-    /// When the background runner may try an intent again, and the pause after that.
-    pub retry: BTreeMap<u64, (Instant, Duration)>,
-}
-
-/// The opens of inodes whose home is here, counted by the uid that made them, so that
-/// a release ends only an open of its own caller (a release in another's name would
-/// free a file unlinked while someone has it open).
-#[derive(Default)]
-pub(crate) struct Opens(HashMap<u64, Vec<(u32, u32)>>);
-
-impl Opens {
-    /// One more open of `ino` by `uid`.
-    pub(crate) fn add(&mut self, ino: u64, uid: u32) {
-        let v = self.0.entry(ino).or_default();
-        match v.iter_mut().find(|(u, _)| *u == uid) {
-            Some((_, n)) => *n += 1,
-            None => v.push((uid, 1)),
-        }
-    }
-
-    /// Ends one open of `ino` by `uid`: whether it was the last open of `ino` by
-    /// anyone (false when `uid` had none).
-    pub(crate) fn remove(&mut self, ino: u64, uid: u32) -> bool {
-        let Some(v) = self.0.get_mut(&ino) else {
-            return false;
-        };
-        let Some(at) = v.iter().position(|(u, _)| *u == uid) else {
-            return false;
-        };
-        v[at].1 -= 1;
-        if v[at].1 == 0 {
-            v.swap_remove(at);
-        }
-        if v.is_empty() {
-            self.0.remove(&ino);
-            return true;
-        }
-        false
-    }
-
-    /// Whether anyone has `ino` open.
-    pub(crate) fn is_open(&self, ino: u64) -> bool {
-        self.0.contains_key(&ino)
-    }
-}
-
 /// Counters for status and metrics.
 #[derive(Default)]
 pub(crate) struct Counters {
-    pub splits_done: AtomicU64,
+    splits_done: AtomicU64,
     /// Entries those splits gave their new partitions.
-    pub entries_moved: AtomicU64,
-    pub redirects: AtomicU64,
+    entries_moved: AtomicU64,
+    redirects: AtomicU64,
 }
 
-/// The state of a running server.
+impl Counters {
+    /// A split finished here as its source, giving `moved` entries to its new
+    /// partition.
+    pub(crate) fn split_done(&self, moved: u64) {
+        self.splits_done.fetch_add(1, Ordering::Relaxed);
+        self.entries_moved.fetch_add(moved, Ordering::Relaxed);
+        metrics::counter!("cairn_splits_total").increment(1);
+    }
+
+    /// A request was redirected.
+    pub(crate) fn redirected(&self) {
+        self.redirects.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("cairn_redirects_total").increment(1);
+    }
+
+    /// Splits finished here as the source.
+    pub(crate) fn splits_done(&self) -> u64 {
+        self.splits_done.load(Ordering::Relaxed)
+    }
+
+    /// Entries the splits finished here gave their new partitions.
+    pub(crate) fn entries_moved(&self) -> u64 {
+        self.entries_moved.load(Ordering::Relaxed)
+    }
+
+    /// Requests redirected.
+    pub(crate) fn redirects(&self) -> u64 {
+        self.redirects.load(Ordering::Relaxed)
+    }
+}
+
+/// What a node is made with: its place in the cluster and its settings.
+pub(crate) struct NodeConfig {
+    pub id: u32,
+    pub n: u32,
+    pub cluster_id: u64,
+    pub sync: SyncMode,
+    pub threshold: u64,
+    pub split_depth: u32,
+    pub peer_timeout: Duration,
+    pub inline_store: bool,
+}
+
+/// The state of a running server. Its settings are plain values; what changes is in
+/// parts with methods of their own ([`State`] under one lock, the leases, the rename
+/// lock, the learnt bitmaps, the counters), and its rows change only through
+/// [`Node::apply`].
 pub(crate) struct Node {
     pub id: u32,
     pub n: u32,
     pub cluster_id: u64,
-    pub ks: Keyspace,
     pub sync: SyncMode,
     pub threshold: u64,
     /// Depth past which partitions do not split ([`giga::split_depth_limit`]).
     pub split_depth: u32,
     pub peer_timeout: Duration,
-    pub mu: Mutex<Mem>,
+    /// Store calls run in the calling task instead of the blocking pool (the
+    /// simulation, whose single thread must see them in a fixed order).
+    pub inline_store: bool,
     pub peers: Vec<super::peer::PeerConn>,
+    pub counters: Counters,
+    /// The cluster's rename lock (used on server 0 only).
+    pub rename_lock: RenameLock,
+    /// Directory bitmaps learnt from peers' redirects (for a rename's destination).
+    pub bitmaps: LearntBitmaps,
+    ks: Keyspace,
+    /// What the server keeps in memory (see [`State`]).
+    state: Mutex<State>,
+    /// The number leases (taken while the state's lock may be held: after it).
+    leases: Mutex<Leases>,
+    /// Set when the server stops (a crash point, a kill, a shutdown): nothing more is
+    /// written.
+    crashed: AtomicBool,
+    /// Wakes the background task that drives unfinished intents.
+    wake: tokio::sync::Notify,
+    /// Set when the server stops: its streams of creates end (`super::stream`).
+    stop_streams: tokio::sync::watch::Sender<bool>,
     pub crash_at: Option<String>,
     pub crash_hook: Option<super::CrashHook>,
     /// Test hook ([`super::ServerOptions::without_streams`]): `MakeStream` answers
     /// UNIMPLEMENTED.
     pub without_streams: bool,
-    pub crashed: AtomicBool,
-    pub counters: Counters,
-    /// Wakes the background task that drives unfinished intents.
-    pub wake: tokio::sync::Notify,
-    /// Set when the server stops: its streams of creates end (`super::stream`).
-    pub stop_streams: tokio::sync::watch::Sender<bool>,
-    /// Directory bitmaps learnt from peers' redirects (for a rename's destination).
-    pub bitmaps: Mutex<HashMap<u64, giga::Bitmap>>,
-    /// Store calls run in the calling task instead of the blocking pool (the
-    /// simulation, whose single thread must see them in a fixed order).
-    pub inline_store: bool,
 }
 
 /// Changes of rows, applied atomically by [`Node::apply`].
@@ -284,8 +235,97 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 impl Node {
+    /// A node of `cfg` over keyspace `ks` with connections `peers`, holding nothing yet
+    /// (recovery fills its state).
+    pub(crate) fn new(cfg: NodeConfig, ks: Keyspace, peers: Vec<super::peer::PeerConn>) -> Node {
+        Node {
+            id: cfg.id,
+            n: cfg.n,
+            cluster_id: cfg.cluster_id,
+            sync: cfg.sync,
+            threshold: cfg.threshold,
+            split_depth: cfg.split_depth,
+            peer_timeout: cfg.peer_timeout,
+            inline_store: cfg.inline_store,
+            peers,
+            counters: Counters::default(),
+            rename_lock: RenameLock::default(),
+            bitmaps: LearntBitmaps::default(),
+            ks,
+            state: Mutex::new(State::default()),
+            leases: Mutex::new(Leases::default()),
+            crashed: AtomicBool::new(false),
+            wake: tokio::sync::Notify::new(),
+            stop_streams: tokio::sync::watch::channel(false).0,
+            crash_at: None,
+            crash_hook: None,
+            without_streams: false,
+        }
+    }
+
     pub(crate) fn db(&self) -> &Db {
         self.ks.db()
+    }
+
+    /// Locks what the server keeps in memory.
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock()
+    }
+
+    /// Sets the number leases (at recovery): the next local inode number and the next
+    /// intent number.
+    pub(crate) fn set_leases(&self, ino: u64, intent: u64) {
+        let mut l = self.leases.lock();
+        l.ino = Lease::at(ino);
+        l.intent = Lease::at(intent);
+    }
+
+    /// The next local inode number never handed out.
+    pub(crate) fn inos_used(&self) -> u64 {
+        self.leases.lock().ino.next()
+    }
+
+    /// Wakes the background runner of intents.
+    pub(crate) fn wake_runner(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Waits until [`Node::wake_runner`] is called.
+    pub(crate) async fn woken(&self) {
+        self.wake.notified().await;
+    }
+
+    /// Ends the server's streams of creates (it stops).
+    pub(crate) fn stop_streams(&self) {
+        self.stop_streams.send_replace(true);
+    }
+
+    /// Watches whether the server's streams of creates must end.
+    pub(crate) fn streams_stop(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.stop_streams.subscribe()
+    }
+
+    /// Marks the server stopped (nothing more is written) or, `false`, running again
+    /// (a shutdown's last writes).
+    pub(crate) fn set_stopped(&self, stopped: bool) {
+        self.crashed.store(stopped, Ordering::SeqCst);
+    }
+
+    /// The rows of `range`, in order.
+    pub(crate) fn rows(
+        &self,
+        range: (std::ops::Bound<Vec<u8>>, std::ops::Bound<Vec<u8>>),
+    ) -> impl Iterator<Item = R<(Vec<u8>, Vec<u8>)>> {
+        self.ks
+            .range::<Vec<u8>, _>(range)
+            .map(|r| r.map(|(k, v)| (k, v.into_vec())).map_err(Fail::from))
+    }
+
+    /// The suffixes after `prefix` of the keys of rows starting with it, in order.
+    pub(crate) fn suffixes(&self, prefix: &[u8]) -> impl Iterator<Item = R<Vec<u8>>> {
+        self.ks
+            .prefix_suffixes(prefix)
+            .map(|r| r.map(|(k, _)| k).map_err(Fail::from))
     }
 
     // ---- store access ---------------------------------------------------------------
@@ -454,33 +494,30 @@ impl Node {
     // ---- numbers --------------------------------------------------------------------
 
     /// A new inode number of this server.
-    pub(crate) fn alloc_ino(&self, m: &mut Mem) -> R<u64> {
-        if m.ino_next >= m.ino_end {
-            let end = m.ino_next + INO_LEASE;
-            // No sync needed: a row using a number of this lease is written after it,
-            // and the store keeps a prefix of its writes after a crash.
-            let mut b = Batch::new();
-            b.put_raw(&single(TAG_INO_LEASE), &end.to_le_bytes());
-            self.apply(b)?;
-            m.ino_end = end;
-        }
-        let ino = giga::make_ino(self.id, m.ino_next);
-        m.ino_next += 1;
-        Ok(ino)
+    pub(crate) fn alloc_ino(&self) -> R<u64> {
+        // No sync needed: a row using a number of this lease is written after it,
+        // and the store keeps a prefix of its writes after a crash.
+        let local = self
+            .leases
+            .lock()
+            .ino
+            .take(INO_LEASE, |end| self.put_lease(TAG_INO_LEASE, end))?;
+        Ok(giga::make_ino(self.id, local))
     }
 
     /// A new intent number (never reused: participants key their rows by it).
-    pub(crate) fn alloc_intent(&self, m: &mut Mem) -> R<u64> {
-        if m.intent_next >= m.intent_end {
-            let end = m.intent_next + INTENT_LEASE;
-            let mut b = Batch::new();
-            b.put_raw(&single(TAG_INTENT_LEASE), &end.to_le_bytes());
-            self.apply(b)?;
-            m.intent_end = end;
-        }
-        let id = m.intent_next;
-        m.intent_next += 1;
-        Ok(id)
+    pub(crate) fn alloc_intent(&self) -> R<u64> {
+        self.leases
+            .lock()
+            .intent
+            .take(INTENT_LEASE, |end| self.put_lease(TAG_INTENT_LEASE, end))
+    }
+
+    /// Writes the end of a lease of numbers (row `tag`).
+    fn put_lease(&self, tag: u8, end: u64) -> R<()> {
+        let mut b = Batch::new();
+        b.put_raw(&single(tag), &end.to_le_bytes());
+        self.apply(b)
     }
 
     // ---- inodes ---------------------------------------------------------------------
@@ -496,9 +533,9 @@ impl Node {
     }
 
     /// The attributes of an inode row, with a directory's pending times.
-    pub(crate) fn attr_of(&self, m: &Mem, ino: u64, i: &proto::InodeRow) -> Attr {
+    pub(crate) fn attr_of(&self, st: &State, ino: u64, i: &proto::InodeRow) -> Attr {
         let mut a = row_attr(ino, i);
-        if let Some(&(mt, ct)) = m.dir_times.get(&ino) {
+        if let Some((mt, ct)) = st.times.pending(ino) {
             a.mtime = a.mtime.max(mt);
             a.ctime = a.ctime.max(ct);
         }
@@ -507,21 +544,14 @@ impl Node {
 
     /// Records that directory `dir` changed at `t` (an entry added or removed): its
     /// times are written later (here, or sent to its home).
-    pub(crate) fn touch_dir(&self, m: &mut Mem, dir: u64, t: i64) {
-        let map = if home_of(dir) == self.id {
-            &mut m.dir_times
-        } else {
-            &mut m.remote_times
-        };
-        let e = map.entry(dir).or_insert((t, t));
-        e.0 = e.0.max(t);
-        e.1 = e.1.max(t);
+    pub(crate) fn touch_dir(&self, st: &mut State, dir: u64, t: i64) {
+        st.times.touch(home_of(dir) == self.id, dir, t);
     }
 
     /// Folds a directory's pending times into its row (before a change of the row that
     /// sets times itself).
-    pub(crate) fn fold_times(&self, m: &mut Mem, ino: u64, i: &mut proto::InodeRow) {
-        if let Some((mt, ct)) = m.dir_times.remove(&ino) {
+    pub(crate) fn fold_times(&self, st: &mut State, ino: u64, i: &mut proto::InodeRow) {
+        if let Some((mt, ct)) = st.times.take(ino) {
             i.mtime = i.mtime.max(mt);
             i.ctime = i.ctime.max(ct);
         }
@@ -532,10 +562,10 @@ impl Node {
     /// The partition of `dir` held here that owns names of hash `h`, or why not:
     /// `Redirect` when this server holds an ancestor of the owner, `ENOENT`/`ENOTDIR`
     /// when it holds none of the directory's partitions.
-    pub(crate) fn locate(&self, m: &Mem, dir: u64, h: u64) -> R<u32> {
+    pub(crate) fn locate(&self, st: &State, dir: u64, h: u64) -> R<u32> {
         for r in (0..=MAX_DEPTH).rev() {
             let i = (h & ((1u64 << r) - 1)) as u32;
-            if let Some(p) = m.parts.get(&(dir, i)) {
+            if let Some(p) = st.parts.get(dir, i) {
                 // A split's copy not yet activated: the name is unavailable for a
                 // moment (its owner is this partition soon, or the split's source
                 // until it commits).
@@ -546,9 +576,8 @@ impl Node {
                     return Ok(i);
                 }
                 // An ancestor of the owner: the owner is elsewhere.
-                self.counters.redirects.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("cairn_redirects_total").increment(1);
-                return Err(Fail::Redirect(dir, self.bitmap(m, dir)));
+                self.counters.redirected();
+                return Err(Fail::Redirect(dir, st.parts.bitmap(dir)));
             }
         }
         self.no_partition(dir)
@@ -572,35 +601,19 @@ impl Node {
     /// operation (unless by `mine`).
     pub(crate) fn writable_part(
         &self,
-        m: &Mem,
+        st: &State,
         dir: u64,
         name: &[u8],
         mine: Option<IntentKey>,
     ) -> R<u32> {
-        let idx = self.locate(m, dir, name_hash(name))?;
-        m.parts[&(dir, idx)].writable()?;
-        if let Some(&k) = m.reserved.get(&(dir, name.to_vec())) {
+        let idx = self.locate(st, dir, name_hash(name))?;
+        st.parts.get(dir, idx).ok_or(Fail::Busy)?.writable()?;
+        if let Some(k) = st.names.holder(dir, name) {
             if Some(k) != mine {
                 return Err(Fail::Busy);
             }
         }
         Ok(idx)
-    }
-
-    /// This server's bitmap of `dir`: the active partitions it holds and the
-    /// partitions their splits created.
-    pub(crate) fn bitmap(&self, m: &Mem, dir: u64) -> Vec<u32> {
-        let mut out = Vec::new();
-        for (&(_, i), p) in m.parts.range((dir, 0)..=(dir, u32::MAX)) {
-            if p.state != PART_ACTIVE {
-                continue;
-            }
-            out.push(i);
-            for d in created_depth(i)..p.depth {
-                out.push(giga::child(i, d));
-            }
-        }
-        out
     }
 
     /// The permissions of directory `dir` as this server knows them: its inode if
@@ -648,150 +661,25 @@ impl Node {
             .ok_or(Fail::Errno(libc::EIO))
     }
 
-    /// Adds `delta` (±1) to the entries of partition `idx` of `dir` and puts its row.
-    pub(crate) fn count_entry(&self, m: &mut Mem, b: &mut Batch, dir: u64, idx: u32, add: bool) {
-        if let Some(p) = m.parts.get_mut(&(dir, idx)) {
-            if add {
-                p.entries += 1;
-            } else {
-                p.entries = p.entries.saturating_sub(1);
-            }
-            b.put(&partition_key(dir, idx), &p.row());
+    /// Adds one (`add`) or takes one from the entries of partition `idx` of `dir` and
+    /// puts its row.
+    pub(crate) fn count_entry(&self, st: &mut State, b: &mut Batch, dir: u64, idx: u32, add: bool) {
+        if let Some(row) = st.parts.count_entry(dir, idx, add) {
+            b.put(&partition_key(dir, idx), &row);
         }
     }
 
     /// Whether partition `(dir, idx)` has outgrown the threshold and may split.
-    pub(crate) fn wants_split(&self, m: &Mem, dir: u64, idx: u32) -> bool {
-        match m.parts.get(&(dir, idx)) {
-            Some(p) => {
-                p.entries > self.threshold
-                    && p.state == PART_ACTIVE
-                    && !p.splitting
-                    && p.removing.is_none()
-                    && p.depth < self.split_depth
-            }
-            None => false,
-        }
-    }
-
-    /// Holds `names` for intent `k` (they must be free or already its own).
-    pub(crate) fn reserve(&self, m: &mut Mem, k: IntentKey, names: &[(u64, Vec<u8>)]) -> R<()> {
-        for n in names {
-            if let Some(&o) = m.reserved.get(n) {
-                if o != k {
-                    return Err(Fail::Busy);
-                }
-            }
-        }
-        for n in names {
-            m.reserved.insert(n.clone(), k);
-        }
-        Ok(())
-    }
-
-    /// Frees the names held by intent `k`.
-    pub(crate) fn unreserve(&self, m: &mut Mem, k: IntentKey) {
-        m.reserved.retain(|_, v| *v != k);
-    }
-
-    /// Whether any name of `dir` in partition range `(idx, depth)` is held.
-    pub(crate) fn has_reserved_in(&self, m: &Mem, dir: u64, idx: u32, depth: u32) -> bool {
-        m.reserved
-            .range((dir, Vec::new())..)
-            .take_while(|((d, _), _)| *d == dir)
-            .any(|((_, name), _)| covers(idx, depth, name_hash(name)))
-    }
-
-    /// Whether any name of `dir` is held.
-    pub(crate) fn has_reserved_dir(&self, m: &Mem, dir: u64) -> bool {
-        m.reserved
-            .range((dir, Vec::new())..)
-            .next()
-            .is_some_and(|((d, _), _)| *d == dir)
-    }
-}
-
-/// The attributes of an inode row.
-pub(crate) fn row_attr(ino: u64, i: &proto::InodeRow) -> Attr {
-    Attr {
-        ino,
-        mode: i.mode,
-        uid: i.uid,
-        gid: i.gid,
-        size: i.size,
-        nlink: i.nlink,
-        rdev: i.rdev,
-        atime: i.atime,
-        mtime: i.mtime,
-        ctime: i.ctime,
-    }
-}
-
-/// Copies attributes into an inode row.
-pub(crate) fn set_row_attr(i: &mut proto::InodeRow, a: &Attr) {
-    i.mode = a.mode;
-    i.uid = a.uid;
-    i.gid = a.gid;
-    i.size = a.size;
-    i.nlink = a.nlink;
-    i.rdev = a.rdev;
-    i.atime = a.atime;
-    i.mtime = a.mtime;
-    i.ctime = a.ctime;
-}
-
-/// The wire form of attributes.
-pub(crate) fn attr_msg(a: &Attr) -> proto::Attr {
-    proto::Attr {
-        ino: a.ino,
-        mode: a.mode,
-        uid: a.uid,
-        gid: a.gid,
-        size: a.size,
-        nlink: a.nlink,
-        rdev: a.rdev,
-        atime: a.atime,
-        mtime: a.mtime,
-        ctime: a.ctime,
-    }
-}
-
-/// Attributes from the wire.
-pub(crate) fn msg_attr(a: &proto::Attr) -> Attr {
-    Attr {
-        ino: a.ino,
-        mode: a.mode,
-        uid: a.uid,
-        gid: a.gid,
-        size: a.size,
-        nlink: a.nlink,
-        rdev: a.rdev,
-        atime: a.atime,
-        mtime: a.mtime,
-        ctime: a.ctime,
-    }
-}
-
-/// A credential from the wire.
-pub(crate) fn msg_cred(c: Option<&proto::Cred>) -> Cred {
-    match c {
-        Some(c) => Cred::new(c.uid, c.gid).with_groups(&c.groups),
-        // No credential: nobody (65534), who passes only "other" checks.
-        None => Cred::new(65534, 65534),
-    }
-}
-
-/// The wire form of a credential.
-pub(crate) fn cred_msg(c: &Cred) -> proto::Cred {
-    proto::Cred {
-        uid: c.uid,
-        gid: c.gid,
-        groups: c.groups.as_slice().to_vec(),
+    pub(crate) fn wants_split(&self, st: &State, dir: u64, idx: u32) -> bool {
+        st.parts.get(dir, idx).is_some_and(|p| {
+            p.entries > self.threshold
+                && p.state == PART_ACTIVE
+                && !p.splitting
+                && p.removing.is_none()
+                && p.depth < self.split_depth
+        })
     }
 }
 
 /// Shared handle.
 pub(crate) type NodeRef = Arc<Node>;
-
-/// Entries a client asks for per listing call.
-pub(crate) const READDIR_PAGE: usize = 1024;

@@ -5,23 +5,24 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use tonic::transport::Channel;
 
 use cairn_fs::{rules, Cred};
 
-use super::node::*;
+use super::node::{errno, now_ms, Batch, Fail, IntentKey, Node, R};
+use super::state::Part;
+use crate::convert::{attr_msg, cred_msg, msg_cred, row_attr};
 use crate::giga::home_of;
 use crate::proto;
 use crate::proto::intent_row::Op;
 use crate::proto::meta_client::MetaClient;
 use crate::proto::peer_client::PeerClient;
 use crate::proto::IntentState;
-use crate::rows::*;
-
-/// Largest message a server or client sends or accepts.
-pub(crate) const MAX_MESSAGE: usize = 16 << 20;
+use crate::rows::{
+    entry_key, entry_prefix, ino_prefix, inode_key, link_key, memo_key, partition_key, perms_key,
+    prepared_key, PART_ACTIVE, TAG_LINK, TAG_SUBDIR,
+};
+use crate::transport::MAX_MESSAGE;
 
 /// The connection to one server (lazy: opened on first use, reopened after failures).
 #[derive(Clone)]
@@ -195,7 +196,7 @@ impl Node {
         let k = intent_of(r.h.as_ref())?;
         self.blocking(move |n| {
             let mk = memo_key(k.0, k.1);
-            let mut m = n.mu.lock();
+            let mut m = n.state();
             if let Some(memo) = n.get::<proto::MemoRow>(&mk)? {
                 let i = n.inode_or_enoent(memo.ino)?;
                 return Ok(proto::MakeDirReply {
@@ -203,7 +204,7 @@ impl Node {
                     attr: Some(attr_msg(&n.attr_of(&m, memo.ino, &i))),
                 });
             }
-            let ino = n.alloc_ino(&mut m)?;
+            let ino = n.alloc_ino()?;
             let row = proto::InodeRow {
                 mode: libc::S_IFDIR | (r.mode & 0o7777),
                 uid: r.uid,
@@ -216,13 +217,7 @@ impl Node {
                 perms_version: 1,
                 ..Default::default()
             };
-            let part = Part {
-                depth: 0,
-                state: PART_ACTIVE,
-                entries: 0,
-                splitting: false,
-                removing: None,
-            };
+            let part = Part::new(0, PART_ACTIVE, 0);
             let mut b = Batch::new();
             b.put(&inode_key(ino), &row);
             b.put(&partition_key(ino, 0), &part.row());
@@ -235,7 +230,7 @@ impl Node {
                 },
             );
             n.apply(b)?;
-            m.parts.insert((ino, 0), part);
+            m.parts.insert(ino, 0, part);
             drop(m);
             n.durable()?;
             n.point("makedir:after-write")?;
@@ -262,7 +257,7 @@ impl Node {
     /// Adds a link row (a coordinator's link intent).
     pub(crate) async fn p_add_link(self: Arc<Self>, r: proto::LinkRef) -> R<proto::AttrReply> {
         self.blocking(move |n| {
-            let m = n.mu.lock();
+            let m = n.state();
             let mut b = Batch::new();
             let a = n.add_link_in(&mut b, r.ino, r.dir, &r.name, r.time)?;
             n.apply(b)?;
@@ -280,7 +275,7 @@ impl Node {
     /// Drops a link row.
     pub(crate) async fn p_drop_link(self: Arc<Self>, r: proto::LinkRef) -> R<proto::PeerReply> {
         self.blocking(move |n| {
-            let m = n.mu.lock();
+            let m = n.state();
             let mut b = Batch::new();
             n.drop_link_in(&m, &mut b, r.ino, r.dir, &r.name, r.time)?;
             n.apply(b)?;
@@ -294,7 +289,7 @@ impl Node {
     /// Moves a link row (a rename).
     pub(crate) async fn p_move_link(self: Arc<Self>, r: proto::MoveLinkReq) -> R<proto::PeerReply> {
         self.blocking(move |n| {
-            let m = n.mu.lock();
+            let m = n.state();
             let mut b = Batch::new();
             n.move_link_in(&mut b, &r)?;
             tracing::debug!(
@@ -316,7 +311,7 @@ impl Node {
     /// Adds or removes a subdirectory row.
     pub(crate) async fn p_subdir(self: Arc<Self>, r: proto::SubdirReq) -> R<proto::PeerReply> {
         self.blocking(move |n| {
-            let mut m = n.mu.lock();
+            let mut m = n.state();
             let mut b = Batch::new();
             n.subdir_in(&mut m, &mut b, &r)?;
             tracing::debug!(
@@ -344,27 +339,21 @@ impl Node {
         let k = intent_of(r.h.as_ref())?;
         self.blocking(move |n| {
             let dir = r.dir;
-            let mut m = n.mu.lock();
-            let keys: Vec<(u64, u32)> = m
-                .parts
-                .range((dir, 0)..=(dir, u32::MAX))
-                .map(|(k, _)| *k)
-                .collect();
+            let mut m = n.state();
             let mut rep = proto::PrepareRmdirReply::default();
-            if keys.is_empty() {
+            if m.parts.of_dir(dir).next().is_none() {
                 return Ok(rep);
             }
-            for key in &keys {
-                let p = &m.parts[key];
-                if p.splitting || p.removing.is_some_and(|o| o != k) {
-                    return Err(Fail::Busy);
-                }
+            if m.parts
+                .of_dir(dir)
+                .any(|(_, p)| p.splitting || p.removing.is_some_and(|o| o != k))
+            {
+                return Err(Fail::Busy);
             }
             let split_pending = m
                 .intents
-                .values()
                 .any(|i| matches!(&i.op, Some(Op::Split(s)) if s.dir == dir));
-            if split_pending || n.has_reserved_dir(&m, dir) {
+            if split_pending || m.names.any_of_dir(dir) {
                 return Err(Fail::Busy);
             }
             // Emptiness from the rows themselves, not the counts.
@@ -373,27 +362,24 @@ impl Node {
                 0
             } else {
                 m.parts
-                    .range((dir, 0)..=(dir, u32::MAX))
+                    .of_dir(dir)
                     .map(|(_, p)| p.entries)
                     .sum::<u64>()
                     .max(1)
             };
-            if let Some(p0) = m.parts.get(&(dir, 0)) {
+            if let Some(p0) = m.parts.get(dir, 0) {
                 rep.holds_zero = true;
                 rep.depth_zero = p0.depth;
             }
             if rep.entries == 0 {
                 let mut b = Batch::new();
-                for key in &keys {
-                    let p = m.parts.get_mut(key).expect("listed above");
+                for (i, p) in m.parts.of_dir_mut(dir) {
                     p.removing = Some(k);
-                    b.put(&partition_key(key.0, key.1), &p.row());
+                    b.put(&partition_key(dir, i), &p.row());
                 }
                 if let Err(e) = n.apply(b) {
-                    for key in &keys {
-                        if let Some(p) = m.parts.get_mut(key) {
-                            p.removing = None;
-                        }
+                    for (_, p) in m.parts.of_dir_mut(dir) {
+                        p.removing = None;
                     }
                     return Err(e);
                 }
@@ -411,15 +397,10 @@ impl Node {
     pub(crate) async fn p_commit_rmdir(self: Arc<Self>, r: proto::RmdirReq) -> R<proto::PeerReply> {
         self.blocking(move |n| {
             let dir = r.dir;
-            let mut m = n.mu.lock();
+            let mut m = n.state();
             let mut b = Batch::new();
-            let keys: Vec<(u64, u32)> = m
-                .parts
-                .range((dir, 0)..=(dir, u32::MAX))
-                .map(|(k, _)| *k)
-                .collect();
-            for key in &keys {
-                b.delete(&partition_key(key.0, key.1));
+            for i in m.parts.indexes(dir) {
+                b.delete(&partition_key(dir, i));
             }
             for (k, _) in n.scan(&entry_prefix(dir), None, usize::MAX)? {
                 tracing::error!("rmdir of {dir:#x}: an entry was left: deleting it");
@@ -441,13 +422,10 @@ impl Node {
                 for (k, _) in n.scan(&ino_prefix(TAG_SUBDIR, dir), None, usize::MAX)? {
                     b.delete(&k);
                 }
-                m.dir_times.remove(&dir);
             }
             n.apply(b)?;
-            for key in &keys {
-                m.parts.remove(key);
-            }
-            m.remote_times.remove(&dir);
+            m.parts.remove_dir(dir);
+            m.times.forget(dir);
             drop(m);
             n.durable()?;
             Ok(proto::PeerReply::default())
@@ -460,22 +438,22 @@ impl Node {
         let k = intent_of(r.h.as_ref())?;
         self.blocking(move |n| {
             let dir = r.dir;
-            let mut m = n.mu.lock();
+            let mut m = n.state();
             let mut b = Batch::new();
             let mut changed = Vec::new();
-            for (key, p) in m.parts.range_mut((dir, 0)..=(dir, u32::MAX)) {
+            for (i, p) in m.parts.of_dir_mut(dir) {
                 if p.removing == Some(k) {
                     p.removing = None;
-                    b.put(&partition_key(key.0, key.1), &p.row());
-                    changed.push(*key);
+                    b.put(&partition_key(dir, i), &p.row());
+                    changed.push(i);
                 }
             }
             if changed.is_empty() {
                 return Ok(proto::PeerReply::default());
             }
             if let Err(e) = n.apply(b) {
-                for key in changed {
-                    if let Some(p) = m.parts.get_mut(&key) {
+                for i in changed {
+                    if let Some(p) = m.parts.get_mut(dir, i) {
                         p.removing = Some(k);
                     }
                 }
@@ -497,7 +475,7 @@ impl Node {
         let k = intent_of(r.h.as_ref())?;
         let (cred, checks) = cred_of(r.h.as_ref());
         self.blocking(move |n| {
-            let mut m = n.mu.lock();
+            let mut m = n.state();
             let pk = prepared_key(k.0, k.1);
             if let Some(p) = n.get::<proto::PreparedRow>(&pk)? {
                 // Asked again: the same answer.
@@ -542,11 +520,11 @@ impl Node {
                 target_ino: tino,
                 target_kind: tkind,
             };
-            n.reserve(&mut m, k, &[(r.new_dir, r.new_name.clone())])?;
+            m.names.reserve(k, &[(r.new_dir, r.new_name.clone())])?;
             let mut b = Batch::new();
             b.put(&pk, &row);
             if let Err(e) = n.apply(b) {
-                n.unreserve(&mut m, k);
+                m.names.release(k);
                 return Err(e);
             }
             drop(m);
@@ -572,7 +550,7 @@ impl Node {
         let k = intent_of(r.h.as_ref())?;
         self.blocking(move |n| {
             let pk = prepared_key(k.0, k.1);
-            let mut m = n.mu.lock();
+            let mut m = n.state();
             let Some(mut p) = n.get::<proto::PreparedRow>(&pk)? else {
                 return Ok(proto::PeerReply::default());
             };
@@ -612,13 +590,13 @@ impl Node {
         let k = intent_of(r.h.as_ref())?;
         self.blocking(move |n| {
             let pk = prepared_key(k.0, k.1);
-            let mut m = n.mu.lock();
+            let mut m = n.state();
             if n.contains(&pk) {
                 let mut b = Batch::new();
                 b.delete(&pk);
                 n.apply(b)?;
             }
-            n.unreserve(&mut m, k);
+            m.names.release(k);
             drop(m);
             n.durable()?;
             n.point("release-rename:after-write")?;
@@ -635,7 +613,7 @@ impl Node {
         let k = intent_of(r.h.as_ref())?;
         self.blocking(move |n| {
             let pk = prepared_key(k.0, k.1);
-            let mut m = n.mu.lock();
+            let mut m = n.state();
             match n.get::<proto::PreparedRow>(&pk)? {
                 None => {}
                 Some(p) if p.state() == IntentState::Committed => {
@@ -648,7 +626,7 @@ impl Node {
                     n.apply(b)?;
                 }
             }
-            n.unreserve(&mut m, k);
+            m.names.release(k);
             drop(m);
             n.durable()?;
             Ok(proto::PeerReply::default())
@@ -662,7 +640,7 @@ impl Node {
         if k.0 != self.id {
             return errno(libc::EINVAL);
         }
-        let exists = self.mu.lock().intents.contains_key(&k.1);
+        let exists = self.state().intents.contains(k.1);
         Ok(proto::IntentOutcome {
             status: None,
             exists,
@@ -681,9 +659,9 @@ impl Node {
             if home_of(r.dir) == n.id {
                 return Ok(proto::PeerReply::default());
             }
-            let _m = n.mu.lock();
+            let st = n.state();
             n.store_perms(r.dir, &p)?;
-            drop(_m);
+            drop(st);
             n.durable()?;
             Ok(proto::PeerReply::default())
         })
@@ -704,14 +682,12 @@ impl Node {
 
     /// Directory times from partitions on other servers.
     pub(crate) async fn p_touch_dirs(self: Arc<Self>, r: proto::TouchReq) -> R<proto::PeerReply> {
-        let mut m = self.mu.lock();
+        let mut st = self.state();
         for t in r.times {
             if home_of(t.dir) != self.id {
                 continue;
             }
-            let e = m.dir_times.entry(t.dir).or_insert((t.mtime, t.ctime));
-            e.0 = e.0.max(t.mtime);
-            e.1 = e.1.max(t.ctime);
+            st.times.merge(true, t.dir, t.mtime, t.ctime);
         }
         Ok(proto::PeerReply::default())
     }
@@ -723,25 +699,15 @@ impl Node {
         if self.id != 0 {
             return errno(libc::EINVAL);
         }
-        let mut m = self.mu.lock();
-        let now = Instant::now();
-        let free = match m.rename_lock {
-            None => true,
-            Some((h, exp)) => h == k || exp <= now,
-        };
         if r.acquire {
-            if free {
-                let lease = Duration::from_millis(r.lease_ms.clamp(100, 60_000) as u64);
-                m.rename_lock = Some((k, now + lease));
-            }
+            let lease = Duration::from_millis(r.lease_ms.clamp(100, 60_000) as u64);
+            let granted = self.rename_lock.acquire(k, lease);
             Ok(proto::LockReply {
                 status: None,
-                granted: free,
+                granted,
             })
         } else {
-            if matches!(m.rename_lock, Some((h, _)) if h == k) {
-                m.rename_lock = None;
-            }
+            self.rename_lock.release(k);
             Ok(proto::LockReply {
                 status: None,
                 granted: true,

@@ -7,16 +7,17 @@ use std::time::Duration;
 
 use cairn_fs::{rules, Attr, Cred, RENAME_EXCHANGE, RENAME_NOREPLACE};
 
-use super::intent::*;
+use super::intent::Driving;
 use super::names::decode_entry;
-use super::node::*;
+use super::node::{errno, Batch, Fail, IntentKey, Node, NodeRef, R};
 use super::peer::peer_call;
+use super::state::State;
 use crate::giga::{home_of, name_hash, server_of};
 use crate::proto;
 use crate::proto::follow_up::Call;
 use crate::proto::intent_row::Op;
 use crate::proto::IntentState;
-use crate::rows::*;
+use crate::rows::{entry_key, intent_key};
 
 /// What the local first step of a rename found.
 pub(crate) enum RenameStep {
@@ -75,7 +76,7 @@ impl Node {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn dest_check(
         &self,
-        m: &Mem,
+        m: &State,
         checks: bool,
         cred: &Cred,
         dd: u64,
@@ -113,19 +114,10 @@ impl Node {
         }
     }
 
-    /// Merges a bitmap of directory `dir` learnt from a redirect.
-    fn learn_bitmap(&self, dir: u64, parts: Vec<u32>) {
-        let mut bm = self.bitmaps.lock();
-        if bm.len() > 100_000 && !bm.contains_key(&dir) {
-            bm.clear();
-        }
-        bm.entry(dir).or_default().merge(parts);
-    }
-
     /// The server of name `d` of directory `dd` by this server's (learnt) bitmap.
     fn route(&self, dd: u64, d: &[u8]) -> u32 {
         let h = name_hash(d);
-        let i = self.bitmaps.lock().get(&dd).map_or(0, |b| b.route(h));
+        let i = self.bitmaps.route(dd, h);
         server_of(home_of(dd), i, self.n)
     }
 
@@ -240,7 +232,7 @@ impl Node {
         owner: Option<(u64, u32)>,
     ) -> R<RenameStep> {
         let exchange = flags & RENAME_EXCHANGE != 0;
-        let mut m = self.mu.lock();
+        let mut m = self.state();
         let i1 = self.writable_part(&m, sd, s, None)?;
         let sp = self.dir_perms(sd)?;
         rules::check_access(checks, cred, &sp, rules::MAY_WRITE | rules::MAY_EXEC)?;
@@ -274,7 +266,7 @@ impl Node {
         let e2 = match self.locate(&m, dd, name_hash(d)) {
             Ok(_) => self.id,
             Err(Fail::Redirect(dir, parts)) => {
-                self.learn_bitmap(dir, parts);
+                self.bitmaps.learn(dir, parts);
                 self.route(dd, d)
             }
             Err(f) => {
@@ -397,7 +389,7 @@ impl Node {
                 match peer_call!(self, row.target, prepare_rename, p_prepare_rename, req) {
                     Ok(rep) => break (rep.target_ino, rep.target_kind, rep.dir_mode, rep.dir_uid),
                     Err(Fail::Redirect(dir, parts)) if tries < 32 && dir == row.new_dir => {
-                        self.learn_bitmap(dir, parts);
+                        self.bitmaps.learn(dir, parts);
                         let e2 = self.route(row.new_dir, &row.new_name);
                         if e2 == self.id {
                             // Its partition is here after all (a split moved it):
@@ -486,8 +478,8 @@ impl Node {
     /// name is here too), and the list of follow-ups.
     fn rename_commit(&self, id: u64, participants: Vec<u32>) -> R<()> {
         let k = (self.id, id);
-        let mut m = self.mu.lock();
-        let mut full = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
+        let mut m = self.state();
+        let mut full = m.intents.row(id)?;
         let Some(Op::Rename(row)) = full.op.clone() else {
             return errno(libc::EIO);
         };
@@ -613,7 +605,7 @@ impl Node {
         full.followups = f;
         b.put(&intent_key(id), &full);
         self.apply(b)?;
-        m.intents.insert(id, full);
+        m.intents.put(id, full);
         self.touch_dir(&mut m, sd, now);
         if !remote {
             self.touch_dir(&mut m, dd, now);

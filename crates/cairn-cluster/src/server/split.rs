@@ -18,13 +18,17 @@ use std::sync::Arc;
 
 use super::intent::Driving;
 use super::names::decode_entry;
-use super::node::*;
+use super::node::{errno, Batch, Fail, Node, NodeRef, R};
+use super::state::{Part, State};
 use crate::giga::{self, child, covers, home_of, name_hash, rev_range, server_of, MAX_DEPTH};
 use crate::proto;
 use crate::proto::follow_up::Call;
 use crate::proto::intent_row::Op;
 use crate::proto::IntentState;
-use crate::rows::*;
+use crate::rows::{
+    entry_key, entry_pos_key, entry_prefix, intent_key, partition_key, prefix_successor,
+    PART_ACTIVE, PART_INCOMING,
+};
 
 /// Bytes of entries per chunk of a partition transfer (well below the message limit).
 const CHUNK_BYTES: usize = 4 << 20;
@@ -59,18 +63,19 @@ impl Node {
 
     /// Writes the prepared intent of a split of `(dir, idx)`, if it still needs one.
     fn split_begin(&self, dir: u64, idx: u32) -> R<Option<u64>> {
-        let mut m = self.mu.lock();
+        let mut m = self.state();
         if !self.wants_split(&m, dir, idx) {
             return Ok(None);
         }
         if m.intents
-            .values()
             .any(|r| matches!(&r.op, Some(Op::Split(s)) if s.dir == dir && s.index == idx))
         {
             return Ok(None);
         }
-        let depth = m.parts[&(dir, idx)].depth;
-        if self.has_reserved_in(&m, dir, idx, depth) {
+        let Some(depth) = m.parts.get(dir, idx).map(|p| p.depth) else {
+            return Ok(None);
+        };
+        if m.names.any_in(dir, idx, depth) {
             return Ok(None);
         }
         let j = child(idx, depth);
@@ -90,13 +95,12 @@ impl Node {
     }
 
     /// Records an intent that holds no names.
-    fn begin_intent_plain(&self, m: &mut Mem, row: proto::IntentRow) -> R<u64> {
-        let id = self.alloc_intent(m)?;
+    fn begin_intent_plain(&self, st: &mut State, row: proto::IntentRow) -> R<u64> {
+        let id = self.alloc_intent()?;
         let mut b = Batch::new();
         b.put(&intent_key(id), &row);
         self.apply(b)?;
-        m.intents.insert(id, row);
-        m.driving.insert(id);
+        st.intents.begin(id, row);
         Ok(id)
     }
 
@@ -110,8 +114,8 @@ impl Node {
         // Step 2: hold the partition and read what moves.
         let got = self
             .blocking(move |n| {
-                let mut m = n.mu.lock();
-                let Some(p) = m.parts.get(&(dir, idx)) else {
+                let mut m = n.state();
+                let Some(p) = m.parts.get(dir, idx) else {
                     return Ok(None);
                 };
                 if p.depth != r {
@@ -120,11 +124,11 @@ impl Node {
                 if p.splitting
                     || p.removing.is_some()
                     || p.state != PART_ACTIVE
-                    || n.has_reserved_in(&m, dir, idx, r)
+                    || m.names.any_in(dir, idx, r)
                 {
                     return Err(Fail::Busy);
                 }
-                m.parts.get_mut(&(dir, idx)).expect("checked").splitting = true;
+                m.parts.set_splitting(dir, idx, true);
                 let read = (|| {
                     let (lo, hi) = rev_range(j, r + 1);
                     let lo_key = entry_pos_key(dir, lo, b"");
@@ -139,7 +143,7 @@ impl Node {
                     R::Ok((rows, perms))
                 })();
                 if read.is_err() {
-                    m.parts.get_mut(&(dir, idx)).expect("checked").splitting = false;
+                    m.parts.set_splitting(dir, idx, false);
                 }
                 read.map(Some)
             })
@@ -155,9 +159,7 @@ impl Node {
         if let Err(e) = res {
             let _ = self
                 .blocking(move |n| {
-                    if let Some(p) = n.mu.lock().parts.get_mut(&(dir, idx)) {
-                        p.splitting = false;
-                    }
+                    n.state().parts.set_splitting(dir, idx, false);
                     Ok(())
                 })
                 .await;
@@ -168,11 +170,9 @@ impl Node {
         let keys: Vec<Vec<u8>> = rows.into_iter().map(|(k, _)| k).collect();
         let moved = self
             .blocking(move |n| {
-                let mut m = n.mu.lock();
+                let mut m = n.state();
                 let res = n.split_commit(&mut m, id, &keys);
-                if let Some(p) = m.parts.get_mut(&(dir, idx)) {
-                    p.splitting = false;
-                }
+                m.parts.set_splitting(dir, idx, false);
                 drop(m);
                 let moved = res?;
                 n.point("split:commit-unsynced")?;
@@ -180,13 +180,7 @@ impl Node {
                 Ok(moved)
             })
             .await?;
-        self.counters
-            .splits_done
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.counters
-            .entries_moved
-            .fetch_add(moved, std::sync::atomic::Ordering::Relaxed);
-        metrics::counter!("cairn_splits_total").increment(1);
+        self.counters.split_done(moved);
         tracing::info!(
             server = self.id,
             "split {dir:#x}/{idx} at depth {r}: {moved} entries to partition {j} on server {t}"
@@ -200,8 +194,8 @@ impl Node {
     }
 
     /// Step 3 of split `id`: one batch.
-    fn split_commit(&self, m: &mut Mem, id: u64, keys: &[Vec<u8>]) -> R<u64> {
-        let mut row = m.intents.get(&id).cloned().ok_or(Fail::Errno(libc::EIO))?;
+    fn split_commit(&self, m: &mut State, id: u64, keys: &[Vec<u8>]) -> R<u64> {
+        let mut row = m.intents.row(id)?;
         let Some(Op::Split(split)) = &row.op else {
             return errno(libc::EIO);
         };
@@ -209,7 +203,7 @@ impl Node {
         let j = child(idx, r);
         let mut p = m
             .parts
-            .get(&(dir, idx))
+            .get(dir, idx)
             .cloned()
             .ok_or(Fail::Errno(libc::EIO))?;
         let mut b = Batch::new();
@@ -231,13 +225,7 @@ impl Node {
         p.entries = p.entries.saturating_sub(moved);
         p.splitting = false;
         b.put(&partition_key(dir, idx), &p.row());
-        let jp = Part {
-            depth: r + 1,
-            state: PART_ACTIVE,
-            entries: moved,
-            splitting: false,
-            removing: None,
-        };
+        let jp = Part::new(r + 1, PART_ACTIVE, moved);
         if t == self.id {
             b.put(&partition_key(dir, j), &jp.row());
             b.delete(&intent_key(id));
@@ -254,12 +242,12 @@ impl Node {
             b.put(&intent_key(id), &row);
         }
         self.apply(b)?;
-        m.parts.insert((dir, idx), p);
+        m.parts.insert(dir, idx, p);
         if t == self.id {
-            m.parts.insert((dir, j), jp);
-            m.intents.remove(&id);
+            m.parts.insert(dir, j, jp);
+            m.intents.finish(id);
         } else {
-            m.intents.insert(id, row);
+            m.intents.put(id, row);
         }
         Ok(moved)
     }
@@ -372,8 +360,8 @@ impl Node {
         }
         let perms = perms.expect("checked");
         self.blocking(move |n| {
-            let mut m = n.mu.lock();
-            if let Some(p) = m.parts.get(&(dir, j)) {
+            let mut m = n.state();
+            if let Some(p) = m.parts.get(dir, j) {
                 if p.state == PART_ACTIVE {
                     tracing::error!("transfer of active partition {dir:#x}/{j} refused");
                     return errno(libc::EEXIST);
@@ -396,19 +384,13 @@ impl Node {
                     },
                 );
             }
-            let part = Part {
-                depth,
-                state: PART_INCOMING,
-                entries: entries.len() as u64,
-                splitting: false,
-                removing: None,
-            };
+            let part = Part::new(depth, PART_INCOMING, entries.len() as u64);
             b.put(&partition_key(dir, j), &part.row());
             n.apply(b)?;
             if home_of(dir) != n.id {
                 n.store_perms(dir, &perms)?;
             }
-            m.parts.insert((dir, j), part);
+            m.parts.insert(dir, j, part);
             drop(m);
             n.durable()?;
             n.point("accept:after-write")?;
@@ -424,8 +406,8 @@ impl Node {
     ) -> R<proto::PeerReply> {
         self.blocking(move |n| {
             n.point("activate:before")?;
-            let mut m = n.mu.lock();
-            let Some(p) = m.parts.get_mut(&(r.dir, r.index)) else {
+            let mut m = n.state();
+            let Some(p) = m.parts.get_mut(r.dir, r.index) else {
                 return errno(libc::ENOENT);
             };
             if p.state == PART_ACTIVE {
@@ -436,7 +418,7 @@ impl Node {
             let mut b = Batch::new();
             b.put(&partition_key(r.dir, r.index), &row);
             if let Err(e) = n.apply(b) {
-                if let Some(p) = m.parts.get_mut(&(r.dir, r.index)) {
+                if let Some(p) = m.parts.get_mut(r.dir, r.index) {
                     p.state = PART_INCOMING;
                 }
                 return Err(e);

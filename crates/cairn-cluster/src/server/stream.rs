@@ -87,7 +87,7 @@ pub(crate) fn serve(
     mut inbound: Streaming<proto::StreamedMake>,
 ) -> Replies {
     let (tx, rx) = mpsc::channel(MAX_BATCH);
-    let mut stop = n.stop_streams.subscribe();
+    let mut stop = n.streams_stop();
     let open = Open::new();
     tokio::spawn(async move {
         let _open = open;

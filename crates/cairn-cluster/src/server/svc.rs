@@ -13,9 +13,10 @@ use cairn_fs::{Cred, SetAttr, TimeSet};
 
 use super::intent::Driving;
 use super::names::{LinkStep, UnlinkStep, READDIR_MAX};
-use super::node::*;
+use super::node::{errno, Fail, Node, NodeRef, R};
 use super::peer::Reply;
 use crate::batch::MAX_BATCH;
+use crate::convert::{attr_msg, msg_cred};
 use crate::proto;
 use crate::proto::meta_server::Meta;
 use crate::proto::peer_server::Peer;
