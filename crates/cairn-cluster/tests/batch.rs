@@ -123,7 +123,7 @@ fn a_server_without_streams_gets_its_creates_as_batches() {
     let mut c = Cluster::start(2, 64);
     c.shutdown_one(1);
     let mut o = c.opts(1, None);
-    o.without_streams = true;
+    o.hooks.without_streams = true;
     c.servers[1] = Some(cairn_cluster::server::start(o).unwrap());
     let fs = c.client_with(Duration::from_secs(10), Creates::Stream);
     let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap().ino;

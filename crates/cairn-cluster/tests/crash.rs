@@ -1,8 +1,8 @@
 //! Crash safety in process: a server stops as if killed at a named point of a split or
-//! of an operation across servers (the test hook `ServerOptions::crash_at`), restarts
+//! of an operation across servers (the test hook `Hooks::crash_at`), restarts
 //! on the same store, and the namespace is as before or as after the operation, with
 //! no entry lost or listed twice (`admin::check`). And a directory's home loses the
-//! power (the test hook `ServerOptions::power_loss`) right after a chmod: the
+//! power (the test hook `Hooks::power_loss`) right after a chmod: the
 //! permissions copies on the other servers still follow the home.
 
 mod common;
@@ -691,7 +691,7 @@ fn chmod_after_a_power_cut_of_the_directory_home() {
     let stash = tempfile::tempdir().unwrap();
     let power = std::sync::Arc::new(cairn::fault::PowerLoss::new(stash.path().join("s")).unwrap());
     let mut o = c.opts(1, None);
-    o.power_loss = Some(power.clone());
+    o.hooks.power_loss = Some(power.clone());
     c.servers[1] = Some(cairn_cluster::server::start(o).unwrap());
 
     let chmod = |mode: u32| {

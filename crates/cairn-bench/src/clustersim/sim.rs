@@ -320,7 +320,7 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
         opts.partitions_per_server = o.partitions_per_server;
         if crashing {
             let arming = arming.clone();
-            opts.crash_hook = Some(CrashHook(Arc::new(move |id, point| {
+            opts.hooks.crash_hook = Some(CrashHook(Arc::new(move |id, point| {
                 arming.lock().expect("one thread").reached(id, point)
             })));
         }

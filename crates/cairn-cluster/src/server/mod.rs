@@ -4,6 +4,8 @@
 //! servers with durable intents, and finishes them after a crash.
 
 mod embed;
+#[cfg(feature = "test-hooks")]
+mod hooks;
 mod house;
 mod inode;
 mod intent;
@@ -40,6 +42,8 @@ use node::{Batch, Node, NodeConfig, NodeRef};
 use state::Part;
 
 pub use embed::{start_embedded, Embedded, PartitionInfo, Probe};
+#[cfg(feature = "test-hooks")]
+pub use hooks::{CrashFn, CrashHook, Hooks, SPLIT_CRASH_POINTS};
 
 /// When a change is durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,58 +104,10 @@ pub struct ServerOptions {
     /// host sets up for opens (the `cairn` binary allows transparent huge pages only
     /// while a store opens). `None`: the open runs as is.
     pub open_with: Option<fn(&mut dyn FnMut())>,
-    /// Test hook: stop as if killed when reaching this named point (see DESIGN.md,
-    /// "Cluster", crash points).
-    #[doc(hidden)]
-    pub crash_at: Option<String>,
-    /// Test hook: asked at every named crash point; `true` stops the server there as if
-    /// killed (the simulation's kills inside splits, `cairn cluster-sim`).
-    #[doc(hidden)]
-    pub crash_hook: Option<CrashHook>,
-    /// Test hook: answer `MakeStream` UNIMPLEMENTED, as a server built before streamed
-    /// creates does (its clients then send their creates as batches).
-    #[doc(hidden)]
-    pub without_streams: bool,
-    /// Test hook: the store's file operations go through this record of what a power
-    /// cut could still lose (`cairn::Options::power_loss`; syncs are recorded, not
-    /// done), so that a test can cut the power and restart the server with only what
-    /// it made durable.
+    /// Test hooks (cargo feature `test-hooks`).
     #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub power_loss: Option<Arc<cairn::fault::PowerLoss>>,
+    pub hooks: Hooks,
 }
-
-/// Test hook of [`ServerOptions::crash_hook`]: called with the server's id and the
-/// point's name (see [`SPLIT_CRASH_POINTS`]) each time a server passes a crash point.
-#[doc(hidden)]
-#[derive(Clone)]
-pub struct CrashHook(pub Arc<CrashFn>);
-
-/// The function of a [`CrashHook`]: (server id, point) → stop there.
-#[doc(hidden)]
-pub type CrashFn = dyn Fn(u32, &str) -> bool + Send + Sync;
-
-impl std::fmt::Debug for CrashHook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("CrashHook")
-    }
-}
-
-/// The crash points of a split (split.rs), in the order a split passes them: on the
-/// source with its prepared intent durable and nothing sent; on the target with the
-/// moved entries durable as an incoming partition, before it answers; on the source
-/// with the transfer acknowledged, before the commit; on the source with the commit
-/// written but not yet synced; on the source after the commit is durable, before the
-/// target activates; on the target before it activates.
-#[doc(hidden)]
-pub const SPLIT_CRASH_POINTS: &[&str] = &[
-    "split:before-accept",
-    "accept:after-write",
-    "split:after-accept",
-    "split:commit-unsynced",
-    "split:after-commit",
-    "activate:before",
-];
 
 impl ServerOptions {
     /// Options with the defaults: `SyncMode::Always`, no metrics endpoint, split
@@ -178,12 +134,9 @@ impl ServerOptions {
             handshake_timeout: Duration::from_secs(5),
             max_requests_per_connection: 128,
             workers: 1,
-            crash_at: None,
             open_with: None,
-            crash_hook: None,
-            without_streams: false,
             #[cfg(feature = "test-hooks")]
-            power_loss: None,
+            hooks: Hooks::default(),
         }
     }
 }
@@ -269,10 +222,10 @@ impl ServerHandle {
         }
     }
 
-    /// Test hook: stops the server as if killed at this instant: nothing more is
+    /// Test hook (feature `test-hooks`): stops the server as if killed at this instant: nothing more is
     /// written (whatever was written stays, as the kernel would keep it), no request is
     /// finished, the store's lock is released.
-    #[doc(hidden)]
+    #[cfg(feature = "test-hooks")]
     pub fn kill(mut self) {
         self.node.set_stopped(true);
         if let Some(rt) = self.rt.take() {
@@ -280,15 +233,16 @@ impl ServerHandle {
         }
     }
 
-    /// Test hook: whether the server stopped at its crash point.
-    #[doc(hidden)]
+    /// Test hook (feature `test-hooks`): whether the server stopped at its crash point.
+    #[cfg(feature = "test-hooks")]
     pub fn crashed(&self) -> bool {
         self.node.is_crashed()
     }
 
-    /// Test hook: intents this server coordinates that are not finished (and splits
-    /// due but not started), and partitions it holds that are still incoming.
-    #[doc(hidden)]
+    /// Test hook (feature `test-hooks`): intents this server coordinates that are not
+    /// finished (and splits due but not started), and partitions it holds that are still
+    /// incoming.
+    #[cfg(feature = "test-hooks")]
     pub fn pending(&self) -> (usize, usize) {
         let st = self.node.state();
         let due = st
@@ -393,7 +347,7 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
         SyncMode::Never => SyncPolicy::Never,
     });
     #[cfg(feature = "test-hooks")]
-    let engine = match &opts.power_loss {
+    let engine = match &opts.hooks.power_loss {
         Some(power) => engine.power_loss(power.clone()),
         None => engine,
     };
@@ -548,7 +502,7 @@ fn open_node(
             ks.db().flush().map_err(store_err(&dir))?;
         }
     }
-    let mut node = Node::new(
+    let node = Node::new(
         NodeConfig {
             id,
             n: cfg.len(),
@@ -562,9 +516,8 @@ fn open_node(
         ks,
         peers,
     );
-    node.crash_at = opts.crash_at.clone();
-    node.crash_hook = opts.crash_hook.clone();
-    node.without_streams = opts.without_streams;
+    #[cfg(feature = "test-hooks")]
+    let node = node.with_hooks(opts.hooks.clone());
     let node = Arc::new(node);
     recover(&node).map_err(|f| fail_err(&dir, "recovery", f))?;
     Ok(node)

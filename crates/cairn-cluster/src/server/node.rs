@@ -196,11 +196,9 @@ pub(crate) struct Node {
     wake: tokio::sync::Notify,
     /// Set when the server stops: its streams of creates end (`super::stream`).
     stop_streams: tokio::sync::watch::Sender<bool>,
-    pub crash_at: Option<String>,
-    pub crash_hook: Option<super::CrashHook>,
-    /// Test hook ([`super::ServerOptions::without_streams`]): `MakeStream` answers
-    /// UNIMPLEMENTED.
-    pub without_streams: bool,
+    /// The test hooks.
+    #[cfg(feature = "test-hooks")]
+    hooks: super::Hooks,
 }
 
 /// Changes of rows, applied atomically by [`Node::apply`].
@@ -257,10 +255,24 @@ impl Node {
             crashed: AtomicBool::new(false),
             wake: tokio::sync::Notify::new(),
             stop_streams: tokio::sync::watch::channel(false).0,
-            crash_at: None,
-            crash_hook: None,
-            without_streams: false,
+            #[cfg(feature = "test-hooks")]
+            hooks: super::Hooks::default(),
         }
+    }
+
+    /// The node with test hooks `hooks`.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn with_hooks(mut self, hooks: super::Hooks) -> Node {
+        self.hooks = hooks;
+        self
+    }
+
+    /// Whether `MakeStream` answers UNIMPLEMENTED (a test hook: an older server).
+    pub(crate) fn without_streams(&self) -> bool {
+        #[cfg(feature = "test-hooks")]
+        return self.hooks.without_streams;
+        #[cfg(not(feature = "test-hooks"))]
+        false
     }
 
     pub(crate) fn db(&self) -> &Db {
@@ -466,17 +478,14 @@ impl Node {
         }
     }
 
-    /// The test hook: at the named point, the server stops as if killed.
+    /// A crash point: `Crashed` once the server stopped; with the test hooks, the
+    /// server stops here as if killed if they say so.
     pub(crate) fn point(&self, name: &str) -> R<()> {
         if self.crashed.load(Ordering::SeqCst) {
             return Err(Fail::Crashed);
         }
-        if self.crash_at.as_deref() == Some(name)
-            || self
-                .crash_hook
-                .as_ref()
-                .is_some_and(|h| (h.0)(self.id, name))
-        {
+        #[cfg(feature = "test-hooks")]
+        if self.hooks.stops_at(self.id, name) {
             tracing::warn!(
                 server = self.id,
                 "crash point {name}: stopping as if killed"
@@ -484,6 +493,8 @@ impl Node {
             self.crashed.store(true, Ordering::SeqCst);
             return Err(Fail::Crashed);
         }
+        #[cfg(not(feature = "test-hooks"))]
+        let _ = name;
         Ok(())
     }
 

@@ -349,7 +349,7 @@ impl Meta for MetaSvc {
         if self.0.is_crashed() {
             return Err(Status::unavailable("server stopping"));
         }
-        if self.0.without_streams {
+        if self.0.without_streams() {
             return Err(Status::unimplemented("MakeStream is not served here"));
         }
         let (who, inbound) = who(req);

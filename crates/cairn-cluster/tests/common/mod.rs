@@ -146,7 +146,7 @@ impl Cluster {
         o.partitions_per_server = self.per_server;
         o.sync = self.sync;
         o.peer_timeout = Duration::from_secs(2);
-        o.crash_at = crash_at.map(str::to_owned);
+        o.hooks.crash_at = crash_at.map(str::to_owned);
         o
     }
 
