@@ -326,8 +326,33 @@ fn verdict(
     cfg: &ClusterConfig,
     dumps: Vec<Result<Rows, tonic::Status>>,
 ) -> Result<ClusterCheck, ClientError> {
-    let n = cfg.len();
     let mut out = ClusterCheck::default();
+    let up = answers(cfg, dumps, &mut out)?;
+    let all_up = out.down.is_empty();
+    unfinished(&up, &mut out);
+    let quiet = out.in_flight == 0;
+    let parts = placement(&up, cfg.len(), quiet, &mut out);
+    if all_up && quiet {
+        tiling(&parts, &mut out.problems);
+    }
+    let seen = index_inodes(&up, &mut out);
+    let entries = check_entries(&up, &seen, quiet, &mut out);
+    if all_up && quiet {
+        let p = &mut out.problems;
+        check_link_rows(&seen, &entries, p);
+        check_inodes(&seen, &parts, p);
+        check_subdirs(&seen, &parts, p);
+    }
+    Ok(out)
+}
+
+/// The servers' rows (`None` for a server that did not answer, listed in `down` and as
+/// a problem); `Err` when one reads another cluster file or refuses the caller.
+fn answers(
+    cfg: &ClusterConfig,
+    dumps: Vec<Result<Rows, tonic::Status>>,
+    out: &mut ClusterCheck,
+) -> Result<Vec<Option<Rows>>, ClientError> {
     let mut up: Vec<Option<Rows>> = Vec::new();
     for (id, d) in dumps.into_iter().enumerate() {
         match d {
@@ -352,12 +377,14 @@ fn verdict(
             }
         }
     }
-    let is_up = |s: u32| up.get(s as usize).is_some_and(|r| r.is_some());
-    let all_up = out.down.is_empty();
+    Ok(up)
+}
+
+/// Unfinished operations: those older than [`GRACE`] are problems, the others are
+/// counted in flight; and stray rows.
+fn unfinished(up: &[Option<Rows>], out: &mut ClusterCheck) {
     let grace = GRACE.as_millis() as u64;
     let p = &mut out.problems;
-
-    // Unfinished operations.
     for (s, r) in up.iter().enumerate() {
         let Some(r) = r else { continue };
         for i in &r.intents {
@@ -386,10 +413,16 @@ fn verdict(
             p.push(format!("server {s}: {st}"));
         }
     }
-    let quiet = out.in_flight == 0;
+}
 
-    // Partitions: placement, and each directory's tiling.
-    let mut parts: BTreeMap<u64, Vec<(u32, u32, u32, u32)>> = BTreeMap::new(); // dir -> (idx, depth, state, server)
+/// Each directory's partitions: (index, depth, state, server).
+type PartsOf = BTreeMap<u64, Vec<(u32, u32, u32, u32)>>;
+
+/// Partitions: each on the server GIGA+ places it, of a possible depth, and (`quiet`:
+/// nothing in flight) none left incoming or marked for removal.
+fn placement(up: &[Option<Rows>], n: u32, quiet: bool, out: &mut ClusterCheck) -> PartsOf {
+    let p = &mut out.problems;
+    let mut parts = PartsOf::new();
     for (s, r) in up.iter().enumerate() {
         let Some(r) = r else { continue };
         for q in &r.partitions {
@@ -425,35 +458,51 @@ fn verdict(
                 .push((q.index, q.depth, q.state, s as u32));
         }
     }
-    if all_up && quiet {
-        for (dir, ps) in &parts {
-            let mut ranges: Vec<(u64, u64, u32)> = ps
-                .iter()
-                .filter(|x| x.2 == PART_ACTIVE)
-                .map(|&(i, d, _, _)| {
-                    let (lo, hi) = rev_range(i, d);
-                    (lo, hi, i)
-                })
-                .collect();
-            ranges.sort();
-            let mut next = 0u64;
-            let mut ok = true;
-            for (k, &(lo, hi, _)) in ranges.iter().enumerate() {
-                if lo != next || (k > 0 && next == 0) {
-                    ok = false;
-                }
-                next = hi.wrapping_add(1);
+    parts
+}
+
+/// Each directory's active partitions cover its hash space exactly once.
+fn tiling(parts: &PartsOf, p: &mut Vec<String>) {
+    for (dir, ps) in parts {
+        let mut ranges: Vec<(u64, u64, u32)> = ps
+            .iter()
+            .filter(|x| x.2 == PART_ACTIVE)
+            .map(|&(i, d, _, _)| {
+                let (lo, hi) = rev_range(i, d);
+                (lo, hi, i)
+            })
+            .collect();
+        ranges.sort();
+        let mut next = 0u64;
+        let mut ok = true;
+        for (k, &(lo, hi, _)) in ranges.iter().enumerate() {
+            if lo != next || (k > 0 && next == 0) {
+                ok = false;
             }
-            if ranges.is_empty() || next != 0 || !ok {
-                p.push(format!(
-                    "directory {dir:#x}: its partitions {:?} do not cover the hash space exactly once",
-                    ps.iter().map(|x| (x.0, x.1)).collect::<Vec<_>>()
-                ));
-            }
+            next = hi.wrapping_add(1);
+        }
+        if ranges.is_empty() || next != 0 || !ok {
+            p.push(format!(
+                "directory {dir:#x}: its partitions {:?} do not cover the hash space exactly once",
+                ps.iter().map(|x| (x.0, x.1)).collect::<Vec<_>>()
+            ));
         }
     }
+}
 
-    // Inodes, links, subdirectories by home.
+/// Inodes (by number), link rows and subdirectory rows of all servers.
+struct Seen<'a> {
+    inodes: HashMap<u64, &'a proto::DumpInode>,
+    links: HashMap<u64, Vec<(u64, &'a [u8])>>,
+    subdirs: HashMap<u64, HashSet<u64>>,
+    /// Whether each server answered.
+    up: Vec<bool>,
+}
+
+/// Gathers inodes, link rows and subdirectory rows; an inode held by a server that is
+/// not its home is a problem.
+fn index_inodes<'a>(up: &'a [Option<Rows>], out: &mut ClusterCheck) -> Seen<'a> {
+    let p = &mut out.problems;
     let mut inodes: HashMap<u64, &proto::DumpInode> = HashMap::new();
     let mut links: HashMap<u64, Vec<(u64, &[u8])>> = HashMap::new();
     let mut subdirs: HashMap<u64, HashSet<u64>> = HashMap::new();
@@ -478,7 +527,26 @@ fn verdict(
     }
     out.inodes = inodes.len() as u64;
 
-    // Entries: in the right partition, their inode and link row present.
+    Seen {
+        inodes,
+        links,
+        subdirs,
+        up: up.iter().map(Option::is_some).collect(),
+    }
+}
+
+/// Entries: each in the partition its hash says, held once, and (`quiet`, its home
+/// answering) its inode there, of its type, with its link row. Returns the entries
+/// seen.
+fn check_entries<'a>(
+    up: &'a [Option<Rows>],
+    seen: &Seen<'_>,
+    quiet: bool,
+    out: &mut ClusterCheck,
+) -> HashSet<(u64, &'a [u8])> {
+    let is_up = |s: u32| seen.up.get(s as usize).copied().unwrap_or(false);
+    let (inodes, links) = (&seen.inodes, &seen.links);
+    let p = &mut out.problems;
     let mut entries: HashSet<(u64, &[u8])> = HashSet::new();
     for (s, r) in up.iter().enumerate() {
         let Some(r) = r else { continue };
@@ -555,78 +623,93 @@ fn verdict(
             }
         }
     }
-    if all_up && quiet {
-        for (ino, ls) in &links {
-            for (d, n) in ls {
-                if !entries.contains(&(*d, *n)) {
-                    p.push(format!(
-                        "inode {ino:#x} has a link row {d:#x}/{} with no entry",
-                        name(n)
-                    ));
-                }
-            }
-        }
-        for (ino, i) in &inodes {
-            let Some(a) = i.attr.as_ref() else { continue };
-            let ls = links.get(ino).map_or(0, |v| v.len()) as u32;
-            if a.mode & libc::S_IFMT == libc::S_IFDIR {
-                let subs = subdirs.get(ino).map_or(0, |s| s.len()) as u32;
-                if a.nlink != 2 + subs {
-                    p.push(format!(
-                        "directory {ino:#x}: link count {} but {} subdirectories",
-                        a.nlink, subs
-                    ));
-                }
-                if *ino == cairn_fs::ROOT {
-                    continue;
-                }
-                if ls != 1 {
-                    p.push(format!("directory {ino:#x} has {ls} link rows"));
-                }
-                if let Some((d, _)) = links.get(ino).and_then(|v| v.first()) {
-                    if *d != i.parent {
-                        p.push(format!(
-                            "directory {ino:#x}: parent {:#x} but its entry is in {d:#x}",
-                            i.parent
-                        ));
-                    }
-                    if !subdirs.get(d).is_some_and(|s| s.contains(ino)) {
-                        p.push(format!(
-                            "directory {ino:#x} is not counted as a subdirectory of {d:#x}"
-                        ));
-                    }
-                }
-                if !parts.get(ino).is_some_and(|v| v.iter().any(|x| x.0 == 0)) {
-                    p.push(format!("directory {ino:#x} has no partition 0"));
-                }
-            } else if a.nlink != ls {
+    entries
+}
+
+/// Every link row has its entry.
+fn check_link_rows(seen: &Seen<'_>, entries: &HashSet<(u64, &[u8])>, p: &mut Vec<String>) {
+    for (ino, ls) in &seen.links {
+        for (d, n) in ls {
+            if !entries.contains(&(*d, *n)) {
                 p.push(format!(
-                    "inode {ino:#x}: link count {} but {ls} link rows",
-                    a.nlink
+                    "inode {ino:#x} has a link row {d:#x}/{} with no entry",
+                    name(n)
                 ));
-            } else if ls == 0 && !i.orphan {
-                p.push(format!("inode {ino:#x} has no links and is not open"));
-            }
-        }
-        for (dir, subs) in &subdirs {
-            for c in subs {
-                let ok = inodes.get(c).is_some_and(|i| i.parent == *dir);
-                if !ok {
-                    p.push(format!(
-                        "subdirectory row {dir:#x} -> {c:#x} names no such subdirectory"
-                    ));
-                }
-            }
-        }
-        for dir in parts.keys() {
-            if !inodes.get(dir).is_some_and(|i| {
-                i.attr
-                    .as_ref()
-                    .is_some_and(|a| a.mode & libc::S_IFMT == libc::S_IFDIR)
-            }) {
-                p.push(format!("partitions of {dir:#x}, which is not a directory"));
             }
         }
     }
-    Ok(out)
+}
+
+/// Link counts: a directory's is 2 + its subdirectories, with one link row from its
+/// parent, counted there, and a partition 0; a file's is its link rows, and a file
+/// with none is open.
+fn check_inodes(seen: &Seen<'_>, parts: &PartsOf, p: &mut Vec<String>) {
+    let (inodes, links, subdirs) = (&seen.inodes, &seen.links, &seen.subdirs);
+    for (ino, i) in inodes {
+        let Some(a) = i.attr.as_ref() else { continue };
+        let ls = links.get(ino).map_or(0, |v| v.len()) as u32;
+        if a.mode & libc::S_IFMT == libc::S_IFDIR {
+            let subs = subdirs.get(ino).map_or(0, |s| s.len()) as u32;
+            if a.nlink != 2 + subs {
+                p.push(format!(
+                    "directory {ino:#x}: link count {} but {} subdirectories",
+                    a.nlink, subs
+                ));
+            }
+            if *ino == cairn_fs::ROOT {
+                continue;
+            }
+            if ls != 1 {
+                p.push(format!("directory {ino:#x} has {ls} link rows"));
+            }
+            if let Some((d, _)) = links.get(ino).and_then(|v| v.first()) {
+                if *d != i.parent {
+                    p.push(format!(
+                        "directory {ino:#x}: parent {:#x} but its entry is in {d:#x}",
+                        i.parent
+                    ));
+                }
+                if !subdirs.get(d).is_some_and(|s| s.contains(ino)) {
+                    p.push(format!(
+                        "directory {ino:#x} is not counted as a subdirectory of {d:#x}"
+                    ));
+                }
+            }
+            if !parts.get(ino).is_some_and(|v| v.iter().any(|x| x.0 == 0)) {
+                p.push(format!("directory {ino:#x} has no partition 0"));
+            }
+        } else if a.nlink != ls {
+            p.push(format!(
+                "inode {ino:#x}: link count {} but {ls} link rows",
+                a.nlink
+            ));
+        } else if ls == 0 && !i.orphan {
+            p.push(format!("inode {ino:#x} has no links and is not open"));
+        }
+    }
+}
+
+/// Every subdirectory row names a subdirectory of its directory, and every directory
+/// with partitions is a directory.
+fn check_subdirs(seen: &Seen<'_>, parts: &PartsOf, p: &mut Vec<String>) {
+    let (inodes, subdirs) = (&seen.inodes, &seen.subdirs);
+    for (dir, subs) in subdirs {
+        for c in subs {
+            let ok = inodes.get(c).is_some_and(|i| i.parent == *dir);
+            if !ok {
+                p.push(format!(
+                    "subdirectory row {dir:#x} -> {c:#x} names no such subdirectory"
+                ));
+            }
+        }
+    }
+    for dir in parts.keys() {
+        if !inodes.get(dir).is_some_and(|i| {
+            i.attr
+                .as_ref()
+                .is_some_and(|a| a.mode & libc::S_IFMT == libc::S_IFDIR)
+        }) {
+            p.push(format!("partitions of {dir:#x}, which is not a directory"));
+        }
+    }
 }

@@ -175,13 +175,16 @@ impl Batcher {
                 q.waiting.drain(..n).collect()
             };
             if batch.len() == 1 {
-                let w = batch.into_iter().next().expect("one item");
-                let mut r = Request::new(w.req);
-                r.set_timeout(w.deadline.saturating_duration_since(Instant::now()));
-                let _ = w.tx.send(conn.make(r).await.map(Response::into_inner));
+                for w in batch {
+                    let mut r = Request::new(w.req);
+                    r.set_timeout(w.deadline.saturating_duration_since(Instant::now()));
+                    let _ = w.tx.send(conn.make(r).await.map(Response::into_inner));
+                }
                 continue;
             }
-            let deadline = batch.iter().map(|w| w.deadline).max().expect("items");
+            let Some(deadline) = batch.iter().map(|w| w.deadline).max() else {
+                continue;
+            };
             let timeout = deadline
                 .saturating_duration_since(Instant::now())
                 .max(Duration::from_millis(1));

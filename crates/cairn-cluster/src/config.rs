@@ -191,10 +191,11 @@ impl ClusterConfig {
             }
             None => None,
         };
+        // n servers with distinct ids below n: every id is there.
         let servers: Vec<ServerInfo> = servers
             .into_iter()
-            .map(|s| s.expect("every id seen"))
-            .collect();
+            .collect::<Option<_>>()
+            .ok_or_else(|| ConfigError::Invalid(format!("server ids must be 0..{}", n - 1)))?;
         for (i, a) in servers.iter().enumerate() {
             if let Some(b) = servers[i + 1..].iter().find(|b| b.addr == a.addr) {
                 return Err(ConfigError::Invalid(format!(

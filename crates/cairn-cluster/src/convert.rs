@@ -83,3 +83,12 @@ pub(crate) fn cred_msg(c: &Cred) -> proto::Cred {
         groups: c.groups.as_slice().to_vec(),
     }
 }
+
+/// The wire status "busy: retry" (nothing was done).
+pub(crate) fn busy_status() -> proto::Status {
+    proto::Status {
+        errno: libc::EAGAIN as u32,
+        retry: true,
+        ..Default::default()
+    }
+}

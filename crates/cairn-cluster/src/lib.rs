@@ -47,7 +47,8 @@
 //! (`cairn-fs`) through their public APIs. It must never depend on the FUSE adapter,
 //! the benchmarks or the CLI.
 
-#![deny(missing_docs)]
+#![deny(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+#![forbid(unsafe_code)]
 
 pub mod admin;
 mod batch;

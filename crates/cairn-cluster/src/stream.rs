@@ -27,9 +27,9 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 
+use crate::convert::busy_status;
 use crate::proto;
 use crate::proto::meta_client::MetaClient;
-use crate::server::node::Fail;
 
 type Outcome = Result<proto::EntryReply, Status>;
 
@@ -75,7 +75,7 @@ pub(crate) struct Streams {
 /// streams): busy, try again.
 fn not_read() -> proto::EntryReply {
     proto::EntryReply {
-        status: Some(Fail::Busy.to_status()),
+        status: Some(busy_status()),
         ..Default::default()
     }
 }
@@ -252,7 +252,10 @@ impl Streams {
                         // it).
                         match link.tx.send(m) {
                             Ok(()) => {
-                                st.waiting.insert(id, tx.take().expect("sender unused"));
+                                // The sender is taken once: here, before the break.
+                                if let Some(tx) = tx.take() {
+                                    st.waiting.insert(id, tx);
+                                }
                                 drop(st);
                                 break (link, id);
                             }
@@ -344,7 +347,7 @@ mod tests {
             for t in tasks {
                 let rep = t.await.unwrap().expect("answered, not failed");
                 let st = rep.into_inner().status.expect("a status");
-                assert_eq!(st, Fail::Busy.to_status(), "not read: busy");
+                assert_eq!(st, busy_status(), "not read: busy");
             }
             assert!(!streams.supported(0), "the server was marked");
             assert_eq!(streams.stats().0, 1, "one stream opened in all");

@@ -124,6 +124,7 @@ fn names(fs: &dyn FileSystem, d: u64) -> Vec<Vec<u8>> {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)]
 fn malformed_oversized_and_unknown() {
     let c = Cluster::start(2, 8192);
     let fs = c.client();

@@ -8,7 +8,10 @@ mod common;
 
 use std::time::Duration;
 
-use cairn_fs::*;
+use cairn_fs::{
+    Cred, FileSystem, FsResult, Groups, SetAttr, TimeSet, RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT,
+    XATTR_CREATE, XATTR_REPLACE,
+};
 use common::Cluster;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -9,7 +9,7 @@ use std::time::Duration;
 use prost::Message;
 
 use super::intent_rows::kind_name;
-use super::node::{errno, now_ms, Batch, Fail, IntentKey, Node, NodeRef, R};
+use super::node::{now_ms, Batch, Fail, IntentKey, Node, NodeRef, R};
 use super::peer::peer_call;
 use crate::convert::{attr_msg, row_attr};
 use crate::giga::home_of;
@@ -200,23 +200,18 @@ impl Node {
 
     /// Space and inode figures of this server's disk.
     pub(crate) fn statfs(&self) -> R<proto::StatFsReply> {
-        use std::os::unix::ffi::OsStrExt;
-        let path = std::ffi::CString::new(self.db().path().as_os_str().as_bytes())
-            .map_err(|_| Fail::Errno(libc::EINVAL))?;
-        // SAFETY: statvfs writes into a zeroed struct of the right type; `path` is a
-        // NUL-terminated string that outlives the call.
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
-            return errno(libc::EIO);
-        }
-        let f = st.f_frsize.max(1) as u64;
+        let st = rustix::fs::statvfs(self.db().path()).map_err(|e| {
+            tracing::error!("statvfs of {}: {e}", self.db().path().display());
+            Fail::Errno(libc::EIO)
+        })?;
+        let f = st.f_frsize.max(1);
         let used = self.inos_used();
         Ok(proto::StatFsReply {
             status: None,
             bsize: 4096,
-            blocks: st.f_blocks as u64 * f / 4096,
-            bfree: st.f_bfree as u64 * f / 4096,
-            bavail: st.f_bavail as u64 * f / 4096,
+            blocks: st.f_blocks * f / 4096,
+            bfree: st.f_bfree * f / 4096,
+            bavail: st.f_bavail * f / 4096,
             files: used + (1 << 40),
             ffree: 1 << 40,
             namelen: cairn_fs::NAME_MAX as u32,

@@ -184,7 +184,9 @@ impl ServerHandle {
     ///
     /// Waits at most [`SHUTDOWN_GRACE`] for requests in flight and open connections.
     pub fn shutdown(mut self) -> Result<(), ServerError> {
-        let rt = self.rt.take().expect("runtime present until shutdown");
+        let Some(rt) = self.rt.take() else {
+            return Err(ServerError::Serve("the server is stopped already".into()));
+        };
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -650,7 +652,9 @@ fn recover(node: &Node) -> Result<(), node::Fail> {
 /// is in flight, close the store) and returns.
 pub fn run_until_signal(opts: ServerOptions) -> Result<(), ServerError> {
     let h = start(opts)?;
-    let rt = h.rt.as_ref().expect("runtime present until shutdown");
+    let rt =
+        h.rt.as_ref()
+            .ok_or_else(|| ServerError::Serve("the server is stopped already".into()))?;
     rt.block_on(async {
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate()).map_err(ServerError::Runtime)?;

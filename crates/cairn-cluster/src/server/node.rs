@@ -14,7 +14,7 @@ use cairn_fs::{Attr, Errno};
 
 use super::state::{LearntBitmaps, Lease, Leases, RenameLock, State};
 use super::SyncMode;
-use crate::convert::row_attr;
+use crate::convert::{busy_status, row_attr};
 use crate::giga::{self, covers, home_of, name_hash, MAX_DEPTH};
 use crate::proto;
 use crate::rows::{
@@ -46,11 +46,7 @@ impl Fail {
                 errno: *e as u32,
                 ..Default::default()
             },
-            Fail::Busy => proto::Status {
-                errno: libc::EAGAIN as u32,
-                retry: true,
-                ..Default::default()
-            },
+            Fail::Busy => busy_status(),
             Fail::Redirect(dir, parts) => proto::Status {
                 redirect: Some(proto::Bitmap {
                     dir: *dir,

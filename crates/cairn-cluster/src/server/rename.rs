@@ -516,91 +516,7 @@ impl Node {
                 self.count_entry(&mut m, &mut b, dd, i2, true);
             }
         }
-        let mut f = Vec::new();
-        let call = |server: u32, call: Call| proto::FollowUp {
-            server,
-            call: Some(call),
-        };
-        if remote {
-            f.push(call(
-                row.target,
-                Call::CommitRename(proto::IntentRef { h: None }),
-            ));
-        }
-        f.push(call(
-            home_of(src),
-            Call::MoveLink(proto::MoveLinkReq {
-                h: None,
-                ino: src,
-                old_dir: sd,
-                old_name: row.name.clone(),
-                new_dir: dd,
-                new_name: row.new_name.clone(),
-                time: now,
-            }),
-        ));
-        if exchange {
-            f.push(call(
-                home_of(tino),
-                Call::MoveLink(proto::MoveLinkReq {
-                    h: None,
-                    ino: tino,
-                    old_dir: dd,
-                    old_name: row.new_name.clone(),
-                    new_dir: sd,
-                    new_name: row.name.clone(),
-                    time: now,
-                }),
-            ));
-        }
-        let subdir = |dir: u64, child: u64, add: bool| {
-            call(
-                home_of(dir),
-                Call::Subdir(proto::SubdirReq {
-                    h: None,
-                    dir,
-                    child,
-                    add,
-                    time: now,
-                }),
-            )
-        };
-        if skind == libc::S_IFDIR && sd != dd {
-            f.push(subdir(sd, src, false));
-            f.push(subdir(dd, src, true));
-        }
-        if exchange && tkind == libc::S_IFDIR && sd != dd {
-            f.push(subdir(dd, tino, false));
-            f.push(subdir(sd, tino, true));
-        }
-        if !exchange && tino != 0 {
-            if tkind == libc::S_IFDIR {
-                for &s in &participants {
-                    f.push(call(
-                        s,
-                        Call::CommitRmdir(proto::RmdirReq { h: None, dir: tino }),
-                    ));
-                }
-                f.push(subdir(dd, tino, false));
-            } else {
-                f.push(call(
-                    home_of(tino),
-                    Call::DropLink(proto::LinkRef {
-                        h: None,
-                        ino: tino,
-                        dir: dd,
-                        name: row.new_name.clone(),
-                        time: now,
-                    }),
-                ));
-            }
-        }
-        if remote {
-            f.push(call(
-                row.target,
-                Call::ReleaseRename(proto::IntentRef { h: None }),
-            ));
-        }
+        let f = rename_followups(&row, &participants, remote, now);
         full.set_state(IntentState::Committed);
         full.followups = f;
         b.put(&intent_key(id), &full);
@@ -613,4 +529,106 @@ impl Node {
         drop(m);
         self.durable()
     }
+}
+
+/// The follow-ups of committed rename intent `row` at time `now` (`remote`: its
+/// destination name is on another server; `participants`: the servers holding
+/// partitions of a directory it replaces): the destination written and released at its
+/// server, link rows moved, subdirectories counted, and what was replaced dropped.
+fn rename_followups(
+    row: &proto::RenameIntent,
+    participants: &[u32],
+    remote: bool,
+    now: i64,
+) -> Vec<proto::FollowUp> {
+    let exchange = row.flags & RENAME_EXCHANGE != 0;
+    let (sd, dd) = (row.dir, row.new_dir);
+    let (src, skind) = (row.ino, row.kind_bits);
+    let (tino, tkind) = (row.target_ino, row.target_kind);
+    let mut f = Vec::new();
+    let call = |server: u32, call: Call| proto::FollowUp {
+        server,
+        call: Some(call),
+    };
+    if remote {
+        f.push(call(
+            row.target,
+            Call::CommitRename(proto::IntentRef { h: None }),
+        ));
+    }
+    f.push(call(
+        home_of(src),
+        Call::MoveLink(proto::MoveLinkReq {
+            h: None,
+            ino: src,
+            old_dir: sd,
+            old_name: row.name.clone(),
+            new_dir: dd,
+            new_name: row.new_name.clone(),
+            time: now,
+        }),
+    ));
+    if exchange {
+        f.push(call(
+            home_of(tino),
+            Call::MoveLink(proto::MoveLinkReq {
+                h: None,
+                ino: tino,
+                old_dir: dd,
+                old_name: row.new_name.clone(),
+                new_dir: sd,
+                new_name: row.name.clone(),
+                time: now,
+            }),
+        ));
+    }
+    let subdir = |dir: u64, child: u64, add: bool| {
+        call(
+            home_of(dir),
+            Call::Subdir(proto::SubdirReq {
+                h: None,
+                dir,
+                child,
+                add,
+                time: now,
+            }),
+        )
+    };
+    if skind == libc::S_IFDIR && sd != dd {
+        f.push(subdir(sd, src, false));
+        f.push(subdir(dd, src, true));
+    }
+    if exchange && tkind == libc::S_IFDIR && sd != dd {
+        f.push(subdir(dd, tino, false));
+        f.push(subdir(sd, tino, true));
+    }
+    if !exchange && tino != 0 {
+        if tkind == libc::S_IFDIR {
+            for &s in participants {
+                f.push(call(
+                    s,
+                    Call::CommitRmdir(proto::RmdirReq { h: None, dir: tino }),
+                ));
+            }
+            f.push(subdir(dd, tino, false));
+        } else {
+            f.push(call(
+                home_of(tino),
+                Call::DropLink(proto::LinkRef {
+                    h: None,
+                    ino: tino,
+                    dir: dd,
+                    name: row.new_name.clone(),
+                    time: now,
+                }),
+            ));
+        }
+    }
+    if remote {
+        f.push(call(
+            row.target,
+            Call::ReleaseRename(proto::IntentRef { h: None }),
+        ));
+    }
+    f
 }

@@ -326,7 +326,9 @@ impl Node {
             return errno(libc::EINVAL);
         };
         let (dir, j, depth) = (first.dir, first.index, first.depth);
-        let perms = first.perms;
+        let Some(perms) = first.perms else {
+            return errno(libc::EINVAL);
+        };
         // The transfer must be whole and well-formed.
         if !first.first
             || !chunks.last().is_some_and(|c| c.last)
@@ -339,7 +341,6 @@ impl Node {
             || depth > MAX_DEPTH
             || giga::created_depth(j) != depth
             || server_of(home_of(dir), j, self.n) != self.id
-            || perms.is_none()
         {
             return errno(libc::EINVAL);
         }
@@ -358,7 +359,6 @@ impl Node {
                 }
             }
         }
-        let perms = perms.expect("checked");
         self.blocking(move |n| {
             let mut m = n.state();
             if let Some(p) = m.parts.get(dir, j) {
