@@ -95,6 +95,7 @@ fn io_accounting_works(dir: &Path) -> bool {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)]
 fn smoke_run_writes_sane_results() {
     let dir = tempfile::tempdir().unwrap();
     let accounting = io_accounting_works(dir.path());

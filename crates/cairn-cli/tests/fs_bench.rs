@@ -33,6 +33,7 @@ fn fs_bench(tmp: &Path, args: &[&str]) -> (String, serde_json::Value) {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)]
 fn fs_bench_smoke() {
     let tmp = tempfile::tempdir().unwrap();
     let out_dir = tmp.path().join("out");

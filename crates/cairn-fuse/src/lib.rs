@@ -54,7 +54,7 @@
 //! Modules: `filesystem` answers the kernel's requests, `attr` converts between
 //! `cairn_fs` and FUSE, `stats` counts requests; this file mounts and unmounts.
 
-#![deny(missing_docs)]
+#![deny(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 mod abi;
 mod attr;
