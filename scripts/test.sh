@@ -14,9 +14,12 @@ list_skips() {
   fi
   rm -f "$skips"
 }
-# The mount tests run twice: through FUSE over io_uring (the kernel's switch is turned
-# on for the run where it exists and may be written, as root; set back at the end) and
-# through /dev/fuse reads (`cairn mount --transport classic`).
+# The tests that mount run twice: through FUSE over io_uring (the kernel's switch is
+# turned on for the run where it exists and may be written, as root; set back at the end)
+# and through /dev/fuse reads (`cairn mount --transport classic`, which every mount of
+# these tests is given under CAIRN_TEST_FUSE_TRANSPORT): a local store's mounts (mount,
+# mount_crash) and a cluster's (`cairn mount --cluster`, cluster). fs_bench mounts both
+# transports itself (its fuse and fuse-classic targets).
 switch=/sys/module/fuse/parameters/enable_uring
 was=""
 if [[ -w $switch ]]; then
@@ -30,4 +33,4 @@ finish() {
 trap finish EXIT
 CAIRN_TEST_SKIPS=$skips cargo test --workspace --release --locked
 CAIRN_TEST_SKIPS=$skips CAIRN_TEST_FUSE_TRANSPORT=classic \
-  cargo test --release --locked -p cairn-cli --test mount --test mount_crash --test cluster_fs
+  cargo test --release --locked -p cairn-cli --test mount --test mount_crash --test cluster

@@ -1,6 +1,8 @@
 //! `cairn bench --smoke` through the built binary: it finishes quickly and writes sane
 //! JSON, Markdown and plots.
 
+mod common;
+
 use std::fs;
 use std::io::Write;
 use std::path::Path;
@@ -95,6 +97,7 @@ fn io_accounting_works(dir: &Path) -> bool {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)]
 fn smoke_run_writes_sane_results() {
     let dir = tempfile::tempdir().unwrap();
     let accounting = io_accounting_works(dir.path());
@@ -380,7 +383,7 @@ fn unknown_suite_is_refused() {
 /// `--sync` fills count the engine's fsyncs: a single durable writer into cairn makes one
 /// `fdatasync` per write (no other writer to share it with), and the report shows the
 /// column. Where the kernel's counters are out of reach (not root) the figure is absent
-/// and the test says so instead of checking it.
+/// and the test reports the skip (`common::skip`) instead of checking it.
 #[test]
 fn sync_run_reports_writes_per_fsync() {
     let dir = tempfile::tempdir().unwrap();
@@ -393,7 +396,7 @@ fn sync_run_reports_writes_per_fsync() {
     if one["writes_per_sync"].is_null() {
         // SAFETY: geteuid has no preconditions.
         assert_ne!(unsafe { libc::geteuid() }, 0, "root, yet no fsync count");
-        eprintln!("skipped the count: not root");
+        common::skip("bench --sync: the writes per fsync (the kernel's counters need root)");
         return;
     }
     let wps = num(one, "writes_per_sync");

@@ -905,6 +905,7 @@ fn a_cluster_file_that_differs_is_a_clear_error() {
             .args(["mount", "--timeout", "3", "--cluster"])
             .arg(&other)
             .arg(&mp)
+            .args(common::transport_args())
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

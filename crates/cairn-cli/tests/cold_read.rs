@@ -29,8 +29,9 @@ fn thread_io() -> Option<(u64, u64)> {
         .trim()
         .parse()
         .ok()?;
-    // SAFETY: getrusage fills the struct it is given.
+    // SAFETY: rusage is plain integers, for which all zero bytes are a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage only writes the struct it is given, which outlives the call.
     if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
         return None;
     }

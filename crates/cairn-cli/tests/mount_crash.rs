@@ -3,124 +3,73 @@
 //! plain system calls (open with O_CREAT|O_EXCL, pwrite of bytes no other write
 //! writes, ftruncate, mkdir, rename, link, symlink, unlink, rmdir, fsync of the root).
 //! The mount process is killed with SIGKILL (after the operations, or in the middle of
-//! them), and the store, opened directly, must hold exactly the state after some prefix
+//! them: once a given number of operations has started, and before the last one; the
+//! test asserts both, and that the operations after the kill failed), and the store, opened directly, must hold exactly the state after some prefix
 //! of the operations (namespace, link groups, every file's content), no shorter than
 //! the last fsync, with `Fs::check` clean; a write may have reached the store in part,
 //! at a 4 KiB boundary (the kernel splits a `pwrite` into several FUSE requests). The
 //! next mount must show that state.
 //!
-//! Skips (passes, printing why) where FUSE can't be used, like tests/mount.rs.
+//! Skips where FUSE can't be used, like tests/mount.rs (reported through
+//! `common::skip`, a failure with `CAIRN_TEST_NO_SKIP=1`).
 
+mod common;
 #[path = "../../cairn-fs/tests/fsmodel/mod.rs"]
 mod fsmodel;
 
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
 
+use common::Mount;
 use fsmodel::{Canon, Gen, Model, Op};
 
-fn cairn() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cairn"))
+/// A kill of the mount process in the middle of a workload: once the workload has
+/// started `after` operations, unless it finished first.
+struct Killer {
+    /// Operations the workload has started (counted before each one is made).
+    started: Arc<AtomicUsize>,
+    /// Set by the workload when it has made its last operation.
+    finished: Arc<AtomicBool>,
+    /// Set just before the kill: an operation that fails from then on failed because
+    /// of it.
+    killing: Arc<AtomicBool>,
+    /// Operations started when the kill was sent (`None`: the workload finished first).
+    thread: JoinHandle<Option<usize>>,
 }
 
-fn is_mountpoint(p: &Path) -> bool {
-    match (std::fs::metadata(p), std::fs::metadata(p.join(".."))) {
-        (Ok(a), Ok(b)) => a.dev() != b.dev(),
-        _ => false,
-    }
-}
-
-/// A running `cairn mount`; unmounted (and the process reaped) on drop.
-struct Mount {
-    child: Option<Child>,
-    mp: PathBuf,
-}
-
-impl Mount {
-    /// Mounts `store` on `mp`; `None` (with a printed reason) where FUSE can't be used.
-    fn new(store: &Path, mp: &Path) -> Option<Mount> {
-        if let Err(e) = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/fuse")
-        {
-            println!("SKIP: /dev/fuse can't be used here ({e}); mounted tests skipped");
-            return None;
-        }
-        // The transport scripts/test.sh picks for this pass (see common::TRANSPORT_ENV).
-        let transport: Vec<String> = std::env::var("CAIRN_TEST_FUSE_TRANSPORT")
-            .map(|t| vec!["--transport".into(), t])
-            .unwrap_or_default();
-        let child = cairn()
-            .arg("mount")
-            .arg(store)
-            .arg(mp)
-            .args(&transport)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut m = Mount {
-            child: Some(child),
-            mp: mp.to_path_buf(),
-        };
-        let start = Instant::now();
-        while !is_mountpoint(mp) {
-            if let Some(st) = m.child.as_mut().unwrap().try_wait().unwrap() {
-                let out = m.child.take().unwrap().wait_with_output().unwrap();
-                let err = String::from_utf8_lossy(&out.stderr);
-                if err.contains("ermission denied") || err.contains("not permitted") {
-                    println!(
-                        "SKIP: FUSE mount refused here ({}); mounted tests skipped",
-                        err.trim()
-                    );
+impl Killer {
+    fn start(pid: i32, after: usize) -> Killer {
+        let started = Arc::new(AtomicUsize::new(0));
+        let finished = Arc::new(AtomicBool::new(false));
+        let killing = Arc::new(AtomicBool::new(false));
+        let (s, f, k) = (started.clone(), finished.clone(), killing.clone());
+        let thread = std::thread::spawn(move || {
+            while s.load(Ordering::SeqCst) < after {
+                if f.load(Ordering::SeqCst) {
                     return None;
                 }
-                panic!("cairn mount exited with {st}: {err}");
+                std::thread::sleep(Duration::from_micros(100));
             }
-            assert!(start.elapsed() < Duration::from_secs(20), "mount timed out");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Some(m)
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.as_ref().unwrap().id() as i32
-    }
-
-    /// Kills the mount process with SIGKILL and undoes the dead mount.
-    fn kill(mut self) {
-        let mut c = self.child.take().unwrap();
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(c.id() as i32, libc::SIGKILL) };
-        c.wait().unwrap();
-        let _ = Command::new("umount").arg("-l").arg(&self.mp).status();
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        if is_mountpoint(&self.mp) {
-            let _ = cairn().arg("umount").arg(&self.mp).status();
-        }
-        if is_mountpoint(&self.mp) {
-            let _ = Command::new("umount").arg("-l").arg(&self.mp).status();
-        }
-        if let Some(mut c) = self.child.take() {
-            let start = Instant::now();
-            while c.try_wait().unwrap().is_none() {
-                if start.elapsed() > Duration::from_secs(20) {
-                    let _ = c.kill();
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            k.store(true, Ordering::SeqCst);
+            let at = s.load(Ordering::SeqCst);
+            // SAFETY: kill(2) of our own child, reaped only after this thread ends (so
+            // its pid is not reused).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            Some(at)
+        });
+        Killer {
+            started,
+            finished,
+            killing,
+            thread,
         }
     }
 }
 
 #[test]
+#[allow(clippy::too_many_lines)]
 fn killed_mount_keeps_a_prefix_of_the_operations() {
     let tmp = tempfile::tempdir().unwrap();
     let (store, mp) = (tmp.path().join("store"), tmp.path().join("mnt"));
@@ -142,26 +91,29 @@ fn killed_mount_keeps_a_prefix_of_the_operations() {
         let mut g = Gen(7_000 + cycle);
         let mut done: Vec<Op> = Vec::new();
         let mut synced = 0;
+        let total = 40 + 10 * cycle + 2000 * (cycle % 2);
         // Even cycles: the mount is killed once the operations are done; odd ones: in the
-        // middle of them, from another thread (the operation in flight then fails).
-        let killer = (cycle % 2 == 1).then(|| {
-            let pid = m.pid();
-            let ms = 20 + 30 * cycle;
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(ms));
-                // SAFETY: kill(2) on our own child, reaped only after this thread ends.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            })
-        });
-        for i in 0..(40 + 10 * cycle + 2000 * (cycle % 2)) {
+        // middle of them, from another thread, once `kill_after` operations have started
+        // (the operation in flight then fails, and every one after it).
+        let kill_after = 25 + 100 * cycle as usize;
+        let killer = (cycle % 2 == 1).then(|| Killer::start(m.pid(), kill_after));
+        // The first operation that failed (the mount killed).
+        let mut failed = None;
+        for i in 0..total {
             let op = model.next_op(&mut g, (cycle << 20) + i);
             model.apply(&op);
             done.push(op.clone());
+            if let Some(k) = &killer {
+                k.started.store(done.len(), Ordering::SeqCst);
+            }
             if let Err(e) = fsmodel::apply_posix(&mp, &op) {
                 assert!(
-                    killer.is_some(),
+                    killer
+                        .as_ref()
+                        .is_some_and(|k| k.killing.load(Ordering::SeqCst)),
                     "cycle {cycle}: {op:?} through the mount: {e}"
                 );
+                failed = Some(done.len() - 1);
                 break;
             }
             if matches!(op, Op::Fsync) {
@@ -169,7 +121,28 @@ fn killed_mount_keeps_a_prefix_of_the_operations() {
             }
         }
         if let Some(k) = killer {
-            k.join().unwrap();
+            k.finished.store(true, Ordering::SeqCst);
+            let at = k.thread.join().unwrap();
+            // The kill landed in the middle: after `kill_after` operations had started,
+            // before the last one, and the workload saw it (an operation failed, and
+            // none that started before the kill was sent).
+            let at = at.unwrap_or_else(|| {
+                panic!("cycle {cycle}: the {total} operations finished before the kill")
+            });
+            assert!(
+                at >= kill_after && at < total as usize,
+                "cycle {cycle}: killed after {at} of {total} operations started"
+            );
+            let failed = failed.unwrap_or_else(|| {
+                panic!("cycle {cycle}: killed after {at} operations, yet every one succeeded")
+            });
+            assert!(
+                failed + 1 >= at,
+                "cycle {cycle}: operation {failed} failed, before the kill (sent with {at} started)"
+            );
+            println!("cycle {cycle}: killed with {at} of {total} operations started, operation {failed} failed");
+        } else {
+            assert_eq!(failed, None);
         }
         m.kill();
         let fs = cairn_fs::Fs::open(&store).unwrap();

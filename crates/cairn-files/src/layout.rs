@@ -136,13 +136,16 @@ pub(crate) fn decode_meta(v: &[u8]) -> Result<FileStat> {
             format!("meta row of {} bytes, version {:?}", v.len(), v.first()),
         ));
     }
-    let version = u128::from_le_bytes(v[1..17].try_into().expect("16 bytes"));
+    let mut version = [0u8; 16];
+    version.copy_from_slice(&v[1..17]);
+    let version = u128::from_le_bytes(version);
     let size = u64_at(v, 17);
     let chunk_size = u32_at(v, 25) as u64;
     if chunk_size == 0 {
         return Err(corrupt("meta", "meta row with chunk size 0"));
     }
-    let hash: [u8; 32] = v[29..61].try_into().expect("32 bytes");
+    let mut hash = [0u8; 32];
+    hash.copy_from_slice(&v[29..61]);
     let created = UNIX_EPOCH + Duration::from_nanos(u64_at(v, 61));
     Ok(FileStat {
         size,

@@ -44,7 +44,8 @@
 //!
 //! How it works is in DESIGN.md ("File store"); the rows it writes are in FORMAT.md.
 
-#![deny(missing_docs)]
+#![deny(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+#![forbid(unsafe_code)]
 
 mod gc;
 mod layout;

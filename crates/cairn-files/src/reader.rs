@@ -153,21 +153,23 @@ impl FileReader {
         let cs = self.stat.chunk_size;
         while done < buf.len() && self.pos < self.stat.size {
             let idx = self.pos / cs;
-            if self.cur.as_ref().is_none_or(|(i, _)| *i != idx) {
-                let sequential = self.cur.as_ref().map_or(idx == 0, |(i, _)| *i + 1 == idx);
-                if sequential {
-                    self.read_ahead(idx + 1);
+            let chunk = match self.cur.take() {
+                Some((i, v)) if i == idx => v,
+                prev => {
+                    let sequential = prev.as_ref().map_or(idx == 0, |(i, _)| *i + 1 == idx);
+                    drop(prev);
+                    if sequential {
+                        self.read_ahead(idx + 1);
+                    }
+                    self.load_chunk(idx)?
                 }
-                self.cur = None;
-                let v = self.load_chunk(idx)?;
-                self.cur = Some((idx, v));
-            }
-            let chunk = &self.cur.as_ref().expect("chunk loaded").1;
+            };
             let off = (self.pos - idx * cs) as usize;
             let n = (chunk.len() - off).min(buf.len() - done);
             buf[done..done + n].copy_from_slice(&chunk[off..off + n]);
             done += n;
             self.pos += n as u64;
+            self.cur = Some((idx, chunk));
         }
         Ok(done)
     }

@@ -26,143 +26,203 @@ impl Fs {
     /// row under their tag whose key is not the tag and an 8-byte number is never read
     /// by the file system, nor seen here.
     pub fn check(&self) -> FsResult<CheckReport> {
-        let mut problems = Vec::new();
-        let mut inodes: BTreeMap<u64, Inode> = BTreeMap::new();
-        // Inodes whose rows exist but can't be decoded: reported once, not again as
-        // missing for each row that refers to them.
-        let mut damaged: BTreeSet<u64> = BTreeSet::new();
+        let mut c = Checker::default();
         // Inode rows are numbered rows (kept by number only): visited, not scanned.
         self.rows.for_each_numbered(TAG_INODE, |ino, v| {
-            match Inode::decode(ino, &v) {
-                Ok(i) => {
-                    inodes.insert(ino, i);
-                }
-                Err(_) => {
-                    problems.push(format!("inode {ino}: damaged row of {} bytes", v.len()));
-                    damaged.insert(ino);
-                }
-            }
+            c.inode_row(ino, &v);
             Ok(())
         })?;
-        let known = |ino: u64| inodes.contains_key(&ino) || damaged.contains(&ino);
-        let mut links: HashMap<u64, u32> = HashMap::new();
-        let mut subdirs: HashMap<u64, u32> = HashMap::new();
-        let mut orphans: BTreeSet<u64> = BTreeSet::new();
-        // `None` once the lease row is found damaged (no inode is then judged by it).
-        let mut lease = Some(ROOT + 1);
         // Every other row, in one pass in key order (chunks, entries, the lease,
         // orphans, attributes).
         for r in self.rows.scan_all_but(TAG_INODE) {
             let (key, v) = r?;
-            let Some((&tag, k)) = key.split_first() else {
-                problems.push("row with an empty key".to_string());
-                continue;
-            };
-            match tag {
-                TAG_LEASE if k.is_empty() => match decode_lease(&v) {
-                    Some(l) if l > ROOT => lease = Some(l),
-                    _ => {
-                        problems.push(format!("inode-number lease: damaged value {}", hex(&v)));
-                        lease = None;
-                    }
-                },
-                TAG_DENTRY => {
-                    let Some((parent, _part, name)) = split_dentry_suffix(k) else {
-                        problems.push(format!("entry row: damaged key {}", hex(&key)));
-                        continue;
-                    };
-                    let name = String::from_utf8_lossy(name).into_owned();
-                    if name.is_empty() {
-                        problems.push(format!("entry {parent}/: empty name"));
-                    }
-                    let Some((ino, kind)) = decode_dentry(&v) else {
-                        problems.push(format!("entry {parent}/{name}: bad value"));
-                        continue;
-                    };
-                    match inodes.get(&parent) {
-                        Some(p) if p.is_dir() => {}
-                        _ if damaged.contains(&parent) => {}
-                        _ => problems
-                            .push(format!("entry {parent}/{name}: parent is not a directory")),
-                    }
-                    match inodes.get(&ino) {
-                        None if damaged.contains(&ino) => {}
-                        None => {
-                            problems.push(format!("entry {parent}/{name}: inode {ino} missing"))
-                        }
-                        Some(i) => {
-                            if i.attr.mode & libc::S_IFMT != kind {
-                                problems.push(format!("entry {parent}/{name}: type mismatch"));
-                            }
-                            if i.is_dir() {
-                                *subdirs.entry(parent).or_default() += 1;
-                                if i.parent != parent {
-                                    problems.push(format!(
-                                        "directory {ino}: parent {} but entry in {parent}",
-                                        i.parent
-                                    ));
-                                }
-                            }
-                        }
-                    }
-                    *links.entry(ino).or_default() += 1;
-                }
-                TAG_ORPHAN => match decode_be_u64(k) {
-                    Some(ino) => {
-                        orphans.insert(ino);
-                    }
-                    None => problems.push(format!("orphan row: damaged key {}", hex(&key))),
-                },
-                TAG_CHUNK => {
-                    let Some((ino, idx)) =
-                        split_be_u64(k).and_then(|(ino, rest)| Some((ino, decode_be_u64(rest)?)))
-                    else {
-                        problems.push(format!("chunk row: damaged key {}", hex(&key)));
-                        continue;
-                    };
-                    match inodes.get(&ino) {
-                        None if damaged.contains(&ino) => {}
-                        None => problems.push(format!("C row of missing inode {ino}")),
-                        Some(i) => {
-                            let end = idx
-                                .checked_mul(CHUNK_SIZE)
-                                .and_then(|s| s.checked_add(v.len() as u64));
-                            if !i.chunked() || end.is_none_or(|e| e > i.attr.size) {
-                                problems.push(format!("inode {ino}: chunk {idx} beyond its size"));
-                            }
-                            if v.len() as u64 > CHUNK_SIZE {
-                                problems
-                                    .push(format!("inode {ino}: chunk {idx} of {} bytes", v.len()));
-                            }
-                        }
-                    }
-                }
-                TAG_XATTR => {
-                    let Some((ino, name)) = split_be_u64(k) else {
-                        problems.push(format!("attribute row: damaged key {}", hex(&key)));
-                        continue;
-                    };
-                    if name.is_empty() {
-                        problems.push(format!("inode {ino}: attribute with an empty name"));
-                    }
-                    if !known(ino) {
-                        problems.push(format!("X row of missing inode {ino}"));
-                    }
-                }
-                _ => problems.push(format!("row of no known kind: key {}", hex(&key))),
+            c.row(&key, &v);
+        }
+        c.check_orphans();
+        c.check_inodes();
+        Ok(c.problems)
+    }
+}
+
+/// The state of one [`Fs::check`]: the inodes read, what the other rows say of them,
+/// and the problems found so far.
+struct Checker {
+    problems: CheckReport,
+    inodes: BTreeMap<u64, Inode>,
+    /// Inodes whose rows exist but can't be decoded: reported once, not again as
+    /// missing for each row that refers to them.
+    damaged: BTreeSet<u64>,
+    /// Entries naming each inode.
+    links: HashMap<u64, u32>,
+    /// Subdirectories of each directory.
+    subdirs: HashMap<u64, u32>,
+    orphans: BTreeSet<u64>,
+    /// `None` once the lease row is found damaged (no inode is then judged by it).
+    lease: Option<u64>,
+}
+
+impl Default for Checker {
+    fn default() -> Self {
+        Checker {
+            problems: Vec::new(),
+            inodes: BTreeMap::new(),
+            damaged: BTreeSet::new(),
+            links: HashMap::new(),
+            subdirs: HashMap::new(),
+            orphans: BTreeSet::new(),
+            lease: Some(ROOT + 1),
+        }
+    }
+}
+
+impl Checker {
+    /// Whether inode `ino` has a row (decodable or not).
+    fn known(&self, ino: u64) -> bool {
+        self.inodes.contains_key(&ino) || self.damaged.contains(&ino)
+    }
+
+    fn problem(&mut self, p: String) {
+        self.problems.push(p);
+    }
+
+    /// An inode row.
+    fn inode_row(&mut self, ino: u64, v: &[u8]) {
+        match Inode::decode(ino, v) {
+            Ok(i) => {
+                self.inodes.insert(ino, i);
+            }
+            Err(_) => {
+                self.problem(format!("inode {ino}: damaged row of {} bytes", v.len()));
+                self.damaged.insert(ino);
             }
         }
-        for ino in &orphans {
-            let n = links.get(ino).copied().unwrap_or(0);
+    }
+
+    /// A row of any kind but inodes.
+    fn row(&mut self, key: &[u8], v: &[u8]) {
+        let Some((&tag, k)) = key.split_first() else {
+            self.problem("row with an empty key".to_string());
+            return;
+        };
+        match tag {
+            TAG_LEASE if k.is_empty() => match decode_lease(v) {
+                Some(l) if l > ROOT => self.lease = Some(l),
+                _ => {
+                    self.problem(format!("inode-number lease: damaged value {}", hex(v)));
+                    self.lease = None;
+                }
+            },
+            TAG_DENTRY => self.dentry_row(key, k, v),
+            TAG_ORPHAN => match decode_be_u64(k) {
+                Some(ino) => {
+                    self.orphans.insert(ino);
+                }
+                None => self.problem(format!("orphan row: damaged key {}", hex(key))),
+            },
+            TAG_CHUNK => self.chunk_row(key, k, v),
+            TAG_XATTR => {
+                let Some((ino, name)) = split_be_u64(k) else {
+                    self.problem(format!("attribute row: damaged key {}", hex(key)));
+                    return;
+                };
+                if name.is_empty() {
+                    self.problem(format!("inode {ino}: attribute with an empty name"));
+                }
+                if !self.known(ino) {
+                    self.problem(format!("X row of missing inode {ino}"));
+                }
+            }
+            _ => self.problem(format!("row of no known kind: key {}", hex(key))),
+        }
+    }
+
+    /// An entry row: `key` whole, `k` after its tag.
+    fn dentry_row(&mut self, key: &[u8], k: &[u8], v: &[u8]) {
+        let Some((parent, _part, name)) = split_dentry_suffix(k) else {
+            self.problem(format!("entry row: damaged key {}", hex(key)));
+            return;
+        };
+        let name = String::from_utf8_lossy(name).into_owned();
+        if name.is_empty() {
+            self.problem(format!("entry {parent}/: empty name"));
+        }
+        let Some((ino, kind)) = decode_dentry(v) else {
+            self.problem(format!("entry {parent}/{name}: bad value"));
+            return;
+        };
+        match self.inodes.get(&parent) {
+            Some(p) if p.is_dir() => {}
+            _ if self.damaged.contains(&parent) => {}
+            _ => self.problem(format!("entry {parent}/{name}: parent is not a directory")),
+        }
+        match self.inodes.get(&ino) {
+            None if self.damaged.contains(&ino) => {}
+            None => self.problem(format!("entry {parent}/{name}: inode {ino} missing")),
+            Some(i) => {
+                let (is_dir, mismatch, iparent) =
+                    (i.is_dir(), i.attr.mode & libc::S_IFMT != kind, i.parent);
+                if mismatch {
+                    self.problem(format!("entry {parent}/{name}: type mismatch"));
+                }
+                if is_dir {
+                    *self.subdirs.entry(parent).or_default() += 1;
+                    if iparent != parent {
+                        self.problem(format!(
+                            "directory {ino}: parent {iparent} but entry in {parent}"
+                        ));
+                    }
+                }
+            }
+        }
+        *self.links.entry(ino).or_default() += 1;
+    }
+
+    /// A chunk row: `key` whole, `k` after its tag.
+    fn chunk_row(&mut self, key: &[u8], k: &[u8], v: &[u8]) {
+        let Some((ino, idx)) =
+            split_be_u64(k).and_then(|(ino, rest)| Some((ino, decode_be_u64(rest)?)))
+        else {
+            self.problem(format!("chunk row: damaged key {}", hex(key)));
+            return;
+        };
+        match self.inodes.get(&ino) {
+            None if self.damaged.contains(&ino) => {}
+            None => self.problem(format!("C row of missing inode {ino}")),
+            Some(i) => {
+                let end = idx
+                    .checked_mul(CHUNK_SIZE)
+                    .and_then(|s| s.checked_add(v.len() as u64));
+                let beyond = !i.chunked() || end.is_none_or(|e| e > i.attr.size);
+                if beyond {
+                    self.problem(format!("inode {ino}: chunk {idx} beyond its size"));
+                }
+                if v.len() as u64 > CHUNK_SIZE {
+                    self.problem(format!("inode {ino}: chunk {idx} of {} bytes", v.len()));
+                }
+            }
+        }
+    }
+
+    /// Orphan rows name inodes that exist and have no entry.
+    fn check_orphans(&mut self) {
+        let mut problems = Vec::new();
+        for ino in &self.orphans {
+            let n = self.links.get(ino).copied().unwrap_or(0);
             if *ino == ROOT || n > 0 {
                 problems.push(format!("orphan row of inode {ino}, which has {n} entries"));
-            } else if !known(*ino) {
+            } else if !self.known(*ino) {
                 problems.push(format!("orphan row of missing inode {ino}"));
             }
         }
-        for (ino, i) in &inodes {
-            let n = links.get(ino).copied().unwrap_or(0);
-            if let Some(lease) = lease {
+        self.problems.extend(problems);
+    }
+
+    /// Each inode against its entries, the lease, and its own size and data.
+    fn check_inodes(&mut self) {
+        let mut problems = Vec::new();
+        for (ino, i) in &self.inodes {
+            let n = self.links.get(ino).copied().unwrap_or(0);
+            if let Some(lease) = self.lease {
                 if *ino >= lease && *ino != ROOT {
                     problems.push(format!("inode {ino}: beyond the leased numbers {lease}"));
                 }
@@ -171,7 +231,7 @@ impl Fs {
                 if *ino != ROOT && n != 1 {
                     problems.push(format!("directory {ino}: {n} entries"));
                 }
-                let want = 2 + subdirs.get(ino).copied().unwrap_or(0);
+                let want = 2 + self.subdirs.get(ino).copied().unwrap_or(0);
                 if i.attr.nlink != want {
                     problems.push(format!(
                         "directory {ino}: nlink {} want {want}",
@@ -179,7 +239,7 @@ impl Fs {
                     ));
                 }
             } else if n == 0 {
-                if !orphans.contains(ino) {
+                if !self.orphans.contains(ino) {
                     problems.push(format!("inode {ino}: orphan (no entry)"));
                 }
             } else if i.attr.nlink != n {
@@ -202,6 +262,6 @@ impl Fs {
                 ));
             }
         }
-        Ok(problems)
+        self.problems.extend(problems);
     }
 }

@@ -12,6 +12,11 @@
 //! [`Profile`] says so and the case checks the documented behaviour instead: nothing is
 //! skipped silently.
 
+// A case fails by panicking, like `assert!`: an unwrap here is an assertion that the
+// operation succeeds, with the error in the panic message. The module is test code
+// (the `testsuite` feature), not library code run by a file system.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeSet;
 
 use crate::{

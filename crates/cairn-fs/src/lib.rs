@@ -32,7 +32,8 @@
 //! engine's public API (`store` below). This crate must never depend on the file store
 //! (`cairn-files`), the FUSE adapter, the cluster, the benchmarks or the CLI.
 
-#![deny(missing_docs)]
+#![deny(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+#![forbid(unsafe_code)]
 
 // The code is split by concern: `namespace` (entries: lookup, create, link, remove,
 // rename, listing), `inode` (inode rows and the changes of an operation), `data` (file
@@ -65,7 +66,6 @@ use std::sync::atomic::AtomicBool;
 use parking_lot::Mutex;
 
 use cairn::{Db, Options};
-use errno::err;
 use inode::{Inode, Tx};
 use layout::*;
 use store::{Batch, Rows};
@@ -271,22 +271,14 @@ impl Fs {
 
     /// Space and inode figures (of the disk the store is on).
     pub fn statfs(&self) -> FsResult<StatFs> {
-        use std::os::unix::ffi::OsStrExt;
-        let path = std::ffi::CString::new(self.rows.db().path().as_os_str().as_bytes())
-            .map_err(|_| Errno(libc::EINVAL))?;
-        // SAFETY: statvfs writes into a zeroed struct of the right type; `path` is a
-        // NUL-terminated string that outlives the call.
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
-            return err(libc::EIO);
-        }
-        let f = st.f_frsize.max(1) as u64;
+        let st = rustix::fs::statvfs(self.rows.db().path()).map_err(|_| Errno(libc::EIO))?;
+        let f = st.f_frsize.max(1);
         let used = self.alloc.lock().next;
         Ok(StatFs {
             bsize: 4096,
-            blocks: st.f_blocks as u64 * f / 4096,
-            bfree: st.f_bfree as u64 * f / 4096,
-            bavail: st.f_bavail as u64 * f / 4096,
+            blocks: st.f_blocks * f / 4096,
+            bfree: st.f_bfree * f / 4096,
+            bavail: st.f_bavail * f / 4096,
             files: used.saturating_add(1 << 40),
             ffree: 1 << 40,
             namelen: NAME_MAX as u32,

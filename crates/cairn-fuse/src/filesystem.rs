@@ -119,199 +119,13 @@ impl CairnFuse {
 
     /// Serves one request (not INIT, which the session answers).
     pub(crate) fn handle(&self, h: &InHeader, op: Op<'_>) -> Answer {
+        if let Some(c) = counted(&op) {
+            count(c);
+        }
         let ino = h.nodeid;
         let r = match op {
-            Op::Forget => {
-                count(Count::Forget);
-                return Answer::none();
-            }
-            Op::BatchForget => {
-                count(Count::BatchForget);
-                return Answer::none();
-            }
-            Op::Interrupt => return Answer::none(),
-            Op::Init { .. } => Err(libc::EIO),
-            Op::Destroy => {
-                if let Err(e) = self.fs.fsync(abi::ROOT_ID) {
-                    log::error!("flush at unmount: {e}");
-                }
-                Ok(Vec::new())
-            }
-            Op::Lookup { name } => {
-                count(Count::Lookup);
-                self.entry(self.fs.lookup(&self.cred(h), ino, name))
-            }
-            Op::Getattr => {
-                count(Count::Getattr);
-                self.attr(self.fs.getattr(ino))
-            }
-            Op::Setattr(s) => {
-                count(Count::Setattr);
-                let v = s.valid;
-                let set = SetAttr {
-                    mode: (v & fa::MODE != 0).then_some(s.mode),
-                    uid: (v & fa::UID != 0).then_some(s.uid),
-                    gid: (v & fa::GID != 0).then_some(s.gid),
-                    size: (v & fa::SIZE != 0).then_some(s.size),
-                    atime: timeset(
-                        v & fa::ATIME != 0,
-                        v & fa::ATIME_NOW != 0,
-                        s.atime,
-                        s.atimensec,
-                    ),
-                    mtime: timeset(
-                        v & fa::MTIME != 0,
-                        v & fa::MTIME_NOW != 0,
-                        s.mtime,
-                        s.mtimensec,
-                    ),
-                };
-                self.attr(self.fs.setattr(&self.cred(h), ino, &set))
-            }
-            Op::Readlink => {
-                count(Count::Readlink);
-                self.fs.readlink(&self.cred(h), ino).map_err(|e| e.0)
-            }
-            Op::Mknod { mode, rdev, name } => {
-                count(Count::Mknod);
-                self.entry(self.fs.mknod(&self.cred(h), ino, name, mode, rdev))
-            }
-            Op::Mkdir { mode, name } => {
-                count(Count::Mkdir);
-                self.entry(self.fs.mkdir(&self.cred(h), ino, name, mode))
-            }
-            Op::Unlink { name } => {
-                count(Count::Unlink);
-                empty(self.fs.unlink(&self.cred(h), ino, name))
-            }
-            Op::Rmdir { name } => {
-                count(Count::Rmdir);
-                empty(self.fs.rmdir(&self.cred(h), ino, name))
-            }
-            Op::Symlink { name, target } => {
-                count(Count::Symlink);
-                self.entry(self.fs.symlink(&self.cred(h), ino, name, target))
-            }
-            Op::Rename {
-                newdir,
-                flags,
-                name,
-                newname,
-            } => {
-                count(Count::Rename);
-                empty(
-                    self.fs
-                        .rename(&self.cred(h), ino, name, newdir, newname, flags),
-                )
-            }
-            Op::Link { oldnodeid, name } => {
-                count(Count::Link);
-                self.entry(self.fs.link(&self.cred(h), oldnodeid, ino, name))
-            }
-            Op::Open { flags } => {
-                count(Count::Open);
-                let c = self.cred(h);
-                self.fs
-                    .open_file(&c, ino, flags as i32)
-                    .map(|_| reply::open(self.opened(c)))
-                    .map_err(|e| e.0)
-            }
-            Op::Read { fh, offset, size } => {
-                count(Count::Read);
-                self.fs
-                    .read(
-                        &self.opener(h, fh),
-                        ino,
-                        offset.min(i64::MAX as u64),
-                        size as usize,
-                    )
-                    .map_err(|e| e.0)
-            }
-            Op::Write { fh, offset, data } => {
-                count(Count::Write);
-                self.fs
-                    .write(&self.opener(h, fh), ino, offset.min(i64::MAX as u64), data)
-                    .map(|n| reply::written(n as u32))
-                    .map_err(|e| e.0)
-            }
-            Op::Fallocate(f) => {
-                count(Count::Fallocate);
-                empty(self.fs.fallocate(
-                    &self.cred(h),
-                    ino,
-                    f.offset as i64,
-                    f.length as i64,
-                    f.mode as i32,
-                ))
-            }
-            Op::CopyFileRange(c) => {
-                count(Count::CopyFileRange);
-                let (off_in, off_out) = (c.off_in as i64, c.off_out as i64);
-                if c.flags != 0 || off_in < 0 || off_out < 0 {
-                    Err(libc::EINVAL)
-                } else {
-                    // A reply carries a 32-bit count: copy at most 1 GiB per request
-                    // (the caller's copy_file_range loop, or the kernel's, asks again
-                    // for the rest).
-                    let len = c.len.min(1 << 30);
-                    self.fs
-                        .copy_range(
-                            &self.opener(h, c.fh_out),
-                            ino,
-                            c.off_in,
-                            c.nodeid_out,
-                            c.off_out,
-                            len,
-                        )
-                        .map(|n| reply::written(n as u32))
-                        .map_err(|e| e.0)
-                }
-            }
-            Op::Flush => {
-                // Writes are stored when they are made: nothing to flush. ENOSYS makes
-                // the kernel stop sending FLUSH at every close (close still succeeds).
-                count(Count::Flush);
-                Err(libc::ENOSYS)
-            }
-            Op::Release { fh } => {
-                count(Count::Release);
-                let c = self.opener(h, fh);
-                self.files
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&fh);
-                empty(self.fs.release(&c, ino))
-            }
-            Op::Fsync => {
-                count(Count::Fsync);
-                empty(self.fs.fsync(ino))
-            }
-            Op::Opendir => {
-                count(Count::Opendir);
-                self.opendir(h)
-            }
-            Op::Readdir { fh, offset, size } => {
-                count(Count::Readdir);
-                self.readdir(ino, fh, offset, size)
-            }
-            Op::Releasedir { fh } => {
-                count(Count::Releasedir);
-                self.dirs
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&fh);
-                Ok(Vec::new())
-            }
-            Op::Fsyncdir => {
-                count(Count::Fsyncdir);
-                empty(self.fs.fsync(ino))
-            }
-            Op::Statfs => {
-                count(Count::Statfs);
-                self.fs.statfs().map(|s| reply::statfs(&s)).map_err(|e| e.0)
-            }
+            Op::Forget | Op::BatchForget | Op::Interrupt => return Answer::none(),
             Op::Setxattr { name, value, flags } => {
-                count(Count::Setxattr);
                 let r = empty(self.fs.setxattr(&self.cred(h), ino, name, value, flags));
                 // An access ACL may have set the mode: the kernel's cached one is stale.
                 let inval = (r.is_ok() && name == b"system.posix_acl_access").then_some(ino);
@@ -320,57 +134,180 @@ impl CairnFuse {
                     inval,
                 };
             }
-            Op::Getxattr { name, size } => {
-                count(Count::Getxattr);
-                xattr(size, self.fs.getxattr(&self.cred(h), ino, name))
-            }
-            Op::Listxattr { size } => {
-                count(Count::Listxattr);
-                let r = self.fs.listxattr(&self.cred(h), ino).map(|names| {
-                    let mut v = Vec::new();
-                    for n in names {
-                        v.extend_from_slice(&n);
-                        v.push(0);
-                    }
-                    v
-                });
-                xattr(size, r)
-            }
-            Op::Removexattr { name } => {
-                count(Count::Removexattr);
-                empty(self.fs.removexattr(&self.cred(h), ino, name))
-            }
-            Op::Access { mask } => {
-                count(Count::Access);
-                // With default_permissions the kernel answers access(2) itself.
-                if !self.fs_checks {
-                    Ok(Vec::new())
-                } else {
-                    match self.fs.getattr(ino) {
-                        Ok(a) if may_access(&self.cred(h), &a, mask) => Ok(Vec::new()),
-                        Ok(_) => Err(libc::EACCES),
-                        Err(e) => Err(e.0),
-                    }
+            Op::Init { .. } => Err(libc::EIO),
+            Op::Destroy => {
+                if let Err(e) = self.fs.fsync(abi::ROOT_ID) {
+                    log::error!("flush at unmount: {e}");
                 }
+                Ok(Vec::new())
             }
-            Op::Create { mode, flags, name } => {
-                count(Count::Create);
+            Op::Lookup { name } => self.entry(self.fs.lookup(&self.cred(h), ino, name)),
+            Op::Getattr => self.attr(self.fs.getattr(ino)),
+            Op::Setattr(s) => self.setattr(h, &s),
+            Op::Readlink => self.fs.readlink(&self.cred(h), ino).map_err(|e| e.0),
+            Op::Mknod { mode, rdev, name } => {
+                self.entry(self.fs.mknod(&self.cred(h), ino, name, mode, rdev))
+            }
+            Op::Mkdir { mode, name } => self.entry(self.fs.mkdir(&self.cred(h), ino, name, mode)),
+            Op::Unlink { name } => empty(self.fs.unlink(&self.cred(h), ino, name)),
+            Op::Rmdir { name } => empty(self.fs.rmdir(&self.cred(h), ino, name)),
+            Op::Symlink { name, target } => {
+                self.entry(self.fs.symlink(&self.cred(h), ino, name, target))
+            }
+            Op::Rename {
+                newdir,
+                flags,
+                name,
+                newname,
+            } => empty(
+                self.fs
+                    .rename(&self.cred(h), ino, name, newdir, newname, flags),
+            ),
+            Op::Link { oldnodeid, name } => {
+                self.entry(self.fs.link(&self.cred(h), oldnodeid, ino, name))
+            }
+            Op::Open { flags } => {
                 let c = self.cred(h);
                 self.fs
-                    .create(&c, ino, name, mode)
-                    .and_then(|a| {
-                        self.fs
-                            .open_created(&c, a.ino, flags as i32 & !libc::O_TRUNC)
-                    })
-                    .map(|a| reply::create(fattr(&a), self.ttl, self.opened(c)))
+                    .open_file(&c, ino, flags as i32)
+                    .map(|_| reply::open(self.opened(c)))
                     .map_err(|e| e.0)
             }
+            Op::Create { mode, flags, name } => self.create(h, name, mode, flags),
+            Op::Read { fh, offset, size } => self
+                .fs
+                .read(
+                    &self.opener(h, fh),
+                    ino,
+                    offset.min(i64::MAX as u64),
+                    size as usize,
+                )
+                .map_err(|e| e.0),
+            Op::Write { fh, offset, data } => self
+                .fs
+                .write(&self.opener(h, fh), ino, offset.min(i64::MAX as u64), data)
+                .map(|n| reply::written(n as u32))
+                .map_err(|e| e.0),
+            Op::Fallocate(f) => empty(self.fs.fallocate(
+                &self.cred(h),
+                ino,
+                f.offset as i64,
+                f.length as i64,
+                f.mode as i32,
+            )),
+            Op::CopyFileRange(c) => self.copy_file_range(h, &c),
+            // Writes are stored when they are made: nothing to flush. ENOSYS makes the
+            // kernel stop sending FLUSH at every close (close still succeeds).
+            Op::Flush => Err(libc::ENOSYS),
+            Op::Release { fh } => {
+                let c = self.opener(h, fh);
+                self.files
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&fh);
+                empty(self.fs.release(&c, ino))
+            }
+            Op::Fsync | Op::Fsyncdir => empty(self.fs.fsync(ino)),
+            Op::Opendir => self.opendir(h),
+            Op::Readdir { fh, offset, size } => self.readdir(ino, fh, offset, size),
+            Op::Releasedir { fh } => {
+                self.dirs
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&fh);
+                Ok(Vec::new())
+            }
+            Op::Statfs => self.fs.statfs().map(|s| reply::statfs(&s)).map_err(|e| e.0),
+            Op::Getxattr { name, size } => xattr(size, self.fs.getxattr(&self.cred(h), ino, name)),
+            Op::Listxattr { size } => self.listxattr(h, size),
+            Op::Removexattr { name } => empty(self.fs.removexattr(&self.cred(h), ino, name)),
+            Op::Access { mask } => self.access(h, mask),
             Op::Other(code) => {
                 log::debug!("FUSE opcode {code} is not served");
                 Err(libc::ENOSYS)
             }
         };
         Answer::reply(r)
+    }
+
+    fn setattr(&self, h: &InHeader, s: &abi::SetattrIn) -> Reply {
+        let v = s.valid;
+        let set = SetAttr {
+            mode: (v & fa::MODE != 0).then_some(s.mode),
+            uid: (v & fa::UID != 0).then_some(s.uid),
+            gid: (v & fa::GID != 0).then_some(s.gid),
+            size: (v & fa::SIZE != 0).then_some(s.size),
+            atime: timeset(
+                v & fa::ATIME != 0,
+                v & fa::ATIME_NOW != 0,
+                s.atime,
+                s.atimensec,
+            ),
+            mtime: timeset(
+                v & fa::MTIME != 0,
+                v & fa::MTIME_NOW != 0,
+                s.mtime,
+                s.mtimensec,
+            ),
+        };
+        self.attr(self.fs.setattr(&self.cred(h), h.nodeid, &set))
+    }
+
+    fn create(&self, h: &InHeader, name: &[u8], mode: u32, flags: u32) -> Reply {
+        let c = self.cred(h);
+        self.fs
+            .create(&c, h.nodeid, name, mode)
+            .and_then(|a| {
+                self.fs
+                    .open_created(&c, a.ino, flags as i32 & !libc::O_TRUNC)
+            })
+            .map(|a| reply::create(fattr(&a), self.ttl, self.opened(c)))
+            .map_err(|e| e.0)
+    }
+
+    fn copy_file_range(&self, h: &InHeader, c: &abi::CopyFileRangeIn) -> Reply {
+        let (off_in, off_out) = (c.off_in as i64, c.off_out as i64);
+        if c.flags != 0 || off_in < 0 || off_out < 0 {
+            return Err(libc::EINVAL);
+        }
+        // A reply carries a 32-bit count: copy at most 1 GiB per request (the caller's
+        // copy_file_range loop, or the kernel's, asks again for the rest).
+        let len = c.len.min(1 << 30);
+        self.fs
+            .copy_range(
+                &self.opener(h, c.fh_out),
+                h.nodeid,
+                c.off_in,
+                c.nodeid_out,
+                c.off_out,
+                len,
+            )
+            .map(|n| reply::written(n as u32))
+            .map_err(|e| e.0)
+    }
+
+    fn listxattr(&self, h: &InHeader, size: u32) -> Reply {
+        let r = self.fs.listxattr(&self.cred(h), h.nodeid).map(|names| {
+            let mut v = Vec::new();
+            for n in names {
+                v.extend_from_slice(&n);
+                v.push(0);
+            }
+            v
+        });
+        xattr(size, r)
+    }
+
+    fn access(&self, h: &InHeader, mask: u32) -> Reply {
+        // With default_permissions the kernel answers access(2) itself.
+        if !self.fs_checks {
+            return Ok(Vec::new());
+        }
+        match self.fs.getattr(h.nodeid) {
+            Ok(a) if may_access(&self.cred(h), &a, mask) => Ok(Vec::new()),
+            Ok(_) => Err(libc::EACCES),
+            Err(e) => Err(e.0),
+        }
     }
 
     fn opendir(&self, h: &InHeader) -> Reply {
@@ -442,4 +379,44 @@ impl CairnFuse {
         }
         Ok(out.into_bytes())
     }
+}
+
+/// The kind `op` is counted as, for `CAIRN_FUSE_STATS` (none for the requests that
+/// serve the session rather than the file system).
+fn counted(op: &Op<'_>) -> Option<Count> {
+    Some(match op {
+        Op::Init { .. } | Op::Destroy | Op::Interrupt | Op::Other(_) => return None,
+        Op::Forget => Count::Forget,
+        Op::BatchForget => Count::BatchForget,
+        Op::Lookup { .. } => Count::Lookup,
+        Op::Getattr => Count::Getattr,
+        Op::Setattr(_) => Count::Setattr,
+        Op::Readlink => Count::Readlink,
+        Op::Mknod { .. } => Count::Mknod,
+        Op::Mkdir { .. } => Count::Mkdir,
+        Op::Unlink { .. } => Count::Unlink,
+        Op::Rmdir { .. } => Count::Rmdir,
+        Op::Symlink { .. } => Count::Symlink,
+        Op::Rename { .. } => Count::Rename,
+        Op::Link { .. } => Count::Link,
+        Op::Open { .. } => Count::Open,
+        Op::Read { .. } => Count::Read,
+        Op::Write { .. } => Count::Write,
+        Op::Fallocate(_) => Count::Fallocate,
+        Op::CopyFileRange(_) => Count::CopyFileRange,
+        Op::Flush => Count::Flush,
+        Op::Release { .. } => Count::Release,
+        Op::Fsync => Count::Fsync,
+        Op::Opendir => Count::Opendir,
+        Op::Readdir { .. } => Count::Readdir,
+        Op::Releasedir { .. } => Count::Releasedir,
+        Op::Fsyncdir => Count::Fsyncdir,
+        Op::Statfs => Count::Statfs,
+        Op::Setxattr { .. } => Count::Setxattr,
+        Op::Getxattr { .. } => Count::Getxattr,
+        Op::Listxattr { .. } => Count::Listxattr,
+        Op::Removexattr { .. } => Count::Removexattr,
+        Op::Access { .. } => Count::Access,
+        Op::Create { .. } => Count::Create,
+    })
 }

@@ -1,5 +1,10 @@
-//! `cairn-fuse`: a [`cairn_fs::FileSystem`] mounted through FUSE (the `fuser` crate, its
-//! pure-Rust mount path: mount(2) directly when run as root, else `fusermount3`).
+//! `cairn-fuse`: a [`cairn_fs::FileSystem`] mounted through FUSE. The crate speaks the
+//! kernel's FUSE protocol itself: it decodes each request, answers it with one call of
+//! the file system and encodes the reply, over either transport — FUSE over io_uring
+//! (one queue per CPU, Linux 6.14+) where the kernel offers it, else reads and writes
+//! of `/dev/fuse` ([`Transport`]). Only the mount and the unmount go through the
+//! `fuser` crate (its pure-Rust mount path: mount(2) directly when run as root, else
+//! `fusermount3`), which serves no request.
 //!
 //! ```no_run
 //! use std::path::Path;
@@ -51,10 +56,14 @@
 //! [`parse_counts`]) at SIGUSR1 and at unmount; `cairn fs-bench` uses it to report
 //! requests per operation.
 //!
-//! Modules: `filesystem` answers the kernel's requests, `attr` converts between
-//! `cairn_fs` and FUSE, `stats` counts requests; this file mounts and unmounts.
+//! Modules: `abi` has the protocol's opcodes and structures, `request` decodes a request
+//! and `reply` encodes its answer, `filesystem` answers the requests with the file
+//! system, `attr` converts between `cairn_fs` and FUSE, `session` makes the INIT
+//! handshake and runs a transport (`devfuse`: `/dev/fuse`; `uring`: io_uring queues),
+//! `bdi` raises the mount's read-ahead, `stats` counts requests; this file mounts and
+//! unmounts.
 
-#![deny(missing_docs)]
+#![deny(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 mod abi;
 mod attr;

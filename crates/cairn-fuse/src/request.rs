@@ -241,6 +241,14 @@ pub(crate) fn decode<'a>(h: &InHeader, mut b: Body<'a>) -> Result<Op<'a>, i32> {
                 name: b.name()?,
             }
         }
+        other => decode_files(other, b)?,
+    })
+}
+
+/// Decodes the operations on open files and directories, extended attributes and the
+/// file system as a whole (the rest of [`decode`]).
+fn decode_files(opcode: u32, mut b: Body<'_>) -> Result<Op<'_>, i32> {
+    Ok(match opcode {
         op::OPEN => Op::Open {
             flags: b.take::<abi::OpenIn>()?.flags,
         },

@@ -61,6 +61,14 @@ pub fn is_mountpoint(p: &Path) -> bool {
 /// scripts/test.sh runs the mount tests once with io_uring and once with `classic`.
 pub const TRANSPORT_ENV: &str = "CAIRN_TEST_FUSE_TRANSPORT";
 
+/// `--transport T` for a `cairn mount` when [`TRANSPORT_ENV`] sets T, else nothing.
+pub fn transport_args() -> Vec<String> {
+    match std::env::var(TRANSPORT_ENV) {
+        Ok(t) => vec!["--transport".into(), t],
+        Err(_) => Vec::new(),
+    }
+}
+
 /// A running `cairn mount`; unmounted (and the process reaped) on drop.
 pub struct Mount {
     child: Option<Child>,
@@ -123,11 +131,8 @@ impl Mount {
         if !Mount::fuse_usable() {
             return None;
         }
-        let mut transport: Vec<String> = Vec::new();
         let chosen = args.iter().any(|a| a == "--transport");
-        if let (Ok(t), false) = (std::env::var(TRANSPORT_ENV), chosen) {
-            transport = vec!["--transport".into(), t];
-        }
+        let transport = if chosen { Vec::new() } else { transport_args() };
         let child = cairn()
             .arg("mount")
             .args(args)
@@ -163,6 +168,16 @@ impl Mount {
 
     pub fn pid(&self) -> i32 {
         self.child.as_ref().unwrap().id() as i32
+    }
+
+    /// Kills the mount process with SIGKILL, reaps it and undoes the dead mount (a
+    /// lazy unmount).
+    pub fn kill(mut self) {
+        let mut c = self.child.take().unwrap();
+        // SAFETY: kill(2) of our own child, not yet reaped (so its pid is not reused).
+        unsafe { libc::kill(c.id() as i32, libc::SIGKILL) };
+        c.wait().unwrap();
+        let _ = Command::new("umount").arg("-l").arg(&self.mp).status();
     }
 
     /// Waits for the mount process to end; its exit status.
