@@ -41,7 +41,7 @@
 //! of operations; `table` and `plot` render the results. [`fsbench`] is fs-bench, with
 //! its plots in `fsplot`; `chart` has the drawing helpers both plot modules share.
 
-#![deny(missing_docs)]
+#![deny(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 /// The code examples of the repository's README.md, compiled and run as this crate's
 /// doctests (`cargo test -p cairn-bench --doc`): this crate depends on every layer the
@@ -572,60 +572,10 @@ fn run_bench(args: &BenchArgs, allocator: &str) -> Result<()> {
         }
         None => None,
     };
-    let settings = engine_settings(&config);
-    let mut report = Report {
-        command: std::env::args().collect::<Vec<_>>().join(" "),
-        started_unix: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
-        machine: machine(),
-        config: config.clone(),
-        engines: engines
-            .iter()
-            .map(|e| EngineInfo {
-                name: e.name.into(),
-                library: e.library.into(),
-                non_default_settings: (e.non_default_settings)(&settings),
-            })
-            .collect(),
-        allocator: Some(allocator.to_string()),
-        runs: Vec::new(),
-    };
-
-    let mut jobs: Vec<(&SuiteDef, Option<&EngineSpec>, Option<&str>)> = Vec::new();
-    for suite in &suites {
-        if suite.per_engine {
-            for e in &engines {
-                if config.sync && !e.durable {
-                    eprintln!(
-                        "bench: {} makes no write durable: left out of --sync",
-                        e.name
-                    );
-                    continue;
-                }
-                let variants = subjects(suite, e);
-                if variants.is_empty() {
-                    eprintln!("bench: the {} suite does not run on {}", suite.name, e.name);
-                }
-                jobs.extend(variants.into_iter().map(|v| (*suite, Some(*e), v)));
-            }
-        } else {
-            jobs.push((suite, None, None));
-        }
-    }
+    let mut report = new_report(&config, &engines, allocator);
+    let jobs = jobs(&config, &suites, &engines);
     let total: u64 = jobs.iter().map(|(s, _, _)| (s.steps)(&config)).sum();
-    let bar = if io::stderr().is_terminal() {
-        let bar = ProgressBar::new(total);
-        bar.set_style(
-            ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {wide_msg}")
-                .expect("valid template")
-                .progress_chars("=> "),
-        );
-        bar.enable_steady_tick(Duration::from_millis(200));
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
+    let bar = progress_bar(total)?;
 
     let results = out.join("results.json");
     for (suite, engine, variant) in jobs {
@@ -661,6 +611,75 @@ fn run_bench(args: &BenchArgs, allocator: &str) -> Result<()> {
     }
 
     finish(&report, &out)
+}
+
+/// The report of a run of `config` on `engines`, with no run yet.
+fn new_report(config: &Config, engines: &[&EngineSpec], allocator: &str) -> Report {
+    let settings = engine_settings(config);
+    Report {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        started_unix: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        machine: machine(),
+        config: config.clone(),
+        engines: engines
+            .iter()
+            .map(|e| EngineInfo {
+                name: e.name.into(),
+                library: e.library.into(),
+                non_default_settings: (e.non_default_settings)(&settings),
+            })
+            .collect(),
+        allocator: Some(allocator.to_string()),
+        runs: Vec::new(),
+    }
+}
+
+/// A job of a run: a suite, the engine it runs on (none for the disk suite) and the
+/// engine's variant, if any.
+type Job<'a> = (&'a SuiteDef, Option<&'a EngineSpec>, Option<&'static str>);
+
+/// Every (suite, engine, variant) to run, in order; an engine that makes no write
+/// durable is left out of --sync.
+fn jobs<'a>(config: &Config, suites: &[&'a SuiteDef], engines: &[&'a EngineSpec]) -> Vec<Job<'a>> {
+    let mut jobs: Vec<Job<'a>> = Vec::new();
+    for suite in suites {
+        if !suite.per_engine {
+            jobs.push((suite, None, None));
+            continue;
+        }
+        for e in engines {
+            if config.sync && !e.durable {
+                eprintln!(
+                    "bench: {} makes no write durable: left out of --sync",
+                    e.name
+                );
+                continue;
+            }
+            let variants = subjects(suite, e);
+            if variants.is_empty() {
+                eprintln!("bench: the {} suite does not run on {}", suite.name, e.name);
+            }
+            jobs.extend(variants.into_iter().map(|v| (*suite, Some(*e), v)));
+        }
+    }
+    jobs
+}
+
+/// A progress bar of `total` steps on a terminal, else a hidden one.
+fn progress_bar(total: u64) -> Result<ProgressBar> {
+    if !io::stderr().is_terminal() {
+        return Ok(ProgressBar::hidden());
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {wide_msg}")
+            .context("the progress bar's template")?
+            .progress_chars("=> "),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    Ok(bar)
 }
 
 /// Writes results.md and the plots of `report` into `out`, prints the Markdown, and
@@ -808,45 +827,12 @@ fn run_child(
             let error = format!("starting the child process failed: {err}");
             bar.suspend(|| eprintln!("bench: {} on {engine_name}: {error}", suite.name));
             bar.inc(steps);
-            return Ok(SuiteRun {
-                suite: suite.name.into(),
-                engine: engine_name.into(),
-                phases: Vec::new(),
-                wall_secs: 0.0,
-                peak_rss_bytes: None,
-                total_write_amp: None,
-                error: Some(error),
-                samples: Vec::new(),
-                cache_bytes: None,
-            });
+            return Ok(failed_run(suite, engine_name, 0.0, error));
         }
     };
-    let mut tail: VecDeque<String> = VecDeque::new();
-    let mut done = 0;
-    let mut reader = BufReader::new(child.stderr.take().expect("piped stderr"));
-    let mut line = Vec::new();
-    while reader.read_until(b'\n', &mut line)? > 0 {
-        let text = String::from_utf8_lossy(&line).trim_end().to_string();
-        line.clear();
-        if let Some(step) = text.strip_prefix(PROGRESS) {
-            done += 1;
-            bar.inc(1);
-            bar.set_message(format!("{} on {engine_name}: {step}", suite.name));
-            if bar.is_hidden() {
-                eprintln!(
-                    "bench: {} on {engine_name}: {step} ({:.1} s)",
-                    suite.name,
-                    started.elapsed().as_secs_f64()
-                );
-            }
-        } else {
-            bar.suspend(|| eprintln!("[{name}] {text}"));
-            tail.push_back(text);
-            if tail.len() > 20 {
-                tail.pop_front();
-            }
-        }
-    }
+    let stderr = child.stderr.take().context("the child's standard error")?;
+    let label = (suite.name, engine_name, name.as_str());
+    let (done, tail) = follow_child(stderr, label, started, bar)?;
     let status = child.wait()?;
     bar.inc(steps.saturating_sub(done));
     let _ = fs::remove_dir_all(&dir);
@@ -858,18 +844,61 @@ fn run_child(
             let why = tail.into_iter().collect::<Vec<_>>().join(" | ");
             let error = format!("child process {status}: {why}");
             bar.suspend(|| eprintln!("bench: {} on {engine_name} failed: {error}", suite.name));
-            Ok(SuiteRun {
-                suite: suite.name.into(),
-                engine: engine_name.into(),
-                phases: Vec::new(),
-                wall_secs: started.elapsed().as_secs_f64(),
-                peak_rss_bytes: None,
-                total_write_amp: None,
-                error: Some(error),
-                samples: Vec::new(),
-                cache_bytes: None,
-            })
+            let wall = started.elapsed().as_secs_f64();
+            Ok(failed_run(suite, engine_name, wall, error))
         }
+    }
+}
+
+/// Reads a child's standard error to its end: its progress lines advance `bar`, the
+/// others are shown (prefixed with the job's name, the last of `label`) and the last 20
+/// kept. Returns the steps done and those last lines.
+fn follow_child(
+    stderr: std::process::ChildStderr,
+    (suite, engine, name): (&str, &str, &str),
+    started: Instant,
+    bar: &ProgressBar,
+) -> Result<(u64, VecDeque<String>)> {
+    let mut tail: VecDeque<String> = VecDeque::new();
+    let mut done = 0;
+    let mut reader = BufReader::new(stderr);
+    let mut line = Vec::new();
+    while reader.read_until(b'\n', &mut line)? > 0 {
+        let text = String::from_utf8_lossy(&line).trim_end().to_string();
+        line.clear();
+        if let Some(step) = text.strip_prefix(PROGRESS) {
+            done += 1;
+            bar.inc(1);
+            bar.set_message(format!("{suite} on {engine}: {step}"));
+            if bar.is_hidden() {
+                eprintln!(
+                    "bench: {suite} on {engine}: {step} ({:.1} s)",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+        } else {
+            bar.suspend(|| eprintln!("[{name}] {text}"));
+            tail.push_back(text);
+            if tail.len() > 20 {
+                tail.pop_front();
+            }
+        }
+    }
+    Ok((done, tail))
+}
+
+/// A run of `suite` on `engine` that failed with `error` after `wall_secs`.
+fn failed_run(suite: &SuiteDef, engine: &str, wall_secs: f64, error: String) -> SuiteRun {
+    SuiteRun {
+        suite: suite.name.into(),
+        engine: engine.into(),
+        phases: Vec::new(),
+        wall_secs,
+        peak_rss_bytes: None,
+        total_write_amp: None,
+        error: Some(error),
+        samples: Vec::new(),
+        cache_bytes: None,
     }
 }
 

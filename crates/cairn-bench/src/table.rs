@@ -13,6 +13,40 @@ use super::{Report, SuiteRun};
 /// The whole report as Markdown.
 pub fn markdown(report: &Report) -> String {
     let mut md = String::new();
+    header(&mut md, report);
+    engines_table(&mut md, report);
+    let disk = report.runs.iter().find(|r| r.suite == "disk");
+    if let Some(disk) = disk {
+        disk_table(&mut md, disk);
+    }
+    for suite in suite_names(report) {
+        let runs: Vec<&SuiteRun> = report.runs.iter().filter(|r| r.suite == suite).collect();
+        let _ = writeln!(md, "## {}\n", suite_title(&suite, report));
+        if suite == kfs::SUITE.name {
+            kfs_section(
+                &mut md,
+                report,
+                &runs,
+                disk_bandwidth(disk, Some(Kind::Write)),
+            );
+            runs_table(&mut md, &runs);
+            continue;
+        }
+        throughput_table(&mut md, &runs);
+        if suite == "halodb" {
+            if let Some(disk) = disk {
+                reads_against_disk(&mut md, &runs, disk);
+            }
+        }
+        runs_table(&mut md, &runs);
+        details_table(&mut md, report, &runs, disk);
+    }
+    targets_table(&mut md, report);
+    md
+}
+
+/// The command, the machine, the memory limit, the allocator.
+fn header(md: &mut String, report: &Report) {
     let cfg = &report.config;
     let _ = writeln!(md, "# cairn bench results\n");
     let _ = writeln!(md, "Command: `{}`  ", report.command);
@@ -44,7 +78,10 @@ pub fn markdown(report: &Report) -> String {
             .as_deref()
             .unwrap_or("not recorded (results written before the allocator was)")
     );
+}
 
+/// Each engine, its library and the settings it runs with that differ from its defaults.
+fn engines_table(md: &mut String, report: &Report) {
     let _ = writeln!(md, "## Engines\n");
     let _ = writeln!(
         md,
@@ -64,166 +101,167 @@ pub fn markdown(report: &Report) -> String {
         let _ = writeln!(md, "| {} | {} | {} |", e.name, e.library, settings);
     }
     md.push('\n');
+}
 
-    let disk = report.runs.iter().find(|r| r.suite == "disk");
-    if let Some(disk) = disk {
-        let _ = writeln!(md, "## The disk's own limits\n");
-        if let Some(err) = &disk.error {
-            let _ = writeln!(md, "failed: {err}\n");
-        } else {
-            let _ = writeln!(
-                md,
-                "| measurement | MB/s | ops/s | p50 | p99 | p99.9 | max |"
-            );
-            let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|");
-            for p in &disk.phases {
-                let _ = writeln!(
-                    md,
-                    "| {} | {:.0} | {} | {} | {} | {} | {} |",
-                    p.title,
-                    p.mb_per_sec,
-                    count(p.ops_per_sec),
-                    latency(p.latency.p50_ns),
-                    latency(p.latency.p99_ns),
-                    latency(p.latency.p999_ns),
-                    latency(p.latency.max_ns)
-                );
-            }
-            md.push('\n');
-        }
+/// The disk suite: the disk's own bandwidth, operations and latencies.
+fn disk_table(md: &mut String, disk: &SuiteRun) {
+    let _ = writeln!(md, "## The disk's own limits\n");
+    if let Some(err) = &disk.error {
+        let _ = writeln!(md, "failed: {err}\n");
+        return;
     }
-    let disk_bw = |kind: Option<Kind>| -> Option<f64> {
-        let test = match kind? {
-            Kind::Write => "seq_write",
-            Kind::Read => "seq_read",
-        };
-        disk?
-            .phases
-            .iter()
-            .find(|p| p.test == test)
-            .map(|p| p.mb_per_sec)
+    let _ = writeln!(
+        md,
+        "| measurement | MB/s | ops/s | p50 | p99 | p99.9 | max |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|");
+    for p in &disk.phases {
+        let _ = writeln!(
+            md,
+            "| {} | {:.0} | {} | {} | {} | {} | {} |",
+            p.title,
+            p.mb_per_sec,
+            count(p.ops_per_sec),
+            latency(p.latency.p50_ns),
+            latency(p.latency.p99_ns),
+            latency(p.latency.p999_ns),
+            latency(p.latency.max_ns)
+        );
+    }
+    md.push('\n');
+}
+
+/// The disk's sequential bandwidth, MB/s, in the direction of a phase of `kind`.
+fn disk_bandwidth(disk: Option<&SuiteRun>, kind: Option<Kind>) -> Option<f64> {
+    let test = match kind? {
+        Kind::Write => "seq_write",
+        Kind::Read => "seq_read",
     };
+    disk?
+        .phases
+        .iter()
+        .find(|p| p.test == test)
+        .map(|p| p.mb_per_sec)
+}
 
-    for suite in suite_names(report) {
-        let runs: Vec<&SuiteRun> = report.runs.iter().filter(|r| r.suite == suite).collect();
-        let _ = writeln!(md, "## {}\n", suite_title(&suite, report));
-        if suite == kfs::SUITE.name {
-            kfs_section(&mut md, report, &runs, disk_bw(Some(Kind::Write)));
-            runs_table(&mut md, &runs);
-            continue;
+/// A suite's operations per second, a column per engine, with cairn's ratio to each peer.
+fn throughput_table(md: &mut String, runs: &[&SuiteRun]) {
+    let engines: Vec<&str> = runs.iter().map(|r| r.engine.as_str()).collect();
+    let cairn = runs
+        .iter()
+        .copied()
+        .find(|r| r.engine == "cairn" && r.error.is_none());
+    let _ = writeln!(
+        md,
+        "Throughput in operations per second{}.\n",
+        if cairn.is_some() && engines.len() > 1 {
+            "; in brackets, cairn's throughput divided by the peer's (above 1× cairn is faster)"
+        } else {
+            ""
         }
-        let engines: Vec<&str> = runs.iter().map(|r| r.engine.as_str()).collect();
-        let cairn = runs
-            .iter()
-            .find(|r| r.engine == "cairn" && r.error.is_none());
-        let _ = writeln!(
-            md,
-            "Throughput in operations per second{}.\n",
-            if cairn.is_some() && engines.len() > 1 {
-                "; in brackets, cairn's throughput divided by the peer's (above 1× cairn is faster)"
-            } else {
-                ""
-            }
-        );
-        let _ = writeln!(md, "| test | {} |", engines.join(" | "));
-        let _ = writeln!(md, "|---|{}", "---:|".repeat(engines.len()));
-        for (test, title) in tests_of(&runs) {
-            let mut row = format!("| {title} |");
-            for run in &runs {
-                let cell = match (&run.error, find(run, &test)) {
-                    (Some(_), _) => "failed".to_string(),
-                    (None, None) => "–".to_string(),
-                    (None, Some(p)) => {
-                        let mut cell = count(p.ops_per_sec);
-                        if run.engine != "cairn" {
-                            if let Some(c) = cairn
-                                .and_then(|c| find(c, &test))
-                                .filter(|_| p.ops_per_sec > 0.0)
-                            {
-                                let _ = write!(cell, " ({})", ratio(c.ops_per_sec / p.ops_per_sec));
-                            }
-                        }
-                        cell
-                    }
-                };
-                let _ = write!(row, " {cell} |");
-            }
-            let _ = writeln!(md, "{row}");
+    );
+    let _ = writeln!(md, "| test | {} |", engines.join(" | "));
+    let _ = writeln!(md, "|---|{}", "---:|".repeat(engines.len()));
+    for (test, title) in tests_of(runs) {
+        let mut row = format!("| {title} |");
+        for run in runs {
+            let _ = write!(row, " {} |", throughput_cell(run, cairn, &test));
         }
-        md.push('\n');
-        if suite == "halodb" {
-            if let Some(disk) = disk {
-                reads_against_disk(&mut md, &runs, disk);
-            }
-        }
-        runs_table(&mut md, &runs);
-
-        let _ = writeln!(md, "### Details\n");
-        let _ = writeln!(
-            md,
-            "Latencies are of single operations (HDR histogram). \"slowest interval\" is the lowest \
-             throughput of one interval of {} ms over the median one (compaction stalls show here); \
-             \"% of disk\" compares MB/s of keys and values with the disk's sequential bandwidth \
-             (without --sync a write's MB/s is to the page cache, not to the disk); \"flush \
-             after\" is the time the flush after a write phase took, which the phase's own \
-             figures leave out; \"peak RSS\" (VmHWM) includes file pages the engine maps (LMDB, \
-             cairn's sealed segments), \"peak anon RSS\" is the heap alone, sampled once per \
-             interval; \"writes per fsync\" (durable fills of --sync) is the fill's writes over \
-             the fsync and fdatasync calls of the engine's process meanwhile, counted by the \
-             kernel's syscall tracepoints (– where they cannot be counted: not root).\n",
-            report.config.interval_ms
-        );
-        let _ = writeln!(
-            md,
-            "| test | engine | ops/s | MB/s | % of disk | p50 | p99 | p99.9 | max | slowest interval | flush after | write amp | space amp | peak RSS | peak anon RSS | reopen | writes per fsync |"
-        );
-        let _ = writeln!(md, "|---|---|{}", "---:|".repeat(15));
-        for (test, title) in tests_of(&runs) {
-            for run in &runs {
-                let Some(p) = find(run, &test) else { continue };
-                let _ = writeln!(
-                    md,
-                    "| {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                    title,
-                    run.engine,
-                    count(p.ops_per_sec),
-                    p.mb_per_sec,
-                    disk_bw(p.kind).map_or("–".into(), |bw| format!(
-                        "{:.0}%",
-                        100.0 * p.mb_per_sec / bw
-                    )),
-                    latency(p.latency.p50_ns),
-                    latency(p.latency.p99_ns),
-                    latency(p.latency.p999_ns),
-                    latency(p.latency.max_ns),
-                    steadiness(p),
-                    p.flush_secs.map_or("–".into(), seconds),
-                    p.write_amp.map_or("–".into(), |a| format!("{a:.2}")),
-                    p.space_amp.map_or("–".into(), |a| format!("{a:.2}")),
-                    p.peak_rss_bytes.map_or("–".into(), bytes),
-                    p.peak_anon_rss_bytes.map_or("–".into(), bytes),
-                    p.reopen_secs.map_or("–".into(), |s| format!("{:.3} s", s)),
-                    p.writes_per_sync.map_or("–".into(), |w| format!("{w:.2}")),
-                );
-            }
-        }
-        md.push('\n');
+        let _ = writeln!(md, "{row}");
     }
+    md.push('\n');
+}
 
-    let targets = targets(report);
-    if !targets.is_empty() {
-        let _ = writeln!(md, "## Targets\n");
-        let _ = writeln!(md, "| target | measured | met |\n|---|---:|---|");
-        for (what, value, met) in targets {
+/// `run`'s operations per second in `test`, and cairn's ratio to them for a peer.
+fn throughput_cell(run: &SuiteRun, cairn: Option<&SuiteRun>, test: &str) -> String {
+    match (&run.error, find(run, test)) {
+        (Some(_), _) => "failed".to_string(),
+        (None, None) => "–".to_string(),
+        (None, Some(p)) => {
+            let mut cell = count(p.ops_per_sec);
+            if run.engine != "cairn" {
+                if let Some(c) = cairn
+                    .and_then(|c| find(c, test))
+                    .filter(|_| p.ops_per_sec > 0.0)
+                {
+                    let _ = write!(cell, " ({})", ratio(c.ops_per_sec / p.ops_per_sec));
+                }
+            }
+            cell
+        }
+    }
+}
+
+/// Every figure of every test of a suite, a row per engine.
+fn details_table(md: &mut String, report: &Report, runs: &[&SuiteRun], disk: Option<&SuiteRun>) {
+    let _ = writeln!(md, "### Details\n");
+    let _ = writeln!(
+        md,
+        "Latencies are of single operations (HDR histogram). \"slowest interval\" is the lowest \
+         throughput of one interval of {} ms over the median one (compaction stalls show here); \
+         \"% of disk\" compares MB/s of keys and values with the disk's sequential bandwidth \
+         (without --sync a write's MB/s is to the page cache, not to the disk); \"flush \
+         after\" is the time the flush after a write phase took, which the phase's own \
+         figures leave out; \"peak RSS\" (VmHWM) includes file pages the engine maps (LMDB, \
+         cairn's sealed segments), \"peak anon RSS\" is the heap alone, sampled once per \
+         interval; \"writes per fsync\" (durable fills of --sync) is the fill's writes over \
+         the fsync and fdatasync calls of the engine's process meanwhile, counted by the \
+         kernel's syscall tracepoints (– where they cannot be counted: not root).\n",
+        report.config.interval_ms
+    );
+    let _ = writeln!(
+        md,
+        "| test | engine | ops/s | MB/s | % of disk | p50 | p99 | p99.9 | max | slowest interval | flush after | write amp | space amp | peak RSS | peak anon RSS | reopen | writes per fsync |"
+    );
+    let _ = writeln!(md, "|---|---|{}", "---:|".repeat(15));
+    for (test, title) in tests_of(runs) {
+        for run in runs {
+            let Some(p) = find(run, &test) else { continue };
             let _ = writeln!(
                 md,
-                "| {what} | {value} | {} |",
-                if met { "yes" } else { "**no**" }
+                "| {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                title,
+                run.engine,
+                count(p.ops_per_sec),
+                p.mb_per_sec,
+                disk_bandwidth(disk, p.kind).map_or("–".into(), |bw| format!(
+                    "{:.0}%",
+                    100.0 * p.mb_per_sec / bw
+                )),
+                latency(p.latency.p50_ns),
+                latency(p.latency.p99_ns),
+                latency(p.latency.p999_ns),
+                latency(p.latency.max_ns),
+                steadiness(p),
+                p.flush_secs.map_or("–".into(), seconds),
+                p.write_amp.map_or("–".into(), |a| format!("{a:.2}")),
+                p.space_amp.map_or("–".into(), |a| format!("{a:.2}")),
+                p.peak_rss_bytes.map_or("–".into(), bytes),
+                p.peak_anon_rss_bytes.map_or("–".into(), bytes),
+                p.reopen_secs.map_or("–".into(), |s| format!("{:.3} s", s)),
+                p.writes_per_sync.map_or("–".into(), |w| format!("{w:.2}")),
             );
         }
-        md.push('\n');
     }
-    md
+    md.push('\n');
+}
+
+/// The targets this run can judge, and whether each is met.
+fn targets_table(md: &mut String, report: &Report) {
+    let targets = targets(report);
+    if targets.is_empty() {
+        return;
+    }
+    let _ = writeln!(md, "## Targets\n");
+    let _ = writeln!(md, "| target | measured | met |\n|---|---:|---|");
+    for (what, value, met) in targets {
+        let _ = writeln!(
+            md,
+            "| {what} | {value} | {} |",
+            if met { "yes" } else { "**no**" }
+        );
+    }
+    md.push('\n');
 }
 
 /// The durability of the run's writes, with the engines whose settings make an exception.
@@ -274,6 +312,36 @@ fn runs_table(md: &mut String, runs: &[&SuiteRun]) {
 /// The KFS suite: per operation, a table of file sizes × subjects; then the store's size.
 fn kfs_section(md: &mut String, report: &Report, runs: &[&SuiteRun], disk_write: Option<f64>) {
     let cfg = &report.config;
+    kfs_intro(md, report);
+    let cairn = runs
+        .iter()
+        .copied()
+        .find(|r| r.engine == "cairn" && r.error.is_none());
+    for op in kfs::FIGURES {
+        let ran = |r: &&SuiteRun| {
+            cfg.kfs_sizes
+                .iter()
+                .any(|s| samples(r, &test_name(op, *s)).is_some_and(|v| !v.is_empty()))
+        };
+        if !runs.iter().any(ran) {
+            continue;
+        }
+        let with_disk = op == kfs::DURABLE_WRITE && cairn.is_some();
+        kfs_figure(
+            md,
+            report,
+            runs,
+            op,
+            cairn,
+            disk_write.filter(|_| with_disk),
+        );
+    }
+    kfs_store_table(md, report, runs);
+}
+
+/// What the KFS suite does, and how durable its writes are.
+fn kfs_intro(md: &mut String, report: &Report) {
+    let cfg = &report.config;
     let _ = writeln!(
         md,
         "Each trial writes one file of every size (128 KiB chunks of random bytes), then reads \
@@ -298,91 +366,100 @@ fn kfs_section(md: &mut String, report: &Report, runs: &[&SuiteRun], disk_write:
              a *write* is timed until the data is in the page cache"
         }
     );
-    let cairn = runs
-        .iter()
-        .find(|r| r.engine == "cairn" && r.error.is_none());
-    for op in kfs::FIGURES {
-        let ran = |r: &&SuiteRun| {
-            cfg.kfs_sizes
-                .iter()
-                .any(|s| samples(r, &test_name(op, *s)).is_some_and(|v| !v.is_empty()))
+}
+
+/// One operation of the KFS suite: a row per file size, a column per subject, and with
+/// `disk_write` (the disk's sequential write bandwidth, for durable writes) cairn's share
+/// of it.
+fn kfs_figure(
+    md: &mut String,
+    report: &Report,
+    runs: &[&SuiteRun],
+    op: &str,
+    cairn: Option<&SuiteRun>,
+    disk_write: Option<f64>,
+) {
+    let cfg = &report.config;
+    let _ = writeln!(md, "### {}\n", kfs::figure_heading(op, cfg.sync));
+    if op == kfs::COLD_READ {
+        let how = match cfg.cold.as_deref() {
+            Some("drop_caches") => "`echo 3 > /proc/sys/vm/drop_caches` (as root)",
+            _ => "the store's files evicted with `posix_fadvise(DONTNEED)` (not root)",
         };
-        if !runs.iter().any(ran) {
-            continue;
-        }
-        let _ = writeln!(md, "### {}\n", kfs::figure_heading(op, cfg.sync));
-        if op == kfs::COLD_READ {
-            let how = match cfg.cold.as_deref() {
-                Some("drop_caches") => "`echo 3 > /proc/sys/vm/drop_caches` (as root)",
-                _ => "the store's files evicted with `posix_fadvise(DONTNEED)` (not root)",
-            };
-            let _ = writeln!(md, "Page cache dropped before each read: {how}.\n");
-        }
-        let with_disk = op == kfs::DURABLE_WRITE && disk_write.is_some() && cairn.is_some();
-        let names: Vec<&str> = runs.iter().map(|r| r.engine.as_str()).collect();
-        let _ = writeln!(
-            md,
-            "| file size | {} |{}",
-            names.join(" | "),
-            if with_disk {
-                " cairn, % of disk write bandwidth |"
-            } else {
-                ""
-            }
-        );
-        let _ = writeln!(
-            md,
-            "|---|{}{}",
-            "---:|".repeat(names.len()),
-            if with_disk { "---:|" } else { "" }
-        );
-        for &size in &cfg.kfs_sizes {
-            let test = test_name(op, size);
-            let base = cairn.and_then(|c| samples(c, &test));
-            let mut row = format!("| {} |", size_label(size));
-            for run in runs {
-                let values = samples(run, &test);
-                let cell = match (&run.error, values.and_then(summarize)) {
-                    (Some(_), _) => "failed".to_string(),
-                    (None, None) => "–".to_string(),
-                    (None, Some(s)) => {
-                        let mut cell = duration(s.mean, s.sd);
-                        // An unlink moves no data: its MB/s would mean nothing.
-                        if op != "unlink" {
-                            let mbps = size as f64 / s.mean.max(1e-12) / 1e6;
-                            let _ = write!(cell, ", {mbps:.0} MB/s");
-                        }
-                        if run.engine != "cairn" {
-                            if let (Some(b), Some(v)) = (base, values) {
-                                if let Some(c) = summarize(b).filter(|c| c.mean > 0.0) {
-                                    let _ = write!(
-                                        cell,
-                                        "; {}, {}",
-                                        ratio(s.mean / c.mean),
-                                        p_value(welch_p(b, v))
-                                    );
-                                }
-                            }
-                        }
-                        cell
-                    }
-                };
-                let _ = write!(row, " {cell} |");
-            }
-            if with_disk {
-                let pct = match (base.and_then(summarize), disk_write) {
-                    (Some(s), Some(bw)) if s.mean > 0.0 && bw > 0.0 => {
-                        format!("{:.0}%", 100.0 * size as f64 / s.mean / 1e6 / bw)
-                    }
-                    _ => "–".into(),
-                };
-                let _ = write!(row, " {pct} |");
-            }
-            let _ = writeln!(md, "{row}");
-        }
-        md.push('\n');
+        let _ = writeln!(md, "Page cache dropped before each read: {how}.\n");
     }
-    let trial: u64 = cfg.kfs_sizes.iter().sum();
+    let with_disk = disk_write.is_some();
+    let names: Vec<&str> = runs.iter().map(|r| r.engine.as_str()).collect();
+    let _ = writeln!(
+        md,
+        "| file size | {} |{}",
+        names.join(" | "),
+        if with_disk {
+            " cairn, % of disk write bandwidth |"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        md,
+        "|---|{}{}",
+        "---:|".repeat(names.len()),
+        if with_disk { "---:|" } else { "" }
+    );
+    for &size in &cfg.kfs_sizes {
+        let test = test_name(op, size);
+        let base = cairn.and_then(|c| samples(c, &test));
+        let mut row = format!("| {} |", size_label(size));
+        for run in runs {
+            let _ = write!(row, " {} |", kfs_cell(run, op, size, base));
+        }
+        if let Some(bw) = disk_write {
+            let pct = match base.and_then(summarize) {
+                Some(s) if s.mean > 0.0 && bw > 0.0 => {
+                    format!("{:.0}%", 100.0 * size as f64 / s.mean / 1e6 / bw)
+                }
+                _ => "–".into(),
+            };
+            let _ = write!(row, " {pct} |");
+        }
+        let _ = writeln!(md, "{row}");
+    }
+    md.push('\n');
+}
+
+/// `run`'s time for operation `op` on files of `size`: mean ± standard deviation, MB/s,
+/// and for a peer its ratio to cairn's (`base`, cairn's samples) with Welch's p-value.
+fn kfs_cell(run: &SuiteRun, op: &str, size: u64, base: Option<&[f64]>) -> String {
+    let values = samples(run, &test_name(op, size));
+    let s = match (&run.error, values.and_then(summarize)) {
+        (Some(_), _) => return "failed".to_string(),
+        (None, None) => return "–".to_string(),
+        (None, Some(s)) => s,
+    };
+    let mut cell = duration(s.mean, s.sd);
+    // An unlink moves no data: its MB/s would mean nothing.
+    if op != "unlink" {
+        let mbps = size as f64 / s.mean.max(1e-12) / 1e6;
+        let _ = write!(cell, ", {mbps:.0} MB/s");
+    }
+    if run.engine != "cairn" {
+        if let (Some(b), Some(v)) = (base, values) {
+            if let Some(c) = summarize(b).filter(|c| c.mean > 0.0) {
+                let _ = write!(
+                    cell,
+                    "; {}, {}",
+                    ratio(s.mean / c.mean),
+                    p_value(welch_p(b, v))
+                );
+            }
+        }
+    }
+    cell
+}
+
+/// The KFS stores' bytes on disk after the trials' unlinks and once closed.
+fn kfs_store_table(md: &mut String, report: &Report, runs: &[&SuiteRun]) {
+    let trial: u64 = report.config.kfs_sizes.iter().sum();
     let _ = writeln!(
         md,
         "### Store on disk\n\nBytes the store took on disk (allocated blocks, as `du` counts) \
@@ -652,23 +729,71 @@ fn find<'a>(run: &'a SuiteRun, test: &str) -> Option<&'a Phase> {
 /// The targets this run can judge: `(target, measured, met)`.
 fn targets(report: &Report) -> Vec<(String, String, bool)> {
     let mut out = Vec::new();
-    let get = |suite: &str, engine: &str| {
-        report
-            .runs
-            .iter()
-            .find(|r| r.suite == suite && r.engine == engine && r.error.is_none())
-    };
-    let ratio_of = |suite: &str, test: &str, peer: &str| -> Option<f64> {
-        let c = find(get(suite, "cairn")?, test)?;
-        let p = find(get(suite, peer)?, test)?;
-        (p.ops_per_sec > 0.0).then(|| c.ops_per_sec / p.ops_per_sec)
-    };
     let peers: Vec<&str> = report
         .engines
         .iter()
         .map(|e| e.name.as_str())
         .filter(|n| *n != "cairn")
         .collect();
+    if let Some(halodb) = cairn_run(report, "halodb") {
+        halodb_targets(report, halodb, &peers, &mut out);
+    }
+    if let Some(mmcmap) = cairn_run(report, "mmcmap") {
+        mmcmap_targets(report, mmcmap, &peers, &mut out);
+    }
+    kfs_targets(report, &mut out);
+    kfs_store_target(report, &mut out);
+    out
+}
+
+/// The run of `suite` on `engine` that did not fail.
+fn run_of<'a>(report: &'a Report, suite: &str, engine: &str) -> Option<&'a SuiteRun> {
+    report
+        .runs
+        .iter()
+        .find(|r| r.suite == suite && r.engine == engine && r.error.is_none())
+}
+
+/// The run of `suite` on cairn that did not fail.
+fn cairn_run<'a>(report: &'a Report, suite: &str) -> Option<&'a SuiteRun> {
+    run_of(report, suite, "cairn")
+}
+
+/// cairn's throughput in `test` of `suite` over `peer`'s.
+fn ratio_of(report: &Report, suite: &str, test: &str, peer: &str) -> Option<f64> {
+    let c = find(cairn_run(report, suite)?, test)?;
+    let p = find(run_of(report, suite, peer)?, test)?;
+    (p.ops_per_sec > 0.0).then(|| c.ops_per_sec / p.ops_per_sec)
+}
+
+/// The lowest ratio of cairn's throughput to `peer`'s over the phases of cairn's run
+/// `run` of `suite` that `keep` keeps, with the phase's title.
+fn worst_ratio(
+    report: &Report,
+    suite: &str,
+    run: &SuiteRun,
+    peer: &str,
+    keep: impl Fn(&Phase) -> bool,
+) -> Option<(f64, String)> {
+    let mut worst: Option<(f64, String)> = None;
+    for p in run.phases.iter().filter(|p| keep(p)) {
+        if let Some(r) = ratio_of(report, suite, &p.test, peer) {
+            if worst.as_ref().is_none_or(|(w, _)| r < *w) {
+                worst = Some((r, p.title.clone()));
+            }
+        }
+    }
+    worst
+}
+
+/// The HaloDB suite's targets: cairn's ratio to RocksDB in the tests HaloDB published,
+/// and ahead of every other peer in every test.
+fn halodb_targets(
+    report: &Report,
+    halodb: &SuiteRun,
+    peers: &[&str],
+    out: &mut Vec<(String, String, bool)>,
+) {
     let t = report.config.threads;
     let specific = [
         ("fill_random", 3.0),
@@ -678,83 +803,69 @@ fn targets(report: &Report) -> Vec<(String, String, bool)> {
         ("read_while_writing.reads", 3.0),
         ("fill_sequential", 1.0),
     ];
-    if let Some(halodb) = get("halodb", "cairn") {
-        for (test, min) in specific {
-            if let Some(r) = ratio_of("halodb", test, "rocksdb") {
-                let title = find(halodb, test).map_or(test.to_string(), |p| p.title.clone());
-                out.push((
-                    format!("HaloDB {title}: cairn ≥ {min}× RocksDB"),
-                    ratio(r),
-                    r >= min,
-                ));
-            }
-        }
-        for peer in peers.iter().filter(|p| **p != "rocksdb") {
-            let mut worst: Option<(f64, String)> = None;
-            for p in &halodb.phases {
-                if let Some(r) = ratio_of("halodb", &p.test, peer) {
-                    if worst.as_ref().is_none_or(|(w, _)| r < *w) {
-                        worst = Some((r, p.title.clone()));
-                    }
-                }
-            }
-            if let Some((r, title)) = worst {
-                out.push((
-                    format!("HaloDB, every test: cairn ahead of {peer} (worst: {title})"),
-                    ratio(r),
-                    r >= 1.0,
-                ));
-            }
+    for (test, min) in specific {
+        if let Some(r) = ratio_of(report, "halodb", test, "rocksdb") {
+            let title = find(halodb, test).map_or(test.to_string(), |p| p.title.clone());
+            out.push((
+                format!("HaloDB {title}: cairn ≥ {min}× RocksDB"),
+                ratio(r),
+                r >= min,
+            ));
         }
     }
-    if let Some(mmcmap) = get("mmcmap", "cairn") {
-        for peer in &peers {
-            let mut worst: Option<(f64, String)> = None;
-            for p in mmcmap
-                .phases
-                .iter()
-                .filter(|p| !p.test.starts_with("mixed"))
-            {
-                if let Some(r) = ratio_of("mmcmap", &p.test, peer) {
-                    if worst.as_ref().is_none_or(|(w, _)| r < *w) {
-                        worst = Some((r, p.title.clone()));
-                    }
-                }
-            }
-            if let Some((r, title)) = worst {
-                out.push((
-                    format!("mmcmap write/read/delete: cairn ahead of {peer} (worst: {title})"),
-                    ratio(r),
-                    r >= 1.0,
-                ));
-            }
-        }
-        let sizes = &report.config.mmcmap_sizes;
-        if let (Some(first), Some(last)) = (sizes.iter().min(), sizes.iter().max()) {
-            if first < last {
-                for op in ["write", "read", "delete"] {
-                    let at = |n: u64| {
-                        let test = format!("{op}_{}", super::mmcmap::short_count(n));
-                        find(mmcmap, &test).map(|p| p.ops_per_sec)
-                    };
-                    if let (Some(a), Some(b)) = (at(*first), at(*last)) {
-                        out.push((
-                            format!(
-                                "mmcmap steady: cairn's {op} ops/s at {} pairs ≥ 80% of at {}",
-                                super::mmcmap::short_count(*last),
-                                super::mmcmap::short_count(*first)
-                            ),
-                            format!("{:.0}%", 100.0 * b / a),
-                            b >= 0.8 * a,
-                        ));
-                    }
-                }
-            }
+    for peer in peers.iter().filter(|p| **p != "rocksdb") {
+        if let Some((r, title)) = worst_ratio(report, "halodb", halodb, peer, |_| true) {
+            out.push((
+                format!("HaloDB, every test: cairn ahead of {peer} (worst: {title})"),
+                ratio(r),
+                r >= 1.0,
+            ));
         }
     }
-    kfs_targets(report, &mut out);
-    kfs_store_target(report, &mut out);
-    out
+}
+
+/// The mmcmap suite's targets: cairn ahead of every peer in writes, reads and deletes,
+/// and its throughput at the largest size at least 80% of that at the smallest.
+fn mmcmap_targets(
+    report: &Report,
+    mmcmap: &SuiteRun,
+    peers: &[&str],
+    out: &mut Vec<(String, String, bool)>,
+) {
+    for peer in peers {
+        let not_mixed = |p: &Phase| !p.test.starts_with("mixed");
+        if let Some((r, title)) = worst_ratio(report, "mmcmap", mmcmap, peer, not_mixed) {
+            out.push((
+                format!("mmcmap write/read/delete: cairn ahead of {peer} (worst: {title})"),
+                ratio(r),
+                r >= 1.0,
+            ));
+        }
+    }
+    let sizes = &report.config.mmcmap_sizes;
+    let (Some(first), Some(last)) = (sizes.iter().min(), sizes.iter().max()) else {
+        return;
+    };
+    if first >= last {
+        return;
+    }
+    for op in ["write", "read", "delete"] {
+        let at = |n: u64| {
+            let test = format!("{op}_{}", super::mmcmap::short_count(n));
+            find(mmcmap, &test).map(|p| p.ops_per_sec)
+        };
+        if let (Some(a), Some(b)) = (at(*first), at(*last)) {
+            out.push((
+                format!(
+                    "mmcmap steady: cairn's {op} ops/s at {} pairs ≥ 80% of at {}",
+                    super::mmcmap::short_count(*last),
+                    super::mmcmap::short_count(*first)
+                ),
+                format!("{:.0}%", 100.0 * b / a),
+                b >= 0.8 * a,
+            ));
+        }
+    }
 }
 
 /// "1.23×".
