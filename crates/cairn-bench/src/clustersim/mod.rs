@@ -9,7 +9,9 @@
 //! projection is made).
 
 mod cost;
+mod kills;
 mod net;
+mod observe;
 mod sim;
 
 use std::fmt::Write as _;
