@@ -2,7 +2,9 @@
 //! benchmark plots (`fsplot`): axis steps and labels, and text drawn from an 8×8 bitmap
 //! font (so that plots need no system fonts).
 
-use plotters::prelude::*;
+use plotters::prelude::{
+    Color, DrawingArea, DrawingAreaErrorKind, DrawingBackend, RGBColor, Rectangle,
+};
 
 /// A round step for about `ticks` ticks up to `max`, and the axis end (a multiple of it).
 pub fn nice(max: f64, ticks: f64) -> (f64, f64) {

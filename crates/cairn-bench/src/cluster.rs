@@ -9,7 +9,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
@@ -194,6 +194,13 @@ struct Servers {
     children: Vec<Child>,
 }
 
+impl Servers {
+    /// CPU seconds the servers used so far.
+    fn cpu_secs(&self) -> Result<f64> {
+        self.children.iter().map(|c| cpu_secs(c.id())).sum()
+    }
+}
+
 impl Drop for Servers {
     fn drop(&mut self) {
         for c in &mut self.children {
@@ -317,11 +324,7 @@ fn run_one(
     let dir = client
         .mkdir(&Cred::ROOT, ROOT, b"bench", 0o755)
         .map_err(|e| anyhow::anyhow!("mkdir /bench on the cluster: {e}"))?;
-    let cpu0: f64 = servers
-        .children
-        .iter()
-        .map(|c| cpu_secs(c.id()))
-        .sum::<Result<f64>>()?;
+    let cpu0 = servers.cpu_secs()?;
     let start = Instant::now();
     let mut kids = Vec::new();
     for k in 0..args.clients {
@@ -347,46 +350,9 @@ fn run_one(
             .context("starting a client process")?;
         kids.push(child);
     }
-    // Progress lines: "@@P <secs> <creates>"; last line "@@R <json>".
-    let mut readers = Vec::new();
-    for c in &mut kids {
-        let out = c.stdout.take().context("client stdout")?;
-        readers.push(std::thread::spawn(move || {
-            let mut progress = Vec::new();
-            let mut result = None;
-            for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
-                if let Some(r) = line.strip_prefix("@@P ") {
-                    let mut it = r.split(' ');
-                    if let (Some(a), Some(b)) = (it.next(), it.next()) {
-                        if let (Ok(t), Ok(n)) = (a.parse::<f64>(), b.parse::<u64>()) {
-                            progress.push((t, n));
-                        }
-                    }
-                } else if let Some(r) = line.strip_prefix("@@R ") {
-                    result = Some(r.to_owned());
-                }
-            }
-            (progress, result)
-        }));
-    }
-    let mut results = Vec::new();
-    let mut progress = Vec::new();
-    for (c, r) in kids.iter_mut().zip(readers) {
-        let st = c.wait()?;
-        let (p, res) = r
-            .join()
-            .map_err(|_| anyhow::anyhow!("a reader thread panicked"))?;
-        ensure!(st.success(), "a client process failed ({st})");
-        let res = res.context("a client process reported no result")?;
-        results.push(parse_result(&res)?);
-        progress.push(p);
-    }
+    let (results, progress) = collect_clients(kids)?;
     let wall = start.elapsed().as_secs_f64();
-    let cpu1: f64 = servers
-        .children
-        .iter()
-        .map(|c| cpu_secs(c.id()))
-        .sum::<Result<f64>>()?;
+    let cpu1 = servers.cpu_secs()?;
     let status = cairn_cluster::admin::status(&cfg, Duration::from_secs(10));
     if let Some(down) = status.servers.iter().find(|s| !s.up) {
         bail!(
@@ -429,6 +395,51 @@ fn run_one(
         last_tenth_creates_per_sec: last_tenth_rate(&progress),
         timeline,
     })
+}
+
+/// A client process's progress lines: (seconds, creates) of each.
+type Progress = Vec<(f64, u64)>;
+
+/// Reads the client processes' output to their end and waits for them: each one's
+/// result and progress. Progress lines: "@@P <secs> <creates>"; last line "@@R <json>".
+fn collect_clients(mut kids: Vec<Child>) -> Result<(Vec<ClientResult>, Vec<Progress>)> {
+    let mut readers = Vec::new();
+    for c in &mut kids {
+        let out = c.stdout.take().context("client stdout")?;
+        readers.push(std::thread::spawn(move || read_client(out)));
+    }
+    let mut results = Vec::new();
+    let mut progress = Vec::new();
+    for (c, r) in kids.iter_mut().zip(readers) {
+        let st = c.wait()?;
+        let (p, res) = r
+            .join()
+            .map_err(|_| anyhow::anyhow!("a reader thread panicked"))?;
+        ensure!(st.success(), "a client process failed ({st})");
+        let res = res.context("a client process reported no result")?;
+        results.push(parse_result(&res)?);
+        progress.push(p);
+    }
+    Ok((results, progress))
+}
+
+/// A client process's progress lines and its result line (JSON), from its output.
+fn read_client(out: ChildStdout) -> (Progress, Option<String>) {
+    let mut progress = Vec::new();
+    let mut result = None;
+    for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
+        if let Some(r) = line.strip_prefix("@@P ") {
+            let mut it = r.split(' ');
+            if let (Some(a), Some(b)) = (it.next(), it.next()) {
+                if let (Ok(t), Ok(n)) = (a.parse::<f64>(), b.parse::<u64>()) {
+                    progress.push((t, n));
+                }
+            }
+        } else if let Some(r) = line.strip_prefix("@@R ") {
+            result = Some(r.to_owned());
+        }
+    }
+    (progress, result)
 }
 
 /// When the last client ended (its last progress line).

@@ -146,16 +146,32 @@ fn built_in(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
     )?);
     ctx.progress("sequential read");
 
-    // Random 4 KiB reads, direct, each thread with one in flight, over the span: the
-    // file grown to it first (written, not allocated: a hole or an unwritten extent
-    // would be read without touching the disk).
+    rand_reads(ctx, &file, &path, blocks, &block, &mut out)?;
+    drop(file);
+    fs::remove_file(&path)?;
+    out.push(append_fsync(ctx, &path)?);
+    fs::remove_file(&path)?;
+    Ok(out)
+}
+
+/// Random 4 KiB reads of `file` (at `path`, `blocks` blocks written), direct, each
+/// thread with one in flight, over the span: the file grown to it first (written, not
+/// allocated: a hole or an unwritten extent would be read without touching the disk).
+fn rand_reads(
+    ctx: &Ctx<'_>,
+    file: &File,
+    path: &Path,
+    blocks: u64,
+    block: &Aligned,
+    out: &mut Vec<Phase>,
+) -> Result<()> {
     let span = ctx.config.rand_span();
     if span > blocks * BLOCK as u64 {
         let grow = OpenOptions::new()
             .write(true)
             .custom_flags(libc::O_DIRECT)
-            .open(&path)
-            .or_else(|_| OpenOptions::new().write(true).open(&path))?;
+            .open(path)
+            .or_else(|_| OpenOptions::new().write(true).open(path))?;
         for b in blocks..span.div_ceil(BLOCK as u64) {
             grow.write_all_at(block.bytes(), b * BLOCK as u64)?;
         }
@@ -185,15 +201,16 @@ fn built_in(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
         out.push(p);
         ctx.progress(&title);
     }
-    drop(file);
-    fs::remove_file(&path)?;
+    Ok(())
+}
 
-    // Append 4 KiB and fdatasync, one at a time.
+/// Appends 4 KiB and fdatasync, one at a time, to a new file at `path`.
+fn append_fsync(ctx: &Ctx<'_>, path: &Path) -> Result<Phase> {
     let file = OpenOptions::new()
         .create(true)
         .truncate(true)
         .write(true)
-        .open(&path)?;
+        .open(path)?;
     let page = Aligned::new(SYNC_WRITE, ctx.config.seed ^ 1);
     let sync = |w: &mut Worker| -> Result<u64> {
         file.write_all_at(page.bytes(), w.global() * SYNC_WRITE as u64)?;
@@ -209,10 +226,8 @@ fn built_in(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
         op: &sync,
     }])?);
     p.write_bytes = None;
-    out.push(p);
     ctx.progress("fsync latency");
-    fs::remove_file(&path)?;
-    Ok(out)
+    Ok(p)
 }
 
 fn bandwidth(
@@ -284,27 +299,42 @@ fn with_fio(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
     ];
     for (test, title, side, kind, args) in jobs {
         let json = fio(&common, &args, &format!("--size={size}"))?;
-        let stats = &json["jobs"][0][side];
-        let bytes = stats["io_bytes"].as_u64().unwrap_or(0);
-        let secs = stats["runtime"].as_f64().unwrap_or(0.0) / 1000.0;
-        let ops = stats["total_ios"].as_u64().unwrap_or(0);
-        out.push(Phase {
-            test: test.into(),
-            title: title.into(),
-            kind: Some(kind),
-            threads: 1,
-            ops,
-            bytes,
-            secs,
-            ops_per_sec: stats["iops"].as_f64().unwrap_or(0.0),
-            mb_per_sec: stats["bw_bytes"].as_f64().unwrap_or(0.0) / 1e6,
-            latency: fio_latency(&stats["clat_ns"]),
-            ..Phase::default()
-        });
+        out.push(fio_phase(
+            &json["jobs"][0][side],
+            test.into(),
+            title.into(),
+            kind,
+            1,
+        ));
         ctx.progress(title);
     }
-    // The random reads' own file, as large as the span (fio writes it before the first
-    // job and reuses it).
+    fio_rand_reads(ctx, &mut out)?;
+    out.push(fio_fsync(ctx, &common)?);
+    ctx.progress("fsync latency");
+    let _ = fs::remove_file(&file);
+    Ok(out)
+}
+
+/// A phase of what fio reports of one side (`read` or `write`) of a job.
+fn fio_phase(stats: &Json, test: String, title: String, kind: Kind, threads: usize) -> Phase {
+    Phase {
+        test,
+        title,
+        kind: Some(kind),
+        threads,
+        ops: stats["total_ios"].as_u64().unwrap_or(0),
+        bytes: stats["io_bytes"].as_u64().unwrap_or(0),
+        secs: stats["runtime"].as_f64().unwrap_or(0.0) / 1000.0,
+        ops_per_sec: stats["iops"].as_f64().unwrap_or(0.0),
+        mb_per_sec: stats["bw_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+        latency: fio_latency(&stats["clat_ns"]),
+        ..Phase::default()
+    }
+}
+
+/// fio's random 4 KiB direct reads, on their own file as large as the span (fio writes
+/// it before the first job and reuses it).
+fn fio_rand_reads(ctx: &Ctx<'_>, out: &mut Vec<Phase>) -> Result<()> {
     let span = ctx.config.rand_span();
     let rand_file = ctx.dir.join("fio-rand.dat");
     let rand_arg = format!("--filename={}", rand_file.display());
@@ -334,26 +364,18 @@ fn with_fio(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
             &format!("--size={span}"),
         )?;
         let stats = &json["jobs"][0]["read"];
-        let secs = stats["runtime"].as_f64().unwrap_or(0.0) / 1000.0;
-        out.push(Phase {
-            test,
-            title: title.clone(),
-            kind: Some(Kind::Read),
-            threads,
-            ops: stats["total_ios"].as_u64().unwrap_or(0),
-            bytes: stats["io_bytes"].as_u64().unwrap_or(0),
-            secs,
-            ops_per_sec: stats["iops"].as_f64().unwrap_or(0.0),
-            mb_per_sec: stats["bw_bytes"].as_f64().unwrap_or(0.0) / 1e6,
-            latency: fio_latency(&stats["clat_ns"]),
-            ..Phase::default()
-        });
+        out.push(fio_phase(stats, test, title.clone(), Kind::Read, threads));
         ctx.progress(&title);
     }
     let _ = fs::remove_file(&rand_file);
+    Ok(())
+}
+
+/// fio's appends of 4 KiB, each followed by fdatasync.
+fn fio_fsync(ctx: &Ctx<'_>, common: &[&str]) -> Result<Phase> {
     let sync_size = format!("--size={}", ctx.config.fsyncs * SYNC_WRITE as u64);
     let json = fio(
-        &common,
+        common,
         &["--name=fsync", "--rw=write", "--bs=4k", "--fdatasync=1"],
         &sync_size,
     )?;
@@ -365,7 +387,7 @@ fn with_fio(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
     // The latency of one append-and-sync is the write's plus the sync's.
     latency.mean_ns += write_ns;
     let secs = job["write"]["runtime"].as_f64().unwrap_or(0.0) / 1000.0;
-    out.push(Phase {
+    Ok(Phase {
         test: "fsync".into(),
         title: "append 4 KiB + fdatasync (fio; percentiles of the fdatasync)".into(),
         kind: Some(Kind::Write),
@@ -381,10 +403,7 @@ fn with_fio(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
         },
         latency,
         ..Phase::default()
-    });
-    ctx.progress("fsync latency");
-    let _ = fs::remove_file(&file);
-    Ok(out)
+    })
 }
 
 fn fio(common: &[&str], args: &[&str], size: &str) -> Result<Json> {

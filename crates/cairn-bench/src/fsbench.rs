@@ -320,6 +320,10 @@ impl Extras {
 /// goes through this, so that it times the open a user's command does.
 pub type OpenWith = fn(&mut dyn FnMut());
 
+/// A target's metadata run (none with `--files 0`, or when it was skipped) and its
+/// large-file runs.
+type TargetResult = (Option<TargetRun>, Vec<fsdata::DataRun>);
+
 /// Runs one target in `work` (created and removed here).
 fn run_one(
     target: &str,
@@ -328,148 +332,166 @@ fn run_one(
     data: &Data,
     extras: &mut Extras,
     open_with: OpenWith,
-) -> Result<(Option<TargetRun>, Vec<fsdata::DataRun>)> {
-    let n = phases.n;
-    let mut data_runs = Vec::new();
+) -> Result<TargetResult> {
     let _ = std::fs::remove_dir_all(work);
     std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
     // Start from a clean page cache: none of an earlier target's writeback.
     // SAFETY: sync(2) has no preconditions.
     unsafe { libc::sync() };
-    let r = match target {
-        "lib" => {
-            let fs = Fs::open(work.join("store")).map_err(std::io::Error::from)?;
-            let dir = fs.mkdir(&ME, ROOT, b"d", 0o755)?.ino;
-            let mut t = Lib {
-                fs,
-                dir,
-                path: work.join("store"),
-                open_with,
-            };
-            let r = (n > 0)
-                .then(|| run_target("lib", &mut t, phases, None))
-                .transpose()?;
-            let store = work.join("store");
-            data_runs = data.run("lib", &fsdata::DataTarget::Lib { fs: &t.fs, store })?;
-            r
+    match target {
+        "lib" => run_lib(work, phases, data, open_with),
+        "fuse" | "fuse-classic" => run_fuse(target, work, phases, data, extras),
+        "plain" | "xfs" | "btrfs" => run_kernel(target, work, phases, data, extras),
+        other => bail!("unknown target {other:?} (lib, fuse, fuse-classic, plain, xfs, btrfs)"),
+    }
+}
+
+/// The `lib` target: `cairn::fs` in this process, on a store in `work`.
+fn run_lib(work: &Path, phases: &Phases, data: &Data, open_with: OpenWith) -> Result<TargetResult> {
+    let fs = Fs::open(work.join("store")).map_err(std::io::Error::from)?;
+    let dir = fs.mkdir(&ME, ROOT, b"d", 0o755)?.ino;
+    let mut t = Lib {
+        fs,
+        dir,
+        path: work.join("store"),
+        open_with,
+    };
+    let r = (phases.n > 0)
+        .then(|| run_target("lib", &mut t, phases, None))
+        .transpose()?;
+    let store = work.join("store");
+    let data_runs = data.run("lib", &fsdata::DataTarget::Lib { fs: &t.fs, store })?;
+    Ok((r, data_runs))
+}
+
+/// The `fuse` and `fuse-classic` targets: a store in `work` mounted by a child
+/// `cairn mount`; skipped where FUSE is unavailable.
+fn run_fuse(
+    target: &str,
+    work: &Path,
+    phases: &Phases,
+    data: &Data,
+    extras: &mut Extras,
+) -> Result<TargetResult> {
+    let transport = if target == "fuse" { "auto" } else { "classic" };
+    let mp = work.join("mnt");
+    std::fs::create_dir_all(&mp)?;
+    let stats = work.join("fuse-requests");
+    if let Some(why) = cairn_fuse::unavailable() {
+        extras.skip(target, format!("FUSE is unavailable here: {why}"));
+        return Ok((None, Vec::new()));
+    }
+    let m = match ChildMount::start(&work.join("store"), &mp, &stats, transport) {
+        // Only a refusal for lack of privilege means FUSE can't be used here; any other
+        // failure of the mount is a failure of the run.
+        Err(e) if cairn_fuse::is_refusal(&format!("{e:#}")) => {
+            extras.skip(
+                target,
+                format!("FUSE is unavailable here: the mount was refused: {e:#}"),
+            );
+            return Ok((None, Vec::new()));
         }
-        "fuse" | "fuse-classic" => {
-            let transport = if target == "fuse" { "auto" } else { "classic" };
-            let mp = work.join("mnt");
-            std::fs::create_dir_all(&mp)?;
-            let stats = work.join("fuse-requests");
-            if let Some(why) = cairn_fuse::unavailable() {
-                extras.skip(target, format!("FUSE is unavailable here: {why}"));
-                return Ok((None, data_runs));
-            }
-            match ChildMount::start(&work.join("store"), &mp, &stats, transport) {
-                // Only a refusal for lack of privilege means FUSE can't be used here;
-                // any other failure of the mount is a failure of the run.
-                Err(e) if cairn_fuse::is_refusal(&format!("{e:#}")) => {
-                    extras.skip(
-                        target,
-                        format!("FUSE is unavailable here: the mount was refused: {e:#}"),
-                    );
-                    None
-                }
-                Err(e) => return Err(e.context("fuse: the mount failed")),
-                Ok(m) => {
-                    let d = mp.join("d");
-                    std::fs::create_dir(&d)?;
-                    let s = FuseStats {
-                        pid: m.child.id() as i32,
-                        path: stats,
-                    };
-                    let r = (n > 0)
-                        .then(|| {
-                            let mut t = Posix {
-                                dir: d,
-                                server: Some(s.pid),
-                            };
-                            run_target(target, &mut t, phases, Some(&s))
-                        })
-                        .transpose()
-                        .and_then(|r| {
-                            extras.run_on(target, &mp, n)?;
-                            Ok(r)
-                        });
-                    let t = fsdata::DataTarget::Posix {
-                        dir: mp.clone(),
-                        store: Some(work.join("store")),
-                    };
-                    let d = r.and_then(|r| Ok((r, data.run(target, &t)?)));
-                    let via = s.read();
-                    drop(m);
-                    let (mut r, d) = d?;
-                    data_runs = d;
-                    if let (Some(r), Some(c)) = (r.as_mut(), via) {
-                        let get = |k: &str| c.get(&format!("{}{k}", cairn_fuse::TRANSPORT_PREFIX));
-                        let ring = get("URING").copied().unwrap_or(0);
-                        let dev = get("DEV").copied().unwrap_or(0);
-                        r.transport =
-                            Some(if ring > dev { "io_uring" } else { "/dev/fuse" }.into());
-                    }
-                    r
-                }
-            }
-        }
-        "plain" | "xfs" | "btrfs" => {
-            let bytes =
-                (data.sizes.iter().sum::<u64>() * 3 / 2 + n * 2048 + (2 << 30)).max(4 << 30);
-            let kind = if target == "plain" { "ext4" } else { target };
-            let make = || crate::fsimage::FreshImage::make(work, kind, bytes, n);
-            let image = match (target, extras.kind.as_str()) {
-                ("plain", "dir") => None,
-                ("plain", "image") => Some(make()?),
-                ("plain", _) => match crate::fsimage::unavailable(kind) {
-                    None => Some(make()?),
-                    Some(why) => {
-                        extras.why_not = Some(why);
-                        None
-                    }
-                },
-                _ => match crate::fsimage::unavailable(kind) {
-                    None => Some(make()?),
-                    Some(why) => {
-                        extras.skip(target, format!("no fresh {kind} image here: {why}"));
-                        return Ok((None, data_runs));
-                    }
-                },
-            };
-            let description = match &image {
-                Some(i) => i.description.clone(),
-                None => format!(
-                    "a directory on {} (not a fresh file system: {})",
-                    file_system_of(work),
-                    extras.why_not.as_deref().unwrap_or("--plain-fs dir")
-                ),
-            };
-            if target == "plain" {
-                extras.description = Some(description);
-            } else {
-                extras.others.push((target.to_string(), description));
-            }
-            let root = image.as_ref().map_or(work, |i| i.path());
-            let d = root.join("d");
-            std::fs::create_dir(&d)?;
+        Err(e) => return Err(e.context("fuse: the mount failed")),
+        Ok(m) => m,
+    };
+    let n = phases.n;
+    let d = mp.join("d");
+    std::fs::create_dir(&d)?;
+    let s = FuseStats {
+        pid: m.child.id() as i32,
+        path: stats,
+    };
+    let r = (n > 0)
+        .then(|| {
             let mut t = Posix {
                 dir: d,
-                server: None,
+                server: Some(s.pid),
             };
-            let r = (n > 0)
-                .then(|| run_target(target, &mut t, phases, None))
-                .transpose()?;
-            extras.run_on(target, root, n)?;
-            let t = fsdata::DataTarget::Posix {
-                dir: root.to_path_buf(),
-                store: None,
-            };
-            data_runs = data.run(target, &t)?;
-            drop(image);
-            r
-        }
-        other => bail!("unknown target {other:?} (lib, fuse, fuse-classic, plain, xfs, btrfs)"),
+            run_target(target, &mut t, phases, Some(&s))
+        })
+        .transpose()
+        .and_then(|r| {
+            extras.run_on(target, &mp, n)?;
+            Ok(r)
+        });
+    let t = fsdata::DataTarget::Posix {
+        dir: mp.clone(),
+        store: Some(work.join("store")),
     };
+    let d = r.and_then(|r| Ok((r, data.run(target, &t)?)));
+    let via = s.read();
+    drop(m);
+    let (mut r, data_runs) = d?;
+    if let (Some(r), Some(c)) = (r.as_mut(), via) {
+        let get = |k: &str| c.get(&format!("{}{k}", cairn_fuse::TRANSPORT_PREFIX));
+        let ring = get("URING").copied().unwrap_or(0);
+        let dev = get("DEV").copied().unwrap_or(0);
+        r.transport = Some(if ring > dev { "io_uring" } else { "/dev/fuse" }.into());
+    }
+    Ok((r, data_runs))
+}
+
+/// The kernel targets `plain`, `xfs` and `btrfs`: a fresh loop-mounted image made in
+/// `work` where one can be made (else, for plain, a directory of `work`'s file system).
+fn run_kernel(
+    target: &str,
+    work: &Path,
+    phases: &Phases,
+    data: &Data,
+    extras: &mut Extras,
+) -> Result<TargetResult> {
+    let n = phases.n;
+    let bytes = (data.sizes.iter().sum::<u64>() * 3 / 2 + n * 2048 + (2 << 30)).max(4 << 30);
+    let kind = if target == "plain" { "ext4" } else { target };
+    let make = || crate::fsimage::FreshImage::make(work, kind, bytes, n);
+    let image = match (target, extras.kind.as_str()) {
+        ("plain", "dir") => None,
+        ("plain", "image") => Some(make()?),
+        ("plain", _) => match crate::fsimage::unavailable(kind) {
+            None => Some(make()?),
+            Some(why) => {
+                extras.why_not = Some(why);
+                None
+            }
+        },
+        _ => match crate::fsimage::unavailable(kind) {
+            None => Some(make()?),
+            Some(why) => {
+                extras.skip(target, format!("no fresh {kind} image here: {why}"));
+                return Ok((None, Vec::new()));
+            }
+        },
+    };
+    let description = match &image {
+        Some(i) => i.description.clone(),
+        None => format!(
+            "a directory on {} (not a fresh file system: {})",
+            file_system_of(work),
+            extras.why_not.as_deref().unwrap_or("--plain-fs dir")
+        ),
+    };
+    if target == "plain" {
+        extras.description = Some(description);
+    } else {
+        extras.others.push((target.to_string(), description));
+    }
+    let root = image.as_ref().map_or(work, |i| i.path());
+    let d = root.join("d");
+    std::fs::create_dir(&d)?;
+    let mut t = Posix {
+        dir: d,
+        server: None,
+    };
+    let r = (n > 0)
+        .then(|| run_target(target, &mut t, phases, None))
+        .transpose()?;
+    extras.run_on(target, root, n)?;
+    let t = fsdata::DataTarget::Posix {
+        dir: root.to_path_buf(),
+        store: None,
+    };
+    let data_runs = data.run(target, &t)?;
+    drop(image);
     Ok((r, data_runs))
 }
 
@@ -514,91 +536,124 @@ fn file_system_of(dir: &Path) -> String {
     }
 }
 
+/// What a run does, from its arguments (checked).
+struct Plan {
+    /// Files of the metadata phases.
+    n: u64,
+    data: Data,
+    /// The CPU the calling thread and the FUSE server run on (--pin).
+    pin: Option<usize>,
+    time_limit: TimeLimit,
+    phase_limit: Option<Duration>,
+}
+
+impl Plan {
+    /// Checks `args`, makes the work and output directories, says what is pinned.
+    fn of(args: &FsBenchArgs) -> Result<Plan> {
+        let n = args
+            .files
+            .unwrap_or(if args.large { 10_000_000 } else { 1_000_000 });
+        let data = Data {
+            sizes: if args.data || args.cold {
+                args.data_sizes.iter().map(|m| m << 20).collect()
+            } else {
+                Vec::new()
+            },
+            cold: args.cold,
+        };
+        if data.sizes.contains(&0) {
+            bail!("--data-sizes must be at least 1 MiB each");
+        }
+        if n == 0 && data.sizes.is_empty() {
+            bail!("--files must be at least 1 (0 only with --data or --cold)");
+        }
+        if args.intervals == 0 {
+            bail!("--intervals must be at least 1");
+        }
+        for t in &args.targets {
+            if !["lib", "fuse", "fuse-classic", "plain", "xfs", "btrfs"].contains(&t.as_str()) {
+                bail!("unknown target {t:?} (lib, fuse, fuse-classic, plain, xfs, btrfs)");
+            }
+        }
+        std::fs::create_dir_all(&args.dir)
+            .with_context(|| format!("creating {}", args.dir.display()))?;
+        std::fs::create_dir_all(&args.out)
+            .with_context(|| format!("creating {}", args.out.display()))?;
+        // The CPU this thread runs on now (the FUSE server joins it).
+        // SAFETY: sched_getcpu has no preconditions.
+        let pin = args
+            .pin
+            .then(|| unsafe { libc::sched_getcpu() }.max(0) as usize);
+        match pin {
+            Some(cpu) => eprintln!(
+                "the calling thread and the FUSE server run on CPU {cpu} (--pin; without it: anywhere)"
+            ),
+            None => eprintln!("threads not pinned"),
+        }
+        if !["auto", "image", "dir"].contains(&args.plain_fs.as_str()) {
+            bail!("--plain-fs is auto, image or dir, not {:?}", args.plain_fs);
+        }
+        let time_limit = TimeLimit::parse(&args.time_limit)?;
+        let phase_limit = match args.phase_limit {
+            Some(s) if s > 0.0 && s.is_finite() => Some(Duration::from_secs_f64(s)),
+            Some(s) => bail!("--phase-limit takes seconds > 0, not {s}"),
+            None => None,
+        };
+        if args.procs.contains(&0) {
+            bail!("--procs takes process counts of at least 1");
+        }
+        Ok(Plan {
+            n,
+            data,
+            pin,
+            time_limit,
+            phase_limit,
+        })
+    }
+}
+
+impl Extras {
+    /// Nothing found yet; with --everyday, the tree's tarball made in `--dir`.
+    fn new(args: &FsBenchArgs) -> Result<Extras> {
+        let mut extras = Extras {
+            kind: args.plain_fs.clone(),
+            why_not: None,
+            description: None,
+            others: Vec::new(),
+            skipped: Vec::new(),
+            procs: args.procs.clone(),
+            procs_runs: Vec::new(),
+            everyday: None,
+            dd_mib: args.everyday_dd_mib.max(1),
+            everyday_steps: Vec::new(),
+        };
+        if args.everyday {
+            extras.everyday = Some(
+                crate::fseveryday::make_tarball(&args.dir, args.everyday_dirs.max(1))
+                    .context("making the everyday tree")?,
+            );
+        }
+        Ok(extras)
+    }
+}
+
 /// `cairn fs-bench`: runs every target, prints the results as Markdown and writes them
 /// and the plots to `--out`. The fuse target runs `EXE mount STORE MOUNTPOINT` with the
 /// running executable (see the crate documentation). `allocator` says which memory
 /// allocator this binary uses, for the report; `open_with` is how it opens a store.
 pub fn run(args: &FsBenchArgs, allocator: &str, open_with: OpenWith) -> Result<()> {
-    let n = args
-        .files
-        .unwrap_or(if args.large { 10_000_000 } else { 1_000_000 });
-    let data = Data {
-        sizes: if args.data || args.cold {
-            args.data_sizes.iter().map(|m| m << 20).collect()
-        } else {
-            Vec::new()
-        },
-        cold: args.cold,
-    };
-    if data.sizes.contains(&0) {
-        bail!("--data-sizes must be at least 1 MiB each");
-    }
-    if n == 0 && data.sizes.is_empty() {
-        bail!("--files must be at least 1 (0 only with --data or --cold)");
-    }
-    if args.intervals == 0 {
-        bail!("--intervals must be at least 1");
-    }
-    for t in &args.targets {
-        if !["lib", "fuse", "fuse-classic", "plain", "xfs", "btrfs"].contains(&t.as_str()) {
-            bail!("unknown target {t:?} (lib, fuse, fuse-classic, plain, xfs, btrfs)");
-        }
-    }
-    std::fs::create_dir_all(&args.dir)
-        .with_context(|| format!("creating {}", args.dir.display()))?;
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
-    // The CPU this thread runs on now (the FUSE server joins it).
-    // SAFETY: sched_getcpu has no preconditions.
-    let pin = args
-        .pin
-        .then(|| unsafe { libc::sched_getcpu() }.max(0) as usize);
-    match pin {
-        Some(cpu) => eprintln!(
-            "the calling thread and the FUSE server run on CPU {cpu} (--pin; without it: anywhere)"
-        ),
-        None => eprintln!("threads not pinned"),
-    }
-    if !["auto", "image", "dir"].contains(&args.plain_fs.as_str()) {
-        bail!("--plain-fs is auto, image or dir, not {:?}", args.plain_fs);
-    }
-    let time_limit = TimeLimit::parse(&args.time_limit)?;
-    let phase_limit = match args.phase_limit {
-        Some(s) if s > 0.0 && s.is_finite() => Some(Duration::from_secs_f64(s)),
-        Some(s) => bail!("--phase-limit takes seconds > 0, not {s}"),
-        None => None,
-    };
-    if args.procs.contains(&0) {
-        bail!("--procs takes process counts of at least 1");
-    }
-    let mut extras = Extras {
-        kind: args.plain_fs.clone(),
-        why_not: None,
-        description: None,
-        others: Vec::new(),
-        skipped: Vec::new(),
-        procs: args.procs.clone(),
-        procs_runs: Vec::new(),
-        everyday: None,
-        dd_mib: args.everyday_dd_mib.max(1),
-        everyday_steps: Vec::new(),
-    };
-    if args.everyday {
-        extras.everyday = Some(
-            crate::fseveryday::make_tarball(&args.dir, args.everyday_dirs.max(1))
-                .context("making the everyday tree")?,
-        );
-    }
+    let plan = Plan::of(args)?;
+    let mut extras = Extras::new(args)?;
     let mut runs = Vec::new();
     let mut data_runs = Vec::new();
     for target in &args.targets {
         let work = args.dir.join(format!("{target}-{}", std::process::id()));
         let phases = Phases {
-            n,
+            n: plan.n,
             intervals: args.intervals,
-            pin,
-            limit: time_limit.of(target, &runs),
-            phase_limit,
+            pin: plan.pin,
+            limit: plan.time_limit.of(target, &runs),
+            phase_limit: plan.phase_limit,
         };
         if let Some(l) = phases.limit {
             eprintln!(
@@ -607,7 +662,7 @@ pub fn run(args: &FsBenchArgs, allocator: &str, open_with: OpenWith) -> Result<(
                 args.time_limit
             );
         }
-        let r = run_one(target, &work, &phases, &data, &mut extras, open_with);
+        let r = run_one(target, &work, &phases, &plan.data, &mut extras, open_with);
         let _ = std::fs::remove_dir_all(&work);
         let (r, d) = r?;
         runs.extend(r);
@@ -617,105 +672,147 @@ pub fn run(args: &FsBenchArgs, allocator: &str, open_with: OpenWith) -> Result<(
         .description
         .clone()
         .unwrap_or_else(|| file_system_of(&args.dir));
-    let mut md = if n > 0 {
-        let mut md = markdown(n, &runs, &plain_fs, allocator);
-        for (t, d) in &extras.others {
-            md.push_str(&format!("- {t}: {d}\n"));
-        }
-        md.push_str(&match pin {
-            Some(cpu) => format!(
-                "\nthe calling thread and the FUSE server's thread pinned to CPU {cpu} (--pin): \
-                 not how a user's mount runs\n"
-            ),
-            None => "\nnothing pinned: the scheduler placed the threads, as for a user\n".into(),
-        });
-        md
-    } else {
-        String::new()
+    let results = Results {
+        plan: &plan,
+        runs: &runs,
+        data_runs: &data_runs,
+        extras: &extras,
+        plain_fs: &plain_fs,
     };
-    // Targets asked for and skipped, with or without a metadata run (`--files 0`).
-    md.push_str(&report::skipped(&extras.skipped));
-    if !extras.procs_runs.is_empty() {
-        md.push_str(&crate::fsprocs::markdown(&extras.procs_runs));
-    }
-    if let Some((tar, files)) = &extras.everyday {
-        md.push_str(&crate::fseveryday::markdown(&extras.everyday_steps, *files));
+    let md = results.markdown(allocator);
+    if let Some((tar, _)) = &extras.everyday {
         let _ = std::fs::remove_file(tar);
     }
-    if !data_runs.is_empty() {
-        md.push_str(&fsdata::markdown(&data_runs, data.cold));
-        md.push_str(&format!("plain: {plain_fs}; not pinned\n"));
-    }
-    let json = serde_json::to_vec_pretty(&serde_json::json!({
-        "pinned_cpu": pin,
-        "plain_fs": extras.description,
-        "other_fs": extras.others,
-        "skipped": extras.skipped,
-        "shared_directory": extras.procs_runs,
-        "everyday": extras.everyday_steps,
-        "metadata": runs,
-        "data": data_runs,
-    }))?;
-    let mut written = Vec::new();
-    for (name, bytes) in [("results.md", md.as_bytes()), ("results.json", &json)] {
-        let p = args.out.join(name);
-        std::fs::write(&p, bytes).with_context(|| format!("writing {}", p.display()))?;
-        written.push(p);
-    }
-    if let Some(p) = &args.json {
-        std::fs::write(p, &json).with_context(|| format!("writing {}", p.display()))?;
-    }
-    if !extras.everyday_steps.is_empty() {
-        let p = args.out.join("everyday.png");
-        let files = extras.everyday.as_ref().map_or(0, |e| e.1);
-        crate::fseveryday::plot(&p, &extras.everyday_steps, files)?;
-        written.push(p);
-    }
-    if !extras.procs_runs.is_empty() {
-        let p = args.out.join("shared-directory.png");
-        crate::fsprocs::plot(&p, &extras.procs_runs)?;
-        written.push(p);
-    }
-    let points: Vec<Vec<(f64, u64, f64)>> = runs
-        .iter()
-        .map(|r| {
-            r.create_series
-                .iter()
-                .map(|p| (p.seconds, p.files, p.rate))
-                .collect()
-        })
-        .collect();
-    let series: Vec<fsplot::Series<'_>> = runs
-        .iter()
-        .zip(&points)
-        .map(|(r, p)| fsplot::Series {
-            label: &r.target,
-            average: r.create_rate,
-            points: p,
-        })
-        .collect();
-    let heading = format!(
-        "{} zero-length files in one directory: create rate",
-        crate::chart::short(n as f64)
-    );
-    let plots: &[(&str, fsplot::XAxis)] = if runs.is_empty() {
-        &[]
-    } else {
-        &[
-            ("create-rate.png", fsplot::XAxis::Seconds),
-            ("create-rate-by-files.png", fsplot::XAxis::Files),
-        ]
-    };
-    for &(name, x) in plots {
-        let p = args.out.join(name);
-        fsplot::create_rate(&p, &heading, x, &series)?;
-        written.push(p);
-    }
+    let mut written = results.write(args, &md)?;
+    results.plot(args, &mut written)?;
     let mut out = std::io::stdout().lock();
     out.write_all(md.as_bytes())?;
     let w: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
     writeln!(out, "\nwritten: {}", w.join(", "))?;
     Ok(())
+}
+
+/// Everything a run found, to report.
+struct Results<'a> {
+    plan: &'a Plan,
+    runs: &'a [TargetRun],
+    data_runs: &'a [fsdata::DataRun],
+    extras: &'a Extras,
+    /// What the plain target's file system was.
+    plain_fs: &'a str,
+}
+
+impl Results<'_> {
+    /// The report: the metadata phases, the targets skipped, the several-process phases,
+    /// the everyday tools, the large files.
+    fn markdown(&self, allocator: &str) -> String {
+        let (n, extras, plain_fs) = (self.plan.n, self.extras, self.plain_fs);
+        let mut md = if n > 0 {
+            let mut md = markdown(n, self.runs, plain_fs, allocator);
+            for (t, d) in &extras.others {
+                md.push_str(&format!("- {t}: {d}\n"));
+            }
+            md.push_str(&match self.plan.pin {
+                Some(cpu) => format!(
+                    "\nthe calling thread and the FUSE server's thread pinned to CPU {cpu} (--pin): \
+                     not how a user's mount runs\n"
+                ),
+                None => "\nnothing pinned: the scheduler placed the threads, as for a user\n".into(),
+            });
+            md
+        } else {
+            String::new()
+        };
+        // Targets asked for and skipped, with or without a metadata run (`--files 0`).
+        md.push_str(&report::skipped(&extras.skipped));
+        if !extras.procs_runs.is_empty() {
+            md.push_str(&crate::fsprocs::markdown(&extras.procs_runs));
+        }
+        if let Some((_, files)) = &extras.everyday {
+            md.push_str(&crate::fseveryday::markdown(&extras.everyday_steps, *files));
+        }
+        if !self.data_runs.is_empty() {
+            md.push_str(&fsdata::markdown(self.data_runs, self.plan.data.cold));
+            md.push_str(&format!("plain: {plain_fs}; not pinned\n"));
+        }
+        md
+    }
+
+    /// Writes results.md and results.json to `--out` (and the JSON to `--json`): the
+    /// files written to `--out`.
+    fn write(&self, args: &FsBenchArgs, md: &str) -> Result<Vec<PathBuf>> {
+        let extras = self.extras;
+        let json = serde_json::to_vec_pretty(&serde_json::json!({
+            "pinned_cpu": self.plan.pin,
+            "plain_fs": extras.description,
+            "other_fs": extras.others,
+            "skipped": extras.skipped,
+            "shared_directory": extras.procs_runs,
+            "everyday": extras.everyday_steps,
+            "metadata": self.runs,
+            "data": self.data_runs,
+        }))?;
+        let mut written = Vec::new();
+        for (name, bytes) in [("results.md", md.as_bytes()), ("results.json", &json)] {
+            let p = args.out.join(name);
+            std::fs::write(&p, bytes).with_context(|| format!("writing {}", p.display()))?;
+            written.push(p);
+        }
+        if let Some(p) = &args.json {
+            std::fs::write(p, &json).with_context(|| format!("writing {}", p.display()))?;
+        }
+        Ok(written)
+    }
+
+    /// Draws the plots into `--out`, adding their files to `written`.
+    fn plot(&self, args: &FsBenchArgs, written: &mut Vec<PathBuf>) -> Result<()> {
+        let (extras, runs) = (self.extras, self.runs);
+        if !extras.everyday_steps.is_empty() {
+            let p = args.out.join("everyday.png");
+            let files = extras.everyday.as_ref().map_or(0, |e| e.1);
+            crate::fseveryday::plot(&p, &extras.everyday_steps, files)?;
+            written.push(p);
+        }
+        if !extras.procs_runs.is_empty() {
+            let p = args.out.join("shared-directory.png");
+            crate::fsprocs::plot(&p, &extras.procs_runs)?;
+            written.push(p);
+        }
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let points: Vec<Vec<(f64, u64, f64)>> = runs
+            .iter()
+            .map(|r| {
+                r.create_series
+                    .iter()
+                    .map(|p| (p.seconds, p.files, p.rate))
+                    .collect()
+            })
+            .collect();
+        let series: Vec<fsplot::Series<'_>> = runs
+            .iter()
+            .zip(&points)
+            .map(|(r, p)| fsplot::Series {
+                label: &r.target,
+                average: r.create_rate,
+                points: p,
+            })
+            .collect();
+        let heading = format!(
+            "{} zero-length files in one directory: create rate",
+            crate::chart::short(self.plan.n as f64)
+        );
+        for (name, x) in [
+            ("create-rate.png", fsplot::XAxis::Seconds),
+            ("create-rate-by-files.png", fsplot::XAxis::Files),
+        ] {
+            let p = args.out.join(name);
+            fsplot::create_rate(&p, &heading, x, &series)?;
+            written.push(p);
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

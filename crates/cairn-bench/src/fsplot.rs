@@ -9,7 +9,11 @@
 use std::path::Path;
 
 use anyhow::{anyhow, Result};
-use plotters::prelude::*;
+use plotters::coord::Shift;
+use plotters::prelude::{
+    BitMapBackend, Circle, Color, DrawResult, DrawingArea, DrawingAreaErrorKind, IntoDrawingArea,
+    PathElement, RGBColor, Rectangle, ShapeStyle, WHITE,
+};
 
 use crate::chart::{nice, short, text, tick, Align};
 
@@ -52,92 +56,127 @@ pub fn create_rate(path: &Path, heading: &str, x_axis: XAxis, series: &[Series<'
     let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
     let err = |e: DrawingAreaErrorKind<_>| anyhow!("drawing {}: {e:?}", path.display());
     root.fill(&WHITE).map_err(err)?;
-    let x_of = |p: &(f64, u64, f64)| match x_axis {
-        XAxis::Seconds => p.0,
-        XAxis::Files => p.1 as f64,
-    };
-    let all = || series.iter().flat_map(|s| s.points.iter());
-    let x_max = all().map(x_of).fold(0.0, f64::max).max(1e-3);
-    // The rate axis spans whole decades around every rate.
-    let (lo, hi) = all()
-        .map(|p| p.2.max(1.0))
-        .fold((f64::MAX, 1.0f64), |(lo, hi), r| (lo.min(r), hi.max(r)));
-    let lo = if lo == f64::MAX { 1.0 } else { lo };
-    let d_lo = lo.log10().floor() as i32;
-    let d_hi = (hi.log10().ceil() as i32).max(d_lo + 1);
-    let (x_step, x_end) = nice(x_max, 6.0);
-    let (x0, x1) = (LEFT, WIDTH as i32 - RIGHT);
-    let (y0, y1) = (TOP, HEIGHT as i32 - BOTTOM);
-    let px = |x: f64| x0 + ((x / x_end) * (x1 - x0) as f64).round() as i32;
-    let py = |r: f64| {
-        let f = (r.max(1.0).log10() - d_lo as f64) / (d_hi - d_lo) as f64;
-        y1 - (f * (y1 - y0) as f64).round() as i32
-    };
-    let grid = RGBColor(225, 225, 225);
-    let fine = RGBColor(242, 242, 242);
-    let ink = RGBColor(40, 40, 40);
-
-    // Vertical grid and labels of the horizontal axis.
-    let mut x = 0.0;
-    while x <= x_end + x_step * 1e-6 {
-        root.draw(&PathElement::new(vec![(px(x), y0), (px(x), y1)], grid))
-            .map_err(err)?;
-        let label = match x_axis {
-            XAxis::Seconds => tick(x, x_step),
-            XAxis::Files => short(x),
-        };
-        text(&root, px(x), y1 + 10, &label, 2, ink, Align::Center).map_err(err)?;
-        x += x_step;
-    }
-    // Horizontal grid: each decade labelled, 2× and 5× lighter and labelled when there
-    // are few decades.
-    for d in d_lo..=d_hi {
-        for m in [1.0, 2.0, 5.0] {
-            let r = m * 10f64.powi(d);
-            if d == d_hi && m > 1.0 {
-                break;
-            }
-            let major = m == 1.0;
-            root.draw(&PathElement::new(
-                vec![(x0, py(r)), (x1, py(r))],
-                if major { grid } else { fine },
-            ))
-            .map_err(err)?;
-            if major || d_hi - d_lo <= 2 {
-                text(&root, x0 - 8, py(r) - 8, &short(r), 2, ink, Align::Right).map_err(err)?;
-            }
-        }
-    }
-    root.draw(&Rectangle::new([(x0, y0), (x1, y1)], ink))
-        .map_err(err)?;
-    let x_title = match x_axis {
-        XAxis::Seconds => "seconds",
-        XAxis::Files => "files in the directory",
-    };
-    text(
-        &root,
-        (x0 + x1) / 2,
-        y1 + 40,
-        x_title,
-        2,
-        ink,
-        Align::Center,
-    )
-    .map_err(err)?;
-    text(
-        &root,
-        12,
-        y0 - 26,
-        "creates/s (log scale)",
-        2,
-        ink,
-        Align::Left,
-    )
-    .map_err(err)?;
-    text(&root, WIDTH as i32 / 2, 14, heading, 2, ink, Align::Center).map_err(err)?;
-
+    let frame = RateFrame::of(x_axis, series);
+    frame.draw(&root, heading).map_err(err)?;
     // A line per target, and the legend with its average.
     for (i, s) in series.iter().enumerate() {
+        frame.draw_series(&root, i, s).map_err(err)?;
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// A bitmap to draw on.
+type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+
+const INK: RGBColor = RGBColor(40, 40, 40);
+
+/// The frame of [`create_rate`]: its box, its horizontal axis (seconds or files, ticks
+/// `x_step` apart up to `x_end`) and its logarithmic rate axis (decades `d_lo` to
+/// `d_hi`).
+struct RateFrame {
+    x_axis: XAxis,
+    x0: i32,
+    x1: i32,
+    y0: i32,
+    y1: i32,
+    x_step: f64,
+    x_end: f64,
+    d_lo: i32,
+    d_hi: i32,
+}
+
+impl RateFrame {
+    /// The frame that holds every point of `series`.
+    fn of(x_axis: XAxis, series: &[Series<'_>]) -> RateFrame {
+        let all = || series.iter().flat_map(|s| s.points.iter());
+        let x_max = all().map(|p| x_of(x_axis, p)).fold(0.0, f64::max).max(1e-3);
+        // The rate axis spans whole decades around every rate.
+        let (lo, hi) = all()
+            .map(|p| p.2.max(1.0))
+            .fold((f64::MAX, 1.0f64), |(lo, hi), r| (lo.min(r), hi.max(r)));
+        let lo = if lo == f64::MAX { 1.0 } else { lo };
+        let d_lo = lo.log10().floor() as i32;
+        let d_hi = (hi.log10().ceil() as i32).max(d_lo + 1);
+        let (x_step, x_end) = nice(x_max, 6.0);
+        RateFrame {
+            x_axis,
+            x0: LEFT,
+            x1: WIDTH as i32 - RIGHT,
+            y0: TOP,
+            y1: HEIGHT as i32 - BOTTOM,
+            x_step,
+            x_end,
+            d_lo,
+            d_hi,
+        }
+    }
+
+    /// The column of `x` (seconds or files).
+    fn px(&self, x: f64) -> i32 {
+        self.x0 + ((x / self.x_end) * (self.x1 - self.x0) as f64).round() as i32
+    }
+
+    /// The row of rate `r`.
+    fn py(&self, r: f64) -> i32 {
+        let f = (r.max(1.0).log10() - self.d_lo as f64) / (self.d_hi - self.d_lo) as f64;
+        self.y1 - (f * (self.y1 - self.y0) as f64).round() as i32
+    }
+
+    /// The grids, their labels, the box, the axis titles and the plot's `heading`.
+    fn draw(&self, root: &Area<'_>, heading: &str) -> DrawResult<(), BitMapBackend<'_>> {
+        let (x0, x1, y0, y1) = (self.x0, self.x1, self.y0, self.y1);
+        let grid = RGBColor(225, 225, 225);
+        let fine = RGBColor(242, 242, 242);
+        // Vertical grid and labels of the horizontal axis.
+        let mut x = 0.0;
+        while x <= self.x_end + self.x_step * 1e-6 {
+            let px = self.px(x);
+            root.draw(&PathElement::new(vec![(px, y0), (px, y1)], grid))?;
+            let label = match self.x_axis {
+                XAxis::Seconds => tick(x, self.x_step),
+                XAxis::Files => short(x),
+            };
+            text(root, px, y1 + 10, &label, 2, INK, Align::Center)?;
+            x += self.x_step;
+        }
+        // Horizontal grid: each decade labelled, 2× and 5× lighter and labelled when
+        // there are few decades.
+        for d in self.d_lo..=self.d_hi {
+            for m in [1.0, 2.0, 5.0] {
+                let r = m * 10f64.powi(d);
+                if d == self.d_hi && m > 1.0 {
+                    break;
+                }
+                let major = m == 1.0;
+                let py = self.py(r);
+                root.draw(&PathElement::new(
+                    vec![(x0, py), (x1, py)],
+                    if major { grid } else { fine },
+                ))?;
+                if major || self.d_hi - self.d_lo <= 2 {
+                    text(root, x0 - 8, py - 8, &short(r), 2, INK, Align::Right)?;
+                }
+            }
+        }
+        root.draw(&Rectangle::new([(x0, y0), (x1, y1)], INK))?;
+        let x_title = match self.x_axis {
+            XAxis::Seconds => "seconds",
+            XAxis::Files => "files in the directory",
+        };
+        text(root, (x0 + x1) / 2, y1 + 40, x_title, 2, INK, Align::Center)?;
+        let y_title = "creates/s (log scale)";
+        text(root, 12, y0 - 26, y_title, 2, INK, Align::Left)?;
+        text(root, WIDTH as i32 / 2, 14, heading, 2, INK, Align::Center)
+    }
+
+    /// Target `s`, the `i`-th: its line and its legend with its average.
+    fn draw_series(
+        &self,
+        root: &Area<'_>,
+        i: usize,
+        s: &Series<'_>,
+    ) -> DrawResult<(), BitMapBackend<'_>> {
         let color = match s.label {
             "lib" => COLORS[0],
             "fuse" => COLORS[1],
@@ -147,29 +186,33 @@ pub fn create_rate(path: &Path, heading: &str, x_axis: XAxis, series: &[Series<'
             _ => COLORS[i % COLORS.len()],
         };
         let style = ShapeStyle::from(color).stroke_width(3);
-        let points: Vec<(i32, i32)> = s.points.iter().map(|p| (px(x_of(p)), py(p.2))).collect();
+        let points: Vec<(i32, i32)> = s
+            .points
+            .iter()
+            .map(|p| (self.px(x_of(self.x_axis, p)), self.py(p.2)))
+            .collect();
         match points.len() {
             0 => {}
-            1 => {
-                root.draw(&Circle::new(points[0], 4, style.filled()))
-                    .map_err(err)?;
-            }
-            _ => {
-                root.draw(&PathElement::new(points, style)).map_err(err)?;
-            }
+            1 => root.draw(&Circle::new(points[0], 4, style.filled()))?,
+            _ => root.draw(&PathElement::new(points, style))?,
         }
-        let ly = y0 + 10 + 44 * i as i32;
+        let (x1, ly) = (self.x1, self.y0 + 10 + 44 * i as i32);
         root.draw(&PathElement::new(
             vec![(x1 + 16, ly + 7), (x1 + 46, ly + 7)],
             style,
-        ))
-        .map_err(err)?;
-        text(&root, x1 + 54, ly, s.label, 2, ink, Align::Left).map_err(err)?;
+        ))?;
+        text(root, x1 + 54, ly, s.label, 2, INK, Align::Left)?;
         let avg = format!("avg {:.0}/s", s.average);
-        text(&root, x1 + 54, ly + 18, &avg, 2, ink, Align::Left).map_err(err)?;
+        text(root, x1 + 54, ly + 18, &avg, 2, INK, Align::Left)
     }
-    root.present().map_err(err)?;
-    Ok(())
+}
+
+/// The horizontal coordinate of point `p` on axis `x_axis`.
+fn x_of(x_axis: XAxis, p: &(f64, u64, f64)) -> f64 {
+    match x_axis {
+        XAxis::Seconds => p.0,
+        XAxis::Files => p.1 as f64,
+    }
 }
 
 /// Horizontal bars: for each of `rows` (a step, a phase), one bar per series (a

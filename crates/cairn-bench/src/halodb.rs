@@ -64,48 +64,109 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
     let cfg = ctx.config;
     let n = cfg.records;
     ensure!(n > 0, "--records must be positive");
-    let vsize = cfg.value_size;
-    let rec = KEY_SIZE + vsize as u64;
-    let values = Values::new(vsize, cfg.seed);
-    // Operations of each phase after the fills (reads, updates, read while writing).
-    let ops = cfg.ops.unwrap_or(n);
-    let mut out = Vec::new();
-
-    // 1. Fill sequential, into a store of its own.
-    let dir = ctx.dir.join("fill-sequential");
-    let db = ctx.open(&dir)?;
-    let fill_seq = |w: &mut Worker| -> Result<u64> {
-        let i = w.global();
-        db.put(&key(i), values.get(i, 0))?;
-        Ok(rec)
+    let s = Suite {
+        ctx,
+        n,
+        vsize: cfg.value_size,
+        rec: KEY_SIZE + cfg.value_size as u64,
+        values: Values::new(cfg.value_size, cfg.seed),
+        // Operations of each phase after the fills (reads, updates, read while writing).
+        ops: cfg.ops.unwrap_or(n),
+        order: Permutation::new(n, cfg.seed),
     };
-    let mut p = one(ctx.run(&[Group {
-        test: "fill_sequential".into(),
-        title: "fill sequential".into(),
-        kind: Kind::Write,
-        threads: 1,
-        ops: Some(n),
-        op: &fill_seq,
-    }])?);
-    measure::after_write(&mut p, || db.flush(), &dir, n * rec, n * rec)?;
-    let (db, secs) = ctx.reopen(db, &dir)?;
-    p.reopen_secs = Some(secs);
-    db.close()?;
-    fs::remove_dir_all(&dir)?;
-    out.push(p);
-    ctx.progress("fill sequential");
-
+    let mut out = Vec::new();
+    // 1. Fill sequential, into a store of its own.
+    out.push(s.fill_sequential()?);
     // 2. Fill random: the same records in a random order, from one writer into the
     // store the rest of the suite uses; with --sync first from 4 and from 32 writers,
     // each into a store of its own (every write durable before it returns: how the
     // engine shares its syncs between concurrent writers).
-    let order = Permutation::new(n, cfg.seed);
-    let fill_random = |dir: &Path, writers: usize| -> Result<(Box<dyn Engine>, Phase)> {
+    if cfg.sync {
+        for writers in WRITERS {
+            let dir = ctx.dir.join(format!("fill-random-{writers}"));
+            let (db, p) = s.fill_random(&dir, writers)?;
+            db.close()?;
+            fs::remove_dir_all(&dir)?;
+            out.push(p);
+            ctx.progress(&format!("fill random, {writers} writers"));
+        }
+    }
+    let dir = ctx.dir.join("fill-random");
+    let (db, mut p) = s.fill_random(&dir, 1)?;
+    measure::after_write(&mut p, || db.flush(), &dir, n * s.rec, n * s.rec)?;
+    let (db, secs) = ctx.reopen(db, &dir)?;
+    p.reopen_secs = Some(secs);
+    out.push(p);
+    ctx.progress("fill random");
+    // 3 and 4. Random reads with T threads, then with 32.
+    for threads in [cfg.threads, cfg.many_threads] {
+        out.push(s.random_reads(&*db, threads)?);
+        ctx.progress(&format!("random read, {threads} threads"));
+    }
+    // 5. Random updates.
+    out.push(s.random_updates(&*db, &dir)?);
+    ctx.progress("random update");
+    // 6. T threads read while one thread updates, until the readers are done.
+    out.extend(s.read_while_writing(&*db, &dir)?);
+    ctx.progress("read while writing");
+    db.close()?;
+    fs::remove_dir_all(&dir)?;
+    Ok(out)
+}
+
+/// One run of the suite on one engine: its settings, and the records it writes.
+struct Suite<'c, 'a> {
+    ctx: &'c Ctx<'a>,
+    /// Records.
+    n: u64,
+    /// Bytes of a value.
+    vsize: usize,
+    /// Bytes of a record (key and value).
+    rec: u64,
+    values: Values,
+    /// Operations of each phase after the fills.
+    ops: u64,
+    /// The order of the random fills.
+    order: Permutation,
+}
+
+impl Suite<'_, '_> {
+    /// Fills a store of its own in key order, flushes, reopens and removes it.
+    fn fill_sequential(&self) -> Result<Phase> {
+        let (ctx, n, rec) = (self.ctx, self.n, self.rec);
+        let dir = ctx.dir.join("fill-sequential");
+        let db = ctx.open(&dir)?;
+        let fill_seq = |w: &mut Worker| -> Result<u64> {
+            let i = w.global();
+            db.put(&key(i), self.values.get(i, 0))?;
+            Ok(rec)
+        };
+        let mut p = one(ctx.run(&[Group {
+            test: "fill_sequential".into(),
+            title: "fill sequential".into(),
+            kind: Kind::Write,
+            threads: 1,
+            ops: Some(n),
+            op: &fill_seq,
+        }])?);
+        measure::after_write(&mut p, || db.flush(), &dir, n * rec, n * rec)?;
+        let (db, secs) = ctx.reopen(db, &dir)?;
+        p.reopen_secs = Some(secs);
+        db.close()?;
+        fs::remove_dir_all(&dir)?;
+        ctx.progress("fill sequential");
+        Ok(p)
+    }
+
+    /// Fills a new store in `dir` in random order from `writers` threads; with --sync,
+    /// counts the syncs the fill made.
+    fn fill_random(&self, dir: &Path, writers: usize) -> Result<(Box<dyn Engine>, Phase)> {
+        let ctx = self.ctx;
         let db = ctx.open(dir)?;
         let fill = |w: &mut Worker| -> Result<u64> {
-            let i = order.at(w.global());
-            db.put(&key(i), values.get(i, 0))?;
-            Ok(rec)
+            let i = self.order.at(w.global());
+            db.put(&key(i), self.values.get(i, 0))?;
+            Ok(self.rec)
         };
         let (test, title) = match writers {
             1 => ("fill_random".into(), "fill random".into()),
@@ -120,10 +181,10 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
             title,
             kind: Kind::Write,
             threads: writers,
-            ops: Some(n),
+            ops: Some(self.n),
             op: &fill,
         }])?);
-        if cfg.sync {
+        if ctx.config.sync {
             if let (Ok(a), Ok(b)) = (syncs_before, crate::synccount::syncs()) {
                 let syncs = b.saturating_sub(a);
                 p.syncs = Some(syncs);
@@ -131,98 +192,95 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
             }
         }
         Ok((db, p))
-    };
-    if cfg.sync {
-        for writers in WRITERS {
-            let dir = ctx.dir.join(format!("fill-random-{writers}"));
-            let (db, p) = fill_random(&dir, writers)?;
-            db.close()?;
-            fs::remove_dir_all(&dir)?;
-            out.push(p);
-            ctx.progress(&format!("fill random, {writers} writers"));
-        }
     }
-    let dir = ctx.dir.join("fill-random");
-    let (db, mut p) = fill_random(&dir, 1)?;
-    measure::after_write(&mut p, || db.flush(), &dir, n * rec, n * rec)?;
-    let (db, secs) = ctx.reopen(db, &dir)?;
-    p.reopen_secs = Some(secs);
-    out.push(p);
-    ctx.progress("fill random");
 
-    // 3 and 4. Random reads with T threads, then with 32.
-    let read = |w: &mut Worker| -> Result<u64> {
-        let k = key(w.rng.below(n));
+    /// Reads a random record of `db`, checking its size.
+    fn read(&self, db: &dyn Engine, w: &mut Worker) -> Result<u64> {
+        let k = key(w.rng.below(self.n));
         if !db.get(&k, &mut w.buf)? {
             return Err(measure::missing(&k));
         }
-        ensure!(w.buf.len() == vsize, "value of {k:02x?} has the wrong size");
+        ensure!(
+            w.buf.len() == self.vsize,
+            "value of {k:02x?} has the wrong size"
+        );
         Ok(KEY_SIZE + w.buf.len() as u64)
-    };
-    for threads in [cfg.threads, cfg.many_threads] {
-        let mut p = one(ctx.run(&[Group {
+    }
+
+    /// Random reads of `db` from `threads` threads.
+    fn random_reads(&self, db: &dyn Engine, threads: usize) -> Result<Phase> {
+        let read = |w: &mut Worker| self.read(db, w);
+        let mut p = one(self.ctx.run(&[Group {
             test: format!("random_read_{threads}"),
             title: format!("random read, {threads} threads"),
             kind: Kind::Read,
             threads,
-            ops: Some(ops),
+            ops: Some(self.ops),
             op: &read,
         }])?);
         p.write_bytes = None;
-        out.push(p);
-        ctx.progress(&format!("random read, {threads} threads"));
+        Ok(p)
     }
 
-    // 5. Random updates.
-    let update = |w: &mut Worker| -> Result<u64> {
-        let i = w.rng.below(n);
-        db.put(&key(i), values.get(i, 1 + w.index))?;
-        Ok(rec)
-    };
-    let mut p = one(ctx.run(&[Group {
-        test: "random_update".into(),
-        title: "random update".into(),
-        kind: Kind::Write,
-        threads: 1,
-        ops: Some(ops),
-        op: &update,
-    }])?);
-    measure::after_write(&mut p, || db.flush(), &dir, ops * rec, n * rec)?;
-    out.push(p);
-    ctx.progress("random update");
-
-    // 6. T threads read while one thread updates, until the readers are done.
-    let background_update = |w: &mut Worker| -> Result<u64> {
-        let i = w.rng.below(n);
-        db.put(&key(i), values.get(i, 1 << 40 | w.index))?;
-        Ok(rec)
-    };
-    let mut phases = ctx.run(&[
-        Group {
-            test: "read_while_writing.reads".into(),
-            title: format!("read while writing: reads, {} threads", cfg.threads),
-            kind: Kind::Read,
-            threads: cfg.threads,
-            ops: Some(ops),
-            op: &read,
-        },
-        Group {
-            test: "read_while_writing.writes".into(),
-            title: "read while writing: writes, 1 thread".into(),
+    /// Random updates of `db` (in `dir`) from one thread, then its flush.
+    fn random_updates(&self, db: &dyn Engine, dir: &Path) -> Result<Phase> {
+        let update = |w: &mut Worker| -> Result<u64> {
+            let i = w.rng.below(self.n);
+            db.put(&key(i), self.values.get(i, 1 + w.index))?;
+            Ok(self.rec)
+        };
+        let mut p = one(self.ctx.run(&[Group {
+            test: "random_update".into(),
+            title: "random update".into(),
             kind: Kind::Write,
             threads: 1,
-            ops: None,
-            op: &background_update,
-        },
-    ])?;
-    let written = phases[1].bytes;
-    measure::after_write(&mut phases[1], || db.flush(), &dir, written, n * rec)?;
-    phases[0].write_bytes = None;
-    out.extend(phases);
-    ctx.progress("read while writing");
-    db.close()?;
-    fs::remove_dir_all(&dir)?;
-    Ok(out)
+            ops: Some(self.ops),
+            op: &update,
+        }])?);
+        let (ops, rec) = (self.ops, self.rec);
+        measure::after_write(&mut p, || db.flush(), dir, ops * rec, self.n * rec)?;
+        Ok(p)
+    }
+
+    /// T threads read `db` (in `dir`) while one thread updates it, until the readers
+    /// are done: the readers' phase and the writer's.
+    fn read_while_writing(&self, db: &dyn Engine, dir: &Path) -> Result<Vec<Phase>> {
+        let threads = self.ctx.config.threads;
+        let read = |w: &mut Worker| self.read(db, w);
+        let background_update = |w: &mut Worker| -> Result<u64> {
+            let i = w.rng.below(self.n);
+            db.put(&key(i), self.values.get(i, 1 << 40 | w.index))?;
+            Ok(self.rec)
+        };
+        let mut phases = self.ctx.run(&[
+            Group {
+                test: "read_while_writing.reads".into(),
+                title: format!("read while writing: reads, {threads} threads"),
+                kind: Kind::Read,
+                threads,
+                ops: Some(self.ops),
+                op: &read,
+            },
+            Group {
+                test: "read_while_writing.writes".into(),
+                title: "read while writing: writes, 1 thread".into(),
+                kind: Kind::Write,
+                threads: 1,
+                ops: None,
+                op: &background_update,
+            },
+        ])?;
+        let written = phases[1].bytes;
+        measure::after_write(
+            &mut phases[1],
+            || db.flush(),
+            dir,
+            written,
+            self.n * self.rec,
+        )?;
+        phases[0].write_bytes = None;
+        Ok(phases)
+    }
 }
 
 /// The only phase of a one-group run.

@@ -421,11 +421,7 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
     let dir = ctx.dir.join("store");
     let store = open(ctx, &dir)?;
     let mut ids = Rng::new(mix64(cfg.seed ^ 0x4b46_5300));
-    // secs[figure][size] holds one time per trial, figures as in FIGURES.
-    let mut secs = vec![vec![Vec::with_capacity(trials as usize); sizes.len()]; FIGURES.len()];
-    let figure = |name: &str| FIGURES.iter().position(|f| *f == name).unwrap_or(0);
-    let durable_at = figure(DURABLE_WRITE);
-    let mut io_written = vec![Some(0u64); sizes.len()];
+    let mut times = Times::new(sizes.len(), trials);
     let mut store_bytes = Vec::with_capacity(trials as usize);
     let mut buf = Vec::with_capacity(CHUNK);
     for trial in 1..=trials {
@@ -436,29 +432,13 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
                 continue;
             }
             for (i, &(id, size)) in files.iter().enumerate() {
-                if op == COLD_READ {
-                    measure::drop_page_cache(&dir)?;
-                }
-                let io_before = measure::proc_write_bytes();
-                let t = Instant::now();
-                match op {
-                    "write" => store.write(id, size, &pool),
-                    "read" | COLD_READ => store.read(id, size, &pool, &mut buf),
-                    _ => store.unlink(id, size),
-                }
-                .with_context(|| format!("trial {trial}: {op} {}", size_label(size)))?;
-                secs[figure(op)][i].push(t.elapsed().as_secs_f64());
-                if op == "write" {
-                    // Then durable: the same write's time until the sync after it ends.
-                    store
-                        .sync()
-                        .with_context(|| format!("trial {trial}: sync {}", size_label(size)))?;
-                    secs[durable_at][i].push(t.elapsed().as_secs_f64());
-                    io_written[i] = match (io_written[i], io_before, measure::proc_write_bytes()) {
-                        (Some(sum), Some(a), Some(b)) => Some(sum + b.saturating_sub(a)),
-                        _ => None,
-                    };
-                }
+                let file = Trial {
+                    trial,
+                    op,
+                    size,
+                    id,
+                };
+                times.time(&*store, &dir, &pool, &mut buf, i, file)?;
             }
             ctx.progress(&format!("trial {trial}/{trials}: {op}"));
         }
@@ -467,57 +447,7 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
     store.close()?;
     let closed = measure::disk_usage(&dir)? as f64;
     fs::remove_dir_all(&dir)?;
-
-    let peak = measure::peak_rss();
-    let mut phases = Vec::new();
-    for (fi, fig) in FIGURES.iter().enumerate() {
-        for (i, &size) in sizes.iter().enumerate() {
-            let times = std::mem::take(&mut secs[fi][i]);
-            if times.is_empty() {
-                continue;
-            }
-            let total: f64 = times.iter().sum::<f64>().max(1e-9);
-            let mut hist = measure::new_hist();
-            for s in &times {
-                let _ = hist.record(((s * 1e9) as u64).max(1));
-            }
-            let mut latency = Latency::of(&hist);
-            latency.mean_ns = total * 1e9 / times.len() as f64;
-            let test = test_name(fig, size);
-            let bytes = size * trials;
-            let kind = if *fig == "read" || *fig == COLD_READ {
-                Kind::Read
-            } else {
-                Kind::Write
-            };
-            // The bytes written to storage are those of the write and its sync.
-            let write_bytes = if fi == durable_at {
-                measure::accounted(io_written[i], bytes)
-            } else {
-                None
-            };
-            phases.push(Phase {
-                test: test.clone(),
-                title: figure_title(fig, size, cfg.sync),
-                kind: Some(kind),
-                threads: 1,
-                ops: trials,
-                bytes,
-                secs: total,
-                ops_per_sec: trials as f64 / total,
-                mb_per_sec: bytes as f64 / total / 1e6,
-                latency,
-                write_bytes,
-                write_amp: write_bytes.map(|w| w as f64 / bytes as f64),
-                peak_rss_bytes: peak,
-                ..Phase::default()
-            });
-            ctx.record(Samples {
-                test,
-                values: times,
-            });
-        }
-    }
+    let phases = times.phases(ctx)?;
     ctx.record(Samples {
         test: STORE_BYTES.into(),
         values: store_bytes,
@@ -527,6 +457,139 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
         values: vec![closed],
     });
     Ok(phases)
+}
+
+/// One operation of a trial: on file `id` of `size` bytes.
+struct Trial {
+    trial: u64,
+    op: &'static str,
+    size: u64,
+    id: u64,
+}
+
+/// The index of figure `name` in [`FIGURES`].
+fn figure(name: &str) -> usize {
+    FIGURES.iter().position(|f| *f == name).unwrap_or(0)
+}
+
+/// The times of a run: one per trial for each figure and size, and the bytes the
+/// durable writes sent to storage.
+struct Times {
+    /// `secs[figure][size]`, figures as in [`FIGURES`].
+    secs: Vec<Vec<Vec<f64>>>,
+    /// Per size, the bytes its writes and their syncs sent to storage (`None`: unknown).
+    io_written: Vec<Option<u64>>,
+}
+
+impl Times {
+    fn new(sizes: usize, trials: u64) -> Times {
+        Times {
+            secs: vec![vec![Vec::with_capacity(trials as usize); sizes]; FIGURES.len()],
+            io_written: vec![Some(0u64); sizes],
+        }
+    }
+
+    /// Times operation `t` on `store`, the `i`-th size; a write also until it is durable.
+    fn time(
+        &mut self,
+        store: &dyn Files,
+        dir: &Path,
+        pool: &Pool,
+        buf: &mut Vec<u8>,
+        i: usize,
+        t: Trial,
+    ) -> Result<()> {
+        let Trial {
+            trial,
+            op,
+            size,
+            id,
+        } = t;
+        if op == COLD_READ {
+            measure::drop_page_cache(dir)?;
+        }
+        let io_before = measure::proc_write_bytes();
+        let t = Instant::now();
+        match op {
+            "write" => store.write(id, size, pool),
+            "read" | COLD_READ => store.read(id, size, pool, buf),
+            _ => store.unlink(id, size),
+        }
+        .with_context(|| format!("trial {trial}: {op} {}", size_label(size)))?;
+        self.secs[figure(op)][i].push(t.elapsed().as_secs_f64());
+        if op == "write" {
+            // Then durable: the same write's time until the sync after it ends.
+            store
+                .sync()
+                .with_context(|| format!("trial {trial}: sync {}", size_label(size)))?;
+            self.secs[figure(DURABLE_WRITE)][i].push(t.elapsed().as_secs_f64());
+            self.io_written[i] = match (self.io_written[i], io_before, measure::proc_write_bytes())
+            {
+                (Some(sum), Some(a), Some(b)) => Some(sum + b.saturating_sub(a)),
+                _ => None,
+            };
+        }
+        Ok(())
+    }
+
+    /// A phase per figure and size that has times; the times themselves go to the
+    /// report as samples (for the t-tests).
+    fn phases(mut self, ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
+        let cfg = ctx.config;
+        let trials = cfg.kfs_trials;
+        let durable_at = figure(DURABLE_WRITE);
+        let peak = measure::peak_rss();
+        let mut phases = Vec::new();
+        for (fi, fig) in FIGURES.iter().enumerate() {
+            for (i, &size) in cfg.kfs_sizes.iter().enumerate() {
+                let times = std::mem::take(&mut self.secs[fi][i]);
+                if times.is_empty() {
+                    continue;
+                }
+                let total: f64 = times.iter().sum::<f64>().max(1e-9);
+                let mut hist = measure::new_hist()?;
+                for s in &times {
+                    let _ = hist.record(((s * 1e9) as u64).max(1));
+                }
+                let mut latency = Latency::of(&hist);
+                latency.mean_ns = total * 1e9 / times.len() as f64;
+                let test = test_name(fig, size);
+                let bytes = size * trials;
+                let kind = if *fig == "read" || *fig == COLD_READ {
+                    Kind::Read
+                } else {
+                    Kind::Write
+                };
+                // The bytes written to storage are those of the write and its sync.
+                let write_bytes = if fi == durable_at {
+                    measure::accounted(self.io_written[i], bytes)
+                } else {
+                    None
+                };
+                phases.push(Phase {
+                    test: test.clone(),
+                    title: figure_title(fig, size, cfg.sync),
+                    kind: Some(kind),
+                    threads: 1,
+                    ops: trials,
+                    bytes,
+                    secs: total,
+                    ops_per_sec: trials as f64 / total,
+                    mb_per_sec: bytes as f64 / total / 1e6,
+                    latency,
+                    write_bytes,
+                    write_amp: write_bytes.map(|w| w as f64 / bytes as f64),
+                    peak_rss_bytes: peak,
+                    ..Phase::default()
+                });
+                ctx.record(Samples {
+                    test,
+                    values: times,
+                });
+            }
+        }
+        Ok(phases)
+    }
 }
 
 #[cfg(test)]

@@ -38,10 +38,12 @@
 //! Layout of `bench`: `engine` is the one trait every engine implements and `engines`
 //! holds one adapter file per engine; each workload suite is one file (`halodb`,
 //! `mmcmap`, `kfs`, `disk`) exposing a `SuiteDef`; `measure` runs and measures threads
-//! of operations; `table` and `plot` render the results. [`fsbench`] is fs-bench, with
+//! of operations; `children` starts and follows the child processes and is their body;
+//! `table` (with the KFS suite's tables in `table/kfs_tables`) and `plot` render the
+//! results. [`fsbench`] is fs-bench, with
 //! its plots in `fsplot`; `chart` has the drawing helpers both plot modules share.
 
-#![deny(missing_docs)]
+#![deny(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 /// The code examples of the repository's README.md, compiled and run as this crate's
 /// doctests (`cargo test -p cairn-bench --doc`): this crate depends on every layer the
@@ -51,6 +53,7 @@
 pub struct ReadmeExamples;
 
 mod chart;
+mod children;
 pub mod cluster;
 pub mod clustersim;
 mod disk;
@@ -71,11 +74,9 @@ mod plot;
 mod synccount;
 mod table;
 
-use std::collections::VecDeque;
 use std::fs;
-use std::io::{self, BufRead, BufReader, IsTerminal, Write};
+use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -572,60 +573,10 @@ fn run_bench(args: &BenchArgs, allocator: &str) -> Result<()> {
         }
         None => None,
     };
-    let settings = engine_settings(&config);
-    let mut report = Report {
-        command: std::env::args().collect::<Vec<_>>().join(" "),
-        started_unix: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
-        machine: machine(),
-        config: config.clone(),
-        engines: engines
-            .iter()
-            .map(|e| EngineInfo {
-                name: e.name.into(),
-                library: e.library.into(),
-                non_default_settings: (e.non_default_settings)(&settings),
-            })
-            .collect(),
-        allocator: Some(allocator.to_string()),
-        runs: Vec::new(),
-    };
-
-    let mut jobs: Vec<(&SuiteDef, Option<&EngineSpec>, Option<&str>)> = Vec::new();
-    for suite in &suites {
-        if suite.per_engine {
-            for e in &engines {
-                if config.sync && !e.durable {
-                    eprintln!(
-                        "bench: {} makes no write durable: left out of --sync",
-                        e.name
-                    );
-                    continue;
-                }
-                let variants = subjects(suite, e);
-                if variants.is_empty() {
-                    eprintln!("bench: the {} suite does not run on {}", suite.name, e.name);
-                }
-                jobs.extend(variants.into_iter().map(|v| (*suite, Some(*e), v)));
-            }
-        } else {
-            jobs.push((suite, None, None));
-        }
-    }
+    let mut report = new_report(&config, &engines, allocator);
+    let jobs = jobs(&config, &suites, &engines);
     let total: u64 = jobs.iter().map(|(s, _, _)| (s.steps)(&config)).sum();
-    let bar = if io::stderr().is_terminal() {
-        let bar = ProgressBar::new(total);
-        bar.set_style(
-            ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {wide_msg}")
-                .expect("valid template")
-                .progress_chars("=> "),
-        );
-        bar.enable_steady_tick(Duration::from_millis(200));
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
+    let bar = progress_bar(total)?;
 
     let results = out.join("results.json");
     for (suite, engine, variant) in jobs {
@@ -642,7 +593,7 @@ fn run_bench(args: &BenchArgs, allocator: &str) -> Result<()> {
             cache_bytes: Some(config.block_cache(cairn_heap)),
             ..config.clone()
         };
-        let run = run_child(
+        let run = children::run_child(
             suite,
             engine,
             variant,
@@ -661,6 +612,75 @@ fn run_bench(args: &BenchArgs, allocator: &str) -> Result<()> {
     }
 
     finish(&report, &out)
+}
+
+/// The report of a run of `config` on `engines`, with no run yet.
+fn new_report(config: &Config, engines: &[&EngineSpec], allocator: &str) -> Report {
+    let settings = engine_settings(config);
+    Report {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        started_unix: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        machine: machine(),
+        config: config.clone(),
+        engines: engines
+            .iter()
+            .map(|e| EngineInfo {
+                name: e.name.into(),
+                library: e.library.into(),
+                non_default_settings: (e.non_default_settings)(&settings),
+            })
+            .collect(),
+        allocator: Some(allocator.to_string()),
+        runs: Vec::new(),
+    }
+}
+
+/// A job of a run: a suite, the engine it runs on (none for the disk suite) and the
+/// engine's variant, if any.
+type Job<'a> = (&'a SuiteDef, Option<&'a EngineSpec>, Option<&'static str>);
+
+/// Every (suite, engine, variant) to run, in order; an engine that makes no write
+/// durable is left out of --sync.
+fn jobs<'a>(config: &Config, suites: &[&'a SuiteDef], engines: &[&'a EngineSpec]) -> Vec<Job<'a>> {
+    let mut jobs: Vec<Job<'a>> = Vec::new();
+    for suite in suites {
+        if !suite.per_engine {
+            jobs.push((suite, None, None));
+            continue;
+        }
+        for e in engines {
+            if config.sync && !e.durable {
+                eprintln!(
+                    "bench: {} makes no write durable: left out of --sync",
+                    e.name
+                );
+                continue;
+            }
+            let variants = subjects(suite, e);
+            if variants.is_empty() {
+                eprintln!("bench: the {} suite does not run on {}", suite.name, e.name);
+            }
+            jobs.extend(variants.into_iter().map(|v| (*suite, Some(*e), v)));
+        }
+    }
+    jobs
+}
+
+/// A progress bar of `total` steps on a terminal, else a hidden one.
+fn progress_bar(total: u64) -> Result<ProgressBar> {
+    if !io::stderr().is_terminal() {
+        return Ok(ProgressBar::hidden());
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {wide_msg}")
+            .context("the progress bar's template")?
+            .progress_chars("=> "),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    Ok(bar)
 }
 
 /// Writes results.md and the plots of `report` into `out`, prints the Markdown, and
@@ -761,192 +781,10 @@ fn select_suites(args: &BenchArgs) -> Result<Vec<&'static SuiteDef>> {
     Ok(chosen)
 }
 
-/// Runs one suite on one engine in a child process and collects its results; a child
-/// that fails or crashes becomes a run with an error.
-fn run_child(
-    suite: &SuiteDef,
-    engine: Option<&EngineSpec>,
-    variant: Option<&str>,
-    config: &Config,
-    (data, scratch): (&Path, &Path),
-    cgroup: Option<&memlimit::MemoryCgroup>,
-    bar: &ProgressBar,
-) -> Result<SuiteRun> {
-    let engine_name = variant.unwrap_or(engine.map_or("disk", |e| e.name));
-    let name = format!("{}-{}", suite.name, engine_name);
-    let dir = data.join(&name);
-    if dir.exists() {
-        fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
-    }
-    let spec = ChildSpec {
-        suite: suite.name.into(),
-        engine: engine.map(|e| e.name.into()),
-        variant: variant.map(Into::into),
-        config: config.clone(),
-        dir: dir.clone(),
-        result: scratch.join(format!("{name}.result.json")),
-    };
-    let _ = fs::remove_file(&spec.result);
-    let spec_path = scratch.join(format!("{name}.spec.json"));
-    write_json(&spec_path, &spec)?;
-    let steps = (suite.steps)(config);
-    bar.set_message(format!("{} on {engine_name}", suite.title));
-    let started = Instant::now();
-    let mut cmd = Command::new(self_exe()?);
-    cmd.arg(CHILD_COMMAND)
-        .arg(&spec_path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    if let Some(cg) = cgroup {
-        cg.confine(&mut cmd);
-    }
-    let spawned = cmd.spawn();
-    let mut child = match spawned {
-        Ok(child) => child,
-        Err(err) => {
-            let error = format!("starting the child process failed: {err}");
-            bar.suspend(|| eprintln!("bench: {} on {engine_name}: {error}", suite.name));
-            bar.inc(steps);
-            return Ok(SuiteRun {
-                suite: suite.name.into(),
-                engine: engine_name.into(),
-                phases: Vec::new(),
-                wall_secs: 0.0,
-                peak_rss_bytes: None,
-                total_write_amp: None,
-                error: Some(error),
-                samples: Vec::new(),
-                cache_bytes: None,
-            });
-        }
-    };
-    let mut tail: VecDeque<String> = VecDeque::new();
-    let mut done = 0;
-    let mut reader = BufReader::new(child.stderr.take().expect("piped stderr"));
-    let mut line = Vec::new();
-    while reader.read_until(b'\n', &mut line)? > 0 {
-        let text = String::from_utf8_lossy(&line).trim_end().to_string();
-        line.clear();
-        if let Some(step) = text.strip_prefix(PROGRESS) {
-            done += 1;
-            bar.inc(1);
-            bar.set_message(format!("{} on {engine_name}: {step}", suite.name));
-            if bar.is_hidden() {
-                eprintln!(
-                    "bench: {} on {engine_name}: {step} ({:.1} s)",
-                    suite.name,
-                    started.elapsed().as_secs_f64()
-                );
-            }
-        } else {
-            bar.suspend(|| eprintln!("[{name}] {text}"));
-            tail.push_back(text);
-            if tail.len() > 20 {
-                tail.pop_front();
-            }
-        }
-    }
-    let status = child.wait()?;
-    bar.inc(steps.saturating_sub(done));
-    let _ = fs::remove_dir_all(&dir);
-    let result = fs::read(&spec.result).ok();
-    match result {
-        Some(bytes) if status.success() => Ok(serde_json::from_slice(&bytes)
-            .with_context(|| format!("reading {}", spec.result.display()))?),
-        _ => {
-            let why = tail.into_iter().collect::<Vec<_>>().join(" | ");
-            let error = format!("child process {status}: {why}");
-            bar.suspend(|| eprintln!("bench: {} on {engine_name} failed: {error}", suite.name));
-            Ok(SuiteRun {
-                suite: suite.name.into(),
-                engine: engine_name.into(),
-                phases: Vec::new(),
-                wall_secs: started.elapsed().as_secs_f64(),
-                peak_rss_bytes: None,
-                total_write_amp: None,
-                error: Some(error),
-                samples: Vec::new(),
-                cache_bytes: None,
-            })
-        }
-    }
-}
-
-/// The running binary, to start children with. `/proc/self/exe` still runs this very
-/// build when the file was replaced meanwhile (a rebuild in a shared target directory).
-fn self_exe() -> Result<PathBuf> {
-    let proc_exe = Path::new("/proc/self/exe");
-    if proc_exe.exists() {
-        return Ok(proc_exe.to_path_buf());
-    }
-    std::env::current_exe().context("finding the cairn binary")
-}
-
 /// `cairn __bench-child SPEC` ([`CHILD_COMMAND`]): runs one suite on one engine as the
 /// JSON file `spec_path` written by [`run`] says, and writes its results where it says.
 pub fn child(spec_path: &Path) -> Result<()> {
-    run_child_process(spec_path).map_err(|e| anyhow::anyhow!("{e:#}"))
-}
-
-fn run_child_process(spec_path: &Path) -> Result<()> {
-    // Before any engine starts a thread, so that all of them are counted.
-    synccount::start();
-    let spec: ChildSpec = serde_json::from_slice(
-        &fs::read(spec_path).with_context(|| format!("reading {}", spec_path.display()))?,
-    )?;
-    let suite = suites()
-        .into_iter()
-        .find(|s| s.name == spec.suite)
-        .with_context(|| format!("unknown suite {}", spec.suite))?;
-    let engine = match &spec.engine {
-        Some(name) => Some(engines::find(name).with_context(|| format!("unknown engine {name}"))?),
-        None => None,
-    };
-    let ctx = Ctx {
-        engine,
-        config: &spec.config,
-        dir: spec.dir.clone(),
-        settings: engine_settings(&spec.config),
-        variant: spec.variant.clone(),
-        samples: Mutex::new(Vec::new()),
-    };
-    fs::create_dir_all(&ctx.dir)?;
-    let started = Instant::now();
-    let io_before = measure::proc_write_bytes();
-    let phases = (suite.run)(&ctx)?;
-    let written: u64 = phases
-        .iter()
-        .filter(|p| p.kind == Some(measure::Kind::Write) && p.write_bytes.is_some())
-        .map(|p| p.bytes)
-        .sum();
-    let total_write_amp = match (io_before, measure::proc_write_bytes()) {
-        (Some(a), Some(b)) if written > 0 && engine.is_some() => {
-            measure::accounted(Some(b.saturating_sub(a)), written)
-                .map(|w| w as f64 / written as f64)
-        }
-        _ => None,
-    };
-    let peak_rss_bytes = phases.iter().filter_map(|p| p.peak_rss_bytes).max();
-    let name = match &spec.variant {
-        Some(v) => v.clone(),
-        None => engine.map_or("disk", |e| e.name).into(),
-    };
-    let run = SuiteRun {
-        suite: suite.name.into(),
-        engine: name,
-        phases,
-        wall_secs: started.elapsed().as_secs_f64(),
-        peak_rss_bytes,
-        total_write_amp,
-        error: None,
-        samples: ctx.samples.into_inner().unwrap_or_else(|e| e.into_inner()),
-        cache_bytes: engine
-            .filter(|e| e.block_cache)
-            .map(|_| ctx.settings.cache_bytes),
-    };
-    write_json(&spec.result, &run)?;
-    Ok(())
+    children::run_child_process(spec_path).map_err(|e| anyhow::anyhow!("{e:#}"))
 }
 
 fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {

@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
@@ -236,146 +236,196 @@ fn phase_salt(test: &str) -> u64 {
     })
 }
 
-/// Runs `groups` at once and measures each.
-pub fn run(groups: &[Group<'_>], interval: Duration, seed: u64) -> Result<Vec<Phase>> {
-    let counters: Vec<Vec<Padded>> = groups
-        .iter()
-        .map(|g| (0..g.threads).map(|_| Padded::default()).collect())
-        .collect();
-    let done: Vec<AtomicBool> = groups.iter().map(|_| AtomicBool::new(false)).collect();
-    let stop = AtomicBool::new(false);
-    let failure: Mutex<Option<anyhow::Error>> = Mutex::new(None);
-    let finished: Vec<Mutex<Option<Instant>>> = groups.iter().map(|_| Mutex::new(None)).collect();
-    let hists: Vec<Mutex<Histogram<u64>>> = groups.iter().map(|_| Mutex::new(new_hist())).collect();
-    let live: Vec<AtomicU64> = groups
-        .iter()
-        .map(|g| AtomicU64::new(g.threads as u64))
-        .collect();
-    let bytes: Vec<AtomicU64> = groups.iter().map(|_| AtomicU64::new(0)).collect();
-    let io_before = proc_write_bytes();
-    reset_peak_rss();
-    // Threads wait for `go`, so that every group starts at once, when all are spawned.
-    let go = AtomicBool::new(false);
-    let mut start = Instant::now();
-    let mut timelines: Vec<Vec<f64>> = groups.iter().map(|_| Vec::new()).collect();
+/// Locks `m`; a lock poisoned by a panicking worker still holds a usable value (the
+/// panic itself reaches the caller when the threads are joined).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
-    let peak_anon = std::thread::scope(|scope| {
-        for (gi, group) in groups.iter().enumerate() {
-            for t in 0..group.threads {
-                let (counters, stop, failure, hists) = (&counters, &stop, &failure, &hists);
-                let (live, finished, done, bytes, go) = (&live, &finished, &done, &bytes, &go);
-                // Named so that a profile (`perf report --sort comm`) splits by phase.
-                let name: String = group
-                    .test
-                    .replace("read_while_writing", "rww")
-                    .replace("random_", "r")
-                    .replace("fill_", "f")
-                    .replace("sequential", "seq")
-                    .chars()
-                    .take(15)
-                    .collect();
-                let spawned =
-                    std::thread::Builder::new()
-                        .name(name)
-                        .spawn_scoped(scope, move || {
-                            let mut worker = Worker {
-                                thread: t,
-                                threads: group.threads,
-                                index: 0,
-                                rng: Rng::new(mix64(
-                                    seed ^ phase_salt(&group.test) ^ ((gi as u64) << 32) ^ t as u64,
-                                )),
-                                buf: Vec::with_capacity(4096),
-                            };
-                            let mine = match group.ops {
-                                Some(total) => {
-                                    total / group.threads as u64
-                                        + u64::from((t as u64) < total % group.threads as u64)
-                                }
-                                None => u64::MAX,
-                            };
-                            let mut hist = new_hist();
-                            let counter = &counters[gi][t].0;
-                            let mut moved = 0u64;
-                            while !go.load(Ordering::Acquire) {
-                                std::thread::yield_now();
-                            }
-                            // A group without a count does at least one operation,
-                            // however soon the others are done.
-                            let background = group.ops.is_none();
-                            while worker.index < mine
-                                && (!stop.load(Ordering::Relaxed)
-                                    || (background && worker.index == 0))
-                            {
-                                let t0 = Instant::now();
-                                match (group.op)(&mut worker) {
-                                    Ok(n) => moved += n,
-                                    Err(err) => {
-                                        failure.lock().unwrap().get_or_insert(err);
-                                        stop.store(true, Ordering::Relaxed);
-                                        break;
-                                    }
-                                }
-                                let ns = t0.elapsed().as_nanos() as u64;
-                                let _ = hist.record(ns.max(1));
-                                counter
-                                    .store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-                                worker.index += 1;
-                            }
-                            let ended = Instant::now();
-                            {
-                                let mut f = finished[gi].lock().unwrap();
-                                *f = Some(f.map_or(ended, |f| f.max(ended)));
-                            }
-                            bytes[gi].fetch_add(moved, Ordering::Relaxed);
-                            let _ = hists[gi].lock().unwrap().add(&hist);
-                            if live[gi].fetch_sub(1, Ordering::AcqRel) == 1 {
-                                done[gi].store(true, Ordering::Release);
-                                let counted_done = groups
-                                    .iter()
-                                    .zip(done.iter())
-                                    .all(|(g, d)| g.ops.is_none() || d.load(Ordering::Acquire));
-                                if counted_done {
-                                    stop.store(true, Ordering::Relaxed);
-                                }
-                            }
-                        });
-                if let Err(err) = spawned {
-                    failure.lock().unwrap().get_or_insert(err.into());
-                    stop.store(true, Ordering::Relaxed);
-                    if live[gi].fetch_sub(1, Ordering::AcqRel) == 1 {
-                        done[gi].store(true, Ordering::Release);
-                    }
-                }
+/// What the threads of one group share with each other and with the sampler.
+struct GroupState {
+    /// Operations done, per thread.
+    counters: Vec<Padded>,
+    /// Set when the group's last thread has ended.
+    done: AtomicBool,
+    /// When the latest of its threads that ended did.
+    finished: Mutex<Option<Instant>>,
+    /// The latencies of its threads that ended.
+    hist: Mutex<Histogram<u64>>,
+    /// Its threads still running.
+    live: AtomicU64,
+    /// Key and value bytes its operations moved.
+    bytes: AtomicU64,
+}
+
+/// One run of groups of threads: what every thread shares.
+struct Runner<'g, 'a> {
+    groups: &'g [Group<'a>],
+    states: Vec<GroupState>,
+    /// An empty histogram, of the bounds every thread's takes.
+    empty: Histogram<u64>,
+    /// Set when the threads are to stop (every counted group is done, or one failed).
+    stop: AtomicBool,
+    /// The first error of an operation (or of a spawn).
+    failure: Mutex<Option<anyhow::Error>>,
+    /// Threads wait for it, so that every group starts at once, when all are spawned.
+    go: AtomicBool,
+    seed: u64,
+}
+
+impl<'g, 'a> Runner<'g, 'a> {
+    fn new(groups: &'g [Group<'a>], seed: u64) -> Result<Runner<'g, 'a>> {
+        let empty = new_hist()?;
+        let states = groups
+            .iter()
+            .map(|g| GroupState {
+                counters: (0..g.threads).map(|_| Padded::default()).collect(),
+                done: AtomicBool::new(false),
+                finished: Mutex::new(None),
+                hist: Mutex::new(Histogram::new_from(&empty)),
+                live: AtomicU64::new(g.threads as u64),
+                bytes: AtomicU64::new(0),
+            })
+            .collect();
+        Ok(Runner {
+            groups,
+            states,
+            empty,
+            stop: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            go: AtomicBool::new(false),
+            seed,
+        })
+    }
+
+    /// Records `err` (the first one is reported) and stops every thread.
+    fn fail(&self, err: anyhow::Error) {
+        lock(&self.failure).get_or_insert(err);
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Spawns thread `t` of group `gi` in `scope`.
+    fn spawn<'s>(&'s self, scope: &'s std::thread::Scope<'s, '_>, gi: usize, t: usize) {
+        let group = &self.groups[gi];
+        // Named so that a profile (`perf report --sort comm`) splits by phase.
+        let name: String = group
+            .test
+            .replace("read_while_writing", "rww")
+            .replace("random_", "r")
+            .replace("fill_", "f")
+            .replace("sequential", "seq")
+            .chars()
+            .take(15)
+            .collect();
+        let spawned = std::thread::Builder::new()
+            .name(name)
+            .spawn_scoped(scope, move || self.work(gi, t));
+        if let Err(err) = spawned {
+            self.fail(err.into());
+            let state = &self.states[gi];
+            if state.live.fetch_sub(1, Ordering::AcqRel) == 1 {
+                state.done.store(true, Ordering::Release);
             }
         }
-        // The sampler: throughput of each group in each interval, until it is done (a
-        // last, partial interval counts when it is at least a fifth of a full one).
-        let mut last: Vec<u64> = vec![0; groups.len()];
-        let mut closed: Vec<bool> = vec![false; groups.len()];
-        let finished_at = &finished;
-        start = Instant::now();
-        go.store(true, Ordering::Release);
+    }
+
+    /// Thread `t` of group `gi`: its share of the group's operations, timed, once `go`.
+    fn work(&self, gi: usize, t: usize) {
+        let group = &self.groups[gi];
+        let state = &self.states[gi];
+        let mut worker = Worker {
+            thread: t,
+            threads: group.threads,
+            index: 0,
+            rng: Rng::new(mix64(
+                self.seed ^ phase_salt(&group.test) ^ ((gi as u64) << 32) ^ t as u64,
+            )),
+            buf: Vec::with_capacity(4096),
+        };
+        let mine = match group.ops {
+            Some(total) => {
+                total / group.threads as u64 + u64::from((t as u64) < total % group.threads as u64)
+            }
+            None => u64::MAX,
+        };
+        let mut hist = Histogram::<u64>::new_from(&self.empty);
+        let counter = &state.counters[t].0;
+        let mut moved = 0u64;
+        while !self.go.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        // A group without a count does at least one operation, however soon the others
+        // are done.
+        let background = group.ops.is_none();
+        while worker.index < mine
+            && (!self.stop.load(Ordering::Relaxed) || (background && worker.index == 0))
+        {
+            let t0 = Instant::now();
+            match (group.op)(&mut worker) {
+                Ok(n) => moved += n,
+                Err(err) => {
+                    self.fail(err);
+                    break;
+                }
+            }
+            let ns = t0.elapsed().as_nanos() as u64;
+            let _ = hist.record(ns.max(1));
+            counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            worker.index += 1;
+        }
+        let ended = Instant::now();
+        {
+            let mut f = lock(&state.finished);
+            *f = Some(f.map_or(ended, |f| f.max(ended)));
+        }
+        state.bytes.fetch_add(moved, Ordering::Relaxed);
+        let _ = lock(&state.hist).add(&hist);
+        if state.live.fetch_sub(1, Ordering::AcqRel) == 1 {
+            state.done.store(true, Ordering::Release);
+            let counted_done = self
+                .groups
+                .iter()
+                .zip(&self.states)
+                .all(|(g, s)| g.ops.is_none() || s.done.load(Ordering::Acquire));
+            if counted_done {
+                self.stop.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Starts the threads (`go`) and samples the throughput of each group in each
+    /// interval until it is done (a last, partial interval counts when it is at least a
+    /// fifth of a full one). Returns the start, the groups' timelines and the highest
+    /// anonymous memory seen.
+    fn sample(&self, interval: Duration) -> (Instant, Vec<Vec<f64>>, Option<u64>) {
+        let n = self.groups.len();
+        let mut timelines: Vec<Vec<f64>> = vec![Vec::new(); n];
+        let mut last: Vec<u64> = vec![0; n];
+        let mut closed: Vec<bool> = vec![false; n];
+        let start = Instant::now();
+        self.go.store(true, Ordering::Release);
         let mut last_t = start;
         let mut anon = anon_rss();
+        let all_done = || self.states.iter().all(|s| s.done.load(Ordering::Acquire));
         while !closed.iter().all(|c| *c) {
             anon = anon.max(anon_rss());
             let deadline = last_t + interval;
-            while Instant::now() < deadline && !done.iter().all(|d| d.load(Ordering::Acquire)) {
+            while Instant::now() < deadline && !all_done() {
                 std::thread::sleep(Duration::from_millis(5).min(interval));
             }
             let now = Instant::now();
-            for gi in 0..groups.len() {
+            for (gi, state) in self.states.iter().enumerate() {
                 if closed[gi] {
                     continue;
                 }
-                let finished = done[gi].load(Ordering::Acquire);
-                let sum: u64 = counters[gi]
+                let finished = state.done.load(Ordering::Acquire);
+                let sum: u64 = state
+                    .counters
                     .iter()
                     .map(|c| c.0.load(Ordering::Relaxed))
                     .sum();
                 // The last interval ends when the group's last thread did.
-                let end = match *finished_at[gi].lock().unwrap() {
+                let end = match *lock(&state.finished) {
                     Some(t) if finished => t.min(now),
                     _ => now,
                 };
@@ -391,10 +441,28 @@ pub fn run(groups: &[Group<'_>], interval: Duration, seed: u64) -> Result<Vec<Ph
             }
             last_t = now;
         }
-        anon
-    });
+        (start, timelines, anon)
+    }
+}
 
-    if let Some(err) = failure.into_inner().unwrap() {
+/// Runs `groups` at once and measures each.
+pub fn run(groups: &[Group<'_>], interval: Duration, seed: u64) -> Result<Vec<Phase>> {
+    let runner = Runner::new(groups, seed)?;
+    let io_before = proc_write_bytes();
+    reset_peak_rss();
+    let (start, mut timelines, peak_anon) = std::thread::scope(|scope| {
+        for (gi, group) in groups.iter().enumerate() {
+            for t in 0..group.threads {
+                runner.spawn(scope, gi, t);
+            }
+        }
+        runner.sample(interval)
+    });
+    if let Some(err) = runner
+        .failure
+        .into_inner()
+        .unwrap_or_else(PoisonError::into_inner)
+    {
         return Err(err);
     }
     let write_bytes = match (io_before, proc_write_bytes()) {
@@ -403,12 +471,12 @@ pub fn run(groups: &[Group<'_>], interval: Duration, seed: u64) -> Result<Vec<Ph
     };
     let peak = peak_rss();
     let mut phases = Vec::new();
-    for (gi, group) in groups.iter().enumerate() {
-        let hist = hists[gi].lock().unwrap();
-        let end = finished[gi].lock().unwrap().unwrap_or_else(Instant::now);
+    for ((group, state), timeline) in groups.iter().zip(&runner.states).zip(&mut timelines) {
+        let hist = lock(&state.hist);
+        let end = lock(&state.finished).unwrap_or_else(Instant::now);
         let secs = end.duration_since(start).as_secs_f64().max(1e-9);
         let ops = hist.len();
-        let moved = bytes[gi].load(Ordering::Relaxed);
+        let moved = state.bytes.load(Ordering::Relaxed);
         phases.push(Phase {
             test: group.test.clone(),
             title: group.title.clone(),
@@ -421,7 +489,7 @@ pub fn run(groups: &[Group<'_>], interval: Duration, seed: u64) -> Result<Vec<Ph
             mb_per_sec: moved as f64 / secs / 1e6,
             latency: Latency::of(&hist),
             timeline_interval_secs: interval.as_secs_f64(),
-            timeline: std::mem::take(&mut timelines[gi]),
+            timeline: std::mem::take(timeline),
             write_bytes: if group.kind == Kind::Write {
                 write_bytes
             } else {
@@ -435,7 +503,6 @@ pub fn run(groups: &[Group<'_>], interval: Duration, seed: u64) -> Result<Vec<Ph
     Ok(phases)
 }
 
-/// An empty latency histogram for 1 ns .. 1 hour at 3 significant digits.
 /// How [`drop_page_cache`] drops the page cache in this process: "drop_caches" as root
 /// (everything the kernel can drop), else "fadvise" (the files under the directory given,
 /// with `posix_fadvise(DONTNEED)`; pages a process has mapped stay).
@@ -473,8 +540,9 @@ pub fn drop_page_cache(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-pub fn new_hist() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
+/// An empty latency histogram for 1 ns .. 1 hour at 3 significant digits.
+pub fn new_hist() -> Result<Histogram<u64>> {
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).context("a latency histogram")
 }
 
 /// `write_bytes` of `/proc/self/io`: bytes this process caused to be sent to storage.

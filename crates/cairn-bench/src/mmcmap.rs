@@ -4,10 +4,11 @@
 //! pairs, concurrently.
 
 use std::fs;
+use std::path::Path;
 
 use anyhow::{ensure, Result};
 
-use super::engine::BatchOp;
+use super::engine::{BatchOp, Engine};
 use super::measure::{self, Group, Kind, Phase, Rng, Worker};
 use super::{Config, Ctx, SuiteDef};
 
@@ -57,108 +58,94 @@ pub fn short_count(n: u64) -> String {
 
 fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
     let cfg = ctx.config;
-    let threads = cfg.mmcmap_threads;
-    let pair = 2 * PAIR_SIDE as u64;
     let largest = cfg.mmcmap_sizes.iter().copied().max().unwrap_or(0);
     let all = keys(largest.max(cfg.mmcmap_mixed * 6 / 5), cfg.seed ^ 0x33);
     let mut out = Vec::new();
-
     for &size in &cfg.mmcmap_sizes {
-        let label = short_count(size);
-        let keys = &all[..size as usize];
-        let dir = ctx.dir.join(format!("pairs-{size}"));
-        let db = ctx.open(&dir)?;
-        let write = |w: &mut Worker| -> Result<u64> {
-            let k = &keys[w.global() as usize];
-            db.put(k, k)?;
-            Ok(pair)
-        };
-        let read = |w: &mut Worker| -> Result<u64> {
-            let k = &keys[w.global() as usize];
-            if !db.get(k, &mut w.buf)? {
-                return Err(measure::missing(k));
-            }
-            ensure!(w.buf == k, "the value of {k:02x?} is wrong");
-            Ok(pair)
-        };
-        let delete = |w: &mut Worker| -> Result<u64> {
-            db.delete(&keys[w.global() as usize])?;
-            Ok(PAIR_SIDE as u64)
-        };
-        let phase = |test: &str, kind: Kind, op: &measure::Op<'_>| -> Result<Phase> {
-            Ok(super::halodb::one(ctx.run(&[Group {
-                test: format!("{test}_{label}"),
-                title: format!("concurrent {test}, {label} pairs, {threads} threads"),
-                kind,
-                threads,
-                ops: Some(size),
-                op,
-            }])?))
-        };
-        let mut p = phase("write", Kind::Write, &write)?;
-        measure::after_write(&mut p, || db.flush(), &dir, size * pair, size * pair)?;
-        out.push(p);
-        ctx.progress(&format!("write {label}"));
-        let mut p = phase("read", Kind::Read, &read)?;
-        p.write_bytes = None;
-        out.push(p);
-        ctx.progress(&format!("read {label}"));
-        let mut p = phase("delete", Kind::Write, &delete)?;
-        measure::after_write(&mut p, || db.flush(), &dir, size * PAIR_SIDE as u64, 0)?;
-        out.push(p);
-        ctx.progress(&format!("delete {label}"));
-        db.close()?;
-        fs::remove_dir_all(&dir)?;
+        out.extend(pairs(ctx, &all[..size as usize])?);
     }
+    out.extend(mixed(ctx, &all)?);
+    Ok(out)
+}
 
-    // The mixed test: load, then 80% reads of loaded pairs and 20% writes of new ones.
-    let loaded = cfg.mmcmap_mixed;
+/// Bytes of a pair (key and value).
+const PAIR: u64 = 2 * PAIR_SIDE as u64;
+
+/// A fresh store gets every one of `keys` written, read and deleted by many threads at
+/// once: a phase each.
+fn pairs(ctx: &Ctx<'_>, keys: &[[u8; PAIR_SIDE]]) -> Result<Vec<Phase>> {
+    let threads = ctx.config.mmcmap_threads;
+    let size = keys.len() as u64;
+    let label = short_count(size);
+    let dir = ctx.dir.join(format!("pairs-{size}"));
+    let db = ctx.open(&dir)?;
+    let write = |w: &mut Worker| -> Result<u64> {
+        let k = &keys[w.global() as usize];
+        db.put(k, k)?;
+        Ok(PAIR)
+    };
+    let read = |w: &mut Worker| -> Result<u64> {
+        let k = &keys[w.global() as usize];
+        if !db.get(k, &mut w.buf)? {
+            return Err(measure::missing(k));
+        }
+        ensure!(w.buf == k, "the value of {k:02x?} is wrong");
+        Ok(PAIR)
+    };
+    let delete = |w: &mut Worker| -> Result<u64> {
+        db.delete(&keys[w.global() as usize])?;
+        Ok(PAIR_SIDE as u64)
+    };
+    let phase = |test: &str, kind: Kind, op: &measure::Op<'_>| -> Result<Phase> {
+        Ok(super::halodb::one(ctx.run(&[Group {
+            test: format!("{test}_{label}"),
+            title: format!("concurrent {test}, {label} pairs, {threads} threads"),
+            kind,
+            threads,
+            ops: Some(size),
+            op,
+        }])?))
+    };
+    let mut out = Vec::new();
+    let mut p = phase("write", Kind::Write, &write)?;
+    measure::after_write(&mut p, || db.flush(), &dir, size * PAIR, size * PAIR)?;
+    out.push(p);
+    ctx.progress(&format!("write {label}"));
+    let mut p = phase("read", Kind::Read, &read)?;
+    p.write_bytes = None;
+    out.push(p);
+    ctx.progress(&format!("read {label}"));
+    let mut p = phase("delete", Kind::Write, &delete)?;
+    measure::after_write(&mut p, || db.flush(), &dir, size * PAIR_SIDE as u64, 0)?;
+    out.push(p);
+    ctx.progress(&format!("delete {label}"));
+    db.close()?;
+    fs::remove_dir_all(&dir)?;
+    Ok(out)
+}
+
+/// The mixed test: a store loaded with the first `--mmcmap-mixed` pairs of `all`, then
+/// 80% reads of loaded pairs and 20% writes of new ones, concurrently.
+fn mixed(ctx: &Ctx<'_>, all: &[[u8; PAIR_SIDE]]) -> Result<Vec<Phase>> {
+    let threads = ctx.config.mmcmap_threads;
+    let loaded = ctx.config.mmcmap_mixed;
     let new = loaded / 5;
     let ops = loaded;
-    let label = short_count(loaded);
     let dir = ctx.dir.join("mixed");
     let db = ctx.open(&dir)?;
-    // Loading is set-up, so it goes in batches of LOAD_BATCH pairs (each engine's own
-    // atomic batch); its figures are scaled to pairs, its latency is per batch.
-    let batches = loaded.div_ceil(LOAD_BATCH);
-    let load = |w: &mut Worker| -> Result<u64> {
-        let first = w.global() * LOAD_BATCH;
-        let last = (first + LOAD_BATCH).min(loaded);
-        let ops: Vec<BatchOp<'_>> = all[first as usize..last as usize]
-            .iter()
-            .map(|k| BatchOp::Put(k, k))
-            .collect();
-        db.write_batch(&ops)?;
-        Ok((last - first) * pair)
-    };
-    let mut p = super::halodb::one(ctx.run(&[Group {
-        test: "mixed.load".into(),
-        title: format!(
-            "mixed: load {label} pairs in batches of {LOAD_BATCH}, {threads} threads (latency per batch)"
-        ),
-        kind: Kind::Write,
-        threads,
-        ops: Some(batches),
-        op: &load,
-    }])?);
-    let scale = loaded as f64 / batches.max(1) as f64;
-    p.ops = loaded;
-    p.ops_per_sec *= scale;
-    p.timeline.iter_mut().for_each(|v| *v *= scale);
-    measure::after_write(&mut p, || db.flush(), &dir, loaded * pair, loaded * pair)?;
-    out.push(p);
+    let mut out = vec![load(ctx, &*db, &dir, &all[..loaded as usize])?];
     ctx.progress("mixed load");
     let read = |w: &mut Worker| -> Result<u64> {
         let k = &all[w.rng.below(loaded) as usize];
         if !db.get(k, &mut w.buf)? {
             return Err(measure::missing(k));
         }
-        Ok(pair)
+        Ok(PAIR)
     };
     let write = |w: &mut Worker| -> Result<u64> {
         let k = &all[(loaded + w.global()) as usize];
         db.put(k, k)?;
-        Ok(pair)
+        Ok(PAIR)
     };
     let writers = (threads / 5).max(1);
     let readers = (threads - writers).max(1);
@@ -184,8 +171,8 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
         &mut phases[1],
         || db.flush(),
         &dir,
-        new * pair,
-        (loaded + new) * pair,
+        new * PAIR,
+        (loaded + new) * PAIR,
     )?;
     phases[0].write_bytes = None;
     out.extend(phases);
@@ -193,4 +180,40 @@ fn run(ctx: &Ctx<'_>) -> Result<Vec<Phase>> {
     db.close()?;
     fs::remove_dir_all(&dir)?;
     Ok(out)
+}
+
+/// Loads `keys` into `db` (in `dir`). Loading is set-up, so it goes in batches of
+/// LOAD_BATCH pairs (each engine's own atomic batch); its figures are scaled to pairs,
+/// its latency is per batch.
+fn load(ctx: &Ctx<'_>, db: &dyn Engine, dir: &Path, keys: &[[u8; PAIR_SIDE]]) -> Result<Phase> {
+    let threads = ctx.config.mmcmap_threads;
+    let loaded = keys.len() as u64;
+    let label = short_count(loaded);
+    let batches = loaded.div_ceil(LOAD_BATCH);
+    let load = |w: &mut Worker| -> Result<u64> {
+        let first = w.global() * LOAD_BATCH;
+        let last = (first + LOAD_BATCH).min(loaded);
+        let ops: Vec<BatchOp<'_>> = keys[first as usize..last as usize]
+            .iter()
+            .map(|k| BatchOp::Put(k, k))
+            .collect();
+        db.write_batch(&ops)?;
+        Ok((last - first) * PAIR)
+    };
+    let mut p = super::halodb::one(ctx.run(&[Group {
+        test: "mixed.load".into(),
+        title: format!(
+            "mixed: load {label} pairs in batches of {LOAD_BATCH}, {threads} threads (latency per batch)"
+        ),
+        kind: Kind::Write,
+        threads,
+        ops: Some(batches),
+        op: &load,
+    }])?);
+    let scale = loaded as f64 / batches.max(1) as f64;
+    p.ops = loaded;
+    p.ops_per_sec *= scale;
+    p.timeline.iter_mut().for_each(|v| *v *= scale);
+    measure::after_write(&mut p, || db.flush(), dir, loaded * PAIR, loaded * PAIR)?;
+    Ok(p)
 }

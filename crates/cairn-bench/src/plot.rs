@@ -8,7 +8,11 @@ use std::fs;
 use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
-use plotters::prelude::*;
+use plotters::coord::Shift;
+use plotters::prelude::{
+    BitMapBackend, Circle, DrawResult, DrawingArea, DrawingAreaErrorKind, IntoDrawingArea,
+    PathElement, RGBColor, Rectangle, ShapeStyle, WHITE,
+};
 
 use super::kfs::{self, Summary};
 use super::{Report, SuiteRun};
@@ -143,97 +147,144 @@ fn error_bars(
     let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
     let err = |e: DrawingAreaErrorKind<_>| anyhow!("drawing {}: {e:?}", path.display());
     root.fill(&WHITE).map_err(err)?;
-    let points = || series.iter().flat_map(|(_, v)| v.iter().flatten());
-    let lowest = points()
-        .map(|s| {
-            if s.mean - s.sd > 0.0 {
-                s.mean - s.sd
-            } else {
-                s.mean
-            }
-        })
-        .filter(|x| *x > 0.0)
-        .fold(f64::INFINITY, f64::min);
-    let highest = points().map(|s| s.mean + s.sd).fold(0.0, f64::max);
-    let (lowest, highest) = if lowest.is_finite() && highest > 0.0 {
-        (lowest, highest.max(lowest * 1.01))
-    } else {
-        (1e-3, 1.0)
-    };
-    let lo = lowest.log10().floor();
-    let hi = highest.log10().ceil().max(lo + 1.0);
-    // Room on the right for legends of up to 13 characters ("cairn-1shard").
-    let (x0, x1) = (LEFT, WIDTH as i32 - RIGHT - 70);
-    let (y0, y1) = (TOP, HEIGHT as i32 - BOTTOM);
-    let py = |y: f64| -> i32 {
-        let f = (y.max(10f64.powf(lo)).log10() - lo) / (hi - lo);
-        y1 - (f * (y1 - y0) as f64).round() as i32
-    };
-    let n = labels.len().max(1);
-    let slot = (x1 - x0) as f64 / n as f64;
-    let grid = RGBColor(225, 225, 225);
-    let ink = RGBColor(40, 40, 40);
-
-    // Grid and tick labels: 1, 2 and 5 of every decade.
-    let mut decade = lo as i32;
-    while decade < hi as i32 {
-        for m in [1.0, 2.0, 5.0] {
-            let y = m * 10f64.powi(decade);
-            root.draw(&PathElement::new(vec![(x0, py(y)), (x1, py(y))], grid))
-                .map_err(err)?;
-            text(
-                &root,
-                x0 - 8,
-                py(y) - 8,
-                &time_tick(y),
-                2,
-                ink,
-                Align::Right,
-            )
-            .map_err(err)?;
-        }
-        decade += 1;
-    }
-    let top = 10f64.powf(hi);
-    text(
-        &root,
-        x0 - 8,
-        py(top) - 8,
-        &time_tick(top),
-        2,
-        ink,
-        Align::Right,
-    )
-    .map_err(err)?;
-    for (i, label) in labels.iter().enumerate() {
-        let x = x0 + ((i as f64 + 0.5) * slot).round() as i32;
-        root.draw(&PathElement::new(vec![(x, y0), (x, y1)], grid))
-            .map_err(err)?;
-        text(&root, x, y1 + 10, label, 2, ink, Align::Center).map_err(err)?;
-    }
-    root.draw(&Rectangle::new([(x0, y0), (x1, y1)], ink))
-        .map_err(err)?;
-    text(&root, (x0 + x1) / 2, y1 + 36, axis, 2, ink, Align::Center).map_err(err)?;
-    text(&root, 12, y0 - 28, "time (log)", 2, ink, Align::Left).map_err(err)?;
-    text(&root, WIDTH as i32 / 2, 14, heading, 2, ink, Align::Center).map_err(err)?;
-
-    // One series per subject, shifted a little sideways so that the bars stay apart.
-    let spread = (slot * 0.5).min(12.0 * series.len() as f64);
+    let frame = TimeFrame::of(series, labels.len());
+    frame.draw(&root, labels, (axis, heading)).map_err(err)?;
     for (k, (name, summaries)) in series.iter().enumerate() {
+        frame
+            .draw_series(&root, (k, series.len()), name, summaries)
+            .map_err(err)?;
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// A bitmap to draw on.
+type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+
+/// The frame of [`error_bars`]: its box, its logarithmic time axis (whole decades from
+/// `10^lo` to `10^hi` seconds), and the slot of each category.
+struct TimeFrame {
+    x0: i32,
+    x1: i32,
+    y0: i32,
+    y1: i32,
+    lo: f64,
+    hi: f64,
+    slot: f64,
+}
+
+const GRID: RGBColor = RGBColor(225, 225, 225);
+const INK: RGBColor = RGBColor(40, 40, 40);
+
+impl TimeFrame {
+    /// The frame that holds every bar of `series` over `categories` slots.
+    fn of(series: &[(&str, Vec<Option<Summary>>)], categories: usize) -> TimeFrame {
+        let points = || series.iter().flat_map(|(_, v)| v.iter().flatten());
+        let lowest = points()
+            .map(|s| {
+                if s.mean - s.sd > 0.0 {
+                    s.mean - s.sd
+                } else {
+                    s.mean
+                }
+            })
+            .filter(|x| *x > 0.0)
+            .fold(f64::INFINITY, f64::min);
+        let highest = points().map(|s| s.mean + s.sd).fold(0.0, f64::max);
+        let (lowest, highest) = if lowest.is_finite() && highest > 0.0 {
+            (lowest, highest.max(lowest * 1.01))
+        } else {
+            (1e-3, 1.0)
+        };
+        let lo = lowest.log10().floor();
+        let hi = highest.log10().ceil().max(lo + 1.0);
+        // Room on the right for legends of up to 13 characters ("cairn-1shard").
+        let (x0, x1) = (LEFT, WIDTH as i32 - RIGHT - 70);
+        let (y0, y1) = (TOP, HEIGHT as i32 - BOTTOM);
+        let n = categories.max(1);
+        TimeFrame {
+            x0,
+            x1,
+            y0,
+            y1,
+            lo,
+            hi,
+            slot: (x1 - x0) as f64 / n as f64,
+        }
+    }
+
+    /// The row of time `y` seconds.
+    fn py(&self, y: f64) -> i32 {
+        let f = (y.max(10f64.powf(self.lo)).log10() - self.lo) / (self.hi - self.lo);
+        self.y1 - (f * (self.y1 - self.y0) as f64).round() as i32
+    }
+
+    /// The grid, its tick labels (1, 2 and 5 of every decade; the categories' `labels`),
+    /// the box, the axis titles and the plot's heading.
+    fn draw(
+        &self,
+        root: &Area<'_>,
+        labels: &[String],
+        (axis, heading): (&str, &str),
+    ) -> DrawResult<(), BitMapBackend<'_>> {
+        let (x0, x1, y0, y1) = (self.x0, self.x1, self.y0, self.y1);
+        let mut decade = self.lo as i32;
+        while decade < self.hi as i32 {
+            for m in [1.0, 2.0, 5.0] {
+                let y = m * 10f64.powi(decade);
+                root.draw(&PathElement::new(
+                    vec![(x0, self.py(y)), (x1, self.py(y))],
+                    GRID,
+                ))?;
+                let label = time_tick(y);
+                text(root, x0 - 8, self.py(y) - 8, &label, 2, INK, Align::Right)?;
+            }
+            decade += 1;
+        }
+        let top = 10f64.powf(self.hi);
+        text(
+            root,
+            x0 - 8,
+            self.py(top) - 8,
+            &time_tick(top),
+            2,
+            INK,
+            Align::Right,
+        )?;
+        for (i, label) in labels.iter().enumerate() {
+            let x = x0 + ((i as f64 + 0.5) * self.slot).round() as i32;
+            root.draw(&PathElement::new(vec![(x, y0), (x, y1)], GRID))?;
+            text(root, x, y1 + 10, label, 2, INK, Align::Center)?;
+        }
+        root.draw(&Rectangle::new([(x0, y0), (x1, y1)], INK))?;
+        text(root, (x0 + x1) / 2, y1 + 36, axis, 2, INK, Align::Center)?;
+        text(root, 12, y0 - 28, "time (log)", 2, INK, Align::Left)?;
+        text(root, WIDTH as i32 / 2, 14, heading, 2, INK, Align::Center)
+    }
+
+    /// Series `k` of `of`, named `name`: a bar, a dot and a line through the dots,
+    /// shifted a little sideways so that the series' bars stay apart; its legend.
+    fn draw_series(
+        &self,
+        root: &Area<'_>,
+        (k, of): (usize, usize),
+        name: &str,
+        summaries: &[Option<Summary>],
+    ) -> DrawResult<(), BitMapBackend<'_>> {
+        let spread = (self.slot * 0.5).min(12.0 * of as f64);
         let color = COLORS[k % COLORS.len()];
         let style = ShapeStyle::from(color).stroke_width(if k == 0 { 3 } else { 2 });
-        let shift = if series.len() > 1 {
-            (k as f64 / (series.len() - 1) as f64 - 0.5) * spread
+        let shift = if of > 1 {
+            (k as f64 / (of - 1) as f64 - 0.5) * spread
         } else {
             0.0
         };
         let mut line = Vec::new();
         for (i, s) in summaries.iter().enumerate() {
             let Some(s) = s else { continue };
-            let x = x0 + ((i as f64 + 0.5) * slot + shift).round() as i32;
-            let (top, bottom) = (py(s.mean + s.sd), py(s.mean - s.sd));
-            root.draw(&PathElement::new(vec![(x, top), (x, bottom)], style))
-                .map_err(err)?;
+            let x = self.x0 + ((i as f64 + 0.5) * self.slot + shift).round() as i32;
+            let (top, bottom) = (self.py(s.mean + s.sd), self.py(s.mean - s.sd));
+            root.draw(&PathElement::new(vec![(x, top), (x, bottom)], style))?;
             // A bar reaching zero runs off the bottom of the log axis: no cap there.
             let capped = if s.mean - s.sd > 0.0 {
                 vec![top, bottom]
@@ -241,26 +292,21 @@ fn error_bars(
                 vec![top]
             };
             for y in capped {
-                root.draw(&PathElement::new(vec![(x - 5, y), (x + 5, y)], style))
-                    .map_err(err)?;
+                root.draw(&PathElement::new(vec![(x - 5, y), (x + 5, y)], style))?;
             }
-            root.draw(&Circle::new((x, py(s.mean)), 4, style.filled()))
-                .map_err(err)?;
-            line.push((x, py(s.mean)));
+            root.draw(&Circle::new((x, self.py(s.mean)), 4, style.filled()))?;
+            line.push((x, self.py(s.mean)));
         }
         if line.len() > 1 {
-            root.draw(&PathElement::new(line, style)).map_err(err)?;
+            root.draw(&PathElement::new(line, style))?;
         }
-        let ly = y0 + 10 + 34 * k as i32;
+        let (x1, ly) = (self.x1, self.y0 + 10 + 34 * k as i32);
         root.draw(&PathElement::new(
             vec![(x1 + 16, ly + 7), (x1 + 46, ly + 7)],
             style,
-        ))
-        .map_err(err)?;
-        text(&root, x1 + 54, ly, name, 2, ink, Align::Left).map_err(err)?;
+        ))?;
+        text(root, x1 + 54, ly, name, 2, INK, Align::Left)
     }
-    root.present().map_err(err)?;
-    Ok(())
 }
 
 /// A tick label of a time axis: "5ms", "20ms", "1s", "200us".

@@ -6,13 +6,51 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use super::kfs::{self, samples, size_label, summarize, test_name, welch_p, Summary};
+use super::kfs::{self, size_label};
 use super::measure::{Kind, Phase};
 use super::{Report, SuiteRun};
+
+mod kfs_tables;
+
+use kfs_tables::{kfs_section, kfs_store_target, kfs_targets};
 
 /// The whole report as Markdown.
 pub fn markdown(report: &Report) -> String {
     let mut md = String::new();
+    header(&mut md, report);
+    engines_table(&mut md, report);
+    let disk = report.runs.iter().find(|r| r.suite == "disk");
+    if let Some(disk) = disk {
+        disk_table(&mut md, disk);
+    }
+    for suite in suite_names(report) {
+        let runs: Vec<&SuiteRun> = report.runs.iter().filter(|r| r.suite == suite).collect();
+        let _ = writeln!(md, "## {}\n", suite_title(&suite, report));
+        if suite == kfs::SUITE.name {
+            kfs_section(
+                &mut md,
+                report,
+                &runs,
+                disk_bandwidth(disk, Some(Kind::Write)),
+            );
+            runs_table(&mut md, &runs);
+            continue;
+        }
+        throughput_table(&mut md, &runs);
+        if suite == "halodb" {
+            if let Some(disk) = disk {
+                reads_against_disk(&mut md, &runs, disk);
+            }
+        }
+        runs_table(&mut md, &runs);
+        details_table(&mut md, report, &runs, disk);
+    }
+    targets_table(&mut md, report);
+    md
+}
+
+/// The command, the machine, the memory limit, the allocator.
+fn header(md: &mut String, report: &Report) {
     let cfg = &report.config;
     let _ = writeln!(md, "# cairn bench results\n");
     let _ = writeln!(md, "Command: `{}`  ", report.command);
@@ -44,7 +82,10 @@ pub fn markdown(report: &Report) -> String {
             .as_deref()
             .unwrap_or("not recorded (results written before the allocator was)")
     );
+}
 
+/// Each engine, its library and the settings it runs with that differ from its defaults.
+fn engines_table(md: &mut String, report: &Report) {
     let _ = writeln!(md, "## Engines\n");
     let _ = writeln!(
         md,
@@ -64,166 +105,167 @@ pub fn markdown(report: &Report) -> String {
         let _ = writeln!(md, "| {} | {} | {} |", e.name, e.library, settings);
     }
     md.push('\n');
+}
 
-    let disk = report.runs.iter().find(|r| r.suite == "disk");
-    if let Some(disk) = disk {
-        let _ = writeln!(md, "## The disk's own limits\n");
-        if let Some(err) = &disk.error {
-            let _ = writeln!(md, "failed: {err}\n");
-        } else {
-            let _ = writeln!(
-                md,
-                "| measurement | MB/s | ops/s | p50 | p99 | p99.9 | max |"
-            );
-            let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|");
-            for p in &disk.phases {
-                let _ = writeln!(
-                    md,
-                    "| {} | {:.0} | {} | {} | {} | {} | {} |",
-                    p.title,
-                    p.mb_per_sec,
-                    count(p.ops_per_sec),
-                    latency(p.latency.p50_ns),
-                    latency(p.latency.p99_ns),
-                    latency(p.latency.p999_ns),
-                    latency(p.latency.max_ns)
-                );
-            }
-            md.push('\n');
-        }
+/// The disk suite: the disk's own bandwidth, operations and latencies.
+fn disk_table(md: &mut String, disk: &SuiteRun) {
+    let _ = writeln!(md, "## The disk's own limits\n");
+    if let Some(err) = &disk.error {
+        let _ = writeln!(md, "failed: {err}\n");
+        return;
     }
-    let disk_bw = |kind: Option<Kind>| -> Option<f64> {
-        let test = match kind? {
-            Kind::Write => "seq_write",
-            Kind::Read => "seq_read",
-        };
-        disk?
-            .phases
-            .iter()
-            .find(|p| p.test == test)
-            .map(|p| p.mb_per_sec)
+    let _ = writeln!(
+        md,
+        "| measurement | MB/s | ops/s | p50 | p99 | p99.9 | max |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|");
+    for p in &disk.phases {
+        let _ = writeln!(
+            md,
+            "| {} | {:.0} | {} | {} | {} | {} | {} |",
+            p.title,
+            p.mb_per_sec,
+            count(p.ops_per_sec),
+            latency(p.latency.p50_ns),
+            latency(p.latency.p99_ns),
+            latency(p.latency.p999_ns),
+            latency(p.latency.max_ns)
+        );
+    }
+    md.push('\n');
+}
+
+/// The disk's sequential bandwidth, MB/s, in the direction of a phase of `kind`.
+fn disk_bandwidth(disk: Option<&SuiteRun>, kind: Option<Kind>) -> Option<f64> {
+    let test = match kind? {
+        Kind::Write => "seq_write",
+        Kind::Read => "seq_read",
     };
+    disk?
+        .phases
+        .iter()
+        .find(|p| p.test == test)
+        .map(|p| p.mb_per_sec)
+}
 
-    for suite in suite_names(report) {
-        let runs: Vec<&SuiteRun> = report.runs.iter().filter(|r| r.suite == suite).collect();
-        let _ = writeln!(md, "## {}\n", suite_title(&suite, report));
-        if suite == kfs::SUITE.name {
-            kfs_section(&mut md, report, &runs, disk_bw(Some(Kind::Write)));
-            runs_table(&mut md, &runs);
-            continue;
+/// A suite's operations per second, a column per engine, with cairn's ratio to each peer.
+fn throughput_table(md: &mut String, runs: &[&SuiteRun]) {
+    let engines: Vec<&str> = runs.iter().map(|r| r.engine.as_str()).collect();
+    let cairn = runs
+        .iter()
+        .copied()
+        .find(|r| r.engine == "cairn" && r.error.is_none());
+    let _ = writeln!(
+        md,
+        "Throughput in operations per second{}.\n",
+        if cairn.is_some() && engines.len() > 1 {
+            "; in brackets, cairn's throughput divided by the peer's (above 1× cairn is faster)"
+        } else {
+            ""
         }
-        let engines: Vec<&str> = runs.iter().map(|r| r.engine.as_str()).collect();
-        let cairn = runs
-            .iter()
-            .find(|r| r.engine == "cairn" && r.error.is_none());
-        let _ = writeln!(
-            md,
-            "Throughput in operations per second{}.\n",
-            if cairn.is_some() && engines.len() > 1 {
-                "; in brackets, cairn's throughput divided by the peer's (above 1× cairn is faster)"
-            } else {
-                ""
-            }
-        );
-        let _ = writeln!(md, "| test | {} |", engines.join(" | "));
-        let _ = writeln!(md, "|---|{}", "---:|".repeat(engines.len()));
-        for (test, title) in tests_of(&runs) {
-            let mut row = format!("| {title} |");
-            for run in &runs {
-                let cell = match (&run.error, find(run, &test)) {
-                    (Some(_), _) => "failed".to_string(),
-                    (None, None) => "–".to_string(),
-                    (None, Some(p)) => {
-                        let mut cell = count(p.ops_per_sec);
-                        if run.engine != "cairn" {
-                            if let Some(c) = cairn
-                                .and_then(|c| find(c, &test))
-                                .filter(|_| p.ops_per_sec > 0.0)
-                            {
-                                let _ = write!(cell, " ({})", ratio(c.ops_per_sec / p.ops_per_sec));
-                            }
-                        }
-                        cell
-                    }
-                };
-                let _ = write!(row, " {cell} |");
-            }
-            let _ = writeln!(md, "{row}");
+    );
+    let _ = writeln!(md, "| test | {} |", engines.join(" | "));
+    let _ = writeln!(md, "|---|{}", "---:|".repeat(engines.len()));
+    for (test, title) in tests_of(runs) {
+        let mut row = format!("| {title} |");
+        for run in runs {
+            let _ = write!(row, " {} |", throughput_cell(run, cairn, &test));
         }
-        md.push('\n');
-        if suite == "halodb" {
-            if let Some(disk) = disk {
-                reads_against_disk(&mut md, &runs, disk);
-            }
-        }
-        runs_table(&mut md, &runs);
-
-        let _ = writeln!(md, "### Details\n");
-        let _ = writeln!(
-            md,
-            "Latencies are of single operations (HDR histogram). \"slowest interval\" is the lowest \
-             throughput of one interval of {} ms over the median one (compaction stalls show here); \
-             \"% of disk\" compares MB/s of keys and values with the disk's sequential bandwidth \
-             (without --sync a write's MB/s is to the page cache, not to the disk); \"flush \
-             after\" is the time the flush after a write phase took, which the phase's own \
-             figures leave out; \"peak RSS\" (VmHWM) includes file pages the engine maps (LMDB, \
-             cairn's sealed segments), \"peak anon RSS\" is the heap alone, sampled once per \
-             interval; \"writes per fsync\" (durable fills of --sync) is the fill's writes over \
-             the fsync and fdatasync calls of the engine's process meanwhile, counted by the \
-             kernel's syscall tracepoints (– where they cannot be counted: not root).\n",
-            report.config.interval_ms
-        );
-        let _ = writeln!(
-            md,
-            "| test | engine | ops/s | MB/s | % of disk | p50 | p99 | p99.9 | max | slowest interval | flush after | write amp | space amp | peak RSS | peak anon RSS | reopen | writes per fsync |"
-        );
-        let _ = writeln!(md, "|---|---|{}", "---:|".repeat(15));
-        for (test, title) in tests_of(&runs) {
-            for run in &runs {
-                let Some(p) = find(run, &test) else { continue };
-                let _ = writeln!(
-                    md,
-                    "| {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                    title,
-                    run.engine,
-                    count(p.ops_per_sec),
-                    p.mb_per_sec,
-                    disk_bw(p.kind).map_or("–".into(), |bw| format!(
-                        "{:.0}%",
-                        100.0 * p.mb_per_sec / bw
-                    )),
-                    latency(p.latency.p50_ns),
-                    latency(p.latency.p99_ns),
-                    latency(p.latency.p999_ns),
-                    latency(p.latency.max_ns),
-                    steadiness(p),
-                    p.flush_secs.map_or("–".into(), seconds),
-                    p.write_amp.map_or("–".into(), |a| format!("{a:.2}")),
-                    p.space_amp.map_or("–".into(), |a| format!("{a:.2}")),
-                    p.peak_rss_bytes.map_or("–".into(), bytes),
-                    p.peak_anon_rss_bytes.map_or("–".into(), bytes),
-                    p.reopen_secs.map_or("–".into(), |s| format!("{:.3} s", s)),
-                    p.writes_per_sync.map_or("–".into(), |w| format!("{w:.2}")),
-                );
-            }
-        }
-        md.push('\n');
+        let _ = writeln!(md, "{row}");
     }
+    md.push('\n');
+}
 
-    let targets = targets(report);
-    if !targets.is_empty() {
-        let _ = writeln!(md, "## Targets\n");
-        let _ = writeln!(md, "| target | measured | met |\n|---|---:|---|");
-        for (what, value, met) in targets {
+/// `run`'s operations per second in `test`, and cairn's ratio to them for a peer.
+fn throughput_cell(run: &SuiteRun, cairn: Option<&SuiteRun>, test: &str) -> String {
+    match (&run.error, find(run, test)) {
+        (Some(_), _) => "failed".to_string(),
+        (None, None) => "–".to_string(),
+        (None, Some(p)) => {
+            let mut cell = count(p.ops_per_sec);
+            if run.engine != "cairn" {
+                if let Some(c) = cairn
+                    .and_then(|c| find(c, test))
+                    .filter(|_| p.ops_per_sec > 0.0)
+                {
+                    let _ = write!(cell, " ({})", ratio(c.ops_per_sec / p.ops_per_sec));
+                }
+            }
+            cell
+        }
+    }
+}
+
+/// Every figure of every test of a suite, a row per engine.
+fn details_table(md: &mut String, report: &Report, runs: &[&SuiteRun], disk: Option<&SuiteRun>) {
+    let _ = writeln!(md, "### Details\n");
+    let _ = writeln!(
+        md,
+        "Latencies are of single operations (HDR histogram). \"slowest interval\" is the lowest \
+         throughput of one interval of {} ms over the median one (compaction stalls show here); \
+         \"% of disk\" compares MB/s of keys and values with the disk's sequential bandwidth \
+         (without --sync a write's MB/s is to the page cache, not to the disk); \"flush \
+         after\" is the time the flush after a write phase took, which the phase's own \
+         figures leave out; \"peak RSS\" (VmHWM) includes file pages the engine maps (LMDB, \
+         cairn's sealed segments), \"peak anon RSS\" is the heap alone, sampled once per \
+         interval; \"writes per fsync\" (durable fills of --sync) is the fill's writes over \
+         the fsync and fdatasync calls of the engine's process meanwhile, counted by the \
+         kernel's syscall tracepoints (– where they cannot be counted: not root).\n",
+        report.config.interval_ms
+    );
+    let _ = writeln!(
+        md,
+        "| test | engine | ops/s | MB/s | % of disk | p50 | p99 | p99.9 | max | slowest interval | flush after | write amp | space amp | peak RSS | peak anon RSS | reopen | writes per fsync |"
+    );
+    let _ = writeln!(md, "|---|---|{}", "---:|".repeat(15));
+    for (test, title) in tests_of(runs) {
+        for run in runs {
+            let Some(p) = find(run, &test) else { continue };
             let _ = writeln!(
                 md,
-                "| {what} | {value} | {} |",
-                if met { "yes" } else { "**no**" }
+                "| {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                title,
+                run.engine,
+                count(p.ops_per_sec),
+                p.mb_per_sec,
+                disk_bandwidth(disk, p.kind).map_or("–".into(), |bw| format!(
+                    "{:.0}%",
+                    100.0 * p.mb_per_sec / bw
+                )),
+                latency(p.latency.p50_ns),
+                latency(p.latency.p99_ns),
+                latency(p.latency.p999_ns),
+                latency(p.latency.max_ns),
+                steadiness(p),
+                p.flush_secs.map_or("–".into(), seconds),
+                p.write_amp.map_or("–".into(), |a| format!("{a:.2}")),
+                p.space_amp.map_or("–".into(), |a| format!("{a:.2}")),
+                p.peak_rss_bytes.map_or("–".into(), bytes),
+                p.peak_anon_rss_bytes.map_or("–".into(), bytes),
+                p.reopen_secs.map_or("–".into(), |s| format!("{:.3} s", s)),
+                p.writes_per_sync.map_or("–".into(), |w| format!("{w:.2}")),
             );
         }
-        md.push('\n');
     }
-    md
+    md.push('\n');
+}
+
+/// The targets this run can judge, and whether each is met.
+fn targets_table(md: &mut String, report: &Report) {
+    let targets = targets(report);
+    if targets.is_empty() {
+        return;
+    }
+    let _ = writeln!(md, "## Targets\n");
+    let _ = writeln!(md, "| target | measured | met |\n|---|---:|---|");
+    for (what, value, met) in targets {
+        let _ = writeln!(
+            md,
+            "| {what} | {value} | {} |",
+            if met { "yes" } else { "**no**" }
+        );
+    }
+    md.push('\n');
 }
 
 /// The durability of the run's writes, with the engines whose settings make an exception.
@@ -271,186 +313,6 @@ fn runs_table(md: &mut String, runs: &[&SuiteRun]) {
     md.push('\n');
 }
 
-/// The KFS suite: per operation, a table of file sizes × subjects; then the store's size.
-fn kfs_section(md: &mut String, report: &Report, runs: &[&SuiteRun], disk_write: Option<f64>) {
-    let cfg = &report.config;
-    let _ = writeln!(
-        md,
-        "Each trial writes one file of every size (128 KiB chunks of random bytes), then reads \
-         them all back, then unlinks them all, one operation at a time; {} trials on one store \
-         per subject. A cell is the mean ± standard deviation of one operation's time over the \
-         trials and the MB/s of that mean; for the others also their mean time over cairn's \
-         (above 1× cairn is faster) and the two-sided p-value of Welch's t-test against cairn. \
-         cairn-1shard is cairn with one shard. RocksDB and LevelDB hold each chunk as a row \
-         keyed by file id ‖ chunk index (big-endian): a put per chunk, a get per chunk until \
-         the first missing one, an unlink is one batch of deletes. Durability: {}. \
-         Each write is also timed until the store has made it durable (*durable write*: \
-         the write, then cairn's `Db::flush`, RocksDB's write-ahead log synced, LevelDB an \
-         empty synced batch); only those times are compared with the disk's bandwidth, \
-         which the disk suite measures with direct I/O.\n",
-        cfg.kfs_trials,
-        if cfg.sync {
-            "each file durable at its end (cairn: SyncPolicy::Always, its commit syncs; \
-             the others: puts without sync, then a sync: RocksDB syncs its write-ahead log, \
-             LevelDB writes an empty synced batch)"
-        } else {
-            "none asked for (cairn: SyncPolicy::Never; the others: puts without sync), so \
-             a *write* is timed until the data is in the page cache"
-        }
-    );
-    let cairn = runs
-        .iter()
-        .find(|r| r.engine == "cairn" && r.error.is_none());
-    for op in kfs::FIGURES {
-        let ran = |r: &&SuiteRun| {
-            cfg.kfs_sizes
-                .iter()
-                .any(|s| samples(r, &test_name(op, *s)).is_some_and(|v| !v.is_empty()))
-        };
-        if !runs.iter().any(ran) {
-            continue;
-        }
-        let _ = writeln!(md, "### {}\n", kfs::figure_heading(op, cfg.sync));
-        if op == kfs::COLD_READ {
-            let how = match cfg.cold.as_deref() {
-                Some("drop_caches") => "`echo 3 > /proc/sys/vm/drop_caches` (as root)",
-                _ => "the store's files evicted with `posix_fadvise(DONTNEED)` (not root)",
-            };
-            let _ = writeln!(md, "Page cache dropped before each read: {how}.\n");
-        }
-        let with_disk = op == kfs::DURABLE_WRITE && disk_write.is_some() && cairn.is_some();
-        let names: Vec<&str> = runs.iter().map(|r| r.engine.as_str()).collect();
-        let _ = writeln!(
-            md,
-            "| file size | {} |{}",
-            names.join(" | "),
-            if with_disk {
-                " cairn, % of disk write bandwidth |"
-            } else {
-                ""
-            }
-        );
-        let _ = writeln!(
-            md,
-            "|---|{}{}",
-            "---:|".repeat(names.len()),
-            if with_disk { "---:|" } else { "" }
-        );
-        for &size in &cfg.kfs_sizes {
-            let test = test_name(op, size);
-            let base = cairn.and_then(|c| samples(c, &test));
-            let mut row = format!("| {} |", size_label(size));
-            for run in runs {
-                let values = samples(run, &test);
-                let cell = match (&run.error, values.and_then(summarize)) {
-                    (Some(_), _) => "failed".to_string(),
-                    (None, None) => "–".to_string(),
-                    (None, Some(s)) => {
-                        let mut cell = duration(s.mean, s.sd);
-                        // An unlink moves no data: its MB/s would mean nothing.
-                        if op != "unlink" {
-                            let mbps = size as f64 / s.mean.max(1e-12) / 1e6;
-                            let _ = write!(cell, ", {mbps:.0} MB/s");
-                        }
-                        if run.engine != "cairn" {
-                            if let (Some(b), Some(v)) = (base, values) {
-                                if let Some(c) = summarize(b).filter(|c| c.mean > 0.0) {
-                                    let _ = write!(
-                                        cell,
-                                        "; {}, {}",
-                                        ratio(s.mean / c.mean),
-                                        p_value(welch_p(b, v))
-                                    );
-                                }
-                            }
-                        }
-                        cell
-                    }
-                };
-                let _ = write!(row, " {cell} |");
-            }
-            if with_disk {
-                let pct = match (base.and_then(summarize), disk_write) {
-                    (Some(s), Some(bw)) if s.mean > 0.0 && bw > 0.0 => {
-                        format!("{:.0}%", 100.0 * size as f64 / s.mean / 1e6 / bw)
-                    }
-                    _ => "–".into(),
-                };
-                let _ = write!(row, " {pct} |");
-            }
-            let _ = writeln!(md, "{row}");
-        }
-        md.push('\n');
-    }
-    let trial: u64 = cfg.kfs_sizes.iter().sum();
-    let _ = writeln!(
-        md,
-        "### Store on disk\n\nBytes the store took on disk (allocated blocks, as `du` counts) \
-         right after each trial's unlinks, with no pause (cairn reclaims removed files in \
-         the background, the others by compaction), and once the store was closed after \
-         the last trial. A trial writes {} of files.\n",
-        bytes(trial)
-    );
-    let _ = writeln!(
-        md,
-        "| subject | after trial 1 | after the last trial | most | closed |\n|---|---:|---:|---:|---:|"
-    );
-    for run in runs {
-        let Some(v) = samples(run, kfs::STORE_BYTES).filter(|v| !v.is_empty()) else {
-            continue;
-        };
-        let most = v.iter().copied().fold(0.0, f64::max);
-        let closed = samples(run, kfs::STORE_BYTES_CLOSED)
-            .and_then(|c| c.first())
-            .map_or("–".to_string(), |c| bytes(*c as u64));
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | {closed} |",
-            run.engine,
-            bytes(v[0] as u64),
-            bytes(v[v.len() - 1] as u64),
-            bytes(most as u64)
-        );
-    }
-    md.push('\n');
-}
-
-/// The store-size target of the KFS suite: cairn's store right after the last trial's
-/// unlinks at most RocksDB's (when RocksDB ran) and at most [`kfs::STORE_TARGET`] times
-/// the bytes a trial writes.
-fn kfs_store_target(report: &Report, out: &mut Vec<(String, String, bool)>) {
-    let last = |engine: &str| {
-        report
-            .runs
-            .iter()
-            .find(|r| r.suite == kfs::SUITE.name && r.engine == engine && r.error.is_none())
-            .and_then(|r| samples(r, kfs::STORE_BYTES))
-            .and_then(|v| v.last().copied())
-    };
-    let Some(cairn) = last("cairn") else {
-        return;
-    };
-    let trial = report.config.kfs_sizes.iter().sum::<u64>() as f64;
-    let rocksdb = last("rocksdb");
-    let mut measured = format!(
-        "cairn {}, {:.2}× a trial's {}",
-        bytes(cairn as u64),
-        cairn / trial.max(1.0),
-        bytes(trial as u64)
-    );
-    let mut met = cairn <= kfs::STORE_TARGET * trial;
-    let mut target = format!(
-        "KFS store after the last trial's unlinks: cairn ≤ {}× a trial's data",
-        kfs::STORE_TARGET
-    );
-    if let Some(r) = rocksdb {
-        target.push_str(" and ≤ RocksDB's");
-        measured.push_str(&format!("; RocksDB {}", bytes(r as u64)));
-        met &= cairn <= r;
-    }
-    out.push((target, measured, met));
-}
-
 /// The unit, its scale and the decimals that show a time of `mean` seconds.
 fn time_format(mean: f64) -> (f64, &'static str, usize) {
     let (scale, unit) = if mean >= 1.0 {
@@ -490,101 +352,6 @@ fn p_value(p: Option<f64>) -> String {
         Some(p) => format!("p = {p:.3}"),
         None => "p = –".into(),
     }
-}
-
-/// The KFS suite's targets: cairn's mean and standard deviation below every other
-/// subject's at every size of each operation with p < 0.05, and its largest durable
-/// writes at 70% of the disk's sequential write bandwidth or more.
-fn kfs_targets(report: &Report, out: &mut Vec<(String, String, bool)>) {
-    let kfs_runs = || {
-        report
-            .runs
-            .iter()
-            .filter(|r| r.suite == kfs::SUITE.name && r.error.is_none())
-    };
-    let Some(cairn) = kfs_runs().find(|r| r.engine == "cairn") else {
-        return;
-    };
-    let sizes = &report.config.kfs_sizes;
-    for other in kfs_runs().filter(|r| r.engine != "cairn") {
-        for op in kfs::FIGURES {
-            let (mut met, mut total, mut misses) = (0, 0, Vec::new());
-            for &size in sizes {
-                let test = test_name(op, size);
-                let (Some(a), Some(b)) = (samples(cairn, &test), samples(other, &test)) else {
-                    continue;
-                };
-                let (Some(sa), Some(sb)) = (summarize(a), summarize(b)) else {
-                    continue;
-                };
-                total += 1;
-                let why = kfs_misses(sa, sb, welch_p(a, b));
-                if why.is_empty() {
-                    met += 1;
-                } else {
-                    misses.push(format!("{} ({})", size_label(size), why.join(", ")));
-                }
-            }
-            if total > 0 {
-                let measured = if misses.is_empty() {
-                    format!("{met}/{total} sizes")
-                } else {
-                    format!("{met}/{total} sizes; missed: {}", misses.join("; "))
-                };
-                out.push((
-                    format!(
-                        "KFS {}: cairn's mean and stddev below {}'s at every size, p < 0.05",
-                        op.replace('_', " "),
-                        other.engine
-                    ),
-                    measured,
-                    misses.is_empty(),
-                ));
-            }
-        }
-    }
-    let disk = report
-        .runs
-        .iter()
-        .find(|r| r.suite == "disk" && r.error.is_none())
-        .and_then(|d| d.phases.iter().find(|p| p.test == "seq_write"))
-        .map(|p| p.mb_per_sec)
-        .filter(|bw| *bw > 0.0);
-    if let (Some(&largest), Some(bw)) = (sizes.iter().max(), disk) {
-        let test = test_name(kfs::DURABLE_WRITE, largest);
-        if let Some(s) = samples(cairn, &test)
-            .and_then(summarize)
-            .filter(|s| s.mean > 0.0)
-        {
-            let mbps = largest as f64 / s.mean / 1e6;
-            out.push((
-                format!(
-                    "KFS {} durable writes: cairn ≥ 70% of the disk's sequential write \
-                     bandwidth",
-                    size_label(largest)
-                ),
-                format!("{:.0}% ({mbps:.0} of {bw:.0} MB/s)", 100.0 * mbps / bw),
-                mbps >= 0.7 * bw,
-            ));
-        }
-    }
-}
-
-/// Why cairn (`c`) does not beat another subject (`o`) at one size: empty when its mean
-/// and standard deviation are both lower and the difference is significant.
-fn kfs_misses(c: Summary, o: Summary, p: Option<f64>) -> Vec<String> {
-    let mut why = Vec::new();
-    if c.mean >= o.mean {
-        why.push(format!("mean {} vs {}", seconds(c.mean), seconds(o.mean)));
-    }
-    if c.sd >= o.sd {
-        why.push(format!("stddev {} vs {}", seconds(c.sd), seconds(o.sd)));
-    }
-    match p {
-        Some(p) if p < 0.05 => {}
-        p => why.push(p_value(p)),
-    }
-    why
 }
 
 /// Suites with engines, in the order they ran.
@@ -652,23 +419,71 @@ fn find<'a>(run: &'a SuiteRun, test: &str) -> Option<&'a Phase> {
 /// The targets this run can judge: `(target, measured, met)`.
 fn targets(report: &Report) -> Vec<(String, String, bool)> {
     let mut out = Vec::new();
-    let get = |suite: &str, engine: &str| {
-        report
-            .runs
-            .iter()
-            .find(|r| r.suite == suite && r.engine == engine && r.error.is_none())
-    };
-    let ratio_of = |suite: &str, test: &str, peer: &str| -> Option<f64> {
-        let c = find(get(suite, "cairn")?, test)?;
-        let p = find(get(suite, peer)?, test)?;
-        (p.ops_per_sec > 0.0).then(|| c.ops_per_sec / p.ops_per_sec)
-    };
     let peers: Vec<&str> = report
         .engines
         .iter()
         .map(|e| e.name.as_str())
         .filter(|n| *n != "cairn")
         .collect();
+    if let Some(halodb) = cairn_run(report, "halodb") {
+        halodb_targets(report, halodb, &peers, &mut out);
+    }
+    if let Some(mmcmap) = cairn_run(report, "mmcmap") {
+        mmcmap_targets(report, mmcmap, &peers, &mut out);
+    }
+    kfs_targets(report, &mut out);
+    kfs_store_target(report, &mut out);
+    out
+}
+
+/// The run of `suite` on `engine` that did not fail.
+fn run_of<'a>(report: &'a Report, suite: &str, engine: &str) -> Option<&'a SuiteRun> {
+    report
+        .runs
+        .iter()
+        .find(|r| r.suite == suite && r.engine == engine && r.error.is_none())
+}
+
+/// The run of `suite` on cairn that did not fail.
+fn cairn_run<'a>(report: &'a Report, suite: &str) -> Option<&'a SuiteRun> {
+    run_of(report, suite, "cairn")
+}
+
+/// cairn's throughput in `test` of `suite` over `peer`'s.
+fn ratio_of(report: &Report, suite: &str, test: &str, peer: &str) -> Option<f64> {
+    let c = find(cairn_run(report, suite)?, test)?;
+    let p = find(run_of(report, suite, peer)?, test)?;
+    (p.ops_per_sec > 0.0).then(|| c.ops_per_sec / p.ops_per_sec)
+}
+
+/// The lowest ratio of cairn's throughput to `peer`'s over the phases of cairn's run
+/// `run` of `suite` that `keep` keeps, with the phase's title.
+fn worst_ratio(
+    report: &Report,
+    suite: &str,
+    run: &SuiteRun,
+    peer: &str,
+    keep: impl Fn(&Phase) -> bool,
+) -> Option<(f64, String)> {
+    let mut worst: Option<(f64, String)> = None;
+    for p in run.phases.iter().filter(|p| keep(p)) {
+        if let Some(r) = ratio_of(report, suite, &p.test, peer) {
+            if worst.as_ref().is_none_or(|(w, _)| r < *w) {
+                worst = Some((r, p.title.clone()));
+            }
+        }
+    }
+    worst
+}
+
+/// The HaloDB suite's targets: cairn's ratio to RocksDB in the tests HaloDB published,
+/// and ahead of every other peer in every test.
+fn halodb_targets(
+    report: &Report,
+    halodb: &SuiteRun,
+    peers: &[&str],
+    out: &mut Vec<(String, String, bool)>,
+) {
     let t = report.config.threads;
     let specific = [
         ("fill_random", 3.0),
@@ -678,83 +493,69 @@ fn targets(report: &Report) -> Vec<(String, String, bool)> {
         ("read_while_writing.reads", 3.0),
         ("fill_sequential", 1.0),
     ];
-    if let Some(halodb) = get("halodb", "cairn") {
-        for (test, min) in specific {
-            if let Some(r) = ratio_of("halodb", test, "rocksdb") {
-                let title = find(halodb, test).map_or(test.to_string(), |p| p.title.clone());
-                out.push((
-                    format!("HaloDB {title}: cairn ≥ {min}× RocksDB"),
-                    ratio(r),
-                    r >= min,
-                ));
-            }
-        }
-        for peer in peers.iter().filter(|p| **p != "rocksdb") {
-            let mut worst: Option<(f64, String)> = None;
-            for p in &halodb.phases {
-                if let Some(r) = ratio_of("halodb", &p.test, peer) {
-                    if worst.as_ref().is_none_or(|(w, _)| r < *w) {
-                        worst = Some((r, p.title.clone()));
-                    }
-                }
-            }
-            if let Some((r, title)) = worst {
-                out.push((
-                    format!("HaloDB, every test: cairn ahead of {peer} (worst: {title})"),
-                    ratio(r),
-                    r >= 1.0,
-                ));
-            }
+    for (test, min) in specific {
+        if let Some(r) = ratio_of(report, "halodb", test, "rocksdb") {
+            let title = find(halodb, test).map_or(test.to_string(), |p| p.title.clone());
+            out.push((
+                format!("HaloDB {title}: cairn ≥ {min}× RocksDB"),
+                ratio(r),
+                r >= min,
+            ));
         }
     }
-    if let Some(mmcmap) = get("mmcmap", "cairn") {
-        for peer in &peers {
-            let mut worst: Option<(f64, String)> = None;
-            for p in mmcmap
-                .phases
-                .iter()
-                .filter(|p| !p.test.starts_with("mixed"))
-            {
-                if let Some(r) = ratio_of("mmcmap", &p.test, peer) {
-                    if worst.as_ref().is_none_or(|(w, _)| r < *w) {
-                        worst = Some((r, p.title.clone()));
-                    }
-                }
-            }
-            if let Some((r, title)) = worst {
-                out.push((
-                    format!("mmcmap write/read/delete: cairn ahead of {peer} (worst: {title})"),
-                    ratio(r),
-                    r >= 1.0,
-                ));
-            }
-        }
-        let sizes = &report.config.mmcmap_sizes;
-        if let (Some(first), Some(last)) = (sizes.iter().min(), sizes.iter().max()) {
-            if first < last {
-                for op in ["write", "read", "delete"] {
-                    let at = |n: u64| {
-                        let test = format!("{op}_{}", super::mmcmap::short_count(n));
-                        find(mmcmap, &test).map(|p| p.ops_per_sec)
-                    };
-                    if let (Some(a), Some(b)) = (at(*first), at(*last)) {
-                        out.push((
-                            format!(
-                                "mmcmap steady: cairn's {op} ops/s at {} pairs ≥ 80% of at {}",
-                                super::mmcmap::short_count(*last),
-                                super::mmcmap::short_count(*first)
-                            ),
-                            format!("{:.0}%", 100.0 * b / a),
-                            b >= 0.8 * a,
-                        ));
-                    }
-                }
-            }
+    for peer in peers.iter().filter(|p| **p != "rocksdb") {
+        if let Some((r, title)) = worst_ratio(report, "halodb", halodb, peer, |_| true) {
+            out.push((
+                format!("HaloDB, every test: cairn ahead of {peer} (worst: {title})"),
+                ratio(r),
+                r >= 1.0,
+            ));
         }
     }
-    kfs_targets(report, &mut out);
-    kfs_store_target(report, &mut out);
-    out
+}
+
+/// The mmcmap suite's targets: cairn ahead of every peer in writes, reads and deletes,
+/// and its throughput at the largest size at least 80% of that at the smallest.
+fn mmcmap_targets(
+    report: &Report,
+    mmcmap: &SuiteRun,
+    peers: &[&str],
+    out: &mut Vec<(String, String, bool)>,
+) {
+    for peer in peers {
+        let not_mixed = |p: &Phase| !p.test.starts_with("mixed");
+        if let Some((r, title)) = worst_ratio(report, "mmcmap", mmcmap, peer, not_mixed) {
+            out.push((
+                format!("mmcmap write/read/delete: cairn ahead of {peer} (worst: {title})"),
+                ratio(r),
+                r >= 1.0,
+            ));
+        }
+    }
+    let sizes = &report.config.mmcmap_sizes;
+    let (Some(first), Some(last)) = (sizes.iter().min(), sizes.iter().max()) else {
+        return;
+    };
+    if first >= last {
+        return;
+    }
+    for op in ["write", "read", "delete"] {
+        let at = |n: u64| {
+            let test = format!("{op}_{}", super::mmcmap::short_count(n));
+            find(mmcmap, &test).map(|p| p.ops_per_sec)
+        };
+        if let (Some(a), Some(b)) = (at(*first), at(*last)) {
+            out.push((
+                format!(
+                    "mmcmap steady: cairn's {op} ops/s at {} pairs ≥ 80% of at {}",
+                    super::mmcmap::short_count(*last),
+                    super::mmcmap::short_count(*first)
+                ),
+                format!("{:.0}%", 100.0 * b / a),
+                b >= 0.8 * a,
+            ));
+        }
+    }
 }
 
 /// "1.23×".

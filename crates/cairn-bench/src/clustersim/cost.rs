@@ -62,8 +62,9 @@ fn ticks_per_sec() -> f64 {
 }
 
 fn rusage(who: libc::c_int) -> f64 {
-    // SAFETY: getrusage writes a plain struct we own.
+    // SAFETY: `rusage` is plain data, for which all zeroes is a valid value.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into a struct we own, valid for the call.
     if unsafe { libc::getrusage(who, &mut u) } != 0 {
         return 0.0;
     }

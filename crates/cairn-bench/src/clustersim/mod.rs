@@ -9,7 +9,9 @@
 //! projection is made).
 
 mod cost;
+mod kills;
 mod net;
+mod observe;
 mod sim;
 
 use std::fmt::Write as _;
@@ -255,7 +257,20 @@ pub fn markdown(r: &Report, args: &ClusterSimArgs) -> String {
         args.window,
         if args.quick { ", --quick" } else { "" }
     );
-    let c = &r.costs;
+    costs_section(&mut m, &r.costs);
+    runs_table(&mut m, &r.runs);
+    for s in r.runs.iter().filter(|s| !s.crash_events.is_empty()) {
+        kills_table(&mut m, s);
+    }
+    for s in &r.runs {
+        samples_table(&mut m, s);
+    }
+    projection_section(&mut m, r);
+    m
+}
+
+/// The costs measured in this process.
+fn costs_section(m: &mut String, c: &Costs) {
     let _ = writeln!(
         m,
         "## Costs measured in this process (server CPU per operation)\n"
@@ -273,12 +288,16 @@ pub fn markdown(r: &Report, args: &ClusterSimArgs) -> String {
         c.clients,
         c.creates
     );
+}
+
+/// One row per simulated run.
+fn runs_table(m: &mut String, runs: &[SimResult]) {
     let _ = writeln!(m, "## Simulations\n");
     let _ = writeln!(
         m,
         "| servers | files/server | creates | unknown (EIO) | splits (seen by the driver) | splits to cover | creates to cover | virtual ms to cover | redirects/create | after cover | moved/split mean (max) | remote splits (moved mean) | entries/server max/mean | partitions | kills (inside a split) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
-    for s in &r.runs {
+    for s in runs {
         let opt = |v: Option<u64>| v.map_or("never".to_string(), |v| v.to_string());
         let _ = writeln!(
             m,
@@ -305,46 +324,54 @@ pub fn markdown(r: &Report, args: &ClusterSimArgs) -> String {
             s.crash_events.iter().filter(|e| e.during_split).count(),
         );
     }
-    for s in r.runs.iter().filter(|s| !s.crash_events.is_empty()) {
+}
+
+/// The kills and restarts of run `s`.
+fn kills_table(m: &mut String, s: &SimResult) {
+    let _ = writeln!(
+        m,
+        "\n### Kills, {} servers\n\n| armed at step | drawn point | killed at step | server | stopped at | inside a split | restarted at step | unsynced writes lost |\n|---|---|---|---|---|---|---|---|",
+        s.servers
+    );
+    for e in &s.crash_events {
         let _ = writeln!(
             m,
-            "\n### Kills, {} servers\n\n| armed at step | drawn point | killed at step | server | stopped at | inside a split | restarted at step | unsynced writes lost |\n|---|---|---|---|---|---|---|---|",
-            s.servers
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            e.armed_step,
+            e.drawn_point,
+            e.step,
+            e.server,
+            e.point.as_deref().unwrap_or("between steps"),
+            if e.during_split { "yes" } else { "no" },
+            e.restart_step,
+            e.lost_writes
         );
-        for e in &s.crash_events {
-            let _ = writeln!(
-                m,
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
-                e.armed_step,
-                e.drawn_point,
-                e.step,
-                e.server,
-                e.point.as_deref().unwrap_or("between steps"),
-                if e.during_split { "yes" } else { "no" },
-                e.restart_step,
-                e.lost_writes
-            );
-        }
     }
-    for s in &r.runs {
+}
+
+/// The time series of run `s`.
+fn samples_table(m: &mut String, s: &SimResult) {
+    let _ = writeln!(
+        m,
+        "\n### Redirects per create over time, {} servers\n\n| creates | virtual ms | redirects/create (interval) | splits | partitions | servers covered |\n|---|---|---|---|---|---|",
+        s.servers
+    );
+    for p in &s.samples {
         let _ = writeln!(
             m,
-            "\n### Redirects per create over time, {} servers\n\n| creates | virtual ms | redirects/create (interval) | splits | partitions | servers covered |\n|---|---|---|---|---|---|",
-            s.servers
+            "| {} | {} | {:.4} | {} | {} | {} |",
+            p.creates,
+            p.virtual_ms,
+            p.redirects_per_create,
+            p.splits,
+            p.partitions,
+            p.servers_covered
         );
-        for p in &s.samples {
-            let _ = writeln!(
-                m,
-                "| {} | {} | {:.4} | {} | {} | {} |",
-                p.creates,
-                p.virtual_ms,
-                p.redirects_per_create,
-                p.splits,
-                p.partitions,
-                p.servers_covered
-            );
-        }
     }
+}
+
+/// The projection of the aggregate create rate, and its target.
+fn projection_section(m: &mut String, r: &Report) {
     let _ = writeln!(m, "\n## Projection (NOT a measurement)\n\n{}\n", r.formula);
     let _ = writeln!(
         m,
@@ -377,5 +404,4 @@ pub fn markdown(r: &Report, args: &ClusterSimArgs) -> String {
             target
         );
     }
-    m
 }

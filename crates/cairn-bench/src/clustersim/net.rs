@@ -161,6 +161,14 @@ pub(crate) fn server_dialer(conns: Arc<Conns>) -> Dialer {
     dialer_of(Some(conns))
 }
 
+/// The endpoint `http://ADDR`. A socket address always makes a valid URI; were one ever
+/// refused, the channel would connect all the same (the connector above ignores the
+/// URI), under a placeholder name.
+fn endpoint(addr: SocketAddr) -> Endpoint {
+    Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap_or_else(|_| Endpoint::from_static("http://simulated"))
+}
+
 fn dialer_of(conns: Option<Arc<Conns>>) -> Dialer {
     Arc::new(move |addr: SocketAddr, connect_timeout: Duration| {
         let conns = conns.clone();
@@ -177,8 +185,7 @@ fn dialer_of(conns: Option<Arc<Conns>>) -> Dialer {
                 }))
             }) as Connecting
         });
-        Endpoint::from_shared(format!("http://{addr}"))
-            .expect("a socket address is a valid URI")
+        endpoint(addr)
             .connect_timeout(connect_timeout)
             .connect_with_connector_lazy(connector)
     })

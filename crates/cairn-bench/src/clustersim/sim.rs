@@ -3,26 +3,24 @@
 //! turmoil's simulated network, stepped by this thread in virtual time.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use cairn::fault::{Loss, PowerLoss};
-use cairn_cluster::giga::{home_of, server_of, split_depth_limit};
-use cairn_cluster::server::{
-    start_embedded, CrashHook, Probe, ServerOptions, SyncMode, SPLIT_CRASH_POINTS,
-};
+use cairn_cluster::admin::ClusterCheck;
+use cairn_cluster::server::{start_embedded, CrashHook, Probe, ServerOptions, SyncMode};
 use cairn_cluster::{Client, ClientOptions, ClusterConfig};
 use cairn_fs::{Cred, ROOT};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use serde::Serialize;
 
+use super::kills::{lock, Arming, Kills};
 use super::net::{dialer, server_dialer, Conns};
+use super::observe::Observer;
 
 /// The port every simulated server listens on.
 const PORT: u16 = 7000;
@@ -30,23 +28,6 @@ const PORT: u16 = 7000;
 const TICK: Duration = Duration::from_millis(1);
 /// Name of the shared directory (under the root).
 const SHARED: &[u8] = b"shared";
-/// Steps an armed kill waits for a server to reach its drawn split crash point before
-/// it takes the next split crash point any server reaches.
-const RETARGET_STEPS: u64 = 50;
-/// Steps an armed kill waits for any split crash point before it kills any server
-/// instead (recorded with no point).
-const ARMED_STEPS: u64 = 5_000;
-/// The split crash points only a split to another server passes (the source's transfer,
-/// the target's accept and activation). In a power-of-two cluster every split after
-/// the directory covers all servers stays on its server (GIGA+ places partition
-/// i + 2^r on the server of i once 2^r is a multiple of N), so kills at these points
-/// are drawn in the first 5% of the creates, when the directory spreads.
-const REMOTE_POINTS: &[&str] = &[
-    "split:before-accept",
-    "accept:after-write",
-    "activate:before",
-];
-
 /// What one simulated run does.
 #[derive(Clone, Debug)]
 pub struct SimOptions {
@@ -213,35 +194,6 @@ struct Shared {
     error: RefCell<Option<String>>,
 }
 
-/// The kill the driver armed, shared with the servers' crash hooks (`Mutex`: the hook
-/// must be `Sync`; one thread uses it).
-#[derive(Default)]
-struct Arming {
-    /// The split crash point the next kill waits for; `Some(None)`: any of them.
-    armed: Option<Option<&'static str>>,
-    /// The server that stopped, and the point, until the driver kills it.
-    fired: Option<(u32, &'static str)>,
-}
-
-impl Arming {
-    /// Server `id` reached crash point `point`: whether it stops there.
-    fn reached(&mut self, id: u32, point: &str) -> bool {
-        if self.fired.is_some() {
-            return false;
-        }
-        let hit = match self.armed {
-            Some(Some(p)) => (p == point).then_some(p),
-            Some(None) => SPLIT_CRASH_POINTS.iter().copied().find(|&p| p == point),
-            None => None,
-        };
-        if let Some(p) = hit {
-            self.armed = None;
-            self.fired = Some((id, p));
-        }
-        hit.is_some()
-    }
-}
-
 fn cluster_text(ips: &[IpAddr]) -> String {
     let mut t = String::new();
     for (i, ip) in ips.iter().enumerate() {
@@ -268,41 +220,83 @@ pub fn simulate(o: &SimOptions) -> Result<SimResult> {
     res
 }
 
-fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
-    let n = o.servers;
-    let mut rng = StdRng::seed_from_u64(o.seed ^ 0xc1a5_7e55);
-    let mut sim = turmoil::Builder::new()
-        .simulation_duration(Duration::from_secs(100 * 24 * 3600))
-        .tick_duration(TICK)
-        .min_message_latency(Duration::from_micros(50))
-        .max_message_latency(Duration::from_millis(2))
-        .tcp_capacity(4096)
-        .rng_seed(o.seed)
-        .build();
-    let ips: Vec<IpAddr> = (0..n).map(|i| sim.lookup(format!("s{i}"))).collect();
-    // The simulated network carries plain HTTP/2 (no TLS): an insecure cluster file, the
-    // only kind a custom dialer accepts (cairn_cluster::transport).
-    let mut cfg =
-        ClusterConfig::parse(&cluster_text(&ips)).context("the simulated cluster file")?;
-    cfg.set_insecure(true);
-    let crashing = o.crashes > 0;
-    let sync = if crashing && !o.ack_before_durable {
-        SyncMode::Always
-    } else {
-        SyncMode::Never
-    };
-    let loss = if o.ack_before_durable {
-        Loss::Unsynced
-    } else {
-        Loss::Prefix
-    };
-    // The kill armed now, shared with every server's crash hook.
-    let arming = Arc::new(Mutex::new(Arming::default()));
-    let probes: Rc<RefCell<Vec<Option<Probe>>>> = Rc::new(RefCell::new(vec![None; n as usize]));
-    let mut power: Vec<Option<Arc<PowerLoss>>> = Vec::new();
-    let conns: Vec<Arc<Conns>> = (0..n).map(|_| Arc::new(Conns::default())).collect();
-    for i in 0..n {
-        let dir = work.join(format!("s{i}"));
+fn run(o: &SimOptions, work: &Path) -> Result<SimResult> {
+    let mut cluster = Cluster::new(o, work)?;
+    let shared = Rc::new(Shared::default());
+    cluster.add_clients(o, &shared);
+    let mut d = Driver::new(o, cluster, shared);
+    while !d.step()? {}
+    d.restart_all();
+    let check = d.cluster.check()?;
+    d.obs.poll(
+        d.cluster.step,
+        &d.cluster.probes.borrow(),
+        &mut d.res.split_events,
+    );
+    d.finish(o.seed, &check)
+}
+
+/// The simulated cluster: turmoil's simulation with a host per server (and a client
+/// host per server), and what the driver reaches the servers by.
+struct Cluster {
+    sim: turmoil::Sim<'static>,
+    /// The cluster file every server and client reads.
+    cfg: ClusterConfig,
+    /// The kill armed now, shared with every server's crash hook.
+    arming: Arc<Mutex<Arming>>,
+    /// Each server's probe while it is up.
+    probes: Rc<RefCell<Vec<Option<Probe>>>>,
+    /// Each server's power-loss record (with crashes).
+    power: Vec<Option<Arc<PowerLoss>>>,
+    /// Each server's connections.
+    conns: Vec<Arc<Conns>>,
+    /// What a kill loses of the unsynced writes.
+    loss: Loss,
+    /// Simulation steps taken.
+    step: u64,
+}
+
+impl Cluster {
+    /// The simulation with `o.servers` servers on stores under `work` (no client yet).
+    fn new(o: &SimOptions, work: &Path) -> Result<Cluster> {
+        let n = o.servers;
+        let sim = turmoil::Builder::new()
+            .simulation_duration(Duration::from_secs(100 * 24 * 3600))
+            .tick_duration(TICK)
+            .min_message_latency(Duration::from_micros(50))
+            .max_message_latency(Duration::from_millis(2))
+            .tcp_capacity(4096)
+            .rng_seed(o.seed)
+            .build();
+        let ips: Vec<IpAddr> = (0..n).map(|i| sim.lookup(format!("s{i}"))).collect();
+        // The simulated network carries plain HTTP/2 (no TLS): an insecure cluster file,
+        // the only kind a custom dialer accepts (cairn_cluster::transport).
+        let mut cfg =
+            ClusterConfig::parse(&cluster_text(&ips)).context("the simulated cluster file")?;
+        cfg.set_insecure(true);
+        let mut cluster = Cluster {
+            sim,
+            cfg,
+            arming: Arc::new(Mutex::new(Arming::default())),
+            probes: Rc::new(RefCell::new(vec![None; n as usize])),
+            power: Vec::new(),
+            conns: (0..n).map(|_| Arc::new(Conns::default())).collect(),
+            loss: if o.ack_before_durable {
+                Loss::Unsynced
+            } else {
+                Loss::Prefix
+            },
+            step: 0,
+        };
+        for (i, ip) in (0..n).zip(ips) {
+            cluster.add_server(o, work, i, SocketAddr::new(ip, PORT))?;
+        }
+        Ok(cluster)
+    }
+
+    /// Host `s{i}`: server `i` on a store in `work/s{i}`, started again on every restart.
+    fn add_server(&mut self, o: &SimOptions, work: &Path, i: u32, addr: SocketAddr) -> Result<()> {
+        let crashing = o.crashes > 0;
         let pl = if crashing {
             let stash = work.join(format!("stash{i}"));
             std::fs::create_dir_all(&stash)?;
@@ -312,22 +306,24 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
         } else {
             None
         };
-        power.push(pl.clone());
-        let mut opts =
-            ServerOptions::new(&dir, SocketAddr::new(ips[i as usize], PORT), cfg.clone());
-        opts.sync = sync;
+        self.power.push(pl.clone());
+        let mut opts = ServerOptions::new(work.join(format!("s{i}")), addr, self.cfg.clone());
+        opts.sync = if crashing && !o.ack_before_durable {
+            SyncMode::Always
+        } else {
+            SyncMode::Never
+        };
         opts.split_threshold = o.split_threshold;
         opts.partitions_per_server = o.partitions_per_server;
         if crashing {
-            let arming = arming.clone();
+            let arming = self.arming.clone();
             opts.hooks.crash_hook = Some(CrashHook(Arc::new(move |id, point| {
-                arming.lock().expect("one thread").reached(id, point)
+                lock(&arming).reached(id, point)
             })));
         }
-        let probes = probes.clone();
-        let conns = conns[i as usize].clone();
-        sim.host(format!("s{i}"), move || {
-            let opts = opts.clone();
+        let probes = self.probes.clone();
+        let conns = self.conns[i as usize].clone();
+        self.sim.host(format!("s{i}"), move || {
             let mut engine = cairn::Options::new()
                 .shards(2)
                 .segment_size(8 << 20)
@@ -336,383 +332,442 @@ fn run(o: &SimOptions, work: &std::path::Path) -> Result<SimResult> {
             if let Some(pl) = &pl {
                 engine = engine.power_loss(pl.clone());
             }
-            let probes = probes.clone();
-            let conns = conns.clone();
-            async move {
-                let listener =
-                    turmoil::net::TcpListener::bind((IpAddr::from(Ipv4Addr::UNSPECIFIED), PORT))
-                        .await?;
-                let accepting = conns.clone();
-                let incoming = futures_util::stream::unfold(listener, move |l| {
-                    let conns = accepting.clone();
-                    async move {
-                        let r = l.accept().await.map(|(s, _)| conns.register(s));
-                        Some((r, l))
-                    }
-                });
-                let server = start_embedded(opts, engine, incoming, server_dialer(conns))?;
-                probes.borrow_mut()[i as usize] = Some(server.probe());
-                std::future::pending::<()>().await;
-                drop(server);
-                Ok(())
-            }
+            serve(i, opts.clone(), engine, probes.clone(), conns.clone())
         });
-    }
-    let shared = Rc::new(Shared::default());
-    let per_task = |files: u64, w: u32, j: u32| (j as u64..files).step_by(w as usize);
-    for c in 0..n {
-        let shared = shared.clone();
-        let cfg = cfg.clone();
-        let (files, w, crashing) = (o.files_per_server, o.window, crashing);
-        sim.client(format!("c{c}"), async move {
-            let opts = ClientOptions {
-                timeout: Duration::from_secs(600),
-                connect_timeout: Duration::from_secs(2),
-                creates: cairn_cluster::Creates::Stream,
-            };
-            let client = Client::in_runtime(cfg, opts, dialer())?;
-            shared.clients.borrow_mut().push(client.clone());
-            if c == 0 {
-                let a = client
-                    .mkdir_async(&Cred::ROOT, ROOT, SHARED, 0o755)
-                    .await
-                    .map_err(|e| anyhow!("mkdir of the shared directory: {e:?}"))?;
-                shared.dir.set(a.ino);
-            }
-            while shared.dir.get() == 0 {
-                tokio::time::sleep(TICK).await;
-            }
-            let dir = shared.dir.get();
-            let mut tasks = Vec::new();
-            for j in 0..w {
-                let (client, shared) = (client.clone(), shared.clone());
-                tasks.push(tokio::task::spawn_local(async move {
-                    for k in per_task(files, w, j) {
-                        let name = format!("c{c}-{k}");
-                        match client
-                            .create_async(&Cred::ROOT, dir, name.as_bytes(), 0o644)
-                            .await
-                        {
-                            Ok(_) => shared.acked.set(shared.acked.get() + 1),
-                            Err(e) if crashing && e.0 == libc::EIO => {
-                                shared.unknown.set(shared.unknown.get() + 1)
-                            }
-                            Err(e) => {
-                                *shared.error.borrow_mut() =
-                                    Some(format!("client {c}: create {name}: {e:?}"));
-                                return;
-                            }
-                        }
-                    }
-                }));
-            }
-            for t in tasks {
-                t.await?;
-            }
-            Ok(())
-        });
+        Ok(())
     }
 
-    let total = o.files_per_server * n as u64;
-    // With partitions bounded per server, the directory's splits end once it is spread
-    // (2^D - 1 of them, `split_depth_limit`), early in a long run: each kill is then
-    // armed at a count of splits seen rather than of creates, so that it lands inside a
-    // split.
-    let bounded_splits = (o.partitions_per_server > 0)
-        .then(|| (1u64 << split_depth_limit(n, o.partitions_per_server)) - 1);
-    // Each kill: a split crash point, and the progress at which it is armed. Unbounded:
-    // creates acknowledged, in the first 5% for a point only remote splits pass, else
-    // 5-90%. Bounded: splits seen, before the directory covers the servers (about N - 1
-    // splits) for a remote point, else in the first 90% of the splits.
-    let mut crash_at: Vec<(u64, &'static str)> = (0..o.crashes)
-        .map(|_| {
-            let p = SPLIT_CRASH_POINTS[rng.random_range(0..SPLIT_CRASH_POINTS.len())];
-            let remote = REMOTE_POINTS.contains(&p);
-            let at = match bounded_splits {
-                Some(e) if remote => rng.random_range(0..=(n as u64).saturating_sub(2).min(e)),
-                Some(e) => rng.random_range(0..=e * 9 / 10),
-                None if remote => rng.random_range(0..=total / 20),
-                None => rng.random_range(total / 20..=(total * 9 / 10).max(total / 20)),
-            };
-            (at, p)
-        })
-        .collect();
-    crash_at.sort_unstable();
-    let mut crash_next = 0usize;
-    let mut armed_since: Option<u64> = None;
-    // (restart step, server, crash event)
-    let mut down: Vec<(u64, u32, usize)> = Vec::new();
-    // Splits and moved entries each server counted before its kills.
-    let mut counted: Vec<(u64, u64)> = vec![(0, 0); n as usize];
-    let mut obs = Observer::new(n, ROOT);
-    let mut res = SimResult {
-        servers: n,
-        files_per_server: o.files_per_server,
-        seed: o.seed,
-        split_threshold: o.split_threshold,
-        partitions_per_server: o.partitions_per_server,
-        creates: 0,
-        creates_unknown: 0,
-        steps: 0,
-        virtual_ms: 0,
-        splits_to_cover: None,
-        creates_to_cover: None,
-        virtual_ms_to_cover: None,
-        splits: 0,
-        splits_observed: 0,
-        entries_moved: 0,
-        moved_per_split_mean: 0.0,
-        moved_per_split_max: 0,
-        remote_splits: 0,
-        moved_per_remote_split_mean: 0.0,
-        redirects: 0,
-        redirects_per_create: 0.0,
-        redirects_per_create_after_cover: None,
-        entries_per_server: Vec::new(),
-        balance_max_over_mean: 0.0,
-        partitions: 0,
-        samples: Vec::new(),
-        split_events: Vec::new(),
-        crash_events: Vec::new(),
-        checked: (0, 0, 0),
-    };
-    let sample_every = (total / 50).max(1);
-    let mut next_sample = 0u64;
-    let mut redirects_at_cover = 0u64;
-    let mut step = 0u64;
-    let redirects = |s: &Shared| {
-        s.clients
-            .borrow()
-            .iter()
-            .map(|c| c.redirects())
-            .sum::<u64>()
-    };
-    loop {
-        let done = sim
+    /// Hosts `c{c}`: one client per server, each creating its files in the shared
+    /// directory (which client 0 makes).
+    fn add_clients(&mut self, o: &SimOptions, shared: &Rc<Shared>) {
+        let work = Workload {
+            files: o.files_per_server,
+            window: o.window,
+            crashing: o.crashes > 0,
+        };
+        for c in 0..o.servers {
+            self.sim.client(
+                format!("c{c}"),
+                work.client(c, self.cfg.clone(), shared.clone()),
+            );
+        }
+    }
+
+    /// One step of virtual time: whether the simulation is over.
+    fn step(&mut self) -> Result<bool> {
+        let done = self
+            .sim
             .step()
-            .map_err(|e| anyhow!("simulation step {step}: {e}"))?;
-        step += 1;
-        if let Some(e) = shared.error.borrow().as_ref() {
-            bail!("{e}");
+            .map_err(|e| anyhow!("simulation step {}: {e}", self.step))?;
+        self.step += 1;
+        Ok(done)
+    }
+
+    /// Virtual milliseconds since the start.
+    fn elapsed_ms(&self) -> u64 {
+        self.sim.elapsed().as_millis() as u64
+    }
+
+    /// Kills server `s` now: its connections close in the order they were opened
+    /// (`net::Conns`).
+    fn crash(&mut self, s: u32) {
+        self.conns[s as usize].arm_kill();
+        self.sim.crash(format!("s{s}"));
+        self.conns[s as usize].disarm();
+        self.probes.borrow_mut()[s as usize] = None;
+    }
+
+    /// The existing admin check over the simulated network, run to the end of the
+    /// simulation and retried while restarted servers finish their intents (at most 120
+    /// virtual seconds): its last answer.
+    fn check(&mut self) -> Result<ClusterCheck> {
+        let verdict: Rc<RefCell<Option<Result<ClusterCheck, String>>>> =
+            Rc::new(RefCell::new(None));
+        self.sim
+            .client("checker", checker(self.cfg.clone(), verdict.clone()));
+        while !self.step()? {}
+        let last = verdict.borrow_mut().take();
+        last.context("the check did not finish")?
+            .map_err(|e| anyhow!("check: {e}"))
+    }
+}
+
+/// Server `i`'s host: listens on the simulated network and serves until it is killed.
+async fn serve(
+    i: u32,
+    opts: ServerOptions,
+    engine: cairn::Options,
+    probes: Rc<RefCell<Vec<Option<Probe>>>>,
+    conns: Arc<Conns>,
+) -> turmoil::Result {
+    let listener =
+        turmoil::net::TcpListener::bind((IpAddr::from(Ipv4Addr::UNSPECIFIED), PORT)).await?;
+    let accepting = conns.clone();
+    let incoming = futures_util::stream::unfold(listener, move |l| {
+        let conns = accepting.clone();
+        async move {
+            let r = l.accept().await.map(|(s, _)| conns.register(s));
+            Some((r, l))
+        }
+    });
+    let server = start_embedded(opts, engine, incoming, server_dialer(conns))?;
+    probes.borrow_mut()[i as usize] = Some(server.probe());
+    std::future::pending::<()>().await;
+    drop(server);
+    Ok(())
+}
+
+/// The checker's host: `admin::check` until it finds the namespace clean and settled,
+/// at most 120 times a virtual second apart; its last answer goes to `verdict`.
+async fn checker(
+    cfg: ClusterConfig,
+    verdict: Rc<RefCell<Option<Result<ClusterCheck, String>>>>,
+) -> turmoil::Result {
+    let d = dialer();
+    let mut last = None;
+    for _ in 0..120 {
+        match cairn_cluster::admin::check_with(&cfg, Duration::from_secs(30), d.clone()).await {
+            Ok(c) if c.problems.is_empty() && c.in_flight == 0 => {
+                last = Some(Ok(c));
+                break;
+            }
+            Ok(c) => last = Some(Ok(c)),
+            Err(e) => last = Some(Err(e.to_string())),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    *verdict.borrow_mut() = last;
+    Ok(())
+}
+
+/// What every client does: `files` creates, `window` at a time, each caller taking
+/// every `window`-th name.
+#[derive(Clone, Copy)]
+struct Workload {
+    files: u64,
+    window: u32,
+    /// Whether servers are killed (an `EIO` is then an outcome unknown, not an error).
+    crashing: bool,
+}
+
+impl Workload {
+    /// Client `c`'s host: connects, waits for the shared directory (client 0 makes it),
+    /// creates its files.
+    async fn client(self, c: u32, cfg: ClusterConfig, shared: Rc<Shared>) -> turmoil::Result {
+        let opts = ClientOptions {
+            timeout: Duration::from_secs(600),
+            connect_timeout: Duration::from_secs(2),
+            creates: cairn_cluster::Creates::Stream,
+        };
+        let client = Client::in_runtime(cfg, opts, dialer())?;
+        shared.clients.borrow_mut().push(client.clone());
+        if c == 0 {
+            let a = client
+                .mkdir_async(&Cred::ROOT, ROOT, SHARED, 0o755)
+                .await
+                .map_err(|e| anyhow!("mkdir of the shared directory: {e:?}"))?;
+            shared.dir.set(a.ino);
+        }
+        while shared.dir.get() == 0 {
+            tokio::time::sleep(TICK).await;
         }
         let dir = shared.dir.get();
-        if dir != 0 {
-            obs.dir = dir;
-            obs.poll(step, &probes.borrow(), &mut res.split_events);
+        let mut tasks = Vec::new();
+        for j in 0..self.window {
+            let (client, shared) = (client.clone(), shared.clone());
+            tasks.push(tokio::task::spawn_local(
+                self.creates(client, shared, c, dir, j),
+            ));
         }
-        let acked = shared.acked.get();
-        if res.splits_to_cover.is_none() && dir != 0 && obs.covered() == n {
+        for t in tasks {
+            t.await?;
+        }
+        Ok(())
+    }
+
+    /// Caller `j` of client `c`: its creates in `dir`, one after the other, counted in
+    /// `shared`; the first unexpected error ends it and fails the run.
+    async fn creates(self, client: Client, shared: Rc<Shared>, c: u32, dir: u64, j: u32) {
+        for k in (j as u64..self.files).step_by(self.window as usize) {
+            let name = format!("c{c}-{k}");
+            match client
+                .create_async(&Cred::ROOT, dir, name.as_bytes(), 0o644)
+                .await
+            {
+                Ok(_) => shared.acked.set(shared.acked.get() + 1),
+                Err(e) if self.crashing && e.0 == libc::EIO => {
+                    shared.unknown.set(shared.unknown.get() + 1)
+                }
+                Err(e) => {
+                    *shared.error.borrow_mut() = Some(format!("client {c}: create {name}: {e:?}"));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The driver of one run: the cluster, what its clients report, the kills, and the
+/// result it builds as it polls the servers after every step.
+struct Driver {
+    cluster: Cluster,
+    shared: Rc<Shared>,
+    kills: Kills,
+    obs: Observer,
+    res: SimResult,
+    /// Creates between two samples of the time series.
+    sample_every: u64,
+    /// Creates acknowledged at which the next sample is taken.
+    next_sample: u64,
+    /// Redirects the clients had received when the directory covered every server.
+    redirects_at_cover: u64,
+}
+
+impl Driver {
+    fn new(o: &SimOptions, cluster: Cluster, shared: Rc<Shared>) -> Driver {
+        let total = o.files_per_server * o.servers as u64;
+        Driver {
+            cluster,
+            shared,
+            kills: Kills::draw(o),
+            obs: Observer::new(o.servers, ROOT),
+            res: SimResult::empty(o),
+            sample_every: (total / 50).max(1),
+            next_sample: 0,
+            redirects_at_cover: 0,
+        }
+    }
+
+    /// One step of the workload: the servers polled, due restarts and kills made.
+    /// Whether the workload is over.
+    fn step(&mut self) -> Result<bool> {
+        let done = self.cluster.step()?;
+        if let Some(e) = self.shared.error.borrow().as_ref() {
+            bail!("{e}");
+        }
+        self.observe(done);
+        self.restart_due();
+        let progress = (self.res.split_events.len() as u64, self.shared.acked.get());
+        let (step, arming) = (self.cluster.step, &self.cluster.arming);
+        if let Some((s, point)) = self.kills.due(arming, step, progress, done) {
+            self.kill(s, point)?;
+        }
+        Ok(done)
+    }
+
+    /// Polls the servers: splits seen, the step at which the directory covers every
+    /// server, a sample of the time series when due (and at the end, `done`).
+    fn observe(&mut self, done: bool) {
+        let step = self.cluster.step;
+        let dir = self.shared.dir.get();
+        if dir != 0 {
+            self.obs.dir = dir;
+            self.obs.poll(
+                step,
+                &self.cluster.probes.borrow(),
+                &mut self.res.split_events,
+            );
+        }
+        let acked = self.shared.acked.get();
+        let res = &mut self.res;
+        if res.splits_to_cover.is_none() && dir != 0 && self.obs.covered() == res.servers {
             res.splits_to_cover = Some(res.split_events.len() as u64);
             res.creates_to_cover = Some(acked);
-            res.virtual_ms_to_cover = Some(sim.elapsed().as_millis() as u64);
-            redirects_at_cover = redirects(&shared);
+            res.virtual_ms_to_cover = Some(self.cluster.elapsed_ms());
+            self.redirects_at_cover = redirects(&self.shared);
         }
-        if acked >= next_sample || done {
-            let r = redirects(&shared);
+        if acked >= self.next_sample || done {
+            let r = redirects(&self.shared);
             let prev = res.samples.last();
             let (pc, pr) = prev.map_or((0, 0), |p| (p.creates, p.redirects));
             res.samples.push(Sample {
                 creates: acked,
-                virtual_ms: sim.elapsed().as_millis() as u64,
+                virtual_ms: self.cluster.elapsed_ms(),
                 redirects: r,
                 redirects_per_create: ratio(r - pr, acked - pc),
                 splits: res.split_events.len() as u64,
-                partitions: obs.partitions(),
-                servers_covered: obs.covered(),
+                partitions: self.obs.partitions(),
+                servers_covered: self.obs.covered(),
             });
-            next_sample = acked + sample_every;
+            self.next_sample = acked + self.sample_every;
         }
-        // Restarts that are due.
-        down.retain(|&(at, s, ev)| {
+    }
+
+    /// Restarts the servers whose restart step has come.
+    fn restart_due(&mut self) {
+        let step = self.cluster.step;
+        let (sim, events) = (&mut self.cluster.sim, &mut self.res.crash_events);
+        self.kills.down.retain(|&(at, s, ev)| {
             if step >= at {
                 sim.bounce(format!("s{s}"));
-                res.crash_events[ev].restart_step = step;
+                events[ev].restart_step = step;
                 false
             } else {
                 true
             }
         });
-        // A kill inside a split: once the kill's point of the workload is reached, a
-        // split crash point drawn from the seed is armed; the first server to reach it
-        // stops there (its crash hook) and is killed at the end of this step. If no
-        // server reaches it within ARMED_STEPS steps, any server is killed instead.
-        let fired = arming.lock().expect("one thread").fired.take();
-        let mut kill: Option<(u32, Option<&'static str>)> = fired.map(|(s, p)| (s, Some(p)));
-        if kill.is_none() && crash_next < crash_at.len() && !done {
-            let progress = match bounded_splits {
-                Some(_) => res.split_events.len() as u64,
-                None => acked,
-            };
-            match armed_since {
-                None if progress >= crash_at[crash_next].0 && o.ack_before_durable => {
-                    // The negative control kills between steps at once: right after a
-                    // split's sync there is little unsynced to lose.
-                    armed_since = Some(step);
-                    let up: Vec<u32> = (0..n).filter(|s| !down.iter().any(|d| d.1 == *s)).collect();
-                    if !up.is_empty() {
-                        kill = Some((up[rng.random_range(0..up.len())], None));
-                    }
-                }
-                None if progress >= crash_at[crash_next].0 => {
-                    arming.lock().expect("one thread").armed = Some(Some(crash_at[crash_next].1));
-                    armed_since = Some(step);
-                }
-                Some(since) if step - since == RETARGET_STEPS => {
-                    arming.lock().expect("one thread").armed = Some(None);
-                }
-                Some(since) if step - since >= ARMED_STEPS => {
-                    arming.lock().expect("one thread").armed = None;
-                    let up: Vec<u32> = (0..n).filter(|s| !down.iter().any(|d| d.1 == *s)).collect();
-                    if !up.is_empty() {
-                        kill = Some((up[rng.random_range(0..up.len())], None));
-                    }
-                }
-                _ => {}
-            }
-        }
-        if let Some((s, point)) = kill {
-            let during_split = point.is_some()
-                || probes.borrow()[s as usize]
-                    .as_ref()
-                    .is_some_and(|p| p.splitting());
-            let pl = power[s as usize].as_ref().context("power-loss record")?;
-            if let Some(p) = probes.borrow()[s as usize].as_ref() {
-                add_counts(&mut counted[s as usize], p);
-            }
-            pl.cut();
-            // Its connections close in the order they were opened (net::Conns).
-            conns[s as usize].arm_kill();
-            sim.crash(format!("s{s}"));
-            conns[s as usize].disarm();
-            probes.borrow_mut()[s as usize] = None;
-            let r = pl
-                .restart(loss, rng.random())
-                .with_context(|| format!("rewriting server {s}'s files after the kill"))?;
-            let restart = step + rng.random_range(5..200);
-            res.crash_events.push(CrashEvent {
-                armed_step: armed_since.unwrap_or(step),
-                drawn_point: crash_at[crash_next].1.to_string(),
-                step,
-                server: s,
-                point: point.map(str::to_string),
-                during_split,
-                restart_step: 0,
-                lost_writes: r.lost,
-            });
-            down.push((restart, s, res.crash_events.len() - 1));
-            crash_next += 1;
-            armed_since = None;
-        }
-        if done {
-            break;
-        }
     }
-    for (_, s, ev) in down.drain(..) {
-        sim.bounce(format!("s{s}"));
-        res.crash_events[ev].restart_step = step;
-    }
-    res.steps = step;
-    res.virtual_ms = sim.elapsed().as_millis() as u64;
-    res.creates = shared.acked.get();
-    res.creates_unknown = shared.unknown.get();
 
-    // The check: the existing admin check over the simulated network, retried while
-    // restarted servers finish their intents (at most 120 virtual seconds).
-    let verdict: Rc<RefCell<Option<Result<cairn_cluster::admin::ClusterCheck, String>>>> =
-        Rc::new(RefCell::new(None));
-    {
-        let verdict = verdict.clone();
-        let cfg = cfg.clone();
-        sim.client("checker", async move {
-            let d = dialer();
-            let mut last = None;
-            for _ in 0..120 {
-                match cairn_cluster::admin::check_with(&cfg, Duration::from_secs(30), d.clone())
-                    .await
-                {
-                    Ok(c) if c.problems.is_empty() && c.in_flight == 0 => {
-                        last = Some(Ok(c));
-                        break;
-                    }
-                    Ok(c) => last = Some(Ok(c)),
-                    Err(e) => last = Some(Err(e.to_string())),
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            *verdict.borrow_mut() = last;
-            Ok(())
+    /// Restarts every server still down (the workload is over).
+    fn restart_all(&mut self) {
+        for (_, s, ev) in self.kills.down.drain(..) {
+            self.cluster.sim.bounce(format!("s{s}"));
+            self.res.crash_events[ev].restart_step = self.cluster.step;
+        }
+        self.res.steps = self.cluster.step;
+        self.res.virtual_ms = self.cluster.elapsed_ms();
+        self.res.creates = self.shared.acked.get();
+        self.res.creates_unknown = self.shared.unknown.get();
+    }
+
+    /// Kills server `s` (stopped at split crash point `point`, if any), cuts its power
+    /// and schedules its restart.
+    fn kill(&mut self, s: u32, point: Option<&'static str>) -> Result<()> {
+        let step = self.cluster.step;
+        let probe = self.cluster.probes.borrow()[s as usize].clone();
+        let during_split = point.is_some() || probe.as_ref().is_some_and(|p| p.splitting());
+        let pl = self.cluster.power[s as usize]
+            .clone()
+            .context("power-loss record")?;
+        let drawn = self
+            .kills
+            .plan
+            .get(self.kills.next)
+            .context("a kill not planned")?;
+        let drawn_point = drawn.1.to_string();
+        if let Some(p) = &probe {
+            add_counts(&mut self.kills.counted[s as usize], p);
+        }
+        pl.cut();
+        self.cluster.crash(s);
+        let r = pl
+            .restart(self.cluster.loss, self.kills.rng.random())
+            .with_context(|| format!("rewriting server {s}'s files after the kill"))?;
+        let restart = step + self.kills.rng.random_range(5..200);
+        self.res.crash_events.push(CrashEvent {
+            armed_step: self.kills.armed_since.unwrap_or(step),
+            drawn_point,
+            step,
+            server: s,
+            point: point.map(str::to_string),
+            during_split,
+            restart_step: 0,
+            lost_writes: r.lost,
         });
+        let ev = self.res.crash_events.len() - 1;
+        self.kills.down.push((restart, s, ev));
+        self.kills.next += 1;
+        self.kills.armed_since = None;
+        Ok(())
     }
-    loop {
-        let done = sim
-            .step()
-            .map_err(|e| anyhow!("simulation step {step}: {e}"))?;
-        step += 1;
-        if done {
-            break;
-        }
-    }
-    obs.poll(step, &probes.borrow(), &mut res.split_events);
-    let check = verdict
-        .borrow_mut()
-        .take()
-        .context("the check did not finish")?
-        .map_err(|e| anyhow!("check: {e}"))?;
-    if !check.problems.is_empty() || check.in_flight != 0 {
-        bail!(
-            "the namespace is INCONSISTENT after the simulation (seed {}): {} in flight; {}",
-            o.seed,
-            check.in_flight,
-            check.problems.join("; ")
-        );
-    }
-    // Every acknowledged create is there; a create that failed may or may not be. The
-    // check's entries are the files plus the shared directory's own entry.
-    let files = check.entries.saturating_sub(1);
-    if files < res.creates || files > res.creates + res.creates_unknown {
-        bail!(
-            "the shared directory holds {files} files; {} creates were acknowledged and {} \
-             failed (seed {})",
-            res.creates,
-            res.creates_unknown,
-            o.seed
-        );
-    }
-    res.checked = (check.entries, check.partitions, check.inodes);
 
-    let r = redirects(&shared);
-    res.redirects = r;
-    res.redirects_per_create = ratio(r, res.creates);
-    if let Some(c) = res.creates_to_cover {
-        if res.creates > c {
-            res.redirects_per_create_after_cover =
-                Some(ratio(r - redirects_at_cover, res.creates - c));
+    /// The result, once `check` (the namespace after the run) is known: fails if the
+    /// namespace is inconsistent or an acknowledged create is missing.
+    fn finish(mut self, seed: u64, check: &ClusterCheck) -> Result<SimResult> {
+        if !check.problems.is_empty() || check.in_flight != 0 {
+            bail!(
+                "the namespace is INCONSISTENT after the simulation (seed {seed}): {} in \
+                 flight; {}",
+                check.in_flight,
+                check.problems.join("; ")
+            );
+        }
+        let res = &mut self.res;
+        // Every acknowledged create is there; a create that failed may or may not be.
+        // The check's entries are the files plus the shared directory's own entry.
+        let files = check.entries.saturating_sub(1);
+        if files < res.creates || files > res.creates + res.creates_unknown {
+            bail!(
+                "the shared directory holds {files} files; {} creates were acknowledged and \
+                 {} failed (seed {seed})",
+                res.creates,
+                res.creates_unknown,
+            );
+        }
+        res.checked = (check.entries, check.partitions, check.inodes);
+        let r = redirects(&self.shared);
+        res.redirects = r;
+        res.redirects_per_create = ratio(r, res.creates);
+        if let Some(c) = res.creates_to_cover {
+            if res.creates > c {
+                res.redirects_per_create_after_cover =
+                    Some(ratio(r - self.redirects_at_cover, res.creates - c));
+            }
+        }
+        // The servers' own counts: those of the servers killed, as read just before
+        // their kill, plus the running servers' now.
+        let counted = &mut self.kills.counted;
+        for (c, p) in counted.iter_mut().zip(self.cluster.probes.borrow().iter()) {
+            if let Some(p) = p {
+                add_counts(c, p);
+            }
+        }
+        res.splits = counted.iter().map(|c| c.0).sum();
+        res.entries_moved = counted.iter().map(|c| c.1).sum();
+        res.summarize_splits(&self.obs);
+        Ok(self.res)
+    }
+}
+
+/// Redirects the clients received so far.
+fn redirects(s: &Shared) -> u64 {
+    s.clients.borrow().iter().map(|c| c.redirects()).sum()
+}
+
+impl SimResult {
+    /// The result of a run of `o` before it starts.
+    fn empty(o: &SimOptions) -> SimResult {
+        SimResult {
+            servers: o.servers,
+            files_per_server: o.files_per_server,
+            seed: o.seed,
+            split_threshold: o.split_threshold,
+            partitions_per_server: o.partitions_per_server,
+            creates: 0,
+            creates_unknown: 0,
+            steps: 0,
+            virtual_ms: 0,
+            splits_to_cover: None,
+            creates_to_cover: None,
+            virtual_ms_to_cover: None,
+            splits: 0,
+            splits_observed: 0,
+            entries_moved: 0,
+            moved_per_split_mean: 0.0,
+            moved_per_split_max: 0,
+            remote_splits: 0,
+            moved_per_remote_split_mean: 0.0,
+            redirects: 0,
+            redirects_per_create: 0.0,
+            redirects_per_create_after_cover: None,
+            entries_per_server: Vec::new(),
+            balance_max_over_mean: 0.0,
+            partitions: 0,
+            samples: Vec::new(),
+            split_events: Vec::new(),
+            crash_events: Vec::new(),
+            checked: (0, 0, 0),
         }
     }
-    // The servers' own counts: those of the servers killed, as read just before their
-    // kill, plus the running servers' now.
-    for (c, p) in counted.iter_mut().zip(probes.borrow().iter()) {
-        if let Some(p) = p {
-            add_counts(c, p);
-        }
+
+    /// The figures of the splits seen and of the directory at the end (`splits` and
+    /// `entries_moved` are the servers' counts, set before).
+    fn summarize_splits(&mut self, obs: &Observer) {
+        self.splits_observed = self.split_events.len() as u64;
+        self.moved_per_split_mean = ratio(self.entries_moved, self.splits);
+        self.moved_per_split_max = self.split_events.iter().map(|e| e.moved).max().unwrap_or(0);
+        let remote: Vec<u64> = self
+            .split_events
+            .iter()
+            .filter(|e| e.remote)
+            .map(|e| e.moved)
+            .collect();
+        self.remote_splits = remote.len() as u64;
+        self.moved_per_remote_split_mean = ratio(remote.iter().sum(), self.remote_splits);
+        self.entries_per_server = obs.entries_per_server();
+        self.balance_max_over_mean = balance(&self.entries_per_server);
+        self.partitions = obs.partitions();
     }
-    res.splits = counted.iter().map(|c| c.0).sum();
-    res.splits_observed = res.split_events.len() as u64;
-    res.entries_moved = counted.iter().map(|c| c.1).sum();
-    res.moved_per_split_mean = ratio(res.entries_moved, res.splits);
-    res.moved_per_split_max = res.split_events.iter().map(|e| e.moved).max().unwrap_or(0);
-    let remote: Vec<u64> = res
-        .split_events
-        .iter()
-        .filter(|e| e.remote)
-        .map(|e| e.moved)
-        .collect();
-    res.remote_splits = remote.len() as u64;
-    res.moved_per_remote_split_mean = ratio(remote.iter().sum(), res.remote_splits);
-    res.entries_per_server = obs.entries_per_server();
-    res.balance_max_over_mean = balance(&res.entries_per_server);
-    res.partitions = obs.partitions();
-    Ok(res)
 }
 
 /// Adds the splits and moved entries server `p` counted since it started to `c`.
@@ -737,80 +792,4 @@ pub fn balance(v: &[u64]) -> f64 {
     }
     let mean = sum as f64 / v.len() as f64;
     *v.iter().max().unwrap_or(&0) as f64 / mean
-}
-
-/// Follows the shared directory's partitions on every server.
-struct Observer {
-    n: u32,
-    dir: u64,
-    /// (server, index) → (depth, entries) at the last poll.
-    seen: BTreeMap<(u32, u32), (u32, u64)>,
-    /// New partitions seen while incoming: index → entries.
-    incoming: BTreeMap<u32, u64>,
-}
-
-impl Observer {
-    fn new(n: u32, dir: u64) -> Observer {
-        Observer {
-            n,
-            dir,
-            seen: BTreeMap::new(),
-            incoming: BTreeMap::new(),
-        }
-    }
-
-    /// Reads every server that is up; records the splits its depths show.
-    fn poll(&mut self, step: u64, probes: &[Option<Probe>], out: &mut Vec<SplitEvent>) {
-        for (s, p) in probes.iter().enumerate() {
-            let Some(parts) = p.as_ref().and_then(|p| p.partitions()) else {
-                continue;
-            };
-            for q in parts.iter().filter(|q| q.dir == self.dir) {
-                if q.incoming {
-                    self.incoming.entry(q.index).or_insert(q.entries);
-                    continue;
-                }
-                let key = (s as u32, q.index);
-                if let Some(&(d0, e0)) = self.seen.get(&key) {
-                    for d in d0..q.depth {
-                        let child = q.index + (1u32 << d.min(31));
-                        let (moved, exact) = match self.incoming.get(&child) {
-                            Some(&e) => (e, true),
-                            None => (e0.saturating_sub(q.entries), false),
-                        };
-                        out.push(SplitEvent {
-                            step,
-                            server: s as u32,
-                            index: q.index,
-                            depth: d + 1,
-                            moved,
-                            moved_exact: exact,
-                            remote: server_of(home_of(self.dir), child, self.n) != s as u32,
-                        });
-                    }
-                }
-                self.seen.insert(key, (q.depth, q.entries));
-            }
-        }
-    }
-
-    /// Partitions of the directory that are active somewhere.
-    fn partitions(&self) -> u64 {
-        self.seen.len() as u64
-    }
-
-    /// Servers holding an active partition of the directory.
-    fn covered(&self) -> u32 {
-        let mut s: Vec<u32> = self.seen.keys().map(|k| k.0).collect();
-        s.dedup();
-        s.len() as u32
-    }
-
-    fn entries_per_server(&self) -> Vec<u64> {
-        let mut v = vec![0u64; self.n as usize];
-        for (&(s, _), &(_, e)) in &self.seen {
-            v[s as usize] += e;
-        }
-        v
-    }
 }

@@ -131,41 +131,64 @@ pub(super) struct Phases {
     pub(super) phase_limit: Option<Duration>,
 }
 
-/// Runs the phases of one target: creates, a reopen where the target has one, stats in
-/// random order, a listing and unlinks.
-pub(super) fn run_target(
-    label: &str,
-    t: &mut dyn Target,
-    phases: &Phases,
-    stats: Option<&FuseStats>,
-) -> Result<TargetRun> {
-    let Phases {
-        n,
-        intervals,
-        pin,
-        limit,
-        phase_limit,
-    } = *phases;
-    let _pin = match pin {
-        Some(cpu) => Some(Pin::new(cpu, stats.map(|s| s.pid))?),
-        None => None,
-    };
-    let step = (n / intervals).max(1);
-    let mut requests = BTreeMap::new();
-    let mut counts = stats.and_then(FuseStats::read);
-    let mut phase_done = |phase: &str, k: u64, counts: &mut Option<BTreeMap<String, u64>>| {
-        if let (Some(s), Some(before)) = (stats, counts.as_ref()) {
+/// The FUSE requests of each phase, per file, from the mount's counts.
+struct Requests<'a> {
+    stats: Option<&'a FuseStats>,
+    /// The counts at the end of the phase before.
+    counts: Option<BTreeMap<String, u64>>,
+    /// Phase → request → count per file.
+    per_phase: BTreeMap<String, BTreeMap<String, f64>>,
+}
+
+impl<'a> Requests<'a> {
+    fn new(stats: Option<&'a FuseStats>) -> Requests<'a> {
+        Requests {
+            stats,
+            counts: stats.and_then(FuseStats::read),
+            per_phase: BTreeMap::new(),
+        }
+    }
+
+    /// Phase `phase` made `k` operations: its requests since the phase before.
+    fn phase_done(&mut self, phase: &str, k: u64) {
+        if let (Some(s), Some(before)) = (self.stats, self.counts.as_ref()) {
             if let Some(after) = s.read() {
-                requests.insert(phase.to_string(), per_file(before, &after, k));
-                *counts = Some(after);
+                self.per_phase
+                    .insert(phase.to_string(), per_file(before, &after, k));
+                self.counts = Some(after);
             }
         }
-    };
+    }
 
-    // The peak read after the target is then its own.
-    crate::measure::reset_peak_rss();
-    let peak_anon = t.process().map(memory::PeakAnon::start);
-    let memory_of = |t: &dyn Target| t.process().and_then(Memory::of);
+    /// The requests per phase, for a FUSE target.
+    fn result(self) -> Option<BTreeMap<String, BTreeMap<String, f64>>> {
+        self.stats.map(|_| self.per_phase)
+    }
+}
+
+/// The create phase's results.
+struct Creates {
+    /// Files created.
+    created: u64,
+    /// Its time.
+    secs: Duration,
+    /// The rate over each interval.
+    series: Vec<Sample>,
+    /// (files, time) every n / 10,000 creates, and at the end.
+    marks: Vec<(u64, Duration)>,
+    /// When --time-limit stopped it.
+    stopped_after: Option<f64>,
+}
+
+/// Creates `n` files on `t`, sampling the rate `intervals` times, stopping after `limit`.
+fn creates(
+    label: &str,
+    t: &mut dyn Target,
+    n: u64,
+    intervals: u64,
+    limit: Option<Duration>,
+) -> Result<Creates> {
+    let step = (n / intervals).max(1);
     let mut series = Vec::new();
     // (files, time) every `fine` creates: the first and last 10% are read from it.
     let fine = (n / 10_000).max(1);
@@ -208,13 +231,47 @@ pub(super) fn run_target(
             break;
         }
     }
-    let create = start.elapsed();
+    let secs = start.elapsed();
     if marks.last().map(|m| m.0) != Some(created) {
-        marks.push((created, create));
+        marks.push((created, secs));
     }
-    let n = created;
-    let (first_10pct_rate, last_10pct_rate) = tenths(&marks, n);
-    phase_done("create", n, &mut counts);
+    Ok(Creates {
+        created,
+        secs,
+        series,
+        marks,
+        stopped_after,
+    })
+}
+
+/// Runs the phases of one target: creates, a reopen where the target has one, stats in
+/// random order, a listing and unlinks.
+pub(super) fn run_target(
+    label: &str,
+    t: &mut dyn Target,
+    phases: &Phases,
+    stats: Option<&FuseStats>,
+) -> Result<TargetRun> {
+    let Phases {
+        n,
+        intervals,
+        pin,
+        limit,
+        phase_limit,
+    } = *phases;
+    let _pin = match pin {
+        Some(cpu) => Some(Pin::new(cpu, stats.map(|s| s.pid))?),
+        None => None,
+    };
+    let mut requests = Requests::new(stats);
+    // The peak read after the target is then its own.
+    crate::measure::reset_peak_rss();
+    let peak_anon = t.process().map(memory::PeakAnon::start);
+    let memory_of = |t: &dyn Target| t.process().and_then(Memory::of);
+    let c = creates(label, t, n, intervals, limit)?;
+    let n = c.created;
+    let (first_10pct_rate, last_10pct_rate) = tenths(&c.marks, n);
+    requests.phase_done("create", n);
     let memory_after_create = memory_of(t);
     let index_bytes_per_file = t.index_bytes().map(|b| b as f64 / n as f64);
     let reopened = t.reopen()?;
@@ -228,7 +285,7 @@ pub(super) fn run_target(
         t.stat(&f).with_context(|| format!("{label}: stat {f}"))
     })?;
     drop(order);
-    phase_done("stat", stats_done.max(1), &mut counts);
+    requests.phase_done("stat", stats_done.max(1));
 
     let t0 = Instant::now();
     let listed = t.list()?;
@@ -236,20 +293,20 @@ pub(super) fn run_target(
     if listed != n {
         bail!("{label}: listed {listed} entries, created {n}");
     }
-    phase_done("list", n, &mut counts);
+    requests.phase_done("list", n);
 
     let (unlinks_done, unlink) = limited(label, "unlinked", n, phase_limit, |k| {
         let f = name(k);
         t.unlink(&f).with_context(|| format!("{label}: unlink {f}"))
     })?;
-    phase_done("unlink", unlinks_done.max(1), &mut counts);
+    requests.phase_done("unlink", unlinks_done.max(1));
 
     Ok(TargetRun {
         target: label.to_string(),
         files: n,
-        stopped_after,
-        create_rate: per_sec(n, create),
-        create_series: series,
+        stopped_after: c.stopped_after,
+        create_rate: per_sec(n, c.secs),
+        create_series: c.series,
         first_10pct_rate,
         last_10pct_rate,
         stat_rate: per_sec(stats_done, stat),
@@ -257,11 +314,11 @@ pub(super) fn run_target(
         unlink_rate: per_sec(unlinks_done, unlink),
         stats_done,
         unlinks_done,
-        create_secs: create.as_secs_f64(),
+        create_secs: c.secs.as_secs_f64(),
         stat_secs: stat.as_secs_f64(),
         list_secs: list.as_secs_f64(),
         unlink_secs: unlink.as_secs_f64(),
-        fuse_requests: stats.map(|_| requests),
+        fuse_requests: requests.result(),
         transport: None,
         memory_after_create,
         index_bytes_per_file,
