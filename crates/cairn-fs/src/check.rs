@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::errno::FsResult;
 use super::inode::Inode;
-use super::layout::*;
+use super::layout::{TAG_INODE, TAG_LEASE, decode_lease, TAG_DENTRY, TAG_ORPHAN, decode_be_u64, TAG_CHUNK, TAG_XATTR, split_be_u64, split_dentry_suffix, decode_dentry};
 use super::{Fs, CHUNK_SIZE, ROOT};
 
 /// What [`Fs::check`] found: an empty list means a consistent tree.

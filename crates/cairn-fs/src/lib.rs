@@ -67,7 +67,7 @@ use parking_lot::Mutex;
 
 use cairn::{Db, Options};
 use inode::{Inode, Tx};
-use layout::*;
+use layout::{TAG_INODE, lease_key, decode_lease, inode_key, TAG_ORPHAN, decode_be_u64, orphan_key};
 use store::{Batch, Rows};
 use times::CachedDir;
 

@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::errno::{Errno, FsResult};
 use super::inode::{Inode, Tx};
-use super::layout::*;
+use super::layout::inode_key;
 use super::store::Batch;
 use super::Fs;
 
