@@ -4,7 +4,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::errno::FsResult;
 use super::inode::Inode;
-use super::layout::{TAG_INODE, TAG_LEASE, decode_lease, TAG_DENTRY, TAG_ORPHAN, decode_be_u64, TAG_CHUNK, TAG_XATTR, split_be_u64, split_dentry_suffix, decode_dentry};
+use super::layout::{
+    decode_be_u64, decode_dentry, decode_lease, split_be_u64, split_dentry_suffix, TAG_CHUNK,
+    TAG_DENTRY, TAG_INODE, TAG_LEASE, TAG_ORPHAN, TAG_XATTR,
+};
 use super::{Fs, CHUNK_SIZE, ROOT};
 
 /// What [`Fs::check`] found: an empty list means a consistent tree.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::errno::{err, Errno, FsResult};
 use super::inode::{Attr, Inode, Tx};
-use super::layout::{decode_be_u64, orphan_key, chunk_key, FLAG_CHUNKED, ino_prefix, TAG_CHUNK};
+use super::layout::{chunk_key, decode_be_u64, ino_prefix, orphan_key, FLAG_CHUNKED, TAG_CHUNK};
 use super::perm::{Cred, SetAttr};
 use super::rules;
 use super::times::now_ns;

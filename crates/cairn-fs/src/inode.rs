@@ -4,7 +4,10 @@
 use std::collections::BTreeMap;
 
 use super::errno::{err, Errno, FsResult};
-use super::layout::{INODE_HEADER, u32_at, u64_at, FLAG_CHUNKED, inode_key, lease_key, FLAG_XATTRS, TAG_CHUNK, TAG_XATTR, ino_prefix, orphan_key};
+use super::layout::{
+    ino_prefix, inode_key, lease_key, orphan_key, u32_at, u64_at, FLAG_CHUNKED, FLAG_XATTRS,
+    INODE_HEADER, TAG_CHUNK, TAG_XATTR,
+};
 use super::store::Batch;
 use super::times::{CachedDir, DIR_CACHE_MAX, DIR_TIMES_EVERY};
 use super::Fs;

@@ -67,7 +67,9 @@ use parking_lot::Mutex;
 
 use cairn::{Db, Options};
 use inode::{Inode, Tx};
-use layout::{TAG_INODE, lease_key, decode_lease, inode_key, TAG_ORPHAN, decode_be_u64, orphan_key};
+use layout::{
+    decode_be_u64, decode_lease, inode_key, lease_key, orphan_key, TAG_INODE, TAG_ORPHAN,
+};
 use store::{Batch, Rows};
 use times::CachedDir;
 

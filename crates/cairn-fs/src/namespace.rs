@@ -3,7 +3,7 @@
 
 use super::errno::{err, Errno, FsResult};
 use super::inode::{Attr, Inode, Tx};
-use super::layout::{dentry_key, decode_dentry, encode_dentry, dentry_prefix};
+use super::layout::{decode_dentry, dentry_key, dentry_prefix, encode_dentry};
 use super::perm::{Cred, R};
 use super::rules;
 use super::times::now_ns;

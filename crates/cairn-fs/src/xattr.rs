@@ -3,7 +3,7 @@
 
 use super::errno::{err, Errno, FsResult};
 use super::inode::{Inode, Tx};
-use super::layout::{xattr_key, FLAG_XATTRS, ino_prefix, TAG_XATTR};
+use super::layout::{ino_prefix, xattr_key, FLAG_XATTRS, TAG_XATTR};
 use super::perm::Cred;
 use super::rules;
 use super::times::now_ns;
