@@ -14,7 +14,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 head -c $((16 << 20)) /dev/urandom >"$work/input"
 total() { # total instructions of every callgrind output file of one workload
-  callgrind_annotate "$@" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); s += $1} END {printf "%d\n", s}'
+  callgrind_annotate "$@" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); s += $1} END {printf "%.0f\n", s}'
 }
 run() { # NAME COMMAND...: run under callgrind, print the instruction total
   local name=$1
