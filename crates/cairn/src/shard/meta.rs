@@ -194,23 +194,19 @@ impl SegMeta {
         }
     }
 
-    /// Unsealed → Sealing (the maintenance thread begins its seal). Refused otherwise:
-    /// gone, sealed, being sealed by another thread (a segment can be queued twice), or
-    /// being dropped by compaction (which queues it again if it gives it back).
-    pub fn begin_seal(&mut self) -> bool {
+    /// Moves an unsealed segment (judged or not) to the state `next` makes of its drop
+    /// memo and listing; any other state is kept and `false` returned.
+    fn leave_unsealed(
+        &mut self,
+        next: impl FnOnce(Option<DropMemo>, Option<Listing>) -> SegState,
+    ) -> bool {
         match std::mem::take(&mut self.state) {
             SegState::Unsealed => {
-                self.state = SegState::Sealing {
-                    memo: None,
-                    listing: None,
-                };
+                self.state = next(None, None);
                 true
             }
             SegState::UnsealedJudged { memo, listing } => {
-                self.state = SegState::Sealing {
-                    memo: Some(memo),
-                    listing,
-                };
+                self.state = next(Some(memo), listing);
                 true
             }
             other => {
@@ -218,6 +214,13 @@ impl SegMeta {
                 false
             }
         }
+    }
+
+    /// Unsealed → Sealing (the maintenance thread begins its seal). Refused otherwise:
+    /// gone, sealed, being sealed by another thread (a segment can be queued twice), or
+    /// being dropped by compaction (which queues it again if it gives it back).
+    pub fn begin_seal(&mut self) -> bool {
+        self.leave_unsealed(|memo, listing| SegState::Sealing { memo, listing })
     }
 
     /// Sealing → Sealed when the seal succeeded (the listing is forgotten: the hint
@@ -277,26 +280,7 @@ impl SegMeta {
     /// Unsealed → Dropping: compaction claims the segment to drop it whole. Refused
     /// when it is being sealed, sealed, claimed already or damaged.
     pub fn claim_drop(&mut self) -> bool {
-        match std::mem::take(&mut self.state) {
-            SegState::Unsealed => {
-                self.state = SegState::Dropping {
-                    memo: None,
-                    listing: None,
-                };
-                true
-            }
-            SegState::UnsealedJudged { memo, listing } => {
-                self.state = SegState::Dropping {
-                    memo: Some(memo),
-                    listing,
-                };
-                true
-            }
-            other => {
-                self.state = other;
-                false
-            }
-        }
+        self.leave_unsealed(|memo, listing| SegState::Dropping { memo, listing })
     }
 
     /// Dropping → Unsealed: compaction gives a claimed segment back. Returns whether it
