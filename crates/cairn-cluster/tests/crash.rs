@@ -10,31 +10,19 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use cairn_cluster::giga::{dir_home, home_of, server_of};
+use cairn_cluster::giga::{home_of, server_of};
 use cairn_cluster::Client;
 use cairn_fs::{Cred, FileSystem, FsResult, ROOT};
-use common::Cluster;
+use common::{dir_name_on, e, Cluster};
 
 const R: Cred = Cred::ROOT;
 const N: u32 = 3;
-
-fn e<T: std::fmt::Debug>(r: FsResult<T>) -> i32 {
-    r.expect_err("expected an error").0
-}
-
-/// A name for a new directory in `parent` whose home is server `home`.
-fn dir_name_on(parent: u64, prefix: &str, home: u32) -> Vec<u8> {
-    (0..10_000)
-        .map(|i| format!("{prefix}{i}").into_bytes())
-        .find(|n| dir_home(parent, n, N) == home)
-        .unwrap()
-}
 
 /// Directories `a` and `b` in the root whose homes (and so whose names) are on
 /// servers 1 and 2.
 fn dirs_a1_b2(fs: &Client) -> (u64, u64) {
     let mk = |prefix: &str, home: u32| {
-        fs.mkdir(&R, ROOT, &dir_name_on(ROOT, prefix, home), 0o755)
+        fs.mkdir(&R, ROOT, &dir_name_on(ROOT, prefix, home, N), 0o755)
             .unwrap()
             .ino
     };
@@ -95,7 +83,7 @@ fn mkdir_across_servers() {
     .into_iter()
     .enumerate()
     {
-        let name = dir_name_on(ROOT, &format!("m{k}-"), 1);
+        let name = dir_name_on(ROOT, &format!("m{k}-"), 1, N);
         let n2 = name.clone();
         let r = crash_during(&mut c, victim, point, move |fs| {
             fs.mkdir(&R, ROOT, &n2, 0o755).map(drop)
@@ -175,7 +163,7 @@ fn rmdir_across_servers() {
         (0, "followups:done", true),
     ];
     for (k, (victim, point, gone)) in cases.into_iter().enumerate() {
-        let name = dir_name_on(ROOT, &format!("r{k}-"), 1);
+        let name = dir_name_on(ROOT, &format!("r{k}-"), 1, N);
         let d = fs.mkdir(&R, ROOT, &name, 0o755).unwrap().ino;
         let n2 = name.clone();
         let r = crash_during(&mut c, victim, point, move |fs| fs.rmdir(&R, ROOT, &n2));
@@ -262,7 +250,7 @@ fn directory_rename_across_servers() {
     .into_iter()
     .enumerate()
     {
-        let sname = dir_name_on(a, &format!("sub{k}-"), 0);
+        let sname = dir_name_on(a, &format!("sub{k}-"), 0, N);
         let sub = fs.mkdir(&R, a, &sname, 0o755).unwrap().ino;
         fs.create(&R, sub, b"inner", 0o644).unwrap();
         // An empty directory to replace.
@@ -302,7 +290,7 @@ fn rename_retry_after_the_destination_was_released() {
     // a's names on server 1, b's on server 2, the moved directory's home server 0.
     let (a, b) = dirs_a1_b2(&fs);
     for k in 0..3 {
-        let sname = dir_name_on(a, &format!("s{k}-"), 0);
+        let sname = dir_name_on(a, &format!("s{k}-"), 0, N);
         let sub = fs.mkdir(&R, a, &sname, 0o755).unwrap().ino;
         c.arm(2, "release-rename:after-write");
         let cl = c.client_timeout(Duration::from_secs(3));
@@ -345,7 +333,7 @@ fn split_crash_points() {
     for (victim, point) in cases {
         let mut c = Cluster::start(N as usize, 50);
         let fs = c.client();
-        let dname = dir_name_on(ROOT, "big", 0);
+        let dname = dir_name_on(ROOT, "big", 0, N);
         let d = fs.mkdir(&R, ROOT, &dname, 0o755).unwrap().ino;
         assert_eq!(server_of(home_of(d), 1, N), 1);
         // Below the threshold, then armed; the next creates trigger the split.
@@ -681,7 +669,7 @@ fn chmod_after_a_power_cut_of_the_directory_home() {
     let mut c = Cluster::start_with(N as usize, 1000, cairn_cluster::server::SyncMode::Never);
     let fs = c.client();
     let d = fs
-        .mkdir(&R, ROOT, &dir_name_on(ROOT, "p", 1), 0o755)
+        .mkdir(&R, ROOT, &dir_name_on(ROOT, "p", 1, N), 0o755)
         .unwrap()
         .ino;
     assert_eq!(home_of(d), 1);

@@ -9,20 +9,16 @@ mod common;
 use std::time::Duration;
 
 use cairn_fs::{
-    Cred, FileSystem, FsResult, Groups, SetAttr, TimeSet, RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT,
+    Cred, FileSystem, Groups, SetAttr, TimeSet, RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT,
     XATTR_CREATE, XATTR_REPLACE,
 };
-use common::Cluster;
+use common::{e, Cluster};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const R: Cred = Cred::ROOT;
 const ALICE: Cred = Cred::new(1000, 1000);
 const BOB: Cred = Cred::new(1001, 1001);
-
-fn e<T: std::fmt::Debug>(r: FsResult<T>) -> i32 {
-    r.expect_err("expected an error").0
-}
 
 /// A cluster and a client of it, and a check of the namespace when dropped.
 struct Fresh {

@@ -23,30 +23,17 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use cairn_cluster::giga::{dir_home, home_of};
+use cairn_cluster::giga::home_of;
 use cairn_cluster::proto::intent_row::Op;
 use cairn_cluster::proto::{IntentRow, IntentRowV1, IntentState, ServerRow};
 use cairn_cluster::server::{self, SyncMode};
 use cairn_cluster::{ClusterConfig, ServerError};
-use cairn_fs::{Cred, FileSystem, FsResult, ROOT};
-use common::Cluster;
+use cairn_fs::{Cred, FileSystem, ROOT};
+use common::{dir_name_on, e, Cluster};
 use prost::Message;
 
 const R: Cred = Cred::ROOT;
 const N: u32 = 3;
-
-fn e<T: std::fmt::Debug>(r: FsResult<T>) -> i32 {
-    r.expect_err("expected an error").0
-}
-
-/// The first name `{prefix}{i}` in `parent` whose directory home is server `home` (how
-/// the fixture's names were chosen).
-fn dir_name_on(parent: u64, prefix: &str, home: u32) -> Vec<u8> {
-    (0..10_000)
-        .map(|i| format!("{prefix}{i}").into_bytes())
-        .find(|n| dir_home(parent, n, N) == home)
-        .unwrap()
-}
 
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
@@ -180,16 +167,16 @@ fn intents_of_rows_version_1_are_upgraded_and_finished() {
     let fs = c.client();
     let dir = |name: &[u8]| fs.lookup(&R, ROOT, name).unwrap().ino;
     let (a, b) = (
-        dir(&dir_name_on(ROOT, "a", 1)),
-        dir(&dir_name_on(ROOT, "b", 2)),
+        dir(&dir_name_on(ROOT, "a", 1, N)),
+        dir(&dir_name_on(ROOT, "b", 2, N)),
     );
     let (p, big) = (
-        dir(&dir_name_on(ROOT, "p", 0)),
-        dir(&dir_name_on(ROOT, "big", 0)),
+        dir(&dir_name_on(ROOT, "p", 0, N)),
+        dir(&dir_name_on(ROOT, "big", 0, N)),
     );
     let f = fs.lookup(&R, a, b"f").unwrap().ino;
     // mkdir (prepared): rolled forward, the directory made at its home.
-    let m = fs.lookup(&R, ROOT, &dir_name_on(ROOT, "m", 1)).unwrap();
+    let m = fs.lookup(&R, ROOT, &dir_name_on(ROOT, "m", 1, N)).unwrap();
     assert!(m.is_dir());
     assert_eq!(home_of(m.ino), 1);
     assert_eq!(fs.getattr(m.ino).unwrap().nlink, 2);
@@ -199,7 +186,7 @@ fn intents_of_rows_version_1_are_upgraded_and_finished() {
     assert_eq!(e(fs.lookup(&R, ROOT, b"ul")), libc::ENOENT);
     assert_eq!(fs.getattr(f).unwrap().nlink, 2);
     // rmdir (prepared): undone, the directory whole and removable.
-    let rname = dir_name_on(ROOT, "r", 1);
+    let rname = dir_name_on(ROOT, "r", 1, N);
     let r = dir(&rname);
     fs.create(&R, r, b"x", 0o644).unwrap();
     fs.unlink(&R, r, b"x").unwrap();

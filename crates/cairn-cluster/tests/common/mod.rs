@@ -251,3 +251,17 @@ impl Cluster {
         }
     }
 }
+
+/// The errno of a call that must fail.
+pub fn e<T: std::fmt::Debug>(r: cairn_fs::FsResult<T>) -> i32 {
+    r.expect_err("expected an error").0
+}
+
+/// The first name `{prefix}{i}` in `parent` whose directory home is server `home` of
+/// `servers`: a directory made there by a mkdir whose parent lives elsewhere.
+pub fn dir_name_on(parent: u64, prefix: &str, home: u32, servers: u32) -> Vec<u8> {
+    (0..10_000)
+        .map(|i| format!("{prefix}{i}").into_bytes())
+        .find(|n| cairn_cluster::giga::dir_home(parent, n, servers) == home)
+        .expect("a name homed on the server among 10,000")
+}
