@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 
 use crate::background;
 use crate::batch::WriteBatch;
+use crate::checkpoint::{self, CheckpointReport, How, Staging};
 use crate::compaction::{self, Outcome, Reclaimed};
 use crate::core::Core;
 use crate::damage::Damage;
@@ -544,6 +545,62 @@ impl Db {
     /// Re-reads every record and hint file and reports each damaged place.
     pub fn verify(&self) -> Result<VerifyReport> {
         crate::verify::verify(self.core())
+    }
+
+    /// Makes a consistent copy of the whole store (every keyspace: the file store and
+    /// the file system too) in `dest`, a new directory, while writers go on; returns
+    /// once it is durable. The copy holds exactly the writes numbered below one point of
+    /// the write order (a prefix of the acknowledged writes, whole batches only), and
+    /// `Db::open(dest)` opens it with nothing to repair.
+    ///
+    /// Writers are held only for the cut: the time to note each segment's length (see
+    /// [`CheckpointReport::cut`]). Sealed segments, which never change, are hard-linked
+    /// when `dest` is on the store's file system — then the checkpoint takes about as
+    /// long for any size — and copied otherwise (with `copy_file_range`); the segments
+    /// still taking writes are copied up to the cut. Compaction waits until the
+    /// checkpoint has placed every segment, so none it needs is removed.
+    ///
+    /// `dest` must not exist or be an empty directory; the copy is made in
+    /// `DEST.incomplete` and renamed, so a crash leaves `dest` whole or absent. A
+    /// checkpoint shares its sealed segments' data with the store (hard links): for a
+    /// copy that survives damage to the store's disk, use [`Db::backup`].
+    ///
+    /// ```
+    /// # let tmp = tempfile::tempdir().unwrap();
+    /// let db = cairn::Db::open(tmp.path().join("db"))?;
+    /// db.put("k", "v")?;
+    /// let report = db.checkpoint(tmp.path().join("copy"))?;
+    /// db.put("k", "later")?;
+    /// let copy = cairn::Db::open(tmp.path().join("copy"))?;
+    /// assert_eq!(copy.get("k")?.as_deref(), Some(&b"v"[..]));
+    /// assert!(report.cut < std::time::Duration::from_secs(1));
+    /// # Ok::<(), cairn::Error>(())
+    /// ```
+    pub fn checkpoint(&self, dest: impl AsRef<Path>) -> Result<CheckpointReport> {
+        let core = self.core();
+        let staging = Staging::begin(&core.fs, dest.as_ref())?;
+        match checkpoint::copy_store(core, &staging, &How::Link) {
+            Ok((report, _)) => {
+                staging.finish(&core.fs)?;
+                Ok(report)
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&staging.dir);
+                Err(e)
+            }
+        }
+    }
+
+    /// Makes a backup of the store in `dest`: a checkpoint (see [`Db::checkpoint`])
+    /// whose files are all copied, never linked to the store, and listed with their
+    /// lengths and CRC-32C checksums in `dest/BACKUP`, so that
+    /// [`crate::backup::verify`] can check it. With `base`, an earlier backup, the
+    /// backup is incremental: each sealed segment (and hint file) the base holds byte
+    /// for byte is hard-linked from it instead of copied, so only what changed since is
+    /// written (the store's sealed segments are read to compare). Restore with
+    /// [`crate::backup::restore`].
+    pub fn backup(&self, dest: impl AsRef<Path>, base: Option<&Path>) -> Result<CheckpointReport> {
+        crate::backup::backup(self.core(), dest.as_ref(), base)
     }
 
     /// Damage found and skipped while opening (corrupt records, unreadable hints).

@@ -146,6 +146,16 @@ impl FileOps for Faulty {
         self.inner.remove(path)
     }
 
+    fn hard_link(&self, src: &Path, dst: &Path) -> io::Result<()> {
+        self.fault.check(IoOp::Create)?;
+        self.inner.hard_link(src, dst)
+    }
+
+    fn copy_range(&self, src: &File, dst: &File, dst_path: &Path, len: u64) -> io::Result<u64> {
+        self.fault.check(IoOp::Write)?;
+        self.inner.copy_range(src, dst, dst_path, len)
+    }
+
     /// No spares: a fault "after n operations" then meets the same operations every
     /// run, whatever the maintenance thread's timing.
     fn spares_ahead(&self) -> bool {

@@ -8,6 +8,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -34,6 +35,14 @@ pub(crate) trait FileOps: Send + Sync {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Removes a file.
     fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Makes `dst` a new name of the file at `src` (`link`).
+    fn hard_link(&self, src: &Path, dst: &Path) -> io::Result<()>;
+    /// Copies `len` bytes of `src` from offset 0 to `dst` (at offset 0), returning how
+    /// many it copied (fewer when `src` is shorter). By default through a buffer and
+    /// [`FileOps::write_at`], so that an implementation that watches writes sees them.
+    fn copy_range(&self, src: &File, dst: &File, dst_path: &Path, len: u64) -> io::Result<u64> {
+        copy_through_buffer(src, |buf, off| self.write_at(dst, dst_path, buf, off), len)
+    }
     /// Whether shards create their next active segment ahead of time (the maintenance
     /// thread makes a spare). An implementation whose callers count its calls (the
     /// fault injector: a fault "after n writes") says no, so that the same operations
@@ -86,6 +95,76 @@ impl FileOps for OsFiles {
     fn remove(&self, path: &Path) -> io::Result<()> {
         fs::remove_file(path)
     }
+
+    fn hard_link(&self, src: &Path, dst: &Path) -> io::Result<()> {
+        fs::hard_link(src, dst)
+    }
+
+    /// `copy_file_range`, which shares blocks on file systems that can (a reflink on
+    /// XFS or Btrfs) and copies inside the kernel elsewhere; through a buffer where the
+    /// kernel refuses it (an older kernel, or two file systems it cannot copy between).
+    fn copy_range(&self, src: &File, dst: &File, _: &Path, len: u64) -> io::Result<u64> {
+        let mut done = 0u64;
+        while done < len {
+            let (mut off_in, mut off_out) = (done as libc::loff_t, done as libc::loff_t);
+            let want = (len - done).min(1 << 30) as usize;
+            // SAFETY: both descriptors are open files owned by the caller for the whole
+            // call, and the offsets are locals the kernel updates in place.
+            let n = unsafe {
+                libc::copy_file_range(
+                    src.as_raw_fd(),
+                    &mut off_in,
+                    dst.as_raw_fd(),
+                    &mut off_out,
+                    want,
+                    0,
+                )
+            };
+            match n {
+                0 => break,
+                n if n > 0 => done += n as u64,
+                _ => {
+                    let e = io::Error::last_os_error();
+                    let refused = [libc::EXDEV, libc::ENOSYS, libc::EINVAL, libc::EOPNOTSUPP];
+                    match e.raw_os_error() {
+                        Some(c) if done == 0 && refused.contains(&c) => {
+                            return copy_through_buffer(
+                                src,
+                                |buf, off| dst.write_all_at(buf, off),
+                                len,
+                            );
+                        }
+                        Some(libc::EINTR) => {}
+                        _ => return Err(e),
+                    }
+                }
+            }
+        }
+        Ok(done)
+    }
+}
+
+/// Copies up to `len` bytes of `src` from offset 0 through a buffer, handing each piece
+/// to `write` with its offset; returns how many bytes `src` had (at most `len`).
+pub(crate) fn copy_through_buffer(
+    src: &File,
+    mut write: impl FnMut(&[u8], u64) -> io::Result<()>,
+    len: u64,
+) -> io::Result<u64> {
+    let mut buf = vec![0u8; (1 << 20).min(len as usize)];
+    let mut done = 0u64;
+    while done < len {
+        let want = (len - done).min(buf.len() as u64) as usize;
+        let n = match src.read_at(&mut buf[..want], done) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        write(&buf[..n], done)?;
+        done += n as u64;
+    }
+    Ok(done)
 }
 
 /// The store's file-system access: a [`FileOps`], its errors carrying their path.
@@ -181,6 +260,23 @@ impl Fs {
         }
         res?;
         self.sync_dir(parent(path))
+    }
+
+    /// Renames `from` to `to` (in one directory), replacing `to` if it exists.
+    pub fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        self.ops.rename(from, to).map_err(|e| Error::io(to, e))
+    }
+
+    /// Makes `dst` a new name of the file at `src`.
+    pub fn hard_link(&self, src: &Path, dst: &Path) -> Result<()> {
+        self.ops.hard_link(src, dst).map_err(|e| Error::io(dst, e))
+    }
+
+    /// Copies the first `len` bytes of `src` into `dst`; returns how many `src` had.
+    pub fn copy_range(&self, src: &File, dst: &File, dst_path: &Path, len: u64) -> Result<u64> {
+        self.ops
+            .copy_range(src, dst, dst_path, len)
+            .map_err(|e| Error::io(dst_path, e))
     }
 
     /// Removes a file; a missing file is not an error.

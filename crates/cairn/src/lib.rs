@@ -34,9 +34,11 @@
 // Layers of the engine, lowest first: each module uses only those above it in this
 // list (DESIGN.md, "Modules").
 mod background;
+pub mod backup;
 mod batch;
 mod bloom;
 mod cache;
+mod checkpoint;
 mod commitlog;
 mod compaction;
 mod core;
@@ -79,6 +81,7 @@ pub use batch::WriteBatch;
 // engine's examples, the CLI's cold-read tests), left out of the documented API.
 #[doc(hidden)]
 pub use cache::evict_page_cache;
+pub use checkpoint::{CheckpointReport, INCOMPLETE};
 pub use compaction::Reclaimed;
 pub use damage::Damage;
 pub use db::{Background, Db};

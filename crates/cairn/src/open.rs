@@ -81,6 +81,12 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
     for parent in fs.create_dirs(dir)? {
         fs.sync_dir(&parent)?;
     }
+    if dir.join(crate::checkpoint::INCOMPLETE).exists() {
+        return Err(Error::format(
+            dir,
+            "an interrupted checkpoint or backup (it holds CHECKPOINT-INCOMPLETE): make it again",
+        ));
+    }
     if !dir.join(manifest::MANIFEST).exists() {
         check_creatable(dir)?;
     }

@@ -557,6 +557,17 @@ impl PowerLoss {
         Ok(())
     }
 
+    /// Makes `dst` a new name of the file at `src`: a new entry of `dst`'s directory,
+    /// undone if that directory was not synced since. The file's content is the one
+    /// `src` names (its unsynced changes stay recorded on its node).
+    pub(crate) fn hard_link(&self, src: &Path, dst: &Path) -> io::Result<()> {
+        let mut st = self.begin()?;
+        let (dir, name) = name_of(dst)?;
+        fs::hard_link(src, dst)?;
+        st.log_entry(dir, Entry::Created(name));
+        Ok(())
+    }
+
     /// Removes a file; a missing file is not an error.
     pub(crate) fn remove(&self, path: &Path) -> io::Result<()> {
         let mut st = self.begin()?;
@@ -761,6 +772,10 @@ impl FileOps for PowerLoss {
 
     fn remove(&self, path: &Path) -> io::Result<()> {
         PowerLoss::remove(self, path)
+    }
+
+    fn hard_link(&self, src: &Path, dst: &Path) -> io::Result<()> {
+        PowerLoss::hard_link(self, src, dst)
     }
 }
 

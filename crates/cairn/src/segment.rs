@@ -129,6 +129,27 @@ impl SegmentFile {
             .write(true)
             .open(path)
             .map_err(|e| Error::io(path, e))?;
+        SegmentFile::from_file(file, path, shard, id)
+    }
+
+    /// [`SegmentFile::open`] for reading only (checking a copy of a store).
+    pub fn open_read_only(
+        path: &Path,
+        shard: u32,
+        id: u32,
+    ) -> Result<Option<(SegmentFile, u64, Option<String>)>> {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        SegmentFile::from_file(file, path, shard, id)
+    }
+
+    /// The segment in the open `file` at `path`, its header checked (see
+    /// [`SegmentFile::open`]).
+    fn from_file(
+        file: File,
+        path: &Path,
+        shard: u32,
+        id: u32,
+    ) -> Result<Option<(SegmentFile, u64, Option<String>)>> {
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         if len < SEG_HEADER_LEN {
             return Ok(None);

@@ -256,6 +256,13 @@ impl SeqTracker {
         Ok(())
     }
 
+    /// What `SEQSTATE` says now (the segments being dropped left out).
+    pub fn recorded(&self) -> SeqState {
+        let mut s = self.recorded.lock().state.clone();
+        s.dropped.clear();
+        s
+    }
+
     /// Segment `seg` of shard `shard` is durably unlinked: later `SEQSTATE`s leave it
     /// out.
     pub fn dropped(&self, shard: u32, seg: u32) {
