@@ -12,6 +12,7 @@
 //! layer: it may use every cairn crate, and no crate may depend on it.
 
 mod allocator;
+mod backup;
 mod cluster;
 mod demo;
 mod escape;
@@ -122,6 +123,12 @@ enum Command {
     Flush,
     /// Check every record's checksum; exit status 2 if anything is damaged
     Verify,
+    /// Make a consistent copy of the store in a new directory while it is in use
+    #[command(long_about = backup::CHECKPOINT_ABOUT)]
+    Checkpoint(backup::CheckpointArgs),
+    /// Back the store up (incrementally), or verify or restore a backup
+    #[command(long_about = backup::BACKUP_ABOUT)]
+    Backup(backup::BackupArgs),
     /// Store, read, list, verify and remove files (streamed, chunked, checksummed)
     #[command(long_about = file::ABOUT)]
     File(file::FileArgs),
@@ -349,6 +356,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Compact => compact(dir)?,
         Command::Flush => flush(dir)?,
         Command::Verify => return verify(dir),
+        Command::Checkpoint(args) => backup::checkpoint(dir, &args)?,
+        Command::Backup(args) => return backup::run(dir, &args),
         Command::File(args) => return file::run(dir, &args),
         Command::Demo(args) => return demo::run(dir, &args, &mut stdout()),
         Command::Bench(args) => cairn_bench::run(&args, &allocator::describe())?,

@@ -58,6 +58,12 @@ impl BackupList {
     /// Reads the `BACKUP` file of the backup in `dir`.
     pub fn read(dir: &Path) -> Result<BackupList> {
         let path = dir.join(BACKUP_FILE);
+        if !path.exists() && dir.is_dir() {
+            return Err(Error::InvalidArgument(format!(
+                "{} is not a backup: it has no {BACKUP_FILE} list",
+                dir.display()
+            )));
+        }
         let b = fsutil::read_file(&path)?;
         decode(&path, &b)
     }

@@ -3,7 +3,9 @@
 //!
 //! The copy is the store as of one point of the write order, the *cut*: every write
 //! numbered below it and none after, whole batches only. Four steps:
-//! 1. **Hold compaction.** The right to compact every shard is taken (waiting for a
+//! 1. **Seal and hold compaction.** Each active segment holding at least 1/8 of
+//!    `segment_size` is rotated out and sealed (synced, its hint written), so that it
+//!    is linked rather than copied. The right to compact every shard is taken (waiting for a
 //!    compaction in progress to finish), so that no segment file is removed while the
 //!    copy still needs it. Writers are not held.
 //! 2. **The cut** (writers held, for as long as it takes to note a few numbers per
@@ -208,6 +210,7 @@ pub(crate) fn copy_store(
     }
     let fs = &core.fs;
     let link = matches!(how, How::Link) && same_device(&core.dir, &staging.dir)?;
+    seal_active(core)?;
     let guards = hold_compaction(core)?;
     // What the buffers hold goes to the kernel now, so that the cut copies little.
     core.write_out()?;
@@ -267,6 +270,22 @@ fn same_device(a: &Path, b: &Path) -> Result<bool> {
             .map_err(|e| Error::io(p, e))
     };
     Ok(dev(a)? == dev(b)?)
+}
+
+/// Rotates out and seals every active segment holding at least 1/8 of
+/// `segment_size`: sealed, it is hard-linked rather than copied (and a later
+/// incremental backup links it from this one), so a checkpoint copies at most that
+/// much per shard, and the bytes it makes durable are the store's own.
+fn seal_active(core: &Core) -> Result<()> {
+    let min = core.opts.segment_size / 8;
+    for sh in &core.shards {
+        // Only the segment rotated here: a backlog of others waiting for the
+        // maintenance thread would make the checkpoint as slow as it is long.
+        if let Some(id) = sh.rotate_if_at_least(core, min)? {
+            sh.seal(core, id)?;
+        }
+    }
+    Ok(())
 }
 
 /// The right to compact every shard, in shard order, waiting for compactions in

@@ -521,6 +521,22 @@ impl Shard {
         Ok(stale)
     }
 
+    /// Rotates the active segment out when it holds at least `min` bytes, so that it
+    /// can be sealed (before a checkpoint: a sealed segment is linked, not copied).
+    /// Returns the segment rotated out.
+    pub fn rotate_if_at_least(&self, core: &StoreCtx, min: u64) -> Result<Option<u32>> {
+        let mut io = self.io.lock();
+        let (end, id) = {
+            let st = self.state.read();
+            (st.active.end(), st.active.id)
+        };
+        if end < min.max(SEG_HEADER_LEN + 1) {
+            return Ok(None);
+        }
+        self.flush_locked(core, &mut io, false, true)?;
+        Ok((self.state.read().active.id != id).then_some(id))
+    }
+
     /// Rotates the active segment out when it holds at least `min` bytes and at least
     /// `threshold` of them are stale, so that its dead bytes do not wait until it fills
     /// (used by `Db::reclaim` and by the compaction thread for idle shards). When its

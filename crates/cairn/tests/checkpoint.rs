@@ -203,6 +203,7 @@ fn checkpoints_under_load_hold_a_prefix_of_every_writer() {
                 let dest = tmp.path().join(format!("cp-{sync:?}-{n}"));
                 let report = db.checkpoint(&dest).unwrap();
                 let after: Vec<u64> = begun.iter().map(|a| a.load(Ordering::SeqCst)).collect();
+                eprintln!("{sync:?} checkpoint {n}: {report:?}");
                 taken.push((dest, before, after, report));
                 if Instant::now() > deadline {
                     break;
