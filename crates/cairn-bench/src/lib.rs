@@ -52,6 +52,7 @@
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeExamples;
 
+pub mod backupbench;
 mod chart;
 mod children;
 pub mod cluster;

@@ -3,11 +3,11 @@
 //!
 //! The copy is the store as of one point of the write order, the *cut*: every write
 //! numbered below it and none after, whole batches only. Four steps:
-//! 1. **Seal and hold compaction.** Each active segment holding at least 1/8 of
-//!    `segment_size` is rotated out and sealed (synced, its hint written), so that it
-//!    is linked rather than copied. The right to compact every shard is taken (waiting for a
-//!    compaction in progress to finish), so that no segment file is removed while the
-//!    copy still needs it. Writers are not held.
+//! 1. **Seal.** Each active segment holding at least 1/8 of `segment_size` is rotated
+//!    out and sealed (synced, its hint written), so that it is linked rather than
+//!    copied. Then `StoreCtx::removals` is held shared until every segment is placed:
+//!    compaction removes segment files only holding it exclusively, so none the copy
+//!    needs goes (compaction runs on meanwhile; only its removals wait).
 //! 2. **The cut** (writers held, for as long as it takes to note a few numbers per
 //!    segment): every shard's write lock, in shard order. A write takes its number and
 //!    appends its records under the locks of its shards, so with all of them held every
@@ -40,16 +40,12 @@ use crate::fsutil::{self, Fs};
 use crate::manifest::{self, SeqState};
 use crate::open::shard_dir;
 use crate::segment::{self, SegmentFile};
-use crate::shard::{CompactionGuard, ShardState};
+use crate::shard::ShardState;
 use crate::{Error, Result};
 
 /// A file in a directory that a checkpoint or backup is still being made in: a store
 /// directory holding it is refused by `Db::open`.
 pub const INCOMPLETE: &str = "CHECKPOINT-INCOMPLETE";
-
-/// How long a checkpoint waits for a compaction in progress on a shard before it gives
-/// up with an error.
-const COMPACTION_WAIT: Duration = Duration::from_secs(600);
 
 /// What [`crate::Db::checkpoint`] made.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -211,9 +207,9 @@ pub(crate) fn copy_store(
     let fs = &core.fs;
     let link = matches!(how, How::Link) && same_device(&core.dir, &staging.dir)?;
     seal_active(core)?;
-    let guards = hold_compaction(core)?;
     // What the buffers hold goes to the kernel now, so that the cut copies little.
     core.write_out()?;
+    let keep = core.removals.read();
     let cut = cut(core)?;
     let mut report = CheckpointReport {
         upto_seq: cut.next,
@@ -236,8 +232,8 @@ pub(crate) fn copy_store(
     for seg in &cut.segs {
         placer.segment(seg, &mut report, &mut placed)?;
     }
-    // Every segment the copy needs is in it: compaction may go on.
-    drop(guards);
+    // Every segment the copy needs is in it: compaction may remove files again.
+    drop(keep);
     for i in 0..core.shards.len() as u32 {
         fs.sync_dir(&shard_dir(&staging.dir, i))?;
     }
@@ -286,32 +282,6 @@ fn seal_active(core: &Core) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The right to compact every shard, in shard order, waiting for compactions in
-/// progress to finish.
-fn hold_compaction(core: &Core) -> Result<Vec<CompactionGuard<'_>>> {
-    let mut guards = Vec::with_capacity(core.shards.len());
-    for sh in &core.shards {
-        let give_up = Instant::now() + COMPACTION_WAIT;
-        let guard = loop {
-            if let Some(g) = sh.try_begin_compaction() {
-                break g;
-            }
-            if core.is_closed() {
-                return Err(Error::Closed);
-            }
-            if Instant::now() >= give_up {
-                return Err(Error::InvalidArgument(format!(
-                    "a compaction of shard {} did not finish within {COMPACTION_WAIT:?}",
-                    sh.id
-                )));
-            }
-            sh.wait_compaction_done(Duration::from_millis(50));
-        };
-        guards.push(guard);
-    }
-    Ok(guards)
 }
 
 /// The cut (see the module documentation): every shard's write lock, in shard order,

@@ -276,6 +276,8 @@ fn compact_segment(
     if copied.newer_value || core.durable_seq() < superseded {
         core.flush()?;
     }
+    // Not while a checkpoint still needs the file (see `StoreCtx::removals`).
+    let _removing = core.removals.write();
     if victim.active {
         // The shard's own handles must be the file's only ones for it to be cut.
         drop(victim);

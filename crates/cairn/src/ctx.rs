@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 use crate::damage::Damage;
 use crate::fsutil::Fs;
@@ -38,6 +38,10 @@ pub(crate) struct StoreCtx {
     failed: Mutex<Option<String>>,
     /// Damage found since the store was opened, by sealing and compaction.
     found_damage: Mutex<Vec<Damage>>,
+    /// Held shared by a checkpoint from its cut until it has linked or copied every
+    /// segment, and exclusively by compaction while it removes (or empties) segment
+    /// files: no file a checkpoint still needs goes. Taken before any shard lock.
+    pub removals: RwLock<()>,
     /// The store is closing: background threads finish and return.
     shutdown: AtomicBool,
     /// The store is closed to writes (set once the background threads have returned).
@@ -68,6 +72,7 @@ impl StoreCtx {
             wakeups: Wakeups::default(),
             failed: Mutex::new(None),
             found_damage: Mutex::new(Vec::new()),
+            removals: RwLock::new(()),
             shutdown: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             threads_deadline: OnceLock::new(),

@@ -209,6 +209,10 @@ fn retire_claims(core: &Core, claims: &mut Vec<Claim>) -> Result<Reclaimed> {
             .collect();
         s.sync_all_but(core, &skip)?;
     }
+    // The whole set goes while no checkpoint is placing files: one that saw some of
+    // them gone and others not would not know to remove the rest (its `SEQSTATE`
+    // lists no dropped segments).
+    let _removing = core.removals.write();
     core.raise_watermark(upto, &listed)?;
     while let Some(c) = claims.first() {
         r.bytes += retire(core, &core.shards[c.shard], c.seg, &c.file)?;
