@@ -84,7 +84,7 @@ fn follow_writer(dir: &Path, ms: u64) {
             format!("{}{}", val(&s, c), "x".repeat((c % 200) as usize)),
         )
         .unwrap();
-        if c % 97 == 0 {
+        if c.is_multiple_of(97) {
             db.delete(&s).unwrap();
         }
         match c % 3000 {
@@ -92,7 +92,7 @@ fn follow_writer(dir: &Path, ms: u64) {
             1500 => {
                 db.reclaim().unwrap();
             }
-            n if n % 400 == 0 => db.flush().unwrap(),
+            n if n.is_multiple_of(400) => db.flush().unwrap(),
             _ => {}
         }
         c += 1;
