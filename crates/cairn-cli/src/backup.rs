@@ -8,7 +8,7 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 
 use crate::report::{human_bytes, write_damage};
-use crate::{open_existing, stdout, EXIT_DAMAGE};
+use crate::{open_for_reading, stdout, EXIT_DAMAGE};
 
 /// Long description of `checkpoint`.
 pub const CHECKPOINT_ABOUT: &str = "\
@@ -83,7 +83,7 @@ enum BackupAction {
 
 /// `checkpoint DEST`.
 pub fn checkpoint(dir: &Path, args: &CheckpointArgs) -> Result<()> {
-    let db = open_existing(dir)?;
+    let db = open_for_reading(dir)?;
     let r = db.checkpoint(&args.dest)?;
     db.close()?;
     let mut out = stdout();
@@ -134,7 +134,7 @@ pub fn run(dir: &Path, args: &BackupArgs) -> Result<ExitCode> {
             writeln!(out, "restored {} to {}", backup.display(), to.display())?;
         }
         (None, Some(dest)) => {
-            let db = open_existing(dir)?;
+            let db = open_for_reading(dir)?;
             let r = db.backup(dest, args.incremental.as_deref())?;
             db.close()?;
             writeln!(

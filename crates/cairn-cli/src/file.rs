@@ -22,7 +22,7 @@ use cairn_files::{FileReader, FileStat};
 
 use crate::escape::{escape, write_escaped};
 use crate::report::human_bytes;
-use crate::{open_existing, open_or_create, stdout, EXIT_DAMAGE};
+use crate::{open_existing, open_for_reading, open_or_create, stdout, EXIT_DAMAGE};
 
 /// Transfers at least this long get a progress bar (when stderr is a terminal).
 const PROGRESS_MIN_BYTES: u64 = 16 << 20;
@@ -266,7 +266,7 @@ fn stream_out(r: &mut FileReader, out: &mut impl Write, bar: &ProgressBar) -> Re
 
 /// `file get KEY [PATH|-]`.
 fn get(dir: &Path, key: &OsStr, path: Option<&OsStr>) -> Result<()> {
-    let db = open_existing(dir)?;
+    let db = open_for_reading(dir)?;
     let key = key.as_encoded_bytes();
     let mut r = cairn_files::FileStore::new(&db)?
         .open(key)?
@@ -368,7 +368,7 @@ fn create_temp(dest: &Path) -> Result<(File, PathBuf)> {
 
 /// `file cat KEY --offset O --length L`.
 fn cat(dir: &Path, key: &OsStr, offset: u64, length: Option<u64>) -> Result<()> {
-    let db = open_existing(dir)?;
+    let db = open_for_reading(dir)?;
     let key = key.as_encoded_bytes();
     let mut r = cairn_files::FileStore::new(&db)?
         .open(key)?
@@ -428,7 +428,7 @@ fn rfc3339(t: SystemTime) -> String {
 
 /// `file stat KEY [--json]`.
 fn stat(dir: &Path, key: &OsStr, json: bool) -> Result<()> {
-    let db = open_existing(dir)?;
+    let db = open_for_reading(dir)?;
     let key = key.as_encoded_bytes();
     let s = cairn_files::FileStore::new(&db)?
         .stat(key)?
@@ -488,7 +488,7 @@ fn stat_json(key: &[u8], s: &FileStat) -> serde_json::Value {
 
 /// `file ls [--prefix P] [-l]`.
 fn ls(dir: &Path, prefix: Option<&OsStr>, long: bool) -> Result<()> {
-    let db = open_existing(dir)?;
+    let db = open_for_reading(dir)?;
     let files = cairn_files::FileStore::new(&db)?;
     let prefix = prefix.map(|p| p.as_encoded_bytes()).unwrap_or_default();
     let mut out = stdout();
@@ -514,7 +514,7 @@ fn ls(dir: &Path, prefix: Option<&OsStr>, long: bool) -> Result<()> {
 /// `file verify [KEY]`: one line per damaged place and a summary; exit status 2 on
 /// damage.
 fn verify(dir: &Path, key: Option<&OsStr>) -> Result<ExitCode> {
-    let db = open_existing(dir)?;
+    let db = open_for_reading(dir)?;
     let files = cairn_files::FileStore::new(&db)?;
     let keys: Vec<Vec<u8>> = match key {
         Some(k) => vec![k.as_encoded_bytes().to_vec()],

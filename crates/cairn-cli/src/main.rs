@@ -441,7 +441,7 @@ fn read_stdin_value() -> Result<Vec<u8>> {
 
 /// `get KEY`.
 fn get(dir: &Path, key: &OsStr) -> Result<()> {
-    let db = open_existing(dir)?;
+    let db = open_for_reading(dir)?;
     let key = key.as_encoded_bytes();
     let Some(value) = db.get(key)? else {
         bail!("key not found: {}", escape(key));
@@ -464,7 +464,7 @@ fn del(dir: &Path, key: &OsStr) -> Result<()> {
 
 /// `scan`.
 fn scan(dir: &Path, args: &ScanArgs) -> Result<()> {
-    let db = open_existing(dir)?;
+    let db = open_for_reading(dir)?;
     let mut out = stdout();
     let limit = args.limit.unwrap_or(usize::MAX);
     if let Some((lower, upper)) = scan_bounds(args) {
@@ -539,7 +539,7 @@ fn print_entries(
 
 /// `stats [--json]`.
 fn stats(dir: &Path, json: bool) -> Result<()> {
-    let db = open_existing(dir)?;
+    let db = open_for_reading(dir)?;
     let stats = db.stats();
     let files = cairn_files::FileStore::new(&db)?.stats()?;
     let mut out = stdout();
@@ -598,7 +598,7 @@ fn flush(dir: &Path) -> Result<()> {
 /// `verify`: prints each damaged place and a summary; exit status 2 on damage.
 fn verify(dir: &Path) -> Result<ExitCode> {
     let mut out = stdout();
-    let report = match open_existing_raw(dir)? {
+    let report = match open_for_reading_raw(dir)? {
         Ok(db) => {
             let mut report = db.verify()?;
             // Damage skipped while opening may since have been repaired (a torn tail is
@@ -700,6 +700,30 @@ fn open_existing_raw(dir: &Path) -> Result<cairn::Result<cairn::Db>> {
         );
     }
     Ok(open_store(dir))
+}
+
+/// Opens the store in `dir` for a command that only reads: as [`open_existing`]
+/// does, or, when another process holds it open (`cairn mount`, `cairn serve`, a
+/// program writing it), read-only (`cairn::Options::read_only`): a snapshot of what
+/// that process has written to its files as of now, which the command says on
+/// standard error.
+fn open_for_reading(dir: &Path) -> Result<cairn::Db> {
+    Ok(open_for_reading_raw(dir)??)
+}
+
+/// Like [`open_for_reading`], but keeps the library's error apart from the check that
+/// a store exists, so that callers can look at it.
+fn open_for_reading_raw(dir: &Path) -> Result<cairn::Result<cairn::Db>> {
+    Ok(match open_existing_raw(dir)? {
+        Err(cairn::Error::Locked(_)) => {
+            eprintln!(
+                "cairn: the store at {} is in use by another process; reading a snapshot as of now",
+                dir.display()
+            );
+            allocator::huge_pages_while(|| cairn::Options::new().read_only().open(dir))
+        }
+        other => other,
+    })
 }
 
 /// Buffered standard output.

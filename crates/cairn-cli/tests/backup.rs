@@ -121,3 +121,57 @@ fn checkpoint_backup_verify_restore_through_the_binary() {
         "{out:?}"
     );
 }
+
+/// A store held by `cairn mount`: `stats`, `verify` and `backup` read it read-only while
+/// it is mounted; the restored backup, mounted, holds the files written before.
+#[test]
+fn backup_of_a_mounted_store() {
+    use common::Mount;
+    if !Mount::fuse_usable() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, mp) = (tmp.path().join("store"), tmp.path().join("mp"));
+    std::fs::create_dir(&mp).unwrap();
+    let Some(mount) = Mount::new(&store, &mp) else {
+        return;
+    };
+    std::fs::create_dir(mp.join("docs")).unwrap();
+    let body: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    for i in 0..50 {
+        std::fs::write(mp.join(format!("docs/f{i}")), &body[..(i * 6000)]).unwrap();
+    }
+    // What the mount wrote reaches the files when a file is synced.
+    std::fs::File::open(mp.join("docs/f49"))
+        .unwrap()
+        .sync_all()
+        .unwrap();
+    let stats = run(&store, &["stats"], None);
+    assert!(stats.status.success(), "{stats:?}");
+    assert!(String::from_utf8_lossy(&stats.stderr).contains("in use by another process"));
+    let verify = run(&store, &["verify"], None);
+    assert!(verify.status.success(), "{verify:?}");
+    let b = tmp.path().join("backup");
+    let out = run(&store, &["backup", b.to_str().unwrap()], None);
+    assert!(out.status.success(), "{out:?}");
+    drop(mount);
+    let restored = tmp.path().join("restored");
+    ok(&store, &["backup", "verify", b.to_str().unwrap()]);
+    ok(
+        &store,
+        &[
+            "backup",
+            "restore",
+            b.to_str().unwrap(),
+            restored.to_str().unwrap(),
+        ],
+    );
+    let Some(again) = Mount::new(&restored, &mp) else {
+        return;
+    };
+    for i in 0..50 {
+        let got = std::fs::read(mp.join(format!("docs/f{i}"))).unwrap();
+        assert_eq!(got, &body[..(i * 6000)], "docs/f{i}");
+    }
+    drop(again);
+}

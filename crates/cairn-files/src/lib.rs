@@ -545,7 +545,8 @@ impl FileStore {
             }
         }
         let store = FileStore { ks, shared };
-        if !store.shared.gc_started.swap(true, Ordering::SeqCst) {
+        // A read-only store (`Options::read_only`) collects nothing: its writer does.
+        if !db.is_read_only() && !store.shared.gc_started.swap(true, Ordering::SeqCst) {
             let waker = store.shared.clone();
             let shared = store.shared.clone();
             db.spawn_background(

@@ -190,11 +190,8 @@ fn rel_name(rel: &Path) -> String {
 }
 
 /// Makes a backup of the store `core` in `dest` (see [`crate::Db::backup`]).
-pub(crate) fn backup(
-    core: &crate::core::Core,
-    dest: &Path,
-    base: Option<&Path>,
-) -> Result<CheckpointReport> {
+pub(crate) fn backup(db: &crate::Db, dest: &Path, base: Option<&Path>) -> Result<CheckpointReport> {
+    let core = db.core();
     let base = match base {
         Some(dir) => Some(BaseBackup {
             list: BackupList::read(dir)?,
@@ -207,7 +204,13 @@ pub(crate) fn backup(
     let how = How::Copy {
         base: base.as_ref().map(|b| b as &dyn Base),
     };
-    let (report, placed) = match checkpoint::copy_store(core, &staging, &how) {
+    let made = match db.is_read_only() {
+        // The store is another process's: a copy of the view, every file listed.
+        true => checkpoint::copy_view(db, &staging)
+            .and_then(|r| Ok((r, placed_files(&staging.dir, Path::new(""))?))),
+        false => checkpoint::copy_store(core, &staging, &how),
+    };
+    let (report, placed) = match made {
         Ok(r) => r,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&staging.dir);
@@ -224,6 +227,30 @@ pub(crate) fn backup(
     fs.write_atomic(&staging.dir.join(BACKUP_FILE), &list.encode())?;
     staging.finish(fs)?;
     Ok(report)
+}
+
+/// Every file under `root.join(rel)`, with its length and CRC-32C.
+fn placed_files(root: &Path, rel: &Path) -> Result<Vec<Placed>> {
+    let dir = root.join(rel);
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))? {
+        let e = e.map_err(|e| Error::io(&dir, e))?;
+        let r = rel.join(e.file_name());
+        if e.file_type().map_err(|err| Error::io(&dir, err))?.is_dir() {
+            out.extend(placed_files(root, &r)?);
+        } else if e.file_name() != checkpoint::INCOMPLETE {
+            let path = root.join(&r);
+            let f = File::open(&path).map_err(|err| Error::io(&path, err))?;
+            let len = f.metadata().map_err(|err| Error::io(&path, err))?.len();
+            let crc = checkpoint::file_crc(&f, &path, len)?;
+            out.push(Placed {
+                rel: r,
+                len,
+                crc: Some(crc),
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// The backup list's files from what the copy placed.

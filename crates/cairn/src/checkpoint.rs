@@ -43,6 +43,10 @@ use crate::segment::{self, SegmentFile};
 use crate::shard::ShardState;
 use crate::{Error, Result};
 
+mod view;
+
+pub(crate) use view::copy_view;
+
 /// A file in a directory that a checkpoint or backup is still being made in: a store
 /// directory holding it is refused by `Db::open`.
 pub const INCOMPLETE: &str = "CHECKPOINT-INCOMPLETE";

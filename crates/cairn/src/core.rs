@@ -40,7 +40,12 @@ pub(crate) struct Core {
     pub log: Option<CommitLog>,
     /// State of the layers above, by type.
     pub extensions: Extensions,
-    pub _lock: File,
+    /// The store's `LOCK`, held while the store is open for writing (`None` when
+    /// opened read-only, which takes no lock).
+    pub _lock: Option<File>,
+    /// What a store opened read-only knows of the files it follows (`None` when it is
+    /// open for writing).
+    pub follower: Option<crate::readonly::Follower>,
 }
 
 impl Deref for Core {
@@ -55,6 +60,16 @@ impl Core {
     #[inline]
     pub fn shard_of(&self, key: &[u8]) -> usize {
         self.router.shard_of(key)
+    }
+
+    /// The error a write meets once the store refuses writes: it was closed, or opened
+    /// read-only.
+    #[cold]
+    pub(crate) fn refusal(&self) -> Error {
+        match self.follower {
+            Some(_) => Error::OpenedReadOnly(self.dir.clone()),
+            None => Error::Closed,
+        }
     }
 
     /// Creates the spare segments shards asked for.

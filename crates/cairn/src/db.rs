@@ -23,6 +23,7 @@ use crate::iter::Iter;
 use crate::keys::{as_bytes, check_key, ikey, ns_bounds, ns_prefix_bounds, NS_USER};
 use crate::keyspace::WriteOptions;
 use crate::open::open_core;
+use crate::readonly::CatchUp;
 use crate::stats::Stats;
 use crate::value::Value;
 use crate::verify::VerifyReport;
@@ -61,6 +62,10 @@ impl Handle {
         }
         self.core.set_closed();
         let core = &self.core;
+        // A read-only open wrote nothing and leaves everything as it found it.
+        if core.follower.is_some() {
+            return Ok(());
+        }
         // A store that failed (a sync that did not complete, say) cannot make what it
         // acknowledged durable: the close says so rather than report success.
         if let Some(why) = core.failure() {
@@ -160,7 +165,12 @@ impl Db {
     }
 
     pub(crate) fn open_with(dir: &Path, opts: Options) -> Result<Db> {
-        let core = Arc::new(open_core(dir, opts)?);
+        let read_only = opts.read_only;
+        let core = Arc::new(if read_only {
+            crate::readonly::open_core(dir, opts)?
+        } else {
+            open_core(dir, opts)?
+        });
         let db = Db {
             core: core.clone(),
             handle: Some(Arc::new(Handle {
@@ -170,6 +180,10 @@ impl Db {
                 closed: AtomicBool::new(false),
             })),
         };
+        if read_only {
+            // No maintenance, no compaction: nothing that writes.
+            return Ok(db);
+        }
         let c = db.core.clone();
         db.spawn_thread("cairn-maint".into(), move || {
             background::maintenance_loop(&c)
@@ -320,6 +334,7 @@ impl Db {
     /// touched ([`crate::Keyspace::shard_of`]): cheaper than [`Db::flush`], which syncs every
     /// shard.
     pub fn flush_shards(&self, shards: &[usize], durable: bool) -> Result<()> {
+        self.refuse_read_only()?;
         let core = self.core();
         if let Some(&bad) = shards.iter().find(|&&s| s >= core.shards.len()) {
             return Err(Error::InvalidArgument(format!(
@@ -356,7 +371,7 @@ impl Db {
     /// less to do. A streaming writer calls this as it goes, so that the sync at its
     /// commit overlaps with the streaming. Out-of-range shards are ignored.
     pub fn start_writeback(&self, shard: usize) {
-        if shard < self.core.shards.len() {
+        if shard < self.core.shards.len() && self.core.follower.is_none() {
             self.core.start_writeback(shard);
         }
     }
@@ -468,6 +483,7 @@ impl Db {
 
     /// Makes every write acknowledged so far durable.
     pub fn flush(&self) -> Result<()> {
+        self.refuse_read_only()?;
         self.core().flush()
     }
 
@@ -487,12 +503,14 @@ impl Db {
     /// # Ok::<(), cairn::Error>(())
     /// ```
     pub fn sync_written(&self) -> Result<()> {
+        self.refuse_read_only()?;
         self.core().sync_written(0)
     }
 
     /// Runs compaction now: seals every segment whose stale fraction is at or above the
     /// threshold (the active one included), then rewrites them.
     pub fn compact(&self) -> Result<()> {
+        self.refuse_read_only()?;
         let c = self.core();
         for s in &c.shards {
             s.rotate_if_stale(c, c.opts.compaction_threshold)?;
@@ -534,6 +552,7 @@ impl Db {
     /// `segment_size`), and [`Db::close`] for what was deleted
     /// just before it (see [`Options::close_budget`]).
     pub fn reclaim(&self) -> Result<Reclaimed> {
+        self.refuse_read_only()?;
         compaction::reclaim(self.core(), None, compaction::RotateMin::Busy)
     }
 
@@ -560,6 +579,10 @@ impl Db {
     /// still taking writes are copied up to the cut. Compaction waits until the
     /// checkpoint has placed every segment, so none it needs is removed.
     ///
+    /// On a read-only handle ([`Options::read_only`]: the store is another process's)
+    /// the copy is of the view, record by record, into a new store: the same prefix of
+    /// the writer's writes the view shows, in time proportional to the data.
+    ///
     /// `dest` must not exist or be an empty directory; the copy is made in
     /// `DEST.incomplete` and renamed, so a crash leaves `dest` whole or absent. A
     /// checkpoint shares its sealed segments' data with the store (hard links): for a
@@ -579,8 +602,12 @@ impl Db {
     pub fn checkpoint(&self, dest: impl AsRef<Path>) -> Result<CheckpointReport> {
         let core = self.core();
         let staging = Staging::begin(&core.fs, dest.as_ref())?;
-        match checkpoint::copy_store(core, &staging, &How::Link) {
-            Ok((report, _)) => {
+        let made = match self.is_read_only() {
+            true => checkpoint::copy_view(self, &staging),
+            false => checkpoint::copy_store(core, &staging, &How::Link).map(|r| r.0),
+        };
+        match made {
+            Ok(report) => {
                 staging.finish(&core.fs)?;
                 Ok(report)
             }
@@ -600,7 +627,7 @@ impl Db {
     /// written (the store's sealed segments are read to compare). Restore with
     /// [`crate::backup::restore`].
     pub fn backup(&self, dest: impl AsRef<Path>, base: Option<&Path>) -> Result<CheckpointReport> {
-        crate::backup::backup(self.core(), dest.as_ref(), base)
+        crate::backup::backup(self, dest.as_ref(), base)
     }
 
     /// Damage found and skipped while opening (corrupt records, unreadable hints).
@@ -616,6 +643,57 @@ impl Db {
         let mut all = self.core().open_damage.clone();
         all.extend(self.core().found_damage());
         all
+    }
+}
+
+/// Read-only opens ([`Options::read_only`]).
+impl Db {
+    /// Whether this store was opened read-only ([`Options::read_only`]): it follows
+    /// another process's writes ([`Db::catch_up`]) and refuses its own.
+    pub fn is_read_only(&self) -> bool {
+        self.core.follower.is_some()
+    }
+
+    /// Brings a read-only view ([`Options::read_only`]) forward to what the writer has
+    /// put in the files since the view was opened or last caught up: each shard's
+    /// segments read on from where they were read to, new segments read from their hint
+    /// files (or scanned), and the new `SEQSTATE`; the view then shows the longest
+    /// prefix of the writer's writes, never part of a batch, that the files hold whole.
+    /// Writes still in the writer's memory (its write buffers) are not in the files
+    /// yet: the writer's [`Db::flush`] puts them there. A catch-up writes nothing and
+    /// takes no lock the writer waits for; readers of this handle wait only while the
+    /// changes are applied, to every shard at once. When the writer compacted or dropped
+    /// segments meanwhile, the view follows (it keeps the files it reads open until
+    /// nothing in it points into them); when the writer crashed and was reopened, and
+    /// its recovery threw writes away, the view is read again from scratch
+    /// ([`CatchUp::rebuilt`]). A store open for writing is always current: this returns
+    /// at once, with nothing added.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let writer = cairn::Db::open(dir.path())?;
+    /// let reader = cairn::Options::new().read_only().open(dir.path())?;
+    /// let mut b = cairn::WriteBatch::new();
+    /// b.put("a", "1");
+    /// b.put("b", "1");
+    /// writer.write(b)?;
+    /// writer.flush()?;
+    /// assert!(reader.get("a")?.is_none());
+    /// let caught = reader.catch_up()?;
+    /// assert_eq!(caught.records, 2);
+    /// assert_eq!(reader.get("b")?.as_deref(), Some(&b"1"[..]));
+    /// # Ok::<(), cairn::Error>(())
+    /// ```
+    pub fn catch_up(&self) -> Result<CatchUp> {
+        crate::readonly::catch_up(self.core())
+    }
+
+    /// Refuses an operation that would write, on a store opened read-only.
+    fn refuse_read_only(&self) -> Result<()> {
+        match self.core.follower {
+            Some(_) => Err(self.core.refusal()),
+            None => Ok(()),
+        }
     }
 }
 

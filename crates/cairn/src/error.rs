@@ -68,6 +68,11 @@ pub enum Error {
     /// Reads keep working.
     #[error("store is read-only after an earlier I/O failure: {0}")]
     ReadOnly(String),
+    /// The handle was opened with [`crate::Options::read_only`]: it reads the store
+    /// (and follows its writer with [`crate::Db::catch_up`]) but takes no writes.
+    /// Nothing was written.
+    #[error("the store at {0} is open read-only (a snapshot that follows its writer): writes are refused")]
+    OpenedReadOnly(PathBuf),
     /// The store was closed ([`crate::Db::close`]) while this handle was still in
     /// use: writes are refused.
     #[error("the store is closed")]

@@ -62,6 +62,7 @@ mod open;
 mod options;
 #[cfg(feature = "test-hooks")]
 mod powerloss;
+mod readonly;
 mod record;
 mod recovery;
 mod room;
@@ -89,6 +90,7 @@ pub use error::{Error, Result};
 pub use iter::Iter;
 pub use keyspace::{Keyspace, WriteOptions};
 pub use options::{Options, SyncPolicy};
+pub use readonly::CatchUp;
 pub use stats::{ShardStats, Stats};
 pub use tally::KeyspaceStats;
 pub use value::Value;

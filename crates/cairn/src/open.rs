@@ -161,7 +161,8 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
         open_damage: damage,
         log: None,
         extensions: Default::default(),
-        _lock: lock,
+        _lock: Some(lock),
+        follower: None,
     };
     // Records found in the segments after a crash may be in the page cache only, and
     // the log is about to forget them: they are made durable first.

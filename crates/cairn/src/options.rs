@@ -67,6 +67,7 @@ pub struct Options {
     pub(crate) numbered: Vec<crate::numbered::Region>,
     pub(crate) close_budget: Duration,
     pub(crate) commit_log_size: u64,
+    pub(crate) read_only: bool,
     #[cfg(feature = "test-hooks")]
     pub(crate) fault: Option<Arc<FaultInjector>>,
     #[cfg(feature = "test-hooks")]
@@ -95,6 +96,7 @@ impl std::fmt::Debug for Options {
             .field("numbered", &self.numbered)
             .field("close_budget", &self.close_budget)
             .field("commit_log_size", &self.commit_log_size)
+            .field("read_only", &self.read_only)
             .finish()
     }
 }
@@ -117,6 +119,7 @@ impl Options {
             numbered: Vec::new(),
             close_budget: DEFAULT_CLOSE_BUDGET,
             commit_log_size: crate::commitlog::DEFAULT_COMMIT_LOG_SIZE,
+            read_only: false,
             #[cfg(feature = "test-hooks")]
             fault: None,
             #[cfg(feature = "test-hooks")]
@@ -279,6 +282,44 @@ impl Options {
     pub fn commit_log_size(mut self, bytes: u64) -> Options {
         self.commit_log_size = bytes;
         self
+    }
+
+    /// Opens the store read-only, as a follower of whichever process writes it: the
+    /// open takes no lock (another process may hold the store open for writing, and
+    /// later writers are not kept out) and writes nothing in the directory — no repair
+    /// of a torn tail, no `SEQSTATE` rewrite, no hint files, no replay of the commit
+    /// log — and starts no background thread. It sees the store as of its open: a prefix
+    /// of the writer's writes that never shows part of a batch (records past the first
+    /// gap or torn record are held back in memory). [`crate::Db::catch_up`] brings the
+    /// view forward to what the writer has written since. Every write — `put`,
+    /// `delete`, `write`, `flush`, `compact`, `reclaim`, ... — fails with
+    /// [`crate::Error::OpenedReadOnly`]. A store that does not exist is an error, not
+    /// created. The other options that matter are those of the index
+    /// ([`Options::hash_index`], [`Options::numbered_rows`]); the rest are ignored.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let writer = cairn::Db::open(dir.path())?; // holds the store's lock
+    /// writer.put("k", "v1")?;
+    /// writer.flush()?;
+    /// let reader = cairn::Options::new().read_only().open(dir.path())?;
+    /// assert_eq!(reader.get("k")?.as_deref(), Some(&b"v1"[..]));
+    /// assert!(reader.put("k", "v2").is_err());
+    /// writer.put("k", "v3")?;
+    /// writer.flush()?; // in the segment files now
+    /// let caught = reader.catch_up()?;
+    /// assert_eq!(caught.records, 1);
+    /// assert_eq!(reader.get("k")?.as_deref(), Some(&b"v3"[..]));
+    /// # Ok::<(), cairn::Error>(())
+    /// ```
+    pub fn read_only(mut self) -> Options {
+        self.read_only = true;
+        self
+    }
+
+    /// Whether these options open the store read-only ([`Options::read_only`]).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     /// The sync policy these options ask for.

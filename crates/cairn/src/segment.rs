@@ -124,21 +124,46 @@ impl SegmentFile {
         shard: u32,
         id: u32,
     ) -> Result<Option<(SegmentFile, u64, Option<String>)>> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| Error::io(path, e))?;
-        SegmentFile::from_file(file, path, shard, id)
+        Self::open_as(path, shard, id, true)
     }
 
-    /// [`SegmentFile::open`] for reading only (checking a copy of a store).
+    /// [`SegmentFile::open`] for reading only (a read-only open of the store: the
+    /// descriptor cannot write).
     pub fn open_read_only(
         path: &Path,
         shard: u32,
         id: u32,
     ) -> Result<Option<(SegmentFile, u64, Option<String>)>> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        Self::open_as(path, shard, id, false)
+    }
+
+    /// A stand-in for the active segment of a store opened read-only, which appends
+    /// nothing: the shard's directory, opened for reading, under an id no segment has.
+    /// Nothing is ever read from it (no index entry names its id).
+    pub(crate) fn read_only_stand_in(dir: &Path) -> Result<SegmentFile> {
+        let file = File::open(dir).map_err(|e| Error::io(dir, e))?;
+        Ok(SegmentFile {
+            id: u32::MAX,
+            path: dir.to_owned(),
+            file,
+            kind: SegKind::Data,
+            created_seq: 0,
+            map: OnceLock::new(),
+            cold_reads: AtomicU32::new(0),
+        })
+    }
+
+    fn open_as(
+        path: &Path,
+        shard: u32,
+        id: u32,
+        write: bool,
+    ) -> Result<Option<(SegmentFile, u64, Option<String>)>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(write)
+            .open(path)
+            .map_err(|e| Error::io(path, e))?;
         SegmentFile::from_file(file, path, shard, id)
     }
 

@@ -412,3 +412,38 @@ fn find_file(dir: &Path, suffix: &str) -> std::path::PathBuf {
     }
     best.unwrap().1
 }
+
+/// A read-only handle's checkpoint and backup copy its view: what the writer had
+/// written when the view was taken, not what it wrote after.
+#[test]
+fn checkpoint_of_a_read_only_view_holds_the_view() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let db = busy_options().open(&dir).unwrap();
+    for i in 0..500 {
+        write_op(&db, 0, i).unwrap();
+    }
+    db.keyspace(3).put("other", "space").unwrap();
+    db.flush().unwrap();
+    let view = Options::new().read_only().open(&dir).unwrap();
+    for i in 500..700 {
+        write_op(&db, 0, i).unwrap();
+    }
+    db.flush().unwrap();
+    let report = view.checkpoint(tmp.path().join("cp")).unwrap();
+    assert!(report.copied_files > 0, "{report:?}");
+    view.backup(tmp.path().join("b"), None).unwrap();
+    assert!(backup::verify(tmp.path().join("b")).unwrap().is_clean());
+    backup::restore(tmp.path().join("b"), tmp.path().join("r")).unwrap();
+    for copy in ["cp", "r"] {
+        let c = Db::open(tmp.path().join(copy)).unwrap();
+        assert!(c.open_damage().is_empty());
+        assert_eq!(check_prefix(&c, 0, copy), 500, "{copy}");
+        assert_eq!(
+            c.keyspace(3).get("other").unwrap().as_deref(),
+            Some(&b"space"[..])
+        );
+        c.close().unwrap();
+    }
+    db.close().unwrap();
+}

@@ -150,7 +150,7 @@ impl Core {
     /// delete of an absent key).
     fn apply(&self, w: &Write<'_, '_>, keep: &mut [bool], sync: bool) -> Result<Option<Written>> {
         if self.is_closed() {
-            return Err(Error::Closed);
+            return Err(self.refusal());
         }
         let mut write_out = false;
         for &s in w.shards {
