@@ -558,7 +558,7 @@ proptest! {
 }
 
 /// The catch-up rate: a writer process puts small records at 200,000 a second (set
-/// `CAIRN_RO_RATE=0` for as fast as it can) for 3 s while a reader catches up every
+/// `CAIRN_RO_TARGET=0` for as fast as it can) for 3 s while a reader catches up every
 /// 5 ms; the reader must end with every record and keep up on the way.
 #[test]
 fn a_reader_keeps_up_with_200k_puts_a_second() {
