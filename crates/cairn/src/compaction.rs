@@ -153,7 +153,7 @@ const CLOSE_COPY_MAX: u64 = 1 << 20;
 /// ([`drop_dead_segments`]), then every segment of at least 1/64 of the segment size
 /// (the active ones and those not sealed yet included) that is at least
 /// `compaction_threshold` stale and holds at most [`CLOSE_COPY_MAX`] live bytes is
-/// compacted from its listing, copying only those; an active segment is emptied in place
+/// compacted from its listing, copying only those; an active segment is emptied (replaced by its header)
 /// ([`Shard::empty_active`]). Segments are taken oldest first in each shard, so that
 /// tombstones whose older versions went before them can go too. Best effort: the first
 /// error is logged and ends it (the space is then reclaimed after the next open).

@@ -584,10 +584,39 @@ impl Shard {
         Ok(Some((id, claimed)))
     }
 
+    /// A new file holding only `old`'s header, renamed over it; returns it opened. The
+    /// old file is replaced, not cut: a read-only process reading the store
+    /// (`Options::read_only`) keeps reading the records it has open in it. The new file
+    /// and the rename are synced before the segment takes appends again. A crash before
+    /// that brings the old file back, with records that are all dead and below the
+    /// watermark, which is the state before; and the unlinks its tombstones relied on
+    /// were synced before (`compaction::retire`).
+    fn replace_with_header(&self, core: &StoreCtx, old: &SegmentFile) -> Result<SegmentFile> {
+        let header =
+            crate::fsutil::read_exact_at(&old.file, &old.path, 0, SEG_HEADER_LEN as usize)?;
+        let tmp = crate::fsutil::tmp_path(&old.path);
+        core.fs.remove(&tmp)?;
+        let f = core.fs.create_new(&tmp)?;
+        core.fs.write_at(&f, &tmp, &header, 0)?;
+        core.fs.sync_data(&f, &tmp)?;
+        drop(f);
+        core.fs.rename(&tmp, &old.path)?;
+        // Durable before the segment takes appends again: a lost rename would bring the
+        // old file back under records synced into the new one.
+        core.fs.sync_dir(&self.dir)?;
+        match SegmentFile::open(&old.path, self.id, old.id)? {
+            Some((file, _, None)) => Ok(file),
+            _ => Err(Error::corruption(
+                &old.path,
+                "the emptied active segment does not read back as its header",
+            )),
+        }
+    }
+
     /// At a clean close, gives back the space of the active segment, every record of
-    /// which was found droppable (and is below the recorded watermark): the file is cut
-    /// back to its header in place and stays the active segment, so the next open needs
-    /// no new file. Writes are refused by then; the caller holds no handle to the file.
+    /// which was found droppable (and is below the recorded watermark): the file is
+    /// replaced by one holding only its header ([`Shard::replace_with_header`]), which
+    /// stays the active segment, so the next open needs no new segment id. Writes are refused by then; the caller holds no handle to the file.
     /// Returns the bytes freed, or `None` (nothing done) when the segment is not the
     /// active one, has buffered bytes, or is still used by a reader (a value or an
     /// iterator holding its file, whose map must stay readable).
@@ -606,16 +635,10 @@ impl Shard {
         let Some(m) = st.segs.get_mut(&seg) else {
             return Ok(None);
         };
-        let file = st.active.file.clone();
-        // Not synced: lost, the cut brings back records that are all dead and below the
-        // watermark, which is the state before it; and the unlinks its tombstones relied
-        // on were synced before (`compaction::retire`). A later sync of the file makes
-        // the cut durable with the bytes appended after it.
-        file.file
-            .set_len(SEG_HEADER_LEN)
-            .map_err(|e| Error::io(&file.path, e))?;
+        let file = Arc::new(self.replace_with_header(core, &st.active.file)?);
         io.laid = SEG_HEADER_LEN;
         let freed = m.size.saturating_sub(SEG_HEADER_LEN);
+        st.active = Active::new(file.clone(), SEG_HEADER_LEN, core.opts.segment_size);
         let mut fresh = SegMeta::new(file, SEG_HEADER_LEN);
         fresh.created_seq = m.created_seq;
         *m = fresh;
