@@ -23,13 +23,16 @@ use crate::shard::Shard;
 use crate::{Error, Options, Result, SyncPolicy};
 
 /// Runs `f` over `items` on up to the machine's parallelism, keeping order.
-fn par_map<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> Result<R> + Sync) -> Result<Vec<R>> {
+pub(crate) fn par_map<T: Send, R: Send>(
+    items: Vec<T>,
+    f: impl Fn(T) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
     par_map_with(items, |_: &mut (), t| f(t))
 }
 
 /// [`par_map`] with a state per worker thread, `S::default()` at first, that `f` gets
 /// with every item the worker takes: buffers one item leaves for the next.
-fn par_map_with<T: Send, R: Send, S: Default>(
+pub(crate) fn par_map_with<T: Send, R: Send, S: Default>(
     items: Vec<T>,
     f: impl Fn(&mut S, T) -> Result<R> + Sync,
 ) -> Result<Vec<R>> {

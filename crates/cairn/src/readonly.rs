@@ -21,19 +21,19 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::core::Core;
 use crate::ctx::StoreCtx;
-use crate::index::{BulkBuffers, Index, Loc, Shape};
+use crate::index::{Loc, Shape};
 use crate::manifest::{self, SeqState};
 use crate::open::shard_dir;
 use crate::record::Kind;
 use crate::route::Router;
-use crate::segment::{SegmentFile, SEG_HEADER_LEN};
-use crate::seq::{SeqTracker, ShardSeqs};
-use crate::shard::{Active, Shard, ShardState};
-use crate::tally::Tally;
+use crate::segment::SegmentFile;
+use crate::seq::SeqTracker;
+use crate::shard::{Shard, ShardState};
 use crate::{Error, Options, Result};
 
 mod apply;
 mod gather;
+mod load;
 
 /// What one [`crate::Db::catch_up`] added to a read-only view.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -262,54 +262,14 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
     })
 }
 
-/// A shard state with nothing in it, for a read-only view to fill.
-fn empty_state(dir: &Path, shape: &Shape) -> Result<ShardState> {
-    let stand_in = Arc::new(SegmentFile::read_only_stand_in(dir)?);
-    Ok(ShardState {
-        index: Index::from_sorted_in(
-            std::iter::empty::<(&[u8], Loc)>(),
-            shape,
-            &mut BulkBuffers::default(),
-        ),
-        segs: BTreeMap::new(),
-        active: Active {
-            id: stand_in.id,
-            file: stand_in,
-            buf_start: SEG_HEADER_LEN,
-            buf: Vec::new(),
-        },
-        pending: None,
-        next_seg: 0,
-        live_bytes: 0,
-        live_by_ns: Tally::default(),
-        keys_by_ns: Tally::default(),
-        failed: None,
-        write_stuck: false,
-        seqs: ShardSeqs::recovered(0),
-        kept_hint: None,
-    })
-}
-
-/// Loads a read-only view from scratch: a catch-up from nothing. Tries again when the
-/// writer removed a file between the listing and its read.
+/// Loads a read-only view from scratch ([`load::fresh`]). Tries again when the writer
+/// changed the files while they were read (removed one between the listing and its
+/// read, cut one back).
 fn load_fresh(dir: &Path, nshards: u32, shape: &Shape) -> Result<(View, Vec<ShardState>)> {
     let mut why = String::new();
     for _ in 0..LOAD_ATTEMPTS {
-        let mut view = View {
-            visible: 0,
-            seqstate: SeqState::default(),
-            shards: (0..nshards).map(|_| ShardView::default()).collect(),
-            round: 0,
-        };
-        let states = (0..nshards)
-            .map(|i| empty_state(&shard_dir(dir, i), shape).map(RwLock::new))
-            .collect::<Result<Vec<_>>>()?;
-        let refs: Vec<&RwLock<ShardState>> = states.iter().collect();
-        match attempt(dir, &mut view, &refs, true) {
-            Ok(_) => {
-                let states = states.into_iter().map(RwLock::into_inner).collect();
-                return Ok((view, states));
-            }
+        match load::fresh(dir, nshards, shape) {
+            Ok(loaded) => return Ok(loaded),
             Err(Halt::Fail(e)) => return Err(e),
             Err(Halt::Race(w) | Halt::Restart(w)) => why = w,
         }
@@ -333,7 +293,7 @@ pub(crate) fn catch_up(core: &Core) -> Result<CatchUp> {
     let states: Vec<&RwLock<ShardState>> = core.shards.iter().map(|s| &s.state).collect();
     let mut out = CatchUp::default();
     loop {
-        match attempt(&core.dir, &mut view, &states, false) {
+        match attempt(&core.dir, &mut view, &states) {
             Ok(a) => {
                 out.records = a.records;
                 out.bytes = a.bytes;
@@ -379,22 +339,14 @@ fn rebuild(core: &Core, f: &Follower, view: &mut View) -> Result<()> {
     Ok(())
 }
 
-/// One attempt of a catch-up (or, with `fresh`, of a load into empty states): reads
-/// `SEQSTATE`, then what every shard's files gained, then applies the new visible
-/// prefix. Changes nothing when it stops with [`Halt`].
-fn attempt(
-    dir: &Path,
-    view: &mut View,
-    states: &[&RwLock<ShardState>],
-    fresh: bool,
-) -> Step<Added> {
+/// One attempt of a catch-up: reads `SEQSTATE`, then what every shard's files gained,
+/// then applies the new visible prefix. Changes nothing when it stops with [`Halt`].
+fn attempt(dir: &Path, view: &mut View, states: &[&RwLock<ShardState>]) -> Step<Added> {
     // Read before the listing: every record numbered up to its watermark was in the
     // files before it was written, so the reads below find each one (or the newer
     // record that let compaction drop it).
     let seqstate = manifest::read_seqstate(dir)?;
-    if fresh {
-        view.seqstate = seqstate.clone();
-    } else if seqstate.void != view.seqstate.void
+    if seqstate.void != view.seqstate.void
         || seqstate.aborted != view.seqstate.aborted
         || seqstate.watermark < view.seqstate.watermark
     {

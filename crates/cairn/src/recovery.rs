@@ -35,6 +35,7 @@ use crate::{Error, Result};
 use merge::{Item, Merge};
 
 mod merge;
+pub(crate) mod view;
 
 /// One record's metadata gathered at open.
 #[derive(Clone, Copy)]
@@ -88,6 +89,9 @@ pub(crate) struct Loaded {
     /// missing for a reason other than a crash.
     pub lost_records: bool,
     next_seg: u32,
+    /// What a read-only view keeps beyond a writer's load ([`view`]), when loaded for
+    /// one.
+    follow: Option<view::Follow>,
 }
 
 fn parse_name(name: &str) -> Option<(u32, &str)> {
@@ -138,6 +142,7 @@ pub(crate) fn load(fs: &Fs, shard: u32, dir: &Path, bufs: &mut LoadBuffers) -> R
         max_seq: 0,
         lost_records: false,
         next_seg: max_id + 1,
+        follow: None,
     };
     for &id in &hint_ids {
         if seg_ids.binary_search(&id).is_err() {
@@ -679,6 +684,7 @@ pub(crate) fn settle(
     let (mut kept, mut kept_arena) = (Vec::new(), Vec::new());
     let hints = std::mem::take(&mut l.hints);
     let n = recs.len() + hints.iter().map(|h| h.count() as usize).sum::<usize>();
+    let mut follow = l.follow.take();
     let mut merge = Merge::new(&mut recs, &arena, &hints);
     let mut group: Vec<Rec> = Vec::new();
     // The winners go straight into the bulk load: no list of them is made.
@@ -695,8 +701,14 @@ pub(crate) fn settle(
             let key_off = kept_arena.len();
             kept_arena.extend_from_slice(key);
             kept.extend(group.iter().map(|r| Rec { key_off, ..*r }));
-        } else if let Some(loc) = acct.account(key, &group, seqstate) {
-            return Some((key, loc));
+        } else {
+            let won = acct.account(key, &group, seqstate);
+            if let Some(f) = follow.as_mut() {
+                f.note(key, &group, won, seqstate);
+            }
+            if let Some(loc) = won {
+                return Some((key, loc));
+            }
         }
     });
     let index = Index::from_sorted_in(AtMost(winners, n), shape, &mut bufs.bulk);
@@ -707,6 +719,7 @@ pub(crate) fn settle(
     (bufs.recs, bufs.arena) = (recs, arena);
     l.recs = kept;
     l.arena = kept_arena;
+    l.follow = follow;
     l.settled = Some(Settled { index, acct });
 }
 

@@ -79,7 +79,7 @@ pub(super) fn round(
 /// records read (copies in compaction outputs do not count: their originals may have
 /// been read too).
 fn new_visible(view: &View, seqstate: &SeqState, deltas: &[ShardDelta]) -> u64 {
-    let mut v = view.visible.max(seqstate.watermark);
+    let v = view.visible.max(seqstate.watermark);
     let mut counts: HashMap<u64, (u32, u32)> = HashMap::new();
     let held = view.shards.iter().map(|s| &s.pending);
     for recs in held.chain(deltas.iter().map(|d| &d.recs)) {
@@ -89,6 +89,17 @@ fn new_visible(view: &View, seqstate: &SeqState, deltas: &[ShardDelta]) -> u64 {
             }
         }
     }
+    extend_visible(v, seqstate, &counts)
+}
+
+/// The visible prefix from `v` on: each next number while it is void, aborted, or has
+/// all its batch's records read (`counts`: per number, the records read and their
+/// batch's size).
+pub(super) fn extend_visible(
+    mut v: u64,
+    seqstate: &SeqState,
+    counts: &HashMap<u64, (u32, u32)>,
+) -> u64 {
     loop {
         let next = v + 1;
         if let Some((_, hi)) = seqstate.in_void(next) {

@@ -11,14 +11,14 @@ use std::sync::Arc;
 
 use super::{Halt, Recs, Seg, ShardView, Step};
 use crate::index::Loc;
-use crate::record::{self, HEADER_LEN};
+use crate::record::{self, Kind, HEADER_LEN};
 use crate::segment::{self, Hint, SegKind, SegmentFile, WindowReader, SEG_HEADER_LEN};
 use crate::Error;
 
 /// A shard's directory as listed: each segment's inode number, and the hint files.
-struct Listing {
-    segs: BTreeMap<u32, u64>,
-    hints: HashSet<u32>,
+pub(super) struct Listing {
+    pub segs: BTreeMap<u32, u64>,
+    pub hints: HashSet<u32>,
 }
 
 /// How far a segment was read.
@@ -45,7 +45,7 @@ pub(super) struct ShardDelta {
     pub recs: Recs,
 }
 
-fn list(dir: &Path) -> Step<Listing> {
+pub(super) fn list(dir: &Path) -> Step<Listing> {
     let mut out = Listing {
         segs: BTreeMap::new(),
         hints: HashSet::new(),
@@ -113,16 +113,14 @@ pub(super) fn shard(dir: &Path, shard: u32, sv: &ShardView) -> Step<ShardDelta> 
     Ok(out)
 }
 
-/// Opens and reads segment `id`, new to the view: `None` when it is not there any more
-/// or shorter than its header (being created: it holds no record yet).
-fn read_new(
+/// Opens segment `id`, new to the view: `None` when it is not there any more or shorter
+/// than its header (being created: it holds no record yet).
+pub(super) fn open_new(
     dir: &Path,
     shard: u32,
     id: u32,
     ino: u64,
-    hinted: bool,
-    out: &mut Recs,
-) -> Step<Option<Seg>> {
+) -> Step<Option<Arc<SegmentFile>>> {
     let path = segment::seg_path(dir, id);
     let file = match SegmentFile::open_read_only(&path, shard, id) {
         Ok(Some((file, _len, _damage))) => Arc::new(file),
@@ -145,6 +143,22 @@ fn read_new(
             "segment {id} of shard {shard} was replaced"
         )));
     }
+    Ok(Some(file))
+}
+
+/// Opens and reads segment `id`, new to the view: `None` when it is not there any more
+/// or shorter than its header.
+fn read_new(
+    dir: &Path,
+    shard: u32,
+    id: u32,
+    ino: u64,
+    hinted: bool,
+    out: &mut Recs,
+) -> Step<Option<Seg>> {
+    let Some(file) = open_new(dir, shard, id, ino)? else {
+        return Ok(None);
+    };
     let mut seg = Seg {
         file,
         ino,
@@ -198,7 +212,10 @@ fn read_on(dir: &Path, id: u32, s: &Seg, hinted: bool, out: &mut Recs) -> Step<P
             return Ok(r);
         }
     }
-    let (end, last) = scan_from(&s.file, s.end, len, out)?;
+    let copies = s.file.kind == SegKind::Compacted;
+    let (end, last) = scan_from(&s.file, s.end, len, |kind, seq, total, loc, key| {
+        out.push(kind, seq, total, loc, key, copies)
+    })?;
     Ok(Progress {
         end,
         last: last.or(s.last),
@@ -238,17 +255,17 @@ fn read_hint(dir: &Path, id: u32, s: &Seg, len: u64, out: &mut Recs) -> Option<P
 }
 
 /// Reads the records of `file` from `from` to `len`, stopping at the first one that is
-/// not whole and intact. Returns where it stopped and the last record read.
-fn scan_from(
+/// not whole and intact, handing each to `push` (kind, number, batch size, location,
+/// key). Returns where it stopped and the last record read.
+pub(super) fn scan_from(
     file: &SegmentFile,
     from: u64,
     len: u64,
-    out: &mut Recs,
+    mut push: impl FnMut(Kind, u64, u32, Loc, &[u8]),
 ) -> Step<(u64, Option<(u64, u64)>)> {
     let mut r = WindowReader::new(&file.file, len);
     let mut pos = from;
     let mut last = None;
-    let copies = file.kind == SegKind::Compacted;
     let io = |e: std::io::Error| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             Halt::Restart(format!("{} was cut back while read", file.path.display()))
@@ -273,7 +290,7 @@ fn scan_from(
             off: pos as u32,
             len: rlen as u32,
         };
-        out.push(h.kind, h.seq, h.batch_total, loc, rec.key, copies);
+        push(h.kind, h.seq, h.batch_total, loc, rec.key);
         last = Some((pos, h.seq));
         pos += rlen;
     }

@@ -116,6 +116,8 @@ pub struct Hint {
     data_len: u64,
     count: u64,
     max_seq: u64,
+    /// The entry of the highest offset: (offset, number).
+    last: Option<(u64, u64)>,
     in_order: bool,
     /// The lowest record offset and the highest record end listed, if any.
     span: Option<(u64, u64)>,
@@ -196,6 +198,7 @@ impl Hint {
             id,
             count,
             max_seq: walk.max_seq,
+            last: walk.last,
             in_order: walk.in_order,
             span: walk.span,
         })
@@ -226,6 +229,12 @@ impl Hint {
         self.max_seq
     }
 
+    /// The offset and number of the record it lists last in the segment (the highest
+    /// offset), if it lists any.
+    pub fn last(&self) -> Option<(u64, u64)> {
+        self.last
+    }
+
     /// Whether its entries are in key order, a key's newest first, each strictly after
     /// the one before (as this version writes them): the entries are then one sorted run.
     pub fn in_order(&self) -> bool {
@@ -254,6 +263,8 @@ struct Walk {
     error: Option<&'static str>,
     count: u64,
     max_seq: u64,
+    /// The entry of the highest offset: (offset, number).
+    last: Option<(u64, u64)>,
     in_order: bool,
     span: Option<(u64, u64)>,
 }
@@ -267,6 +278,7 @@ impl Walk {
             error: None,
             count: 0,
             max_seq: 0,
+            last: None,
             in_order: true,
             span: None,
         };
@@ -294,6 +306,9 @@ impl Walk {
             crc_upto(&mut w, end);
             let (off, rec_end) = (u64::from(e.off), u64::from(e.off) + u64::from(e.len));
             w.max_seq = w.max_seq.max(e.seq);
+            if w.last.is_none_or(|(o, _)| o < off) {
+                w.last = Some((off, e.seq));
+            }
             w.span = Some(
                 w.span
                     .map_or((off, rec_end), |(lo, hi)| (lo.min(off), hi.max(rec_end))),
