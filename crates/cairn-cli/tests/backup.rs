@@ -149,8 +149,14 @@ fn backup_of_a_mounted_store() {
     let stats = run(&store, &["stats"], None);
     assert!(stats.status.success(), "{stats:?}");
     assert!(String::from_utf8_lossy(&stats.stderr).contains("in use by another process"));
-    let verify = run(&store, &["verify"], None);
-    assert!(verify.status.success(), "{verify:?}");
+    for args in [&["verify"][..], &["scan"], &["file", "ls"]] {
+        let out = run(&store, args, None);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("in use by another process"));
+    }
+    // Writes are refused while the mount holds the store.
+    let put = run(&store, &["put", "k", "v"], None);
+    assert!(!put.status.success(), "{put:?}");
     let b = tmp.path().join("backup");
     let out = run(&store, &["backup", b.to_str().unwrap()], None);
     assert!(out.status.success(), "{out:?}");
