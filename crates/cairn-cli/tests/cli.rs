@@ -429,14 +429,22 @@ fn a_second_process_gets_a_clear_locked_error() {
     let s = Store::new();
     s.ok(&["put", "k", "v"]);
     let held = cairn::Db::open(s.dir()).expect("open in-process");
-    for args in [
-        &["put", "k2", "v2"][..],
-        &["get", "k"],
-        &["scan"],
-        &["verify"],
-    ] {
+    // Writes are refused while another process holds the store ...
+    for args in [&["put", "k2", "v2"][..], &["del", "k"], &["compact"]] {
         assert_error(&s.run(args), 1, "locked");
     }
+    // ... and reads see a read-only snapshot of it, and say so once.
+    for args in [&["get", "k"][..], &["scan"], &["verify"]] {
+        let out = s.run(args);
+        assert_success(&out, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.matches("in use by another process").count(),
+            1,
+            "{args:?}: {stderr}"
+        );
+    }
+    assert_eq!(s.run(&["get", "k"]).stdout, b"v");
     drop(held);
     s.ok(&["put", "k2", "v2"]);
     assert_eq!(s.ok(&["get", "k2"]), b"v2");
