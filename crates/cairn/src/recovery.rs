@@ -281,30 +281,7 @@ fn load_hint(
             "hint lists a record outside the segment; rescanning".to_string()
         }
         Ok(hint) if hint.data_len() == len => {
-            out.max_seq = out.max_seq.max(hint.max_seq());
-            out.segs.insert(
-                id,
-                LoadedSeg {
-                    file: file.clone(),
-                    size: len,
-                    hint_size: hint.size(),
-                    sealed: true,
-                },
-            );
-            if hint.in_order() {
-                out.hints.push(hint);
-            } else {
-                // An older version's hint, in file order: its records are sorted with
-                // the scanned ones.
-                for e in hint.entries() {
-                    let loc = Loc {
-                        seg: id,
-                        off: e.off,
-                        len: e.len,
-                    };
-                    out.push_rec(e.kind, e.seq, e.batch_total, loc, e.key);
-                }
-            }
+            out.add_hinted(file.clone(), len, hint);
             return Ok(true);
         }
         Ok(hint) => format!(

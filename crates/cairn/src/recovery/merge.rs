@@ -1,8 +1,10 @@
-//! The merge of a shard's segment runs at open.
+//! The merge of a shard's segment runs at open, and how a hinted segment joins them.
 
-use super::{order_of, rec_order, same_key_of, Rec};
+use std::sync::Arc;
+
+use super::{order_of, rec_order, same_key_of, Loaded, LoadedSeg, Rec};
 use crate::index::Loc;
-use crate::segment::{self, Hint, HintEntries};
+use crate::segment::{self, Hint, HintEntries, SegmentFile};
 
 /// A record as the merge yields it: its metadata, and its key, borrowed from the hint
 /// map or the arena it was read from (`rec.key_off` is meaningful only for the latter).
@@ -175,5 +177,36 @@ impl<'a> Iterator for Merge<'a> {
         }
         self.sift_down(0);
         Some(item)
+    }
+}
+
+impl Loaded {
+    /// Takes the sealed segment `file` (`len` bytes) as its checked `hint` describes it:
+    /// a hint in key order joins the runs merged later; an older version's, in file
+    /// order, has its records sorted with the scanned ones.
+    pub(crate) fn add_hinted(&mut self, file: Arc<SegmentFile>, len: u64, hint: Hint) {
+        let id = file.id;
+        self.max_seq = self.max_seq.max(hint.max_seq());
+        self.segs.insert(
+            id,
+            LoadedSeg {
+                file,
+                size: len,
+                hint_size: hint.size(),
+                sealed: true,
+            },
+        );
+        if hint.in_order() {
+            self.hints.push(hint);
+            return;
+        }
+        for e in hint.entries() {
+            let loc = Loc {
+                seg: id,
+                off: e.off,
+                len: e.len,
+            };
+            self.push_rec(e.kind, e.seq, e.batch_total, loc, e.key);
+        }
     }
 }

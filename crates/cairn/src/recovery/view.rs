@@ -83,30 +83,8 @@ impl Loaded {
 
     /// Adds segment `id` (inode `ino`, `len` bytes), which `hint` describes whole.
     pub(crate) fn view_hinted(&mut self, file: Arc<SegmentFile>, ino: u64, len: u64, hint: Hint) {
-        let id = file.id;
-        self.max_seq = self.max_seq.max(hint.max_seq());
-        self.note_seg(id, ino, hint.last(), true);
-        self.segs.insert(
-            id,
-            LoadedSeg {
-                file,
-                size: len,
-                hint_size: hint.size(),
-                sealed: true,
-            },
-        );
-        if hint.in_order() {
-            self.hints.push(hint);
-        } else {
-            for e in hint.entries() {
-                let loc = Loc {
-                    seg: id,
-                    off: e.off,
-                    len: e.len,
-                };
-                self.push_rec(e.kind, e.seq, e.batch_total, loc, e.key);
-            }
-        }
+        self.note_seg(file.id, ino, hint.last(), true);
+        self.add_hinted(file, len, hint);
     }
 
     /// Adds segment `id` (inode `ino`), whose records up to `end` were scanned (with
