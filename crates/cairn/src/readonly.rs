@@ -228,6 +228,7 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
         numbered: opts.numbered.clone(),
     };
     let (view, states) = load_fresh(dir, nshards, &shape)?;
+    let visible = view.visible;
     let disk = states.iter().map(ShardState::disk_bytes).sum();
     let shards: Vec<Shard> = states
         .into_iter()
@@ -247,7 +248,7 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
     );
     // Every write is refused (`Core::refusal` says why).
     ctx.set_closed();
-    Ok(Core {
+    let core = Core {
         router: Router::new(shards.len(), manifest.grouped),
         ctx,
         shards,
@@ -259,7 +260,14 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
             view: Mutex::new(view),
             shape,
         }),
-    })
+    };
+    // The writer's compaction may have raised the watermark over records the load did
+    // not find (their segments dropped while it listed): the view would then stop short
+    // of writes made before the open. One catch-up takes it past them.
+    if manifest::read_seqstate(dir)?.watermark > visible {
+        catch_up(&core)?;
+    }
+    Ok(core)
 }
 
 /// Loads a read-only view from scratch ([`load::fresh`]). Tries again when the writer
