@@ -130,20 +130,7 @@ pub(crate) fn load(fs: &Fs, shard: u32, dir: &Path, bufs: &mut LoadBuffers) -> R
         }
     }
     seg_ids.sort_unstable();
-    let mut out = Loaded {
-        shard,
-        dir: dir.to_owned(),
-        segs: BTreeMap::new(),
-        arena: std::mem::take(&mut bufs.arena),
-        recs: std::mem::take(&mut bufs.recs),
-        hints: Vec::new(),
-        settled: None,
-        damage: Vec::new(),
-        max_seq: 0,
-        lost_records: false,
-        next_seg: max_id + 1,
-        follow: None,
-    };
+    let mut out = Loaded::empty(shard, dir, bufs, max_id + 1, None);
     for &id in &hint_ids {
         if seg_ids.binary_search(&id).is_err() {
             // The segment was removed by compaction after its hint: finish the removal.

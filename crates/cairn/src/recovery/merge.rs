@@ -181,6 +181,31 @@ impl<'a> Iterator for Merge<'a> {
 }
 
 impl Loaded {
+    /// A load of shard `shard` (directory `dir`) with no segment yet, into `bufs`'
+    /// buffers; new segments get ids from `next_seg`; `follow` for a read-only view.
+    pub(crate) fn empty(
+        shard: u32,
+        dir: &std::path::Path,
+        bufs: &mut super::LoadBuffers,
+        next_seg: u32,
+        follow: Option<super::view::Follow>,
+    ) -> Loaded {
+        Loaded {
+            shard,
+            dir: dir.to_owned(),
+            segs: std::collections::BTreeMap::new(),
+            arena: std::mem::take(&mut bufs.arena),
+            recs: std::mem::take(&mut bufs.recs),
+            hints: Vec::new(),
+            settled: None,
+            damage: Vec::new(),
+            max_seq: 0,
+            lost_records: false,
+            next_seg,
+            follow,
+        }
+    }
+
     /// Takes the sealed segment `file` (`len` bytes) as its checked `hint` describes it:
     /// a hint in key order joins the runs merged later; an older version's, in file
     /// order, has its records sorted with the scanned ones.

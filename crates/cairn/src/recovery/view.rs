@@ -65,20 +65,7 @@ impl Loaded {
     /// An empty load of shard `shard` (directory `dir`) for a read-only view, into
     /// `bufs`' buffers; the view adds its segments.
     pub(crate) fn for_view(shard: u32, dir: &Path, bufs: &mut LoadBuffers) -> Loaded {
-        Loaded {
-            shard,
-            dir: dir.to_owned(),
-            segs: BTreeMap::new(),
-            arena: std::mem::take(&mut bufs.arena),
-            recs: std::mem::take(&mut bufs.recs),
-            hints: Vec::new(),
-            settled: None,
-            damage: Vec::new(),
-            max_seq: 0,
-            lost_records: false,
-            next_seg: 0,
-            follow: Some(Follow::default()),
-        }
+        Loaded::empty(shard, dir, bufs, 0, Some(Follow::default()))
     }
 
     /// Adds segment `id` (inode `ino`, `len` bytes), which `hint` describes whole.
