@@ -226,11 +226,17 @@ pub(crate) fn copy_store(
     for i in 0..core.shards.len() as u32 {
         fs.create_dirs(&shard_dir(&staging.dir, i))?;
     }
+    // A base on another file system cannot give links: its files are not compared.
+    let base = match how {
+        How::Copy { base: Some(b) } if same_device(b.dir(), &staging.dir)? => Some(*b),
+        _ => None,
+    };
     let placer = Placer {
         fs,
         src: &core.dir,
         dst: &staging.dir,
         link,
+        base,
         how,
     };
     for seg in &cut.segs {
@@ -343,6 +349,8 @@ struct Placer<'a> {
     dst: &'a Path,
     /// Sealed segments are hard-linked from the store.
     link: bool,
+    /// The earlier backup that files may be linked from (on the copy's file system).
+    base: Option<&'a dyn Base>,
     how: &'a How<'a>,
 }
 
@@ -431,13 +439,12 @@ impl Placer<'_> {
             };
             return Ok((p, true));
         }
-        let base = match self.how {
-            How::Copy { base } => *base,
-            How::Link => None,
-        };
-        if let Some(b) = base.filter(|b| b.file(rel).is_some_and(|(l, _)| l == len)) {
+        if let Some(b) = self
+            .base
+            .filter(|b| b.file(rel).is_some_and(|(l, _)| l == len))
+        {
             let crc = file_crc(&file, src, len)?;
-            if b.file(rel) == Some((len, crc)) && same_device(b.dir(), self.dst)? {
+            if b.file(rel) == Some((len, crc)) {
                 self.fs.hard_link(&b.dir().join(rel), &dst)?;
                 let p = Placed {
                     rel: rel.to_owned(),
