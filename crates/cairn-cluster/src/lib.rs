@@ -57,6 +57,7 @@ pub mod config;
 mod convert;
 mod error;
 pub mod giga;
+mod raft;
 mod rows;
 pub mod server;
 mod stream;

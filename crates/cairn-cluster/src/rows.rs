@@ -42,6 +42,10 @@ pub const TAG_PREPARED: u8 = b'R';
 /// `M server id`: a memo of a directory made for an intent ([`crate::proto::MemoRow`]).
 pub const TAG_MEMO: u8 = b'M';
 
+/// `Z`: a replica's applied state: the last applied log id and the membership
+/// (bincode of openraft's `(Option<LogId>, StoredMembership)`; replicated servers only).
+pub const TAG_APPLIED: u8 = b'Z';
+
 /// Partition state: the owner of its names.
 pub const PART_ACTIVE: u32 = 1;
 /// Partition state: a split's copy, not yet the owner (invisible, unavailable).

@@ -62,6 +62,24 @@ impl Reach {
         Ok(Reach::Custom(d))
     }
 
+    /// A lazy channel to the replica of group `group` at `addr` (inside a tokio
+    /// runtime).
+    pub(crate) fn channel_to(
+        &self,
+        group: u32,
+        addr: SocketAddr,
+        connect_timeout: Duration,
+    ) -> Result<Channel, TlsError> {
+        match self {
+            Reach::Custom(d) => Ok(d(addr, connect_timeout)),
+            Reach::Net(d) => Ok(d
+                .endpoint_at(group, addr)?
+                .connect_timeout(connect_timeout)
+                .tcp_nodelay(true)
+                .connect_lazy()),
+        }
+    }
+
     /// A lazy channel to server `s` (must be called inside a tokio runtime). `timeout`,
     /// if given, bounds every request of a TCP channel (a custom channel's requests
     /// carry their own timeouts).

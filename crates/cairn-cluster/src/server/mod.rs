@@ -515,7 +515,7 @@ fn open_node(
             peer_timeout: opts.peer_timeout,
             inline_store,
         },
-        ks,
+        node::RowStore::Local(ks),
         peers,
     );
     #[cfg(feature = "test-hooks")]

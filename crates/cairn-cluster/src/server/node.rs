@@ -13,6 +13,7 @@ use cairn::{Db, Keyspace, WriteBatch, WriteOptions};
 use cairn_fs::{Attr, Errno};
 
 use super::state::{LearntBitmaps, Lease, Leases, RenameLock, State};
+use crate::raft::overlay::Seen;
 use super::SyncMode;
 use crate::convert::{busy_status, row_attr};
 use crate::giga::{self, covers, home_of, name_hash, MAX_DEPTH};
@@ -36,6 +37,9 @@ pub(crate) enum Fail {
     Down(String),
     /// The server stopped (test crash point, or shutting down): nothing more is written.
     Crashed,
+    /// This replica does not lead its group (any more): nothing was done, or — for a
+    /// change already proposed — the next leader decides whether it stands.
+    NotLeader,
 }
 
 impl Fail {
@@ -54,7 +58,7 @@ impl Fail {
                 }),
                 ..Default::default()
             },
-            Fail::Down(_) | Fail::Crashed => proto::Status {
+            Fail::Down(_) | Fail::Crashed | Fail::NotLeader => proto::Status {
                 errno: libc::EIO as u32,
                 ..Default::default()
             },
@@ -88,6 +92,7 @@ impl From<cairn::Error> for Fail {
         match e {
             cairn::Error::StorageFull(_) => Fail::Errno(libc::ENOSPC),
             cairn::Error::Closed => Fail::Crashed,
+            cairn::Error::OpenedReadOnly(_) => Fail::Errno(libc::EROFS),
             e => {
                 tracing::error!("store error: {e}");
                 Fail::Errno(libc::EIO)
@@ -180,7 +185,8 @@ pub(crate) struct Node {
     pub rename_lock: RenameLock,
     /// Directory bitmaps learnt from peers' redirects (for a rename's destination).
     pub bitmaps: LearntBitmaps,
-    ks: Keyspace,
+    /// Where its rows are: its own store, or its group's replicated state.
+    rows: RowStore,
     /// What the server keeps in memory (see [`State`]).
     state: Mutex<State>,
     /// The number leases (taken while the state's lock may be held: after it).
@@ -197,24 +203,45 @@ pub(crate) struct Node {
     hooks: super::Hooks,
 }
 
-/// Changes of rows, applied atomically by [`Node::apply`].
-pub(crate) struct Batch(pub WriteBatch);
+/// Where a server's rows live.
+pub(crate) enum RowStore {
+    /// A group of one: its own store's keyspace, written directly.
+    Local(Keyspace),
+    /// A replica of a group: changes are proposed to the group and applied once
+    /// committed; the leader's reads see its pending changes over the store.
+    Replicated(Arc<crate::raft::Replica>),
+}
+
+/// Changes of rows (key, new value; `None`: delete), applied atomically by
+/// [`Node::apply`].
+#[derive(Default)]
+pub(crate) struct Batch(pub Vec<(Vec<u8>, Option<Vec<u8>>)>);
 
 impl Batch {
     pub(crate) fn new() -> Batch {
-        Batch(WriteBatch::new())
+        Batch(Vec::new())
     }
     pub(crate) fn put<M: Message>(&mut self, key: &[u8], m: &M) {
-        self.0.put(key, m.encode_to_vec());
+        self.0.push((key.to_vec(), Some(m.encode_to_vec())));
     }
     pub(crate) fn put_raw(&mut self, key: &[u8], v: &[u8]) {
-        self.0.put(key, v);
+        self.0.push((key.to_vec(), Some(v.to_vec())));
     }
     pub(crate) fn delete(&mut self, key: &[u8]) {
-        self.0.delete(key);
+        self.0.push((key.to_vec(), None));
     }
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+    fn write_batch(self) -> WriteBatch {
+        let mut wb = WriteBatch::new();
+        for (k, v) in self.0 {
+            match v {
+                Some(v) => wb.put(k, v),
+                None => wb.delete(k),
+            };
+        }
+        wb
     }
 }
 
@@ -231,7 +258,7 @@ pub(crate) fn now_ms() -> i64 {
 impl Node {
     /// A node of `cfg` over keyspace `ks` with connections `peers`, holding nothing yet
     /// (recovery fills its state).
-    pub(crate) fn new(cfg: NodeConfig, ks: Keyspace, peers: Vec<super::peer::PeerConn>) -> Node {
+    pub(crate) fn new(cfg: NodeConfig, rows: RowStore, peers: Vec<super::peer::PeerConn>) -> Node {
         Node {
             id: cfg.id,
             n: cfg.n,
@@ -245,7 +272,7 @@ impl Node {
             counters: Counters::default(),
             rename_lock: RenameLock::default(),
             bitmaps: LearntBitmaps::default(),
-            ks,
+            rows,
             state: Mutex::new(State::default()),
             leases: Mutex::new(Leases::default()),
             crashed: AtomicBool::new(false),
@@ -271,8 +298,30 @@ impl Node {
         false
     }
 
-    pub(crate) fn db(&self) -> &Db {
-        self.ks.db()
+    pub(crate) fn db(&self) -> Db {
+        self.ks().db().clone()
+    }
+
+    /// The keyspace of its rows (for a replica: the state keyspace in use).
+    fn ks(&self) -> Keyspace {
+        match &self.rows {
+            RowStore::Local(ks) => ks.clone(),
+            RowStore::Replicated(r) => r.core.state(),
+        }
+    }
+
+    /// The replica this server is, if its group is replicated.
+    pub(crate) fn replica(&self) -> Option<&Arc<crate::raft::Replica>> {
+        match &self.rows {
+            RowStore::Local(_) => None,
+            RowStore::Replicated(r) => Some(r),
+        }
+    }
+
+    /// Resets what the server keeps in memory (a replica that lost or gained the
+    /// lead: it is rebuilt from the rows).
+    pub(crate) fn reset_state(&self) {
+        *self.state.lock() = State::default();
     }
 
     /// Locks what the server keeps in memory.
@@ -323,24 +372,38 @@ impl Node {
     pub(crate) fn rows(
         &self,
         range: (std::ops::Bound<Vec<u8>>, std::ops::Bound<Vec<u8>>),
-    ) -> impl Iterator<Item = R<(Vec<u8>, Vec<u8>)>> {
-        self.ks
-            .range::<Vec<u8>, _>(range)
-            .map(|r| r.map(|(k, v)| (k, v.into_vec())).map_err(Fail::from))
+    ) -> Box<dyn Iterator<Item = R<(Vec<u8>, Vec<u8>)>> + Send> {
+        match &self.rows {
+            RowStore::Local(ks) => Box::new(
+                ks.range::<Vec<u8>, _>(range)
+                    .map(|r| r.map(|(k, v)| (k, v.into_vec())).map_err(Fail::from)),
+            ),
+            RowStore::Replicated(r) => Box::new(r.core.range(range).map(|r| r.map_err(Fail::from))),
+        }
     }
 
     /// The suffixes after `prefix` of the keys of rows starting with it, in order.
-    pub(crate) fn suffixes(&self, prefix: &[u8]) -> impl Iterator<Item = R<Vec<u8>>> {
-        self.ks
-            .prefix_suffixes(prefix)
-            .map(|r| r.map(|(k, _)| k).map_err(Fail::from))
+    pub(crate) fn suffixes(&self, prefix: &[u8]) -> Box<dyn Iterator<Item = R<Vec<u8>>> + Send> {
+        match &self.rows {
+            RowStore::Local(ks) => Box::new(
+                ks.prefix_suffixes(prefix)
+                    .map(|r| r.map(|(k, _)| k).map_err(Fail::from)),
+            ),
+            RowStore::Replicated(_) => {
+                let n = prefix.len();
+                Box::new(
+                    self.rows(prefix_range(prefix))
+                        .map(move |r| r.map(|(k, _)| k[n..].to_vec())),
+                )
+            }
+        }
     }
 
     // ---- store access ---------------------------------------------------------------
 
     /// The row `key` decoded as `M` (a row that does not decode is damage: `EIO`).
     pub(crate) fn get<M: Message + Default>(&self, key: &[u8]) -> R<Option<M>> {
-        match self.ks.get(key)? {
+        match self.get_raw(key)? {
             None => Ok(None),
             Some(v) => match M::decode(&v[..]) {
                 Ok(m) => Ok(Some(m)),
@@ -353,11 +416,23 @@ impl Node {
     }
 
     pub(crate) fn get_raw(&self, key: &[u8]) -> R<Option<Vec<u8>>> {
-        Ok(self.ks.get(key)?.map(|v| v.into_vec()))
+        match &self.rows {
+            RowStore::Local(ks) => Ok(ks.get(key)?.map(|v| v.into_vec())),
+            RowStore::Replicated(r) => match r.core.seen(key) {
+                Seen::Pending(v) => Ok(v),
+                Seen::Store => Ok(r.core.state().get(key)?.map(|v| v.into_vec())),
+            },
+        }
     }
 
     pub(crate) fn contains(&self, key: &[u8]) -> bool {
-        self.ks.contains(key)
+        match &self.rows {
+            RowStore::Local(ks) => ks.contains(key),
+            RowStore::Replicated(r) => match r.core.seen(key) {
+                Seen::Pending(v) => v.is_some(),
+                Seen::Store => r.core.state().contains(key),
+            },
+        }
     }
 
     /// Keys (whole) and values of the rows starting with `prefix`, in order, after the
@@ -378,9 +453,9 @@ impl Node {
         if limit == 0 {
             return Ok(out);
         }
-        for r in self.ks.range::<Vec<u8>, _>((lo, hi)) {
+        for r in self.rows((lo, hi)) {
             let (k, v) = r?;
-            out.push((k, v.into_vec()));
+            out.push((k, v));
             if out.len() >= limit {
                 break;
             }
@@ -414,8 +489,17 @@ impl Node {
         };
         let hi = prefix_successor(prefix).map_or(Bound::Unbounded, Bound::Excluded);
         let mut acc = init;
-        for r in self.ks.range::<Vec<u8>, _>((lo, hi)) {
-            acc = f(acc, r?.0);
+        match &self.rows {
+            RowStore::Local(ks) => {
+                for r in ks.range::<Vec<u8>, _>((lo, hi)) {
+                    acc = f(acc, r?.0);
+                }
+            }
+            RowStore::Replicated(_) => {
+                for r in self.rows((lo, hi)) {
+                    acc = f(acc, r?.0);
+                }
+            }
         }
         Ok(acc)
     }
@@ -425,12 +509,8 @@ impl Node {
         use std::ops::Bound;
         let hi = hi.map_or(Bound::Unbounded, |h| Bound::Excluded(h.to_vec()));
         let mut out = Vec::new();
-        for r in self
-            .ks
-            .range::<Vec<u8>, _>((Bound::Included(lo.to_vec()), hi))
-        {
-            let (k, v) = r?;
-            out.push((k, v.into_vec()));
+        for r in self.rows((Bound::Included(lo.to_vec()), hi)) {
+            out.push(r?);
         }
         Ok(out)
     }
@@ -443,9 +523,15 @@ impl Node {
         if b.is_empty() {
             return Ok(());
         }
-        self.ks
-            .write_with(b.0, WriteOptions::new().defer_sync())
-            .map_err(Fail::from)
+        match &self.rows {
+            RowStore::Local(ks) => ks
+                .write_with(b.write_batch(), WriteOptions::new().defer_sync())
+                .map_err(Fail::from),
+            RowStore::Replicated(r) => match r.core.propose(b.0) {
+                Ok(_) => Ok(()),
+                Err(_) => Err(Fail::NotLeader),
+            },
+        }
     }
 
     /// Makes everything applied so far durable (group commit). Steps of splits and of
@@ -453,6 +539,12 @@ impl Node {
     pub(crate) fn durable(&self) -> R<()> {
         if self.crashed.load(Ordering::SeqCst) {
             return Err(Fail::Crashed);
+        }
+        if let RowStore::Replicated(r) = &self.rows {
+            // Committed: on a majority of the group (on their disks under
+            // `--sync always`; under `--sync never` the leader's log is synced too).
+            let (term, seq) = r.core.proposed().ok_or(Fail::NotLeader)?;
+            r.core.wait_blocking(term, seq).map_err(|_| Fail::NotLeader)?;
         }
         self.db().sync_written().map_err(Fail::from)?;
         if self.crashed.load(Ordering::SeqCst) {
@@ -463,6 +555,15 @@ impl Node {
 
     /// Makes a client's change durable before the reply under `SyncMode::Always`.
     pub(crate) fn ack(&self) -> R<()> {
+        if self.replica().is_some() {
+            // The reply waits for the group instead (`Replica::settle`, after the
+            // operation, off the store's thread).
+            return if self.crashed.load(Ordering::SeqCst) {
+                Err(Fail::Crashed)
+            } else {
+                Ok(())
+            };
+        }
         match self.sync {
             SyncMode::Always => self.durable(),
             SyncMode::Never => {
@@ -690,3 +791,12 @@ impl Node {
 
 /// Shared handle.
 pub(crate) type NodeRef = Arc<Node>;
+
+/// The range of keys starting with `prefix`.
+fn prefix_range(prefix: &[u8]) -> (std::ops::Bound<Vec<u8>>, std::ops::Bound<Vec<u8>>) {
+    use std::ops::Bound;
+    (
+        Bound::Included(prefix.to_vec()),
+        prefix_successor(prefix).map_or(Bound::Unbounded, Bound::Excluded),
+    )
+}

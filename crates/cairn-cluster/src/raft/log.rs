@@ -1,0 +1,237 @@
+//! The Raft log and vote of a replica, in keyspace [`super::LOG_KEYSPACE`] of its store
+//! (FORMAT.md, "Replication"): entry `i` under `b'L' + be64(i)`, the vote under `b'V'`,
+//! the last committed log id under `b'C'`, the last purged one under `b'P'`.
+//!
+//! Entries are appended with the engine's deferred sync; under `--sync always` a
+//! flusher thread makes them durable with one `sync_written` for every append waiting
+//! (group commit) before openraft counts them, so an entry a majority acknowledged is on
+//! a majority's disks. A vote is synced before it is used, whatever the mode.
+
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::sync::mpsc;
+
+use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
+use openraft::{Entry, ErrorSubject, ErrorVerb, OptionalSend, RaftLogId, Vote};
+
+use cairn::{Db, Keyspace, WriteBatch, WriteOptions};
+
+use super::{decode, encode, io_err, LogId, NodeId, StorageError, TypeConfig};
+
+const ENTRY: u8 = b'L';
+const VOTE: &[u8] = b"V";
+const COMMITTED: &[u8] = b"C";
+const PURGED: &[u8] = b"P";
+
+fn entry_key(i: u64) -> [u8; 9] {
+    let mut k = [0u8; 9];
+    k[0] = ENTRY;
+    k[1..].copy_from_slice(&i.to_be_bytes());
+    k
+}
+
+/// A replica's log (cheap to clone: a reader is a clone).
+#[derive(Clone)]
+pub(crate) struct LogStore {
+    ks: Keyspace,
+    /// Appends waiting for their sync (`None`: no sync, `--sync never`).
+    flusher: Option<mpsc::Sender<LogFlushed<TypeConfig>>>,
+}
+
+impl LogStore {
+    /// The log in `db`; `sync`: appends are durable before they count.
+    pub(crate) fn new(db: &Db, sync: bool) -> LogStore {
+        let flusher = sync.then(|| {
+            let (tx, rx) = mpsc::channel::<LogFlushed<TypeConfig>>();
+            let db = db.clone();
+            std::thread::Builder::new()
+                .name("cairn-raft-sync".into())
+                .spawn(move || flush_loop(&db, &rx))
+                .map(|_| tx)
+        });
+        LogStore {
+            ks: db.keyspace(super::LOG_KEYSPACE),
+            flusher: flusher.and_then(Result::ok),
+        }
+    }
+
+    fn get_raw<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &[u8],
+        subject: ErrorSubject<NodeId>,
+    ) -> Result<Option<T>, StorageError> {
+        match self.ks.get(key) {
+            Ok(None) => Ok(None),
+            Ok(Some(v)) => decode(&v)
+                .map(Some)
+                .map_err(|e| io_err(subject, ErrorVerb::Read, e)),
+            Err(e) => Err(io_err(subject, ErrorVerb::Read, e)),
+        }
+    }
+
+    fn put_raw<T: serde::Serialize>(
+        &self,
+        key: &[u8],
+        v: &T,
+        subject: ErrorSubject<NodeId>,
+    ) -> Result<(), StorageError> {
+        let b = encode(v).map_err(|e| io_err(subject.clone(), ErrorVerb::Write, e))?;
+        self.ks
+            .put_with(key, b, WriteOptions::new().defer_sync())
+            .map_err(|e| io_err(subject, ErrorVerb::Write, e))
+    }
+
+    fn last_entry(&self) -> Result<Option<LogId>, StorageError> {
+        let hi = entry_key(u64::MAX);
+        let range = (Bound::Included(vec![ENTRY]), Bound::Included(hi.to_vec()));
+        match self.ks.range::<Vec<u8>, _>(range).next_back() {
+            None => Ok(None),
+            Some(Err(e)) => Err(io_err(ErrorSubject::Logs, ErrorVerb::Read, e)),
+            Some(Ok((_, v))) => {
+                let e: Entry<TypeConfig> =
+                    decode(&v).map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Read, e))?;
+                Ok(Some(*e.get_log_id()))
+            }
+        }
+    }
+
+    /// Deletes entries `[from, to]`.
+    fn delete_range(&self, from: u64, to: u64) -> Result<(), StorageError> {
+        let range = (
+            Bound::Included(entry_key(from).to_vec()),
+            Bound::Included(entry_key(to).to_vec()),
+        );
+        let mut b = WriteBatch::new();
+        for r in self.ks.range::<Vec<u8>, _>(range) {
+            let (k, _) = r.map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Delete, e))?;
+            b.delete(k);
+            if b.len() >= 4096 {
+                self.write(std::mem::take(&mut b))?;
+            }
+        }
+        self.write(b)
+    }
+
+    fn write(&self, b: WriteBatch) -> Result<(), StorageError> {
+        if b.is_empty() {
+            return Ok(());
+        }
+        self.ks
+            .write_with(b, WriteOptions::new().defer_sync())
+            .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Write, e))
+    }
+}
+
+/// The flusher: one sync for every append waiting, then their callbacks, in order.
+fn flush_loop(db: &Db, rx: &mpsc::Receiver<LogFlushed<TypeConfig>>) {
+    while let Ok(first) = rx.recv() {
+        let mut waiting = vec![first];
+        waiting.extend(rx.try_iter());
+        let res = db.sync_written().map_err(std::io::Error::other);
+        for cb in waiting {
+            cb.log_io_completed(res.as_ref().map(|_| ()).map_err(|e| std::io::Error::other(e.to_string())));
+        }
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry<TypeConfig>>, StorageError> {
+        let lo = match range.start_bound() {
+            Bound::Included(&i) => i,
+            Bound::Excluded(&i) => i.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let hi = match range.end_bound() {
+            Bound::Included(&i) => Bound::Included(entry_key(i).to_vec()),
+            Bound::Excluded(&i) => Bound::Excluded(entry_key(i).to_vec()),
+            Bound::Unbounded => Bound::Included(entry_key(u64::MAX).to_vec()),
+        };
+        let mut out = Vec::new();
+        for r in self
+            .ks
+            .range::<Vec<u8>, _>((Bound::Included(entry_key(lo).to_vec()), hi))
+        {
+            let (_, v) = r.map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Read, e))?;
+            out.push(decode(&v).map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Read, e))?);
+        }
+        Ok(out)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        let purged: Option<LogId> = self.get_raw(PURGED, ErrorSubject::Logs)?;
+        let last = self.last_entry()?.or(purged);
+        Ok(LogState {
+            last_purged_log_id: purged,
+            last_log_id: last,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> LogStore {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
+        self.put_raw(VOTE, vote, ErrorSubject::Vote)?;
+        // A vote is never forgotten: synced whatever the mode.
+        self.ks
+            .db()
+            .sync_written()
+            .map_err(|e| io_err(ErrorSubject::Vote, ErrorVerb::Write, e))
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
+        self.get_raw(VOTE, ErrorSubject::Vote)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        self.put_raw(COMMITTED, &committed, ErrorSubject::Store)
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        Ok(self
+            .get_raw::<Option<LogId>>(COMMITTED, ErrorSubject::Store)?
+            .flatten())
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut b = WriteBatch::new();
+        for e in entries {
+            let v = encode(&e).map_err(|err| io_err(ErrorSubject::Logs, ErrorVerb::Write, err))?;
+            b.put(entry_key(e.get_log_id().index), v);
+        }
+        self.write(b)?;
+        match &self.flusher {
+            Some(tx) => {
+                if let Err(mpsc::SendError(cb)) = tx.send(callback) {
+                    cb.log_io_completed(Err(std::io::Error::other("the log's flusher stopped")));
+                }
+            }
+            None => callback.log_io_completed(Ok(())),
+        }
+        Ok(())
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.delete_range(log_id.index, u64::MAX)
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.put_raw(PURGED, &log_id, ErrorSubject::Logs)?;
+        self.delete_range(0, log_id.index)
+    }
+}

@@ -1,0 +1,217 @@
+//! Raft messages between the replicas of a group: service `Raft` of
+//! `proto/cluster.proto`, each message openraft's request or reply in bincode. The
+//! server side answers only a server certificate of its own group, and a message
+//! of another cluster or group, or one that does not decode, is refused (and counted)
+//! before openraft sees it.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest,
+    InstallSnapshotResponse, VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+
+use super::{decode, encode, NodeId, Raft, TypeConfig};
+use crate::proto;
+use crate::proto::raft_client::RaftClient;
+use crate::tls::Caller;
+use crate::transport::{Reach, MAX_MESSAGE};
+
+type RpcErr<E = openraft::error::Infallible> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
+
+/// Makes the connection to each replica of the group.
+pub(crate) struct Factory {
+    pub reach: Reach,
+    pub group: u32,
+    pub cluster_id: u64,
+    pub connect_timeout: Duration,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Factory {
+    type Network = Conn;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Conn {
+        let client = node
+            .addr
+            .parse::<SocketAddr>()
+            .map_err(|e| format!("replica {target}: address {:?}: {e}", node.addr))
+            .and_then(|addr| {
+                self.reach
+                    .channel_to(self.group, addr, self.connect_timeout)
+                    .map_err(|e| e.to_string())
+            })
+            .map(|ch| {
+                RaftClient::new(ch)
+                    .max_decoding_message_size(MAX_MESSAGE)
+                    .max_encoding_message_size(MAX_MESSAGE)
+            });
+        Conn {
+            target,
+            group: self.group,
+            cluster_id: self.cluster_id,
+            client,
+        }
+    }
+}
+
+/// The connection to one replica.
+pub(crate) struct Conn {
+    target: NodeId,
+    group: u32,
+    cluster_id: u64,
+    client: Result<RaftClient<Channel>, String>,
+}
+
+/// Which call of service `Raft`.
+#[derive(Clone, Copy)]
+enum Call {
+    Append,
+    Vote,
+    Snapshot,
+}
+
+impl Conn {
+    /// Sends `req` as call `which` and decodes the reply as `Result<Rep, RaftError<E>>`.
+    async fn call<Req, Rep, E>(
+        &mut self,
+        which: Call,
+        req: &Req,
+        ttl: Duration,
+    ) -> Result<Rep, RpcErr<E>>
+    where
+        Req: serde::Serialize,
+        Rep: serde::de::DeserializeOwned,
+        E: std::error::Error + serde::de::DeserializeOwned,
+    {
+        let client = match &self.client {
+            Ok(c) => c.clone(),
+            Err(e) => return Err(RPCError::Unreachable(Unreachable::new(&std::io::Error::other(e.clone())))),
+        };
+        let body = encode(req).map_err(|e| RPCError::Network(NetworkError::new(&std::io::Error::other(e))))?;
+        let mut r = Request::new(proto::RaftMsg {
+            cluster_id: self.cluster_id,
+            group: self.group,
+            body,
+        });
+        r.set_timeout(ttl);
+        let mut c = client;
+        let rep = match which {
+            Call::Append => c.append(r).await,
+            Call::Vote => c.vote(r).await,
+            Call::Snapshot => c.snapshot(r).await,
+        };
+        let rep = rep.map_err(|s| {
+            let e = std::io::Error::other(format!("replica {}: {}", self.target, s.message()));
+            match s.code() {
+                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => {
+                    RPCError::Unreachable(Unreachable::new(&e))
+                }
+                _ => RPCError::Network(NetworkError::new(&e)),
+            }
+        })?;
+        let res: Result<Rep, RaftError<NodeId, E>> = decode(&rep.into_inner().body)
+            .map_err(|e| RPCError::Network(NetworkError::new(&std::io::Error::other(e))))?;
+        res.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for Conn {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RpcErr> {
+        self.call(Call::Append, &rpc, option.hard_ttl()).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<NodeId>, RpcErr<InstallSnapshotError>> {
+        self.call(Call::Snapshot, &rpc, option.hard_ttl()).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RpcErr> {
+        self.call(Call::Vote, &rpc, option.hard_ttl()).await
+    }
+}
+
+/// The server side of service `Raft` on one replica.
+pub(crate) struct RaftSvc {
+    pub raft: Raft,
+    pub group: u32,
+    pub cluster_id: u64,
+}
+
+/// Refused messages (malformed, of another cluster or group), for status and metrics.
+pub(crate) static REFUSED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn refuse(why: &str) -> Status {
+    REFUSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    metrics::counter!("cairn_raft_refused_total").increment(1);
+    tracing::warn!("raft message refused: {why}");
+    Status::invalid_argument(why.to_string())
+}
+
+impl RaftSvc {
+    /// Checks who sent `req` and that it is for this group, and decodes its body.
+    fn open<T: serde::de::DeserializeOwned>(&self, req: Request<proto::RaftMsg>) -> Result<T, Status> {
+        match req.extensions().get::<Caller>() {
+            Some(Caller::Trusted) => {}
+            Some(Caller::Server(g)) if *g == self.group => {}
+            _ => {
+                return Err(Status::permission_denied(
+                    "raft messages are for the replicas of this group only",
+                ))
+            }
+        }
+        let m = req.into_inner();
+        if m.cluster_id != self.cluster_id {
+            return Err(refuse("a raft message of another cluster"));
+        }
+        if m.group != self.group {
+            return Err(refuse("a raft message for another group"));
+        }
+        decode(&m.body).map_err(|e| refuse(&format!("a raft message that does not decode: {e}")))
+    }
+}
+
+fn reply<T: serde::Serialize>(v: &T) -> Result<Response<proto::RaftMsg>, Status> {
+    let body = encode(v).map_err(Status::internal)?;
+    Ok(Response::new(proto::RaftMsg {
+        cluster_id: 0,
+        group: 0,
+        body,
+    }))
+}
+
+#[tonic::async_trait]
+impl proto::raft_server::Raft for RaftSvc {
+    async fn append(&self, req: Request<proto::RaftMsg>) -> Result<Response<proto::RaftMsg>, Status> {
+        let r: AppendEntriesRequest<TypeConfig> = self.open(req)?;
+        reply(&self.raft.append_entries(r).await)
+    }
+
+    async fn vote(&self, req: Request<proto::RaftMsg>) -> Result<Response<proto::RaftMsg>, Status> {
+        let r: VoteRequest<NodeId> = self.open(req)?;
+        reply(&self.raft.vote(r).await)
+    }
+
+    async fn snapshot(&self, req: Request<proto::RaftMsg>) -> Result<Response<proto::RaftMsg>, Status> {
+        let r: InstallSnapshotRequest<TypeConfig> = self.open(req)?;
+        reply(&self.raft.install_snapshot(r).await)
+    }
+}
