@@ -75,5 +75,10 @@ pub use config::{ClusterConfig, ConfigError, ServerInfo, TlsPaths};
 pub use error::{ClientError, ServerError};
 pub use tls::TlsError;
 
+/// The gRPC metadata key of a replica's refusal because it does not lead its group
+/// (its value: the address of the replica it believes leads, or empty): nothing was
+/// done, and the request may be sent to the leader as is.
+pub const NOT_LEADER: &str = "cairn-leader";
+
 /// The keyspace of a server's store that holds its cluster rows (see FORMAT.md).
 pub const KEYSPACE: u8 = 3;

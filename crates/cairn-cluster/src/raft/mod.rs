@@ -17,7 +17,7 @@ pub(crate) mod log;
 pub(crate) mod machine;
 pub(crate) mod net;
 pub(crate) mod overlay;
-mod replica;
+pub(crate) mod replica;
 
 use serde::{Deserialize, Serialize};
 

@@ -46,7 +46,7 @@ where
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
     E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
 {
-    let id = server_id(&opts.cluster, opts.listen)?;
+    let (id, _) = server_id(&opts.cluster, opts.listen)?;
     let engine = engine.sync(match opts.sync {
         super::SyncMode::Always => cairn::SyncPolicy::Always,
         super::SyncMode::Never => cairn::SyncPolicy::Never,
@@ -59,7 +59,7 @@ where
     let node = open_node(&opts, id, engine, peers, true)?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(
-        router(&opts, &node, false).serve_with_incoming_shutdown(incoming, async {
+        router(&opts, &node, None, false).serve_with_incoming_shutdown(incoming, async {
             let _ = stop_rx.await;
         }),
     );

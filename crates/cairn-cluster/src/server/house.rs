@@ -162,6 +162,9 @@ impl Node {
             if self.is_crashed() {
                 return;
             }
+            if self.serving().is_err() {
+                continue;
+            }
             n += 1;
             if let Err(e) = self.blocking(|n| n.write_dir_times()).await {
                 tracing::debug!(server = self.id, "directory times: {e:?}");

@@ -846,6 +846,9 @@ impl Node {
             if self.is_crashed() {
                 return;
             }
+            if self.serving().is_err() {
+                continue;
+            }
             let now = Instant::now();
             let ids = self.state().intents.take_due(now);
             for id in ids {

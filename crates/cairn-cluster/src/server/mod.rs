@@ -14,6 +14,7 @@ mod names;
 pub(crate) mod node;
 mod peer;
 mod rename;
+mod replicated;
 mod split;
 mod state;
 mod stream;
@@ -104,6 +105,14 @@ pub struct ServerOptions {
     /// host sets up for opens (the `cairn` binary allows transparent huge pages only
     /// while a store opens). `None`: the open runs as is.
     pub open_with: Option<fn(&mut dyn FnMut())>,
+    /// A replicated group's election timeout: a follower that hears nothing from a
+    /// leader for this long (to twice as long, at random) stands for election; a
+    /// leader serves reads without asking a majority for half of it after the last
+    /// time a majority answered. Default 500 ms.
+    pub election_timeout: Duration,
+    /// A replicated group's replica snapshots its state (and drops the log before it)
+    /// every this many entries. Default 100,000.
+    pub snapshot_every: u64,
     /// Test hooks (cargo feature `test-hooks`).
     #[cfg(feature = "test-hooks")]
     pub hooks: Hooks,
@@ -135,6 +144,8 @@ impl ServerOptions {
             max_requests_per_connection: 128,
             workers: 1,
             open_with: None,
+            election_timeout: Duration::from_millis(500),
+            snapshot_every: 100_000,
             #[cfg(feature = "test-hooks")]
             hooks: Hooks::default(),
         }
@@ -280,22 +291,9 @@ fn stop_runtime(rt: tokio::runtime::Runtime) {
     }
 }
 
-/// The id of the server that listens on `listen`.
-fn server_id(cfg: &ClusterConfig, listen: SocketAddr) -> Result<u32, ServerError> {
-    if let Some(s) = cfg.servers().iter().find(|s| s.addr == listen) {
-        return Ok(s.id);
-    }
-    if listen.ip().is_unspecified() {
-        let same: Vec<_> = cfg
-            .servers()
-            .iter()
-            .filter(|s| s.addr.port() == listen.port())
-            .collect();
-        if same.len() == 1 {
-            return Ok(same[0].id);
-        }
-    }
-    Err(ServerError::NotInCluster(listen))
+/// The group and replica ids of the replica that listens on `listen`.
+fn server_id(cfg: &ClusterConfig, listen: SocketAddr) -> Result<(u32, u64), ServerError> {
+    cfg.locate(listen).ok_or(ServerError::NotInCluster(listen))
 }
 
 fn store_err(dir: &std::path::Path) -> impl Fn(cairn::Error) -> ServerError + '_ {
@@ -317,7 +315,7 @@ fn fail_err(dir: &std::path::Path, what: &str, f: node::Fail) -> ServerError {
 /// are completed in the background as soon as the peers answer.
 pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
     let cfg = opts.cluster.clone();
-    let id = server_id(&cfg, opts.listen)?;
+    let (id, replica) = server_id(&cfg, opts.listen)?;
     let dir = opts.dir.clone();
     // TLS first: a server that cannot authenticate touches no store.
     let refused = Arc::new(AtomicU64::new(0));
@@ -357,8 +355,14 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
         let _g = rt.enter();
         peers(&opts, &reach)?
     };
-    let node = match opts.open_with {
-        None => open_node(&opts, id, engine, peers, false)?,
+    let replicated = cfg.server(id).is_some_and(|s| s.replicas.len() > 1);
+    let (node, raft_svc) = match opts.open_with {
+        _ if replicated => {
+            let (node, svc) =
+                replicated::open(&opts, id, replica, engine, peers, &reach, &rt)?;
+            (node, Some(svc))
+        }
+        None => (open_node(&opts, id, engine, peers, false)?, None),
         Some(open_with) => {
             let mut args = Some((engine, peers));
             let mut node = None;
@@ -367,7 +371,7 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
                     node = Some(open_node(&opts, id, engine, peers, false));
                 }
             });
-            node.ok_or(ServerError::OpenSkipped)??
+            (node.ok_or(ServerError::OpenSkipped)??, None)
         }
     };
     let listener =
@@ -399,7 +403,7 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
     }
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let serve = {
-        let router = router(&opts, &node, acceptor.is_some());
+        let router = router(&opts, &node, raft_svc, acceptor.is_some());
         let _g = rt.enter();
         let listener =
             tokio::net::TcpListener::from_std(listener).map_err(|source| ServerError::Listen {
@@ -464,6 +468,37 @@ fn open_node(
     let db = engine.open(&dir).map_err(store_err(&dir))?;
     let ks = db.keyspace(crate::KEYSPACE);
     drop(db);
+    check_owner(&ks, cfg, id, &dir)?;
+    let node = Node::new(
+        NodeConfig {
+            id,
+            n: cfg.len(),
+            cluster_id: cfg.cluster_id(),
+            sync: opts.sync,
+            threshold: opts.split_threshold.max(2),
+            split_depth: giga::split_depth_limit(cfg.len(), opts.partitions_per_server),
+            peer_timeout: opts.peer_timeout,
+            inline_store,
+        },
+        node::RowStore::Local(ks),
+        peers,
+    );
+    #[cfg(feature = "test-hooks")]
+    let node = node.with_hooks(opts.hooks.clone());
+    let node = Arc::new(node);
+    recover(&node).map_err(|f| fail_err(&dir, "recovery", f))?;
+    Ok(node)
+}
+
+/// Refuses a store of another cluster or of another server (group) of this one,
+/// upgrades rows of an older layout, and marks a new store as server `id`'s.
+pub(super) fn check_owner(
+    ks: &cairn::Keyspace,
+    cfg: &ClusterConfig,
+    id: u32,
+    dir: &std::path::Path,
+) -> Result<(), ServerError> {
+    let dir = dir.to_path_buf();
     // Whose store: refuse another cluster's or another server's.
     let want = proto::ServerRow {
         cluster_id: cfg.cluster_id(),
@@ -496,7 +531,7 @@ fn open_node(
                 });
             }
             // Rows of an older layout are rewritten now, before they are loaded.
-            intent_rows::upgrade_rows(&ks, &dir, have)?;
+            intent_rows::upgrade_rows(ks, &dir, have)?;
         }
         None => {
             ks.put(single(TAG_SERVER), want.encode_to_vec())
@@ -504,34 +539,22 @@ fn open_node(
             ks.db().flush().map_err(store_err(&dir))?;
         }
     }
-    let node = Node::new(
-        NodeConfig {
-            id,
-            n: cfg.len(),
-            cluster_id: cfg.cluster_id(),
-            sync: opts.sync,
-            threshold: opts.split_threshold.max(2),
-            split_depth: giga::split_depth_limit(cfg.len(), opts.partitions_per_server),
-            peer_timeout: opts.peer_timeout,
-            inline_store,
-        },
-        node::RowStore::Local(ks),
-        peers,
-    );
-    #[cfg(feature = "test-hooks")]
-    let node = node.with_hooks(opts.hooks.clone());
-    let node = Arc::new(node);
-    recover(&node).map_err(|f| fail_err(&dir, "recovery", f))?;
-    Ok(node)
+    Ok(())
 }
 
 /// The gRPC server of a node: its two services behind the interceptors that learn who
 /// calls (`secure`: from the TLS connection's certificates; else everyone is trusted),
 /// with the request timeout and per-connection limits of `opts`.
-fn router(opts: &ServerOptions, node: &NodeRef, secure: bool) -> tonic::transport::server::Router {
+fn router(
+    opts: &ServerOptions,
+    node: &NodeRef,
+    raft: Option<crate::raft::net::RaftSvc>,
+    secure: bool,
+) -> tonic::transport::server::Router {
     use tonic::service::interceptor::InterceptedService;
     let callers = std::sync::Arc::new(crate::tls::Callers::default());
     let peer_callers = callers.clone();
+    let raft_callers = callers.clone();
     let meta = InterceptedService::new(
         proto::meta_server::MetaServer::new(svc::MetaSvc(node.clone()))
             .max_decoding_message_size(MAX_MESSAGE)
@@ -564,6 +587,22 @@ fn router(opts: &ServerOptions, node: &NodeRef, secure: bool) -> tonic::transpor
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .add_service(meta)
         .add_service(peer)
+        .add_optional_service(raft.map(|r| {
+            InterceptedService::new(
+                proto::raft_server::RaftServer::new(r)
+                    .max_decoding_message_size(MAX_MESSAGE)
+                    .max_encoding_message_size(MAX_MESSAGE),
+                move |mut req: tonic::Request<()>| match svc::caller(secure, &raft_callers, &req)? {
+                    crate::tls::Caller::Client(_) => Err(tonic::Status::permission_denied(
+                        "the raft service is for servers' certificates only",
+                    )),
+                    who => {
+                        req.extensions_mut().insert(who);
+                        Ok(req)
+                    }
+                },
+            )
+        }))
 }
 
 /// Loads what the server keeps in memory from its rows, creates the root directory on

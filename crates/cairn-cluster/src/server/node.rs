@@ -318,6 +318,27 @@ impl Node {
         }
     }
 
+    /// Whether this server serves requests: always for a group of one; for a
+    /// replica, while it leads (and has rebuilt its state).
+    pub(crate) fn serving(&self) -> R<()> {
+        match &self.rows {
+            RowStore::Local(_) => Ok(()),
+            RowStore::Replicated(r) => match r.role() {
+                crate::raft::Role::Leading(_) => Ok(()),
+                _ => Err(Fail::NotLeader),
+            },
+        }
+    }
+
+    /// Before a reply: for a replica, waits until what the operation did and saw is
+    /// committed and this replica still leads (`Replica::settle`).
+    pub(crate) async fn settle(&self) -> R<()> {
+        match &self.rows {
+            RowStore::Local(_) => Ok(()),
+            RowStore::Replicated(r) => r.settle().await.map_err(|_| Fail::NotLeader),
+        }
+    }
+
     /// Resets what the server keeps in memory (a replica that lost or gained the
     /// lead: it is rebuilt from the rows).
     pub(crate) fn reset_state(&self) {

@@ -45,6 +45,9 @@ async fn run<Rep: Reply + Send + 'static>(
     if node.is_crashed() {
         return Err(Status::unavailable("server stopping"));
     }
+    if node.serving().is_err() {
+        return Err(not_leader(node));
+    }
     let start = Instant::now();
     // Polled once here: an operation that never waits (a create under `--sync never`)
     // finishes in that poll, with no task to spawn and wake. One that waits goes on in
@@ -61,11 +64,21 @@ async fn run<Rep: Reply + Send + 'static>(
         Ok(Poll::Pending) => tokio::spawn(fut).await.map_err(|e| e.to_string()),
         Err(_) => Err("the operation panicked".to_string()),
     };
+    // A replica's reply waits until what the operation did and saw is committed.
+    let res = match res {
+        Ok(r) if !matches!(r, Err(Fail::Crashed)) && node.settle().await.is_err() => {
+            Ok(Err(Fail::NotLeader))
+        }
+        res => res,
+    };
     metrics::counter!("cairn_ops_total", "op" => op).increment(1);
     metrics::histogram!("cairn_op_seconds", "op" => op).record(start.elapsed().as_secs_f64());
     match res {
         Ok(Ok(rep)) => Ok(Response::new(rep)),
         Ok(Err(Fail::Crashed)) => Err(Status::unavailable("server stopping")),
+        Ok(Err(Fail::NotLeader)) => Err(Status::unavailable(
+            "the replica lost the lead of its group during the operation: it may or may not have been done",
+        )),
         Ok(Err(f)) => {
             if let Fail::Down(why) = &f {
                 tracing::info!(server = node.id, "{op}: {why}");
@@ -79,6 +92,18 @@ async fn run<Rep: Reply + Send + 'static>(
             Err(Status::internal("request task failed"))
         }
     }
+}
+
+/// The refusal of a replica that does not lead its group: nothing was done; the
+/// metadata `cairn-leader` names the replica it believes leads (empty if it knows
+/// none), and tells the client the request may be sent elsewhere as is.
+pub(crate) fn not_leader(node: &Node) -> Status {
+    let hint = node.replica().and_then(|r| r.leader_hint()).unwrap_or_default();
+    let mut s = Status::unavailable("not the leader of its group");
+    if let Ok(v) = hint.parse() {
+        s.metadata_mut().insert(crate::NOT_LEADER, v);
+    }
+    s
 }
 
 /// Who sent a request, from its TLS certificate (any party, under `--insecure`); a
@@ -137,6 +162,7 @@ pub(crate) async fn make_items(
             Ok(made)
         })
         .await?;
+    n.settle().await?;
     let mut out = Vec::with_capacity(made.len());
     let mut splits = std::collections::BTreeSet::new();
     for (dir, res) in made {
@@ -351,6 +377,9 @@ impl Meta for MetaSvc {
         }
         if self.0.without_streams() {
             return Err(Status::unimplemented("MakeStream is not served here"));
+        }
+        if self.0.serving().is_err() {
+            return Err(not_leader(&self.0));
         }
         let (who, inbound) = who(req);
         Ok(Response::new(super::stream::serve(

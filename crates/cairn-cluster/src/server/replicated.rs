@@ -1,0 +1,220 @@
+//! A server that is one replica of a replicated group: its store holds the Raft log
+//! and the state keyspaces (`DIR/store`), snapshot files live in `DIR/snapshots`; it
+//! serves requests only while it leads, after rebuilding what it keeps in memory from
+//! the rows once every earlier entry is applied; it drops all of that when it stops
+//! leading. DESIGN.md, "Replication".
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::{BasicNode, ServerState};
+
+use cairn::Options;
+
+use super::node::{Fail, Node, NodeConfig, NodeRef, RowStore};
+use super::{ServerError, ServerOptions};
+use crate::config::ClusterConfig;
+use crate::raft::machine::{self, Machine};
+use crate::raft::net::{Factory, RaftSvc};
+use crate::raft::replica::Core;
+use crate::raft::{log::LogStore, Change, NodeId, Raft, Replica, Role};
+
+/// The Raft settings of a group whose elections start after `election` of silence.
+fn raft_config(cfg: &ClusterConfig, group: u32, opts: &ServerOptions) -> Result<openraft::Config, String> {
+    let election = opts.election_timeout.as_millis().clamp(50, 60_000) as u64;
+    openraft::Config {
+        cluster_name: format!("cairn-{:x}-{group}", cfg.cluster_id()),
+        election_timeout_min: election,
+        election_timeout_max: election * 2,
+        heartbeat_interval: (election / 5).max(10),
+        install_snapshot_timeout: 10_000,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(opts.snapshot_every.max(16)),
+        max_in_snapshot_log_to_keep: opts.snapshot_every.max(16) / 2,
+        snapshot_max_chunk_size: 4 << 20,
+        max_payload_entries: 1024,
+        ..Default::default()
+    }
+    .validate()
+    .map_err(|e| e.to_string())
+}
+
+/// Opens replica `replica` of group `group`: its store, its Raft instance (made
+/// a member of the group the cluster file lists, if new), and the node over them.
+/// Returns the node and the Raft service to serve.
+pub(crate) fn open(
+    opts: &ServerOptions,
+    group: u32,
+    replica: NodeId,
+    engine: Options,
+    peers: Vec<super::peer::PeerConn>,
+    reach: &crate::transport::Reach,
+    rt: &tokio::runtime::Runtime,
+) -> Result<(NodeRef, RaftSvc), ServerError> {
+    let cfg = &opts.cluster;
+    let dir = opts.dir.join("store");
+    let snapshots = opts.dir.join("snapshots");
+    std::fs::create_dir_all(&snapshots).map_err(|source| ServerError::Store {
+        dir: snapshots.clone(),
+        source: cairn::Error::Io {
+            path: snapshots.clone(),
+            source,
+        },
+    })?;
+    let db = engine.open(&dir).map_err(super::store_err(&dir))?;
+    let state = machine::open_active(&db).map_err(super::store_err(&dir))?;
+    super::check_owner(&state, cfg, group, &dir)?;
+    let (core, proposals) = Core::new(db.clone(), state, snapshots);
+    let damaged = |what: String| ServerError::Damaged {
+        dir: dir.clone(),
+        what,
+    };
+    let log = LogStore::new(&db, opts.sync == super::SyncMode::Always);
+    let sm = Machine::new(core.clone()).map_err(|e| damaged(format!("applied state: {e}")))?;
+    let config = raft_config(cfg, group, opts).map_err(|e| damaged(format!("raft settings: {e}")))?;
+    let net = Factory {
+        reach: reach.clone(),
+        group,
+        cluster_id: cfg.cluster_id(),
+        connect_timeout: opts.peer_timeout.min(Duration::from_secs(2)),
+    };
+    let raft = rt
+        .block_on(Raft::new(replica, Arc::new(config), net, log, sm))
+        .map_err(|e| damaged(format!("starting raft: {e}")))?;
+    let members: BTreeMap<NodeId, BasicNode> = cfg
+        .server(group)
+        .map(|s| {
+            s.replicas
+                .iter()
+                .map(|r| (r.id, BasicNode::new(r.addr.to_string())))
+                .collect()
+        })
+        .unwrap_or_default();
+    rt.block_on(async {
+        if !raft.is_initialized().await.unwrap_or(true) {
+            // Every replica of a new group proposes the same first membership: the
+            // first to win an election makes it the group's.
+            if let Err(e) = raft.initialize(members).await {
+                tracing::debug!("raft initialize: {e}");
+            }
+        }
+    });
+    let lease = opts.election_timeout / 2;
+    let rep = Arc::new(Replica::new(core, raft.clone(), replica, group, lease));
+    let node = Node::new(
+        NodeConfig {
+            id: group,
+            n: cfg.len(),
+            cluster_id: cfg.cluster_id(),
+            sync: opts.sync,
+            threshold: opts.split_threshold.max(2),
+            split_depth: crate::giga::split_depth_limit(cfg.len(), opts.partitions_per_server),
+            peer_timeout: opts.peer_timeout,
+            inline_store: false,
+        },
+        RowStore::Replicated(rep),
+        peers,
+    );
+    #[cfg(feature = "test-hooks")]
+    let node = node.with_hooks(opts.hooks.clone());
+    let node = Arc::new(node);
+    rt.spawn(propose(raft.clone(), proposals));
+    rt.spawn(watch_role(node.clone()));
+    let svc = RaftSvc {
+        raft,
+        group,
+        cluster_id: cfg.cluster_id(),
+    };
+    Ok((node, svc))
+}
+
+/// Hands the leader's proposals to Raft in the order they were made. A proposal of a
+/// term that ended is still handed over: Raft appends it in a later term or refuses
+/// it, and the state machine skips an entry whose change's term is not the entry's.
+async fn propose(raft: Raft, mut rx: tokio::sync::mpsc::UnboundedReceiver<Change>) {
+    while let Some(c) = rx.recv().await {
+        metrics::counter!("cairn_raft_proposals_total").increment(1);
+        if let Err(e) = raft.client_write_ff(c).await {
+            tracing::warn!("raft stopped: {e}");
+            return;
+        }
+    }
+}
+
+/// Follows the replica's Raft state: takes up a term it wins, steps down from one it
+/// loses.
+async fn watch_role(node: NodeRef) {
+    let Some(r) = node.replica().cloned() else {
+        return;
+    };
+    let mut m = r.raft.metrics();
+    loop {
+        let (leads, term) = {
+            let b = m.borrow_and_update();
+            metrics::gauge!("cairn_raft_term").set(b.current_term as f64);
+            if let Some(a) = b.last_applied {
+                metrics::gauge!("cairn_raft_applied_index").set(a.index as f64);
+            }
+            (
+                b.state == ServerState::Leader && b.current_leader == Some(r.id),
+                b.current_term,
+            )
+        };
+        match (leads, r.role()) {
+            (true, Role::Follower) => start_term(&node, &r, term),
+            (true, Role::Recovering(t) | Role::Leading(t)) if t != term => {
+                step_down(&node, &r);
+                start_term(&node, &r, term);
+            }
+            (false, Role::Recovering(_) | Role::Leading(_)) => step_down(&node, &r),
+            _ => {}
+        }
+        if node.is_crashed() || m.changed().await.is_err() {
+            step_down(&node, &r);
+            return;
+        }
+    }
+}
+
+fn step_down(node: &Node, r: &Replica) {
+    if r.role() != Role::Follower {
+        tracing::info!(group = r.group, replica = r.id, "no longer leading");
+    }
+    r.set_role(Role::Follower);
+    r.core.end_term();
+    node.reset_state();
+}
+
+/// Takes up term `term`: once every earlier entry is applied (Raft's read index of the
+/// term, its first entry), rebuilds the state from the rows and serves.
+fn start_term(node: &NodeRef, r: &Arc<Replica>, term: u64) {
+    metrics::counter!("cairn_raft_leader_changes_total").increment(1);
+    r.set_role(Role::Recovering(term));
+    node.reset_state();
+    r.core.begin_term(term);
+    let (node, r) = (node.clone(), r.clone());
+    tokio::spawn(async move {
+        if let Err(e) = r.raft.ensure_linearizable().await {
+            tracing::info!(group = r.group, "term {term}: not taken up: {e}");
+            return;
+        }
+        // Retried while the term lasts: a store error may pass (a full disk freed).
+        while r.role() == Role::Recovering(term) && !node.is_crashed() {
+            match node.blocking(|n| super::recover(n)).await {
+                Ok(()) => {
+                    if r.change_role(Role::Recovering(term), Role::Leading(term)) {
+                        tracing::info!(group = r.group, replica = r.id, "leading in term {term}");
+                        node.wake_runner();
+                    }
+                    return;
+                }
+                Err(Fail::NotLeader) => return,
+                Err(f) => {
+                    tracing::error!(group = r.group, "term {term}: recovery failed: {f:?}");
+                    node.reset_state();
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    });
+}
