@@ -19,7 +19,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use parking_lot::Mutex;
-use tonic::transport::Channel;
 
 use cairn_fs::{
     rules, Attr, Cred, DirEntry, Errno, FileSystem, FsResult, SetAttr, StatFs, TimeSet,
@@ -31,10 +30,10 @@ use crate::convert::{cred_msg, msg_attr};
 use crate::error::ClientError;
 use crate::giga::{home_of, name_hash, rev, rev_range, server_of, Bitmap};
 use crate::proto;
-use crate::proto::meta_client::MetaClient;
 use crate::stream::Streams;
 use crate::transport::{Dialer, Reach};
 
+mod group;
 mod route;
 
 /// How a client behaves.
@@ -110,7 +109,7 @@ const BITMAP_CACHE: usize = 100_000;
 struct Inner {
     rt: Option<tokio::runtime::Runtime>,
     handle: tokio::runtime::Handle,
-    conns: Vec<MetaClient<Channel>>,
+    conns: Vec<group::Group>,
     cfg: ClusterConfig,
     opts: ClientOptions,
     bitmaps: Mutex<HashMap<u64, Bitmap>>,
@@ -192,16 +191,10 @@ impl Client {
         cfg: &ClusterConfig,
         opts: &ClientOptions,
         reach: &Reach,
-    ) -> Result<Vec<MetaClient<Channel>>, crate::tls::TlsError> {
+    ) -> Result<Vec<group::Group>, crate::tls::TlsError> {
         cfg.servers()
             .iter()
-            .map(|s| {
-                Ok(
-                    MetaClient::new(reach.channel(s, opts.connect_timeout, None)?)
-                        .max_decoding_message_size(crate::transport::MAX_MESSAGE)
-                        .max_encoding_message_size(crate::transport::MAX_MESSAGE),
-                )
-            })
+            .map(|s| group::Group::new(reach, s, opts.connect_timeout))
             .collect()
     }
 
@@ -248,7 +241,7 @@ impl Client {
         let res: Vec<(u32, Result<(), tonic::Status>)> = self.block_raw(async move {
             let mut tasks = Vec::new();
             for (i, c) in inner.conns.iter().enumerate() {
-                let mut c = c.clone();
+                let mut c = c.first();
                 let h = proto::Header {
                     cluster_id: inner.cfg.cluster_id(),
                     cred: None,

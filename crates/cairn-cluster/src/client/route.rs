@@ -107,7 +107,7 @@ impl Client {
         F: FnMut(MetaClient<Channel>, Duration) -> Fut,
         Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
     {
-        let Some(conn) = self.inner.conns.get(s as usize) else {
+        let Some(group) = self.inner.conns.get(s as usize) else {
             return Err(CallErr::Errno(libc::ENOENT));
         };
         let mut pause = Duration::from_millis(1);
@@ -118,7 +118,15 @@ impl Client {
                 return Err(CallErr::Errno(libc::EIO));
             }
             let left = deadline - now;
-            match f(conn.clone(), left).await {
+            let (at, conn) = group.current();
+            // A replica that does not answer in time is passed over (for a request
+            // safe to repeat) well before the operation's deadline.
+            let attempt = if group.replicated() && idem {
+                left.min(super::group::ATTEMPT)
+            } else {
+                left
+            };
+            match f(conn, attempt).await {
                 Ok(rep) => {
                     let rep = rep.into_inner();
                     let Some(st) = rep.st() else { return Ok(rep) };
@@ -133,14 +141,33 @@ impl Client {
                         return Ok(rep);
                     }
                 }
+                Err(e) if e.metadata().get(crate::NOT_LEADER).is_some() => {
+                    // Refused untouched by a replica that does not lead: sent on to
+                    // the leader it names at once, else after a pause (an election).
+                    let hint = e
+                        .metadata()
+                        .get(crate::NOT_LEADER)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("");
+                    if group.follow(at, hint) {
+                        continue;
+                    }
+                }
                 Err(e) => match e.code() {
                     tonic::Code::FailedPrecondition => {
                         tracing::error!("server {s}: {}", e.message());
                         return Err(CallErr::Errno(libc::EIO));
                     }
                     // Never reached the server (whatever code the transport gave it).
-                    _ if not_sent(&e) => {}
-                    tonic::Code::Unavailable | tonic::Code::Unknown if idem => {}
+                    _ if not_sent(&e) => group.pass_over(at),
+                    tonic::Code::Unavailable | tonic::Code::Unknown if idem => {
+                        group.pass_over(at)
+                    }
+                    tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
+                        if idem && group.replicated() =>
+                    {
+                        group.pass_over(at)
+                    }
                     tonic::Code::Cancelled if idem => {}
                     _ => {
                         tracing::warn!("server {s}: {}", e.message());

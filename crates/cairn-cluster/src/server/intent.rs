@@ -156,7 +156,7 @@ impl Node {
             .peers
             .get(h as usize)
             .ok_or(Fail::Errno(libc::ENOENT))?;
-        let mut c = conn.meta.clone();
+        let (at, mut c) = conn.meta();
         let mut r = tonic::Request::new(proto::InoReq {
             h: Some(self.header()),
             ino,
@@ -165,7 +165,10 @@ impl Node {
         let rep = c
             .get_attr(r)
             .await
-            .map_err(|s| Fail::Down(format!("server {h}: {}", s.message())))?
+            .map_err(|s| {
+                conn.failed(at, &s);
+                Fail::Down(format!("server {h}: {}", s.message()))
+            })?
             .into_inner();
         if let Some(f) = Fail::from_status(rep.status.as_ref()) {
             return Err(f);
@@ -186,7 +189,7 @@ impl Node {
             .peers
             .get(h as usize)
             .ok_or(Fail::Errno(libc::ENOENT))?;
-        let mut c = conn.meta.clone();
+        let (at, mut c) = conn.meta();
         let mut r = tonic::Request::new(proto::InoReq {
             h: Some(self.header()),
             ino,
@@ -195,7 +198,10 @@ impl Node {
         let rep = c
             .parent_of(r)
             .await
-            .map_err(|s| Fail::Down(format!("server {h}: {}", s.message())))?
+            .map_err(|s| {
+                conn.failed(at, &s);
+                Fail::Down(format!("server {h}: {}", s.message()))
+            })?
             .into_inner();
         if let Some(f) = Fail::from_status(rep.status.as_ref()) {
             return Err(f);

@@ -24,29 +24,77 @@ use crate::rows::{
 };
 use crate::transport::MAX_MESSAGE;
 
-/// The connection to one server (lazy: opened on first use, reopened after failures).
-#[derive(Clone)]
+/// The connections to one server id: to each replica of its group (lazy: opened on
+/// first use, reopened after failures), and the one calls go to.
 pub(crate) struct PeerConn {
-    pub meta: MetaClient<Channel>,
-    pub peer: PeerClient<Channel>,
+    replicas: Vec<(std::net::SocketAddr, MetaClient<Channel>, PeerClient<Channel>)>,
+    at: std::sync::atomic::AtomicUsize,
 }
 
 impl PeerConn {
-    /// A lazy connection to `s` through `reach` (must be called inside a tokio runtime).
+    /// Lazy connections to the replicas of `s` through `reach` (must be called inside
+    /// a tokio runtime).
     pub(crate) fn new(
         reach: &crate::transport::Reach,
         s: &crate::config::ServerInfo,
         connect_timeout: Duration,
     ) -> Result<PeerConn, crate::tls::TlsError> {
-        let ch = reach.channel(s, connect_timeout, None)?;
+        let replicas = s
+            .replicas
+            .iter()
+            .map(|r| {
+                let ch = reach.channel_to(s.id, r.addr, connect_timeout)?;
+                Ok((
+                    r.addr,
+                    MetaClient::new(ch.clone())
+                        .max_decoding_message_size(MAX_MESSAGE)
+                        .max_encoding_message_size(MAX_MESSAGE),
+                    PeerClient::new(ch)
+                        .max_decoding_message_size(MAX_MESSAGE)
+                        .max_encoding_message_size(MAX_MESSAGE),
+                ))
+            })
+            .collect::<Result<Vec<_>, crate::tls::TlsError>>()?;
         Ok(PeerConn {
-            meta: MetaClient::new(ch.clone())
-                .max_decoding_message_size(MAX_MESSAGE)
-                .max_encoding_message_size(MAX_MESSAGE),
-            peer: PeerClient::new(ch)
-                .max_decoding_message_size(MAX_MESSAGE)
-                .max_encoding_message_size(MAX_MESSAGE),
+            replicas,
+            at: std::sync::atomic::AtomicUsize::new(0),
         })
+    }
+
+    fn at(&self) -> usize {
+        self.at.load(std::sync::atomic::Ordering::Relaxed) % self.replicas.len().max(1)
+    }
+
+    /// The client-service connection to the replica calls go to, and its index.
+    pub(crate) fn meta(&self) -> (usize, MetaClient<Channel>) {
+        let i = self.at();
+        (i, self.replicas[i].1.clone())
+    }
+
+    /// The server-service connection to the replica calls go to, and its index.
+    pub(crate) fn peer(&self) -> (usize, PeerClient<Channel>) {
+        let i = self.at();
+        (i, self.replicas[i].2.clone())
+    }
+
+    /// A call to replica `i` failed with `s`: the next call goes to the leader it
+    /// named, or (not the leader, or not reached) to the next replica. The caller
+    /// fails this call as `Fail::Down`; coordinators retry.
+    pub(crate) fn failed(&self, i: usize, s: &tonic::Status) {
+        use std::sync::atomic::Ordering;
+        if self.replicas.len() < 2 {
+            return;
+        }
+        let named = s
+            .metadata()
+            .get(crate::NOT_LEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|h| h.parse::<std::net::SocketAddr>().ok())
+            .and_then(|a| self.replicas.iter().position(|(r, ..)| *r == a));
+        let next = named.unwrap_or((i + 1) % self.replicas.len());
+        let _ = self
+            .at
+            .compare_exchange(i, next, Ordering::Relaxed, Ordering::Relaxed);
     }
 }
 
@@ -97,7 +145,7 @@ macro_rules! peer_call {
             match node.peers.get(target as usize) {
                 None => Err(crate::server::node::Fail::Errno(libc::EIO)),
                 Some(conn) => {
-                    let mut c = conn.peer.clone();
+                    let (at, mut c) = conn.peer();
                     let mut r = tonic::Request::new(req);
                     r.set_timeout(node.peer_timeout);
                     match c.$method(r).await {
@@ -110,10 +158,13 @@ macro_rules! peer_call {
                                 None => Ok(rep),
                             }
                         }
-                        Err(s) => Err(crate::server::node::Fail::Down(format!(
-                            "server {target}: {}",
-                            s.message()
-                        ))),
+                        Err(s) => {
+                            conn.failed(at, &s);
+                            Err(crate::server::node::Fail::Down(format!(
+                                "server {target}: {}",
+                                s.message()
+                            )))
+                        }
                     }
                 }
             }

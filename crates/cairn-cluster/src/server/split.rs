@@ -304,7 +304,7 @@ impl Node {
             })
             .collect();
         let conn = self.peers.get(t as usize).ok_or(Fail::Errno(libc::EIO))?;
-        let mut c = conn.peer.clone();
+        let (at, mut c) = conn.peer();
         let mut req = tonic::Request::new(tokio_stream::iter(msgs));
         req.set_timeout(self.peer_timeout * 4);
         match c.accept_partition(req).await {
@@ -312,7 +312,10 @@ impl Node {
                 Some(f) => Err(f),
                 None => Ok(()),
             },
-            Err(s) => Err(Fail::Down(format!("server {t}: {}", s.message()))),
+            Err(s) => {
+                conn.failed(at, &s);
+                Err(Fail::Down(format!("server {t}: {}", s.message())))
+            }
         }
     }
 
