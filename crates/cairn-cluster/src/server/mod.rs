@@ -177,9 +177,15 @@ impl ServerHandle {
         self.addr
     }
 
-    /// This server's id in the cluster file.
+    /// This server's id in the cluster file (its group's).
     pub fn id(&self) -> u32 {
         self.node.id
+    }
+
+    /// Whether this server serves requests: always for a group of one; for a replica
+    /// of a replicated group, while it leads the group (and has taken up its term).
+    pub fn leads(&self) -> bool {
+        self.node.serving().is_ok()
     }
 
     /// Connections refused since it started (no certificate, one not signed by the

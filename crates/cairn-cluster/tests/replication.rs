@@ -1,0 +1,177 @@
+//! Replicated groups in one process: every server id a group of three replicas (each
+//! a server with its own store, on its own loopback port, with mutual TLS). Changes
+//! go through the group's leader and survive its loss; clients follow the lead.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use cairn_cluster::server::{self, ServerHandle, ServerOptions, SyncMode};
+use cairn_cluster::{Client, ClientOptions, ClusterConfig};
+use cairn_fs::{Cred, FileSystem, ROOT};
+
+use common::{certs, free_addrs};
+
+/// A cluster of `groups` groups of `replicas` replicas each.
+struct Groups {
+    dir: tempfile::TempDir,
+    cfg: ClusterConfig,
+    addrs: Vec<Vec<SocketAddr>>,
+    /// By group, by replica.
+    servers: Vec<Vec<Option<ServerHandle>>>,
+}
+
+fn text(addrs: &[Vec<SocketAddr>], client: &str) -> String {
+    let d = certs().0.path().display();
+    let mut t = format!(
+        "version = 2\n[tls]\nca = \"{d}/ca.pem\"\nclient_cert = \"{d}/client-{client}.pem\"\nclient_key = \"{d}/client-{client}.key\"\n"
+    );
+    for (g, reps) in addrs.iter().enumerate() {
+        t.push_str(&format!("\n[[server]]\nid = {g}\n"));
+        for a in reps {
+            t.push_str(&format!(
+                "[[server.replica]]\naddr = \"{a}\"\ncert = \"{d}/server-{g}.pem\"\nkey = \"{d}/server-{g}.key\"\n"
+            ));
+        }
+    }
+    t
+}
+
+impl Groups {
+    fn start(groups: usize, replicas: usize) -> Groups {
+        let free = free_addrs(groups * replicas);
+        let addrs: Vec<Vec<SocketAddr>> = free.chunks(replicas).map(<[_]>::to_vec).collect();
+        let cfg = ClusterConfig::parse(&text(&addrs, "admin")).unwrap();
+        let mut g = Groups {
+            dir: tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap(),
+            cfg,
+            addrs,
+            servers: Vec::new(),
+        };
+        for gi in 0..groups {
+            let row = (0..replicas).map(|r| Some(g.start_one(gi, r))).collect();
+            g.servers.push(row);
+        }
+        g
+    }
+
+    fn start_one(&self, g: usize, r: usize) -> ServerHandle {
+        let mut o = ServerOptions::new(
+            self.dir.path().join(format!("g{g}r{r}")),
+            self.addrs[g][r],
+            self.cfg.clone(),
+        );
+        o.sync = SyncMode::Never;
+        o.election_timeout = Duration::from_millis(300);
+        o.snapshot_every = 200;
+        server::start(o).unwrap()
+    }
+
+    fn client(&self) -> Client {
+        let o = ClientOptions {
+            timeout: Duration::from_secs(30),
+            ..ClientOptions::default()
+        };
+        Client::with_config(self.cfg.clone(), o).unwrap()
+    }
+
+    /// The replica of group `g` that leads, once one does (within 20 s).
+    fn leader(&self, g: usize) -> usize {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(20) {
+            let leading: Vec<usize> = self.servers[g]
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.as_ref().is_some_and(ServerHandle::leads))
+                .map(|(i, _)| i)
+                .collect();
+            if leading.len() == 1 {
+                return leading[0];
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("group {g}: no leader within 20 s");
+    }
+}
+
+fn names(c: &Client, dir: u64) -> Vec<String> {
+    let mut v: Vec<String> = c
+        .readdir(&Cred::ROOT, dir, None, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|e| String::from_utf8(e.name.to_vec()).unwrap())
+        .filter(|n| n != "." && n != "..")
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_group_keeps_serving_when_its_leader_dies() {
+    let mut g = Groups::start(1, 3);
+    let c = g.client();
+    let d = c.mkdir(&Cred::ROOT, ROOT, b"d", 0o755).unwrap();
+    for i in 0..300 {
+        c.create(&Cred::ROOT, d.ino, format!("f{i}").as_bytes(), 0o644)
+            .unwrap();
+    }
+    let f = c.create(&Cred::ROOT, ROOT, b"data", 0o644).unwrap();
+    c.write(&Cred::ROOT, f.ino, 0, b"hello, replicas").unwrap();
+
+    // The leader dies; another replica takes over with everything acknowledged.
+    let l = g.leader(0);
+    g.servers[0][l].take().unwrap().kill();
+    for i in 300..400 {
+        c.create(&Cred::ROOT, d.ino, format!("f{i}").as_bytes(), 0o644)
+            .unwrap();
+    }
+    let l2 = g.leader(0);
+    assert_ne!(l, l2);
+    let mut want: Vec<String> = (0..400).map(|i| format!("f{i}")).collect();
+    want.sort();
+    assert_eq!(names(&c, d.ino), want);
+    assert_eq!(
+        c.read(&Cred::ROOT, f.ino, 0, 100).unwrap(),
+        b"hello, replicas"
+    );
+
+    // The dead replica comes back and catches up (by log or snapshot); then the other
+    // two die in turn, and it serves everything with one of them.
+    g.servers[0][l] = Some(g.start_one(0, l));
+    std::thread::sleep(Duration::from_secs(2));
+    g.servers[0][l2].take().unwrap().kill();
+    let l3 = g.leader(0);
+    let other = (0..3).find(|&i| i != l3 && g.servers[0][i].is_some()).unwrap();
+    assert!(other == l || l3 == l);
+    assert_eq!(names(&c, d.ino), want);
+}
+
+#[test]
+fn an_empty_replica_joins_by_snapshot() {
+    let mut g = Groups::start(2, 3);
+    let c = g.client();
+    let d = c.mkdir(&Cred::ROOT, ROOT, b"d", 0o755).unwrap();
+    for i in 0..1000 {
+        c.create(&Cred::ROOT, d.ino, format!("f{i}").as_bytes(), 0o644)
+            .unwrap();
+    }
+    // A follower of group 0 loses its store and comes back empty: it must get a
+    // snapshot (the log before it is gone: snapshots every 200 entries).
+    let l = g.leader(0);
+    let victim = (l + 1) % 3;
+    g.servers[0][victim].take().unwrap().kill();
+    std::fs::remove_dir_all(g.dir.path().join(format!("g0r{victim}"))).unwrap();
+    g.servers[0][victim] = Some(g.start_one(0, victim));
+    for i in 1000..1100 {
+        c.create(&Cred::ROOT, d.ino, format!("f{i}").as_bytes(), 0o644)
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    // Now only the rebuilt replica and one other are up: it must hold everything.
+    g.servers[0][l].take().unwrap().kill();
+    g.leader(0);
+    let mut want: Vec<String> = (0..1100).map(|i| format!("f{i}")).collect();
+    want.sort();
+    assert_eq!(names(&c, d.ino), want);
+}
