@@ -5,7 +5,9 @@
 //! Every party presents a certificate signed by the cluster's CA (the cluster file's
 //! `[tls] ca`). A server's certificate has the subject `CN=server-<id>`, a DNS name
 //! `server-<id>` (what clients and peers verify) and its IP, and both extended key
-//! usages (serverAuth, and clientAuth for its calls to peers). A client's has
+//! usages (serverAuth, and clientAuth for its calls to peers). Each replica of a server
+//! group has a certificate and key of its own with that same identity (the group's
+//! id) and its own IP. A client's has
 //! `CN=client-<name>` and clientAuth only, so a certificate made for a web server
 //! (serverAuth only) is refused as a client. A client certificate may carry
 //! `OU=uids:LIST` (`*`, or numbers and ranges such as `0,1000-1999`): the uids its holder
@@ -18,7 +20,7 @@
 //! connection is counted (`cairn_tls_refused_total{reason}`) and handshakes are bounded
 //! in time and number; the streams are then served by tonic as usual.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -162,24 +164,23 @@ impl Dialer {
         )
     }
 
-    /// Server `id`'s, for its calls to peers (its own certificate).
-    pub(crate) fn server(cfg: &ClusterConfig, id: u32) -> Result<Dialer, TlsError> {
-        let own = cfg
-            .tls()
-            .and_then(|t| t.servers.get(id as usize))
-            .and_then(Option::as_ref);
-        Dialer::new(
-            cfg,
-            own,
-            &format!("certificate for server {id} (cert and key)"),
-        )
+    /// The replica `me` (server id, replica id)'s, for its calls to peers (its own
+    /// certificate).
+    pub(crate) fn server(cfg: &ClusterConfig, me: (u32, u64)) -> Result<Dialer, TlsError> {
+        Dialer::new(cfg, own_files(cfg, me), &own_name(cfg, me))
     }
 
-    /// An endpoint for server `s` (not connected): TLS verifies that the server's
-    /// certificate is the CA's and names `server-<id>`.
+    /// An endpoint for server `s` (not connected) at its address (its first
+    /// replica's): see [`Dialer::endpoint_at`].
     pub(crate) fn endpoint(&self, s: &ServerInfo) -> Result<Endpoint, TlsError> {
+        self.endpoint_at(s.id, s.addr)
+    }
+
+    /// An endpoint for the replica of server `group` at `addr` (not connected): TLS
+    /// verifies that its certificate is the CA's and names `server-<group>`.
+    pub(crate) fn endpoint_at(&self, group: u32, addr: SocketAddr) -> Result<Endpoint, TlsError> {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
-        let ep = Endpoint::from_shared(format!("{scheme}://{}", s.addr))
+        let ep = Endpoint::from_shared(format!("{scheme}://{addr}"))
             .map_err(|e| TlsError::Setup(e.to_string()))?;
         match &self.tls {
             None => Ok(ep),
@@ -188,10 +189,30 @@ impl Dialer {
                     ClientTlsConfig::new()
                         .ca_certificate(ca.clone())
                         .identity(id.clone())
-                        .domain_name(format!("server-{}", s.id)),
+                        .domain_name(format!("server-{group}")),
                 )
                 .map_err(|e| TlsError::Setup(format!("{e}: {:?}", std::error::Error::source(&e)))),
         }
+    }
+}
+
+/// The certificate and key the cluster file names for replica `replica` of server
+/// `group`.
+fn own_files(cfg: &ClusterConfig, (group, replica): (u32, u64)) -> Option<&(PathBuf, PathBuf)> {
+    let at = cfg
+        .server(group)?
+        .replicas
+        .iter()
+        .position(|r| r.id == replica)?;
+    cfg.tls()?.servers.get(group as usize)?.get(at)?.as_ref()
+}
+
+/// What [`own_files`] looks for, for an error.
+fn own_name(cfg: &ClusterConfig, (group, replica): (u32, u64)) -> String {
+    if cfg.server(group).is_some_and(|s| s.replicas.len() > 1) {
+        format!("certificate for server {group} replica {replica} (cert and key)")
+    } else {
+        format!("certificate for server {group} (cert and key)")
     }
 }
 
@@ -207,21 +228,16 @@ pub(crate) struct Acceptor {
 }
 
 impl Acceptor {
-    /// Server `id`'s: its certificate, and clients' verified against the CA.
+    /// The replica `me` (server id, replica id)'s: its certificate, and clients'
+    /// verified against the CA.
     pub(crate) fn new(
         cfg: &ClusterConfig,
-        id: u32,
+        me: (u32, u64),
         timeout: Duration,
         refused: Arc<AtomicU64>,
     ) -> Result<Acceptor, TlsError> {
         let t = cfg.tls().ok_or(TlsError::NoTls)?;
-        let (cert, key) = t
-            .servers
-            .get(id as usize)
-            .and_then(Option::as_ref)
-            .ok_or_else(|| {
-                TlsError::Missing(format!("certificate for server {id} (cert and key)"))
-            })?;
+        let (cert, key) = own_files(cfg, me).ok_or_else(|| TlsError::Missing(own_name(cfg, me)))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
         for c in certs_of(&t.ca)? {
@@ -800,7 +816,7 @@ pub fn test_certs(dir: &Path, servers: u32) -> Result<CertAuthority, TlsError> {
 /// Test support: a cluster file's text for servers at `addrs` with the certificates
 /// [`test_certs`] made in `dir` (absolute), as client `client`.
 #[doc(hidden)]
-pub fn test_cluster_text(dir: &Path, addrs: &[std::net::SocketAddr], client: &str) -> String {
+pub fn test_cluster_text(dir: &Path, addrs: &[SocketAddr], client: &str) -> String {
     let d = dir.display();
     let mut t = format!(
         "[tls]\nca = \"{d}/ca.pem\"\nclient_cert = \"{d}/client-{client}.pem\"\nclient_key = \"{d}/client-{client}.key\"\n"

@@ -280,22 +280,10 @@ fn stop_runtime(rt: tokio::runtime::Runtime) {
     }
 }
 
-/// The id of the server that listens on `listen`.
-fn server_id(cfg: &ClusterConfig, listen: SocketAddr) -> Result<u32, ServerError> {
-    if let Some(s) = cfg.servers().iter().find(|s| s.addr == listen) {
-        return Ok(s.id);
-    }
-    if listen.ip().is_unspecified() {
-        let same: Vec<_> = cfg
-            .servers()
-            .iter()
-            .filter(|s| s.addr.port() == listen.port())
-            .collect();
-        if same.len() == 1 {
-            return Ok(same[0].id);
-        }
-    }
-    Err(ServerError::NotInCluster(listen))
+/// The server (group) id and replica id of the replica that listens on `listen`
+/// ([`ClusterConfig::locate`]).
+fn server_id(cfg: &ClusterConfig, listen: SocketAddr) -> Result<(u32, u64), ServerError> {
+    cfg.locate(listen).ok_or(ServerError::NotInCluster(listen))
 }
 
 fn store_err(dir: &std::path::Path) -> impl Fn(cairn::Error) -> ServerError + '_ {
@@ -317,7 +305,8 @@ fn fail_err(dir: &std::path::Path, what: &str, f: node::Fail) -> ServerError {
 /// are completed in the background as soon as the peers answer.
 pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
     let cfg = opts.cluster.clone();
-    let id = server_id(&cfg, opts.listen)?;
+    let me = server_id(&cfg, opts.listen)?;
+    let id = me.0;
     let dir = opts.dir.clone();
     // TLS first: a server that cannot authenticate touches no store.
     let refused = Arc::new(AtomicU64::new(0));
@@ -331,12 +320,12 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
     } else {
         Some(crate::tls::Acceptor::new(
             &cfg,
-            id,
+            me,
             opts.handshake_timeout,
             refused.clone(),
         )?)
     };
-    let reach = crate::transport::Reach::server(&cfg, id, None)?;
+    let reach = crate::transport::Reach::server(&cfg, me, None)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(opts.workers.clamp(1, 256))
         .max_blocking_threads(64)
