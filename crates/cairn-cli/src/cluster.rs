@@ -336,10 +336,10 @@ pub fn run(args: &ClusterArgs, out: &mut impl Write) -> Result<ExitCode> {
                         let port = u16::try_from(port)
                             .ok()
                             .with_context(|| format!("server {id}: port {port} out of range"))?;
-                        Ok(cairn_cluster::ServerInfo {
+                        Ok(cairn_cluster::ServerInfo::single(
                             id,
-                            addr: SocketAddr::new(base.ip(), port),
-                        })
+                            SocketAddr::new(base.ip(), port),
+                        ))
                     })
                     .collect::<Result<_>>()?,
                 (None, None) => bail!("give --servers N or --cluster FILE"),

@@ -16,7 +16,7 @@
 //! // Two servers on free local ports; a CA, their certificates, a client's, and the
 //! // cluster file that names them all.
 //! let servers: Vec<ServerInfo> = (0..2)
-//!     .map(|id| Ok(ServerInfo { id, addr: TcpListener::bind("127.0.0.1:0")?.local_addr()? }))
+//!     .map(|id| Ok(ServerInfo::single(id, TcpListener::bind("127.0.0.1:0")?.local_addr()?)))
 //!     .collect::<std::io::Result<_>>()?;
 //! let file = tls::init_certs(&dir.path().join("certs"), &servers, &[tls::ClientCert::admin("ops")])?;
 //! let cfg = ClusterConfig::load(&file)?;
@@ -71,7 +71,7 @@ pub mod proto {
 }
 
 pub use client::{Client, ClientOptions, Creates};
-pub use config::{ClusterConfig, ConfigError, ServerInfo, TlsPaths};
+pub use config::{ClusterConfig, ConfigError, ReplicaInfo, ServerInfo, TlsPaths};
 pub use error::{ClientError, ServerError};
 pub use tls::TlsError;
 

@@ -5,7 +5,9 @@
 //! Every party presents a certificate signed by the cluster's CA (the cluster file's
 //! `[tls] ca`). A server's certificate has the subject `CN=server-<id>`, a DNS name
 //! `server-<id>` (what clients and peers verify) and its IP, and both extended key
-//! usages (serverAuth, and clientAuth for its calls to peers). A client's has
+//! usages (serverAuth, and clientAuth for its calls to peers). Each replica of a server
+//! group has a certificate and key of its own with that same identity (the group's
+//! id) and its own IP. A client's has
 //! `CN=client-<name>` and clientAuth only, so a certificate made for a web server
 //! (serverAuth only) is refused as a client. A client certificate may carry
 //! `OU=uids:LIST` (`*`, or numbers and ranges such as `0,1000-1999`): the uids its holder
@@ -18,7 +20,7 @@
 //! connection is counted (`cairn_tls_refused_total{reason}`) and handshakes are bounded
 //! in time and number; the streams are then served by tonic as usual.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -34,7 +36,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use cairn_fs::Cred;
 
-use crate::config::{ClusterConfig, ServerInfo};
+use crate::config::{ClusterConfig, ReplicaInfo, ServerInfo};
 
 /// Why TLS could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -162,24 +164,23 @@ impl Dialer {
         )
     }
 
-    /// Server `id`'s, for its calls to peers (its own certificate).
-    pub(crate) fn server(cfg: &ClusterConfig, id: u32) -> Result<Dialer, TlsError> {
-        let own = cfg
-            .tls()
-            .and_then(|t| t.servers.get(id as usize))
-            .and_then(Option::as_ref);
-        Dialer::new(
-            cfg,
-            own,
-            &format!("certificate for server {id} (cert and key)"),
-        )
+    /// The replica `me` (server id, replica id)'s, for its calls to peers (its own
+    /// certificate).
+    pub(crate) fn server(cfg: &ClusterConfig, me: (u32, u64)) -> Result<Dialer, TlsError> {
+        Dialer::new(cfg, own_files(cfg, me), &own_name(cfg, me))
     }
 
-    /// An endpoint for server `s` (not connected): TLS verifies that the server's
-    /// certificate is the CA's and names `server-<id>`.
+    /// An endpoint for server `s` (not connected) at its address (its first
+    /// replica's): see [`Dialer::endpoint_at`].
     pub(crate) fn endpoint(&self, s: &ServerInfo) -> Result<Endpoint, TlsError> {
+        self.endpoint_at(s.id, s.addr)
+    }
+
+    /// An endpoint for the replica of server `group` at `addr` (not connected): TLS
+    /// verifies that its certificate is the CA's and names `server-<group>`.
+    pub(crate) fn endpoint_at(&self, group: u32, addr: SocketAddr) -> Result<Endpoint, TlsError> {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
-        let ep = Endpoint::from_shared(format!("{scheme}://{}", s.addr))
+        let ep = Endpoint::from_shared(format!("{scheme}://{addr}"))
             .map_err(|e| TlsError::Setup(e.to_string()))?;
         match &self.tls {
             None => Ok(ep),
@@ -188,10 +189,30 @@ impl Dialer {
                     ClientTlsConfig::new()
                         .ca_certificate(ca.clone())
                         .identity(id.clone())
-                        .domain_name(format!("server-{}", s.id)),
+                        .domain_name(format!("server-{group}")),
                 )
                 .map_err(|e| TlsError::Setup(format!("{e}: {:?}", std::error::Error::source(&e)))),
         }
+    }
+}
+
+/// The certificate and key the cluster file names for replica `replica` of server
+/// `group`.
+fn own_files(cfg: &ClusterConfig, (group, replica): (u32, u64)) -> Option<&(PathBuf, PathBuf)> {
+    let at = cfg
+        .server(group)?
+        .replicas
+        .iter()
+        .position(|r| r.id == replica)?;
+    cfg.tls()?.servers.get(group as usize)?.get(at)?.as_ref()
+}
+
+/// What [`own_files`] looks for, for an error.
+fn own_name(cfg: &ClusterConfig, (group, replica): (u32, u64)) -> String {
+    if cfg.server(group).is_some_and(|s| s.replicas.len() > 1) {
+        format!("certificate for server {group} replica {replica} (cert and key)")
+    } else {
+        format!("certificate for server {group} (cert and key)")
     }
 }
 
@@ -207,21 +228,16 @@ pub(crate) struct Acceptor {
 }
 
 impl Acceptor {
-    /// Server `id`'s: its certificate, and clients' verified against the CA.
+    /// The replica `me` (server id, replica id)'s: its certificate, and clients'
+    /// verified against the CA.
     pub(crate) fn new(
         cfg: &ClusterConfig,
-        id: u32,
+        me: (u32, u64),
         timeout: Duration,
         refused: Arc<AtomicU64>,
     ) -> Result<Acceptor, TlsError> {
         let t = cfg.tls().ok_or(TlsError::NoTls)?;
-        let (cert, key) = t
-            .servers
-            .get(id as usize)
-            .and_then(Option::as_ref)
-            .ok_or_else(|| {
-                TlsError::Missing(format!("certificate for server {id} (cert and key)"))
-            })?;
+        let (cert, key) = own_files(cfg, me).ok_or_else(|| TlsError::Missing(own_name(cfg, me)))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
         for c in certs_of(&t.ca)? {
@@ -716,29 +732,100 @@ fn write(path: &Path, text: &str, secret: bool) -> Result<(), TlsError> {
 }
 
 /// Creates, in `dir` (created if needed), a CA (`ca.pem`, `ca.key`), a certificate and
-/// key for each server (`server-<id>.pem`, `.key`) and for each client
-/// (`client-<name>.pem`, `.key`; each [`CertSpec::client`]'s uids and gids lists), and
-/// `cluster.toml`: the servers with the TLS keys filled in, the first client as the
-/// file's client. Returns the path of `cluster.toml`.
+/// key for each replica of each server and for each client (`client-<name>.pem`,
+/// `.key`; each [`CertSpec::client`]'s uids and gids lists), and `cluster.toml`: the
+/// servers with the TLS keys filled in, the first client as the file's client. Returns
+/// the path of `cluster.toml`.
+///
+/// A server of one replica (id 0) is written as a `[[server]]` table with an `addr` and
+/// certificate files `server-<id>.pem`, `.key`, as cluster files of version 1 are; a
+/// server of several as `[[server.replica]]` tables with files
+/// `server-<id>-<replica>.pem`, `.key`, in a file of `version = 2` with a new random
+/// `cluster_id`. Every replica's certificate has its server's identity
+/// ([`CertSpec::server`]) and its own IP.
 pub fn init_certs(
     dir: &Path,
     servers: &[ServerInfo],
     clients: &[ClientCert],
 ) -> Result<PathBuf, TlsError> {
-    std::fs::create_dir_all(dir).map_err(|source| TlsError::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    let ca = CertAuthority::new("cairn cluster CA")?;
-    write(&dir.join("ca.pem"), ca.cert_pem(), false)?;
-    write(&dir.join("ca.key"), &ca.key_pem, true)?;
-    let mut toml = String::from("[tls]\nca = \"ca.pem\"\n");
-    if let Some(ClientCert { name, .. }) = clients.first() {
-        toml.push_str(&format!(
-            "client_cert = \"client-{name}.pem\"\nclient_key = \"client-{name}.key\"\n"
-        ));
+    write_cluster(dir, servers, clients, None)
+}
+
+/// [`init_certs`] for the servers of `cfg` (`cairn cluster init-certs --cluster FILE`),
+/// keeping its cluster id: the written file gives a `cluster_id` where its servers
+/// alone would give another.
+pub fn init_certs_for(
+    dir: &Path,
+    cfg: &ClusterConfig,
+    clients: &[ClientCert],
+) -> Result<PathBuf, TlsError> {
+    write_cluster(dir, cfg.servers(), clients, Some(cfg.cluster_id()))
+}
+
+/// A server's replicas as [`init_certs`] writes them (a list without any: one at its
+/// `addr`).
+fn replicas_of(s: &ServerInfo) -> Vec<ReplicaInfo> {
+    if s.replicas.is_empty() {
+        vec![ReplicaInfo {
+            id: 0,
+            addr: s.addr,
+        }]
+    } else {
+        s.replicas.clone()
     }
-    for ClientCert { name, uids, gids } in clients {
+}
+
+/// The `[[server]]` tables of `servers` naming their certificate files, the files to
+/// make (name without extension, and certificate), and whether some table has the
+/// `[[server.replica]]` form.
+fn server_tables(servers: &[ServerInfo]) -> (String, Vec<(String, CertSpec)>, bool) {
+    let (mut toml, mut files, mut v2) = (String::new(), Vec::new(), false);
+    for s in servers {
+        let replicas = replicas_of(s);
+        if let [ReplicaInfo { id: 0, addr }] = replicas.as_slice() {
+            toml.push_str(&format!(
+                "\n[[server]]\nid = {0}\naddr = \"{1}\"\ncert = \"server-{0}.pem\"\nkey = \"server-{0}.key\"\n",
+                s.id, addr
+            ));
+            files.push((
+                format!("server-{}", s.id),
+                CertSpec::server(s.id, addr.ip()),
+            ));
+            continue;
+        }
+        v2 = true;
+        toml.push_str(&format!("\n[[server]]\nid = {}\n", s.id));
+        for r in replicas {
+            let name = format!("server-{}-{}", s.id, r.id);
+            toml.push_str(&format!(
+                "[[server.replica]]\nid = {}\naddr = \"{}\"\ncert = \"{name}.pem\"\nkey = \"{name}.key\"\n",
+                r.id, r.addr
+            ));
+            files.push((name, CertSpec::server(s.id, r.addr.ip())));
+        }
+    }
+    (toml, files, v2)
+}
+
+/// A new random cluster id (from the system's random source, through rustls).
+fn random_cluster_id() -> Result<u64, TlsError> {
+    let mut b = [0u8; 8];
+    rustls::crypto::ring::default_provider()
+        .secure_random
+        .fill(&mut b)
+        .map_err(|e| TlsError::Generate(format!("a random cluster id: {e:?}")))?;
+    Ok(u64::from_le_bytes(b))
+}
+
+/// [`init_certs`], with this cluster id (None: the one the servers give, or a random
+/// one where some server has several replicas).
+fn write_cluster(
+    dir: &Path,
+    servers: &[ServerInfo],
+    clients: &[ClientCert],
+    id: Option<u64>,
+) -> Result<PathBuf, TlsError> {
+    for ClientCert { name, .. } in clients {
         if name.is_empty()
             || !name
                 .chars()
@@ -748,45 +835,75 @@ pub fn init_certs(
                 "client name {name:?}: use letters, digits, - and _"
             )));
         }
+    }
+    let mut body = String::from("[tls]\nca = \"ca.pem\"\n");
+    if let Some(ClientCert { name, .. }) = clients.first() {
+        body.push_str(&format!(
+            "client_cert = \"client-{name}.pem\"\nclient_key = \"client-{name}.key\"\n"
+        ));
+    }
+    let (tables, files, v2) = server_tables(servers);
+    body.push_str(&tables);
+    // The list is checked (ids, replicas, addresses) before anything is written.
+    let invalid = |e: crate::ConfigError| TlsError::Generate(format!("the server list: {e}"));
+    let derived = ClusterConfig::parse(&body).map_err(invalid)?.cluster_id();
+    let id = match id {
+        Some(id) => (id != derived).then_some(id),
+        None if servers.iter().any(|s| s.replicas.len() > 1) => Some(random_cluster_id()?),
+        None => None,
+    };
+    let mut toml = String::new();
+    if v2 {
+        toml.push_str("version = 2\n");
+    }
+    if let Some(id) = id {
+        toml.push_str(&format!("cluster_id = \"{id:#018x}\"\n"));
+    }
+    if !toml.is_empty() {
+        toml.push('\n');
+    }
+    toml.push_str(&body);
+    ClusterConfig::parse(&toml).map_err(invalid)?;
+    std::fs::create_dir_all(dir).map_err(|source| TlsError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let ca = CertAuthority::new("cairn cluster CA")?;
+    write(&dir.join("ca.pem"), ca.cert_pem(), false)?;
+    write(&dir.join("ca.key"), &ca.key_pem, true)?;
+    for ClientCert { name, uids, gids } in clients {
         let spec = CertSpec::client(name, uids.as_deref()).with_gids(gids.as_deref());
         let (c, k) = ca.issue(&spec)?;
         write(&dir.join(format!("client-{name}.pem")), &c, false)?;
         write(&dir.join(format!("client-{name}.key")), &k, true)?;
     }
-    for s in servers {
-        let (c, k) = ca.issue(&CertSpec::server(s.id, s.addr.ip()))?;
-        write(&dir.join(format!("server-{}.pem", s.id)), &c, false)?;
-        write(&dir.join(format!("server-{}.key", s.id)), &k, true)?;
-        toml.push_str(&format!(
-            "\n[[server]]\nid = {0}\naddr = \"{1}\"\ncert = \"server-{0}.pem\"\nkey = \"server-{0}.key\"\n",
-            s.id, s.addr
-        ));
+    for (name, spec) in files {
+        let (c, k) = ca.issue(&spec)?;
+        write(&dir.join(format!("{name}.pem")), &c, false)?;
+        write(&dir.join(format!("{name}.key")), &k, true)?;
     }
     let file = dir.join("cluster.toml");
     write(&file, &toml, false)?;
     Ok(file)
 }
 
-/// Test support: in `dir`, a CA (`ca.pem`) and certificates for servers `0..servers`
-/// (on 127.0.0.1) and for the clients `admin` (every uid), `user` (every uid but 0)
-/// and `u1000` (uids 1000-1999). Returns the CA, to sign more.
-#[doc(hidden)]
-pub fn test_certs(dir: &Path, servers: u32) -> Result<CertAuthority, TlsError> {
+/// The client certificates of [`test_certs`] and [`test_group_certs`].
+const TEST_CLIENTS: [(&str, Option<&str>); 3] = [
+    ("admin", Some("*")),
+    ("user", None),
+    ("u1000", Some("1000-1999")),
+];
+
+/// Test support: a new CA in `dir` (created if needed; `ca.pem`), and the certificates
+/// `specs` signed by it (`NAME.pem`, `NAME.key`) with the clients of [`TEST_CLIENTS`].
+fn test_files(dir: &Path, mut specs: Vec<(String, CertSpec)>) -> Result<CertAuthority, TlsError> {
     std::fs::create_dir_all(dir).map_err(|source| TlsError::Io {
         path: dir.to_path_buf(),
         source,
     })?;
     let ca = CertAuthority::new("cairn test CA")?;
     write(&dir.join("ca.pem"), ca.cert_pem(), false)?;
-    let ip = IpAddr::from([127, 0, 0, 1]);
-    let mut specs: Vec<(String, CertSpec)> = (0..servers)
-        .map(|i| (format!("server-{i}"), CertSpec::server(i, ip)))
-        .collect();
-    for (name, uids) in [
-        ("admin", Some("*")),
-        ("user", None),
-        ("u1000", Some("1000-1999")),
-    ] {
+    for (name, uids) in TEST_CLIENTS {
         specs.push((format!("client-{name}"), CertSpec::client(name, uids)));
     }
     for (file, spec) in specs {
@@ -797,18 +914,69 @@ pub fn test_certs(dir: &Path, servers: u32) -> Result<CertAuthority, TlsError> {
     Ok(ca)
 }
 
+/// Test support: in `dir`, a CA (`ca.pem`) and certificates for servers `0..servers`
+/// (on 127.0.0.1) and for the clients `admin` (every uid), `user` (every uid but 0)
+/// and `u1000` (uids 1000-1999). Returns the CA, to sign more.
+#[doc(hidden)]
+pub fn test_certs(dir: &Path, servers: u32) -> Result<CertAuthority, TlsError> {
+    let ip = IpAddr::from([127, 0, 0, 1]);
+    let specs = (0..servers)
+        .map(|i| (format!("server-{i}"), CertSpec::server(i, ip)))
+        .collect();
+    test_files(dir, specs)
+}
+
+/// Test support: in `dir`, a CA (`ca.pem`), certificates `server-<g>-<r>` (on
+/// 127.0.0.1) for replicas `0..groups[g]` of each server `g`, and the clients of
+/// [`test_certs`]. Returns the CA, to sign more.
+#[doc(hidden)]
+pub fn test_group_certs(dir: &Path, groups: &[u32]) -> Result<CertAuthority, TlsError> {
+    let ip = IpAddr::from([127, 0, 0, 1]);
+    let mut specs = Vec::new();
+    for (g, &n) in (0u32..).zip(groups) {
+        for r in 0..n {
+            specs.push((format!("server-{g}-{r}"), CertSpec::server(g, ip)));
+        }
+    }
+    test_files(dir, specs)
+}
+
+/// The `[tls]` table of the test cluster files, as client `client`.
+fn test_tls_text(dir: &Path, client: &str) -> String {
+    let d = dir.display();
+    format!(
+        "[tls]\nca = \"{d}/ca.pem\"\nclient_cert = \"{d}/client-{client}.pem\"\nclient_key = \"{d}/client-{client}.key\"\n"
+    )
+}
+
 /// Test support: a cluster file's text for servers at `addrs` with the certificates
 /// [`test_certs`] made in `dir` (absolute), as client `client`.
 #[doc(hidden)]
-pub fn test_cluster_text(dir: &Path, addrs: &[std::net::SocketAddr], client: &str) -> String {
+pub fn test_cluster_text(dir: &Path, addrs: &[SocketAddr], client: &str) -> String {
     let d = dir.display();
-    let mut t = format!(
-        "[tls]\nca = \"{d}/ca.pem\"\nclient_cert = \"{d}/client-{client}.pem\"\nclient_key = \"{d}/client-{client}.key\"\n"
-    );
+    let mut t = test_tls_text(dir, client);
     for (i, a) in addrs.iter().enumerate() {
         t.push_str(&format!(
             "\n[[server]]\nid = {i}\naddr = \"{a}\"\ncert = \"{d}/server-{i}.pem\"\nkey = \"{d}/server-{i}.key\"\n"
         ));
+    }
+    t
+}
+
+/// Test support: a cluster file's text (version 2) for server groups whose replicas
+/// (ids 0, 1, …) are at `groups[g]`, with the certificates [`test_group_certs`] made in
+/// `dir` (absolute), as client `client`.
+#[doc(hidden)]
+pub fn test_groups_text(dir: &Path, groups: &[Vec<SocketAddr>], client: &str) -> String {
+    let d = dir.display();
+    let mut t = format!("version = 2\n\n{}", test_tls_text(dir, client));
+    for (g, addrs) in groups.iter().enumerate() {
+        t.push_str(&format!("\n[[server]]\nid = {g}\n"));
+        for (r, a) in addrs.iter().enumerate() {
+            t.push_str(&format!(
+                "[[server.replica]]\nid = {r}\naddr = \"{a}\"\ncert = \"{d}/server-{g}-{r}.pem\"\nkey = \"{d}/server-{g}-{r}.key\"\n"
+            ));
+        }
     }
     t
 }
@@ -886,5 +1054,97 @@ mod tests {
         let (c, _) = ca.issue(&odd).unwrap();
         assert!(Caller::of(Some(der(&c).as_slice())).is_err());
         assert!(Caller::of(None).is_err());
+    }
+
+    /// A leaf certificate file's identity.
+    fn caller_of(file: &Path) -> Caller {
+        let certs = certs_of(file).unwrap();
+        Caller::of(Some(certs.as_slice())).unwrap()
+    }
+
+    #[test]
+    fn replica_certificates() {
+        let tmp = std::env::temp_dir().join(format!("cairn-tls-{}", std::process::id()));
+        let at = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+        let group = |g: u32, ports: [u16; 3]| {
+            let replicas = (0u64..)
+                .zip(ports)
+                .map(|(id, p)| ReplicaInfo { id, addr: at(p) });
+            ServerInfo::group(g, replicas.collect()).unwrap()
+        };
+        let servers = [group(0, [1, 2, 3]), group(1, [4, 5, 6])];
+        let file = init_certs(&tmp.join("a"), &servers, &[ClientCert::admin("x")]).unwrap();
+        let cfg = ClusterConfig::load(&file).unwrap();
+        assert_eq!(cfg.servers(), &servers);
+        assert_eq!(cfg.version(), 2);
+        let t = cfg.tls().unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for (g, files) in (0u32..).zip(&t.servers) {
+            assert_eq!(files.len(), 3);
+            for (r, f) in files.iter().enumerate() {
+                let (cert, key) = f.as_ref().unwrap();
+                assert!(cert.ends_with(format!("server-{g}-{r}.pem")), "{cert:?}");
+                key_of(key).unwrap();
+                assert_eq!(caller_of(cert), Caller::Server(g));
+                assert!(seen.insert(read(cert).unwrap()), "{cert:?} twice");
+                assert!(own_files(&cfg, (g, r as u64)).is_some());
+            }
+        }
+        assert!(own_files(&cfg, (0, 3)).is_none() && own_files(&cfg, (2, 0)).is_none());
+        // A new random id each time; certificates for a file's servers keep its id.
+        let again = init_certs(&tmp.join("b"), &servers, &[]).unwrap();
+        let again = ClusterConfig::load(&again).unwrap();
+        assert_ne!(again.cluster_id(), cfg.cluster_id());
+        let kept = init_certs_for(&tmp.join("c"), &cfg, &[]).unwrap();
+        assert_eq!(
+            ClusterConfig::load(&kept).unwrap().cluster_id(),
+            cfg.cluster_id()
+        );
+        // One replica each: today's file, names and id.
+        let single: Vec<ServerInfo> = (0..2)
+            .map(|i| ServerInfo::single(i, at(7 + i as u16)))
+            .collect();
+        let file = init_certs(&tmp.join("d"), &single, &[]).unwrap();
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            text.starts_with("[tls]\n") && !text.contains("replica"),
+            "{text}"
+        );
+        let one = ClusterConfig::load(&file).unwrap();
+        assert_eq!(one.version(), 1);
+        assert_eq!(
+            one.cluster_id(),
+            xxhash_rust::xxh3::xxh3_64(b"0=127.0.0.1:7;1=127.0.0.1:8;")
+        );
+        assert_eq!(caller_of(&tmp.join("d/server-1.pem")), Caller::Server(1));
+        // A list that is not valid: nothing written.
+        let bad = [group(0, [1, 2, 3]), group(1, [3, 4, 5])];
+        let e = init_certs(&tmp.join("e"), &bad, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("share address"), "{e}");
+        assert!(!tmp.join("e").exists());
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn test_group_files() {
+        let tmp = std::env::temp_dir().join(format!("cairn-tls-groups-{}", std::process::id()));
+        test_group_certs(&tmp, &[2, 1]).unwrap();
+        let at = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+        let text = test_groups_text(&tmp, &[vec![at(1), at(2)], vec![at(3)]], "admin");
+        let cfg = ClusterConfig::parse(&text).unwrap();
+        assert_eq!(cfg.locate(at(2)), Some((0, 1)));
+        for (g, r) in [(0, 0), (0, 1), (1, 0)] {
+            let (cert, _) = own_files(&cfg, (g, r)).unwrap();
+            assert_eq!(caller_of(cert), Caller::Server(g));
+        }
+        Dialer::server(&cfg, (0, 1)).unwrap();
+        Dialer::client(&cfg).unwrap();
+        assert!(matches!(
+            Dialer::server(&cfg, (1, 1)),
+            Err(TlsError::Missing(_))
+        ));
+        std::fs::remove_dir_all(&tmp).unwrap();
     }
 }

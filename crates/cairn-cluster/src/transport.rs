@@ -41,15 +41,16 @@ impl Reach {
         }
     }
 
-    /// Server `id`'s, for its calls to peers: its own certificate, or `custom`.
+    /// The replica `me`'s (server id, replica id), for its calls to peers: its own
+    /// certificate, or `custom`.
     pub(crate) fn server(
         cfg: &ClusterConfig,
-        id: u32,
+        me: (u32, u64),
         custom: Option<Dialer>,
     ) -> Result<Reach, TlsError> {
         match custom {
             Some(d) => Reach::custom(cfg, d),
-            None => Ok(Reach::Net(crate::tls::Dialer::server(cfg, id)?)),
+            None => Ok(Reach::Net(crate::tls::Dialer::server(cfg, me)?)),
         }
     }
 

@@ -46,7 +46,8 @@ where
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
     E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
 {
-    let (id, _) = server_id(&opts.cluster, opts.listen)?;
+    let me = server_id(&opts.cluster, opts.listen)?;
+    let id = me.0;
     let engine = engine.sync(match opts.sync {
         super::SyncMode::Always => cairn::SyncPolicy::Always,
         super::SyncMode::Never => cairn::SyncPolicy::Never,
@@ -54,7 +55,7 @@ where
     // The caller's connections carry no TLS: only an insecure cluster config is
     // accepted (Reach refuses a dialer otherwise), and callers are trusted as under
     // `--insecure`.
-    let reach = Reach::server(&opts.cluster, id, Some(dialer))?;
+    let reach = Reach::server(&opts.cluster, me, Some(dialer))?;
     let peers = peers(&opts, &reach)?;
     let node = open_node(&opts, id, engine, peers, true)?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

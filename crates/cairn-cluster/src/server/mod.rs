@@ -297,7 +297,8 @@ fn stop_runtime(rt: tokio::runtime::Runtime) {
     }
 }
 
-/// The group and replica ids of the replica that listens on `listen`.
+/// The server (group) id and replica id of the replica that listens on `listen`
+/// ([`ClusterConfig::locate`]).
 fn server_id(cfg: &ClusterConfig, listen: SocketAddr) -> Result<(u32, u64), ServerError> {
     cfg.locate(listen).ok_or(ServerError::NotInCluster(listen))
 }
@@ -321,7 +322,8 @@ fn fail_err(dir: &std::path::Path, what: &str, f: node::Fail) -> ServerError {
 /// are completed in the background as soon as the peers answer.
 pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
     let cfg = opts.cluster.clone();
-    let (id, replica) = server_id(&cfg, opts.listen)?;
+    let me = server_id(&cfg, opts.listen)?;
+    let (id, replica) = me;
     let dir = opts.dir.clone();
     // TLS first: a server that cannot authenticate touches no store.
     let refused = Arc::new(AtomicU64::new(0));
@@ -335,12 +337,12 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
     } else {
         Some(crate::tls::Acceptor::new(
             &cfg,
-            id,
+            me,
             opts.handshake_timeout,
             refused.clone(),
         )?)
     };
-    let reach = crate::transport::Reach::server(&cfg, id, None)?;
+    let reach = crate::transport::Reach::server(&cfg, me, None)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(opts.workers.clamp(1, 256))
         .max_blocking_threads(64)
