@@ -40,6 +40,10 @@ fn text(addrs: &[Vec<SocketAddr>], client: &str) -> String {
 
 impl Groups {
     fn start(groups: usize, replicas: usize) -> Groups {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let free = free_addrs(groups * replicas);
         let addrs: Vec<Vec<SocketAddr>> = free.chunks(replicas).map(<[_]>::to_vec).collect();
         let cfg = ClusterConfig::parse(&text(&addrs, "admin")).unwrap();

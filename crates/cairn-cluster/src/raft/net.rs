@@ -101,7 +101,8 @@ impl Conn {
             group: self.group,
             body,
         });
-        r.set_timeout(ttl);
+        // A backstop: openraft drops the call at its own deadline first.
+        r.set_timeout(ttl * 2);
         let mut c = client;
         let rep = match which {
             Call::Append => c.append(r).await,
@@ -110,10 +111,10 @@ impl Conn {
         };
         let rep = rep.map_err(|s| {
             let e = std::io::Error::other(format!("replica {}: {}", self.target, s.message()));
+            // Unreachable (connection refused, host down) makes openraft back off;
+            // anything else is retried at the next heartbeat.
             match s.code() {
-                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => {
-                    RPCError::Unreachable(Unreachable::new(&e))
-                }
+                tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(&e)),
                 _ => RPCError::Network(NetworkError::new(&e)),
             }
         })?;
@@ -124,6 +125,13 @@ impl Conn {
 }
 
 impl RaftNetwork<TypeConfig> for Conn {
+    /// After an unreachable replica: tried again every 100 ms (openraft's default
+    /// waits 500 ms, longer than a short election timeout: a replica back from a
+    /// restart would stand for election before it heard from the leader).
+    fn backoff(&self) -> openraft::network::Backoff {
+        openraft::network::Backoff::new(std::iter::repeat(Duration::from_millis(100)))
+    }
+
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,

@@ -77,6 +77,17 @@ impl PeerConn {
         (i, self.replicas[i].2.clone())
     }
 
+    /// Whether a call that failed with `s` may find a leader if sent again: a
+    /// replicated group's replica that does not lead, or did not answer.
+    pub(crate) fn worth_retrying(&self, s: &tonic::Status) -> bool {
+        self.replicas.len() > 1
+            && (s.metadata().get(crate::NOT_LEADER).is_some()
+                || matches!(
+                    s.code(),
+                    tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled
+                ))
+    }
+
     /// A call to replica `i` failed with `s`: the next call goes to the leader it
     /// named, or (not the leader, or not reached) to the next replica. The caller
     /// fails this call as `Fail::Down`; coordinators retry.
@@ -97,6 +108,9 @@ impl PeerConn {
             .compare_exchange(i, next, Ordering::Relaxed, Ordering::Relaxed);
     }
 }
+
+/// The pause before a call is sent again to a group that had no leader.
+pub(crate) const ELECTION_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Replies that carry a [`proto::Status`].
 pub(crate) trait Reply: Default {
@@ -145,25 +159,35 @@ macro_rules! peer_call {
             match node.peers.get(target as usize) {
                 None => Err(crate::server::node::Fail::Errno(libc::EIO)),
                 Some(conn) => {
-                    let (at, mut c) = conn.peer();
-                    let mut r = tonic::Request::new(req);
-                    r.set_timeout(node.peer_timeout);
-                    match c.$method(r).await {
-                        Ok(rep) => {
-                            let rep = rep.into_inner();
-                            match crate::server::node::Fail::from_status(
-                                crate::server::peer::Reply::status(&rep),
-                            ) {
-                                Some(f) => Err(f),
-                                None => Ok(rep),
+                    // A replicated group without a leader for a moment (an election)
+                    // is waited for, up to the peer timeout: every peer call is
+                    // idempotent.
+                    let until = std::time::Instant::now() + node.peer_timeout;
+                    loop {
+                        let (at, mut c) = conn.peer();
+                        let mut r = tonic::Request::new(req.clone());
+                        r.set_timeout(node.peer_timeout);
+                        match c.$method(r).await {
+                            Ok(rep) => {
+                                let rep = rep.into_inner();
+                                break match crate::server::node::Fail::from_status(
+                                    crate::server::peer::Reply::status(&rep),
+                                ) {
+                                    Some(f) => Err(f),
+                                    None => Ok(rep),
+                                };
                             }
-                        }
-                        Err(s) => {
-                            conn.failed(at, &s);
-                            Err(crate::server::node::Fail::Down(format!(
-                                "server {target}: {}",
-                                s.message()
-                            )))
+                            Err(s) => {
+                                conn.failed(at, &s);
+                                if conn.worth_retrying(&s) && std::time::Instant::now() < until {
+                                    tokio::time::sleep(crate::server::peer::ELECTION_PAUSE).await;
+                                    continue;
+                                }
+                                break Err(crate::server::node::Fail::Down(format!(
+                                    "server {target}: {}",
+                                    s.message()
+                                )));
+                            }
                         }
                     }
                 }

@@ -27,7 +27,9 @@ fn raft_config(cfg: &ClusterConfig, group: u32, opts: &ServerOptions) -> Result<
         cluster_name: format!("cairn-{:x}-{group}", cfg.cluster_id()),
         election_timeout_min: election,
         election_timeout_max: election * 2,
-        heartbeat_interval: (election / 5).max(10),
+        // Also the deadline of an append (openraft's): a third of the election
+        // timeout leaves room for a sync under `--sync always` and a TLS handshake.
+        heartbeat_interval: (election / 3).max(10),
         install_snapshot_timeout: 10_000,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(opts.snapshot_every.max(16)),
         max_in_snapshot_log_to_keep: opts.snapshot_every.max(16) / 2,
@@ -90,10 +92,13 @@ pub(crate) fn open(
                 .collect()
         })
         .unwrap_or_default();
+    // A new group is formed by its first replica (lowest id): it writes the first
+    // membership and stands for election at once. The others wait to hear from a
+    // leader; were each to form the group, one starting late would stand in the
+    // leader's term and unseat it.
+    let first = members.keys().next().copied();
     rt.block_on(async {
-        if !raft.is_initialized().await.unwrap_or(true) {
-            // Every replica of a new group proposes the same first membership: the
-            // first to win an election makes it the group's.
+        if first == Some(replica) && !raft.is_initialized().await.unwrap_or(true) {
             if let Err(e) = raft.initialize(members).await {
                 tracing::debug!("raft initialize: {e}");
             }
