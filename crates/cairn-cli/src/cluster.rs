@@ -43,8 +43,9 @@ refused before any request is read (`cairn cluster init-certs` makes a CA and
 certificates). Plain TCP needs --insecure on every server and client; it lets anyone
 who reaches the port read and change everything.
 
-The server is the one whose addr is --listen (with --listen 0.0.0.0:PORT, the one with
-that port). Its store (--dir) is bound to this server of this cluster on first start; a
+A server may instead list replicas, each in a [[server.replica]] table with its own
+addr, cert and key (version = 2; see docs/cluster.md). The server is the one whose
+addr is --listen (with --listen 0.0.0.0:PORT, the one with that port). Its store (--dir) is bound to this server of this cluster on first start; a
 store of another cluster or server is refused. Before answering, it finishes the
 operations across servers that a crash interrupted.
 
@@ -199,38 +200,46 @@ pub enum ClusterCommand {
         #[command(flatten)]
         tls: TlsArgs,
     },
-    /// Make a CA, certificates for N servers and M clients, and a cluster file naming
-    /// them, in DIR (for a test cluster; keep DIR/ca.key secret)
-    InitCerts {
-        /// Where to write them (created if needed)
-        #[arg(value_name = "DIR")]
-        dir: PathBuf,
-        /// Servers 0..N-1, at consecutive ports from --base
-        #[arg(long, value_name = "N", conflicts_with = "cluster", value_parser = clap::value_parser!(u32).range(1..=65536))]
-        servers: Option<u32>,
-        /// Address of server 0 with --servers
-        #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:7100")]
-        base: SocketAddr,
-        /// Take the servers from this cluster file instead
-        #[arg(long, value_name = "FILE")]
-        cluster: Option<PathBuf>,
-        /// Client certificates client-0..client-(M-1); the cluster file names client-0's
-        #[arg(long, value_name = "M", default_value_t = 1)]
-        clients: u32,
-        /// Client certificates that do not allow uid 0 (it runs as nobody, and group 0
-        /// as group nobody); by default they allow every uid and gid
-        #[arg(long)]
-        root_squash: bool,
-        /// Client certificates limited to these uids (`OU=uids:`): `*`, or uids and
-        /// ranges separated by commas, e.g. `1000-1999`; others run as nobody
-        #[arg(long, value_name = "LIST", conflicts_with = "root_squash")]
-        uids: Option<String>,
-        /// Client certificates limited to these gids (`OU=gids:`), as group or
-        /// supplementary group; others are squashed to nobody (default: every gid but
-        /// 0, unless the uids include 0)
-        #[arg(long, value_name = "LIST")]
-        gids: Option<String>,
-    },
+    /// Make a CA, certificates for N servers (each of R replicas) and M clients, and a
+    /// cluster file naming them, in DIR (for a test cluster; keep DIR/ca.key secret)
+    InitCerts(InitCertsArgs),
+}
+
+/// Arguments of `cluster init-certs`.
+#[derive(Debug, Args)]
+pub struct InitCertsArgs {
+    /// Where to write them (created if needed)
+    #[arg(value_name = "DIR")]
+    dir: PathBuf,
+    /// Servers 0..N-1, at consecutive ports from --base
+    #[arg(long, value_name = "N", conflicts_with = "cluster", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    servers: Option<u32>,
+    /// Replicas per server with --servers (kept consistent by Raft): replica r of
+    /// server g at port --base + g*R + r
+    #[arg(long, value_name = "R", default_value_t = 1, conflicts_with = "cluster", value_parser = clap::value_parser!(u32).range(1..=7))]
+    replicas: u32,
+    /// Address of server 0 with --servers
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:7100")]
+    base: SocketAddr,
+    /// Take the servers (and their replicas) from this cluster file instead
+    #[arg(long, value_name = "FILE")]
+    cluster: Option<PathBuf>,
+    /// Client certificates client-0..client-(M-1); the cluster file names client-0's
+    #[arg(long, value_name = "M", default_value_t = 1)]
+    clients: u32,
+    /// Client certificates that do not allow uid 0 (it runs as nobody, and group 0
+    /// as group nobody); by default they allow every uid and gid
+    #[arg(long)]
+    root_squash: bool,
+    /// Client certificates limited to these uids (`OU=uids:`): `*`, or uids and
+    /// ranges separated by commas, e.g. `1000-1999`; others run as nobody
+    #[arg(long, value_name = "LIST", conflicts_with = "root_squash")]
+    uids: Option<String>,
+    /// Client certificates limited to these gids (`OU=gids:`), as group or
+    /// supplementary group; others are squashed to nobody (default: every gid but
+    /// 0, unless the uids include 0)
+    #[arg(long, value_name = "LIST")]
+    gids: Option<String>,
 }
 
 /// A uids or gids list as given, once it parses.
@@ -318,60 +327,7 @@ pub fn run(args: &ClusterArgs, out: &mut impl Write) -> Result<ExitCode> {
             out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
-        ClusterCommand::InitCerts {
-            dir,
-            servers,
-            base,
-            cluster,
-            clients,
-            root_squash,
-            uids,
-            gids,
-        } => {
-            let list: Vec<cairn_cluster::ServerInfo> = match (servers, cluster) {
-                (_, Some(f)) => load(f)?.servers().to_vec(),
-                (Some(n), None) => (0..*n)
-                    .map(|id| {
-                        let port = u32::from(base.port()) + id;
-                        let port = u16::try_from(port)
-                            .ok()
-                            .with_context(|| format!("server {id}: port {port} out of range"))?;
-                        Ok(cairn_cluster::ServerInfo::single(
-                            id,
-                            SocketAddr::new(base.ip(), port),
-                        ))
-                    })
-                    .collect::<Result<_>>()?,
-                (None, None) => bail!("give --servers N or --cluster FILE"),
-            };
-            let uids = match (uids, *root_squash) {
-                (Some(list), _) => Some(checked_ids(list, "--uids")?),
-                (None, true) => None,
-                (None, false) => Some("*".to_string()),
-            };
-            let gids = gids
-                .as_deref()
-                .map(|g| checked_ids(g, "--gids"))
-                .transpose()?;
-            let names: Vec<cairn_cluster::tls::ClientCert> = (0..*clients)
-                .map(|i| cairn_cluster::tls::ClientCert {
-                    name: i.to_string(),
-                    uids: uids.clone(),
-                    gids: gids.clone(),
-                })
-                .collect();
-            let file = cairn_cluster::tls::init_certs(dir, &list, &names)
-                .with_context(|| format!("creating certificates in {}", dir.display()))?;
-            writeln!(
-                out,
-                "wrote a CA, {} server and {} client certificate(s) and {} (keep {} secret)",
-                list.len(),
-                names.len(),
-                file.display(),
-                dir.join("ca.key").display()
-            )?;
-            Ok(ExitCode::SUCCESS)
-        }
+        ClusterCommand::InitCerts(a) => init_certs(a, out),
         ClusterCommand::Check {
             cluster,
             timeout,
@@ -389,6 +345,82 @@ pub fn run(args: &ClusterArgs, out: &mut impl Write) -> Result<ExitCode> {
             })
         }
     }
+}
+
+/// Servers `0..n`, each of `replicas` replicas: replica r of server g at port
+/// `base + g*replicas + r`.
+fn server_list(n: u32, replicas: u32, base: SocketAddr) -> Result<Vec<cairn_cluster::ServerInfo>> {
+    (0..n)
+        .map(|id| {
+            let group = (0..replicas)
+                .map(|r| {
+                    let port = u64::from(base.port()) + u64::from(id) * u64::from(replicas);
+                    let port = u16::try_from(port + u64::from(r)).ok().with_context(|| {
+                        format!("server {id}: port {} out of range", port + u64::from(r))
+                    })?;
+                    Ok(cairn_cluster::ReplicaInfo {
+                        id: u64::from(r),
+                        addr: SocketAddr::new(base.ip(), port),
+                    })
+                })
+                .collect::<Result<_>>()?;
+            Ok(cairn_cluster::ServerInfo::group(id, group)?)
+        })
+        .collect()
+}
+
+/// `cluster init-certs`.
+fn init_certs(a: &InitCertsArgs, out: &mut impl Write) -> Result<ExitCode> {
+    let uids = match (&a.uids, a.root_squash) {
+        (Some(list), _) => Some(checked_ids(list, "--uids")?),
+        (None, true) => None,
+        (None, false) => Some("*".to_string()),
+    };
+    let gids = a
+        .gids
+        .as_deref()
+        .map(|g| checked_ids(g, "--gids"))
+        .transpose()?;
+    let names: Vec<cairn_cluster::tls::ClientCert> = (0..a.clients)
+        .map(|i| cairn_cluster::tls::ClientCert {
+            name: i.to_string(),
+            uids: uids.clone(),
+            gids: gids.clone(),
+        })
+        .collect();
+    let dir = &a.dir;
+    let creating = || format!("creating certificates in {}", dir.display());
+    let (file, list) = match (a.servers, &a.cluster) {
+        (_, Some(f)) => {
+            let cfg = load(f)?;
+            let file =
+                cairn_cluster::tls::init_certs_for(dir, &cfg, &names).with_context(creating)?;
+            (file, cfg.servers().to_vec())
+        }
+        (Some(n), None) => {
+            let list = server_list(n, a.replicas, a.base)?;
+            let file = cairn_cluster::tls::init_certs(dir, &list, &names).with_context(creating)?;
+            (file, list)
+        }
+        (None, None) => bail!("give --servers N or --cluster FILE"),
+    };
+    let sizes: Vec<usize> = list.iter().map(|s| s.replicas.len()).collect();
+    let (least, most) = (sizes.iter().min(), sizes.iter().max());
+    let each = match (least, most) {
+        (Some(l), Some(m)) if l != m => format!("{l} to {m}"),
+        _ => most.copied().unwrap_or(0).to_string(),
+    };
+    writeln!(
+        out,
+        "wrote a CA, server certificates for {} group(s) of {each} replica(s) ({} in all), \
+         {} client certificate(s) and {} (keep {} secret)",
+        list.len(),
+        sizes.iter().sum::<usize>(),
+        names.len(),
+        file.display(),
+        dir.join("ca.key").display()
+    )?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A directory's inode number as `ino (home N)`.

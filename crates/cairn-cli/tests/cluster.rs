@@ -1339,6 +1339,80 @@ fn init_certs_and_an_explicit_insecure() {
     assert!(err.contains("warning: --insecure"), "{err}");
 }
 
+/// `cluster init-certs --replicas`: a certificate per replica, and a cluster file of
+/// version 2 with the replicas at consecutive ports and a random cluster id.
+#[test]
+fn init_certs_with_replicas() {
+    let tmp = tempfile::tempdir().unwrap();
+    let init = |dir: &Path, extra: &[&str]| {
+        cairn()
+            .args(["cluster", "init-certs"])
+            .arg(dir)
+            .args(["--servers", "2", "--base", "127.0.0.1:7300"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let certs = tmp.path().join("certs");
+    let out = init(&certs, &["--replicas", "3"]);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("2 group(s) of 3 replica(s) (6 in all)"),
+        "{said}"
+    );
+    let cfg = ClusterConfig::load(certs.join("cluster.toml")).unwrap();
+    assert_eq!((cfg.len(), cfg.version(), cfg.replicated()), (2, 2, true));
+    let tls = cfg.tls().unwrap();
+    let mut pems = BTreeSet::new();
+    for (g, s) in (0u32..).zip(cfg.servers()) {
+        assert_eq!(s.id, g);
+        assert_eq!(s.replicas.len(), 3);
+        for (r, rep) in (0u64..).zip(&s.replicas) {
+            let port = 7300 + 3 * g as u64 + r;
+            assert_eq!(rep.id, r);
+            assert_eq!(rep.addr, format!("127.0.0.1:{port}").parse().unwrap());
+            assert_eq!(cfg.locate(rep.addr), Some((g, r)));
+            let (cert, key) = tls.servers[g as usize][r as usize].clone().unwrap();
+            assert_eq!(cert, certs.join(format!("server-{g}-{r}.pem")));
+            assert_eq!(key, certs.join(format!("server-{g}-{r}.key")));
+            assert!(key.is_file(), "{key:?}");
+            assert!(pems.insert(std::fs::read(&cert).unwrap()), "{cert:?} twice");
+        }
+        assert_eq!(s.addr, s.replicas[0].addr);
+    }
+    assert!(!certs.join("server-0.pem").exists());
+    // Another run: another cluster id. Certificates for its file keep the file's id.
+    let other = tmp.path().join("other");
+    assert!(init(&other, &["--replicas", "3"]).status.success());
+    let other = ClusterConfig::load(other.join("cluster.toml")).unwrap();
+    assert_ne!(other.cluster_id(), cfg.cluster_id());
+    let again = tmp.path().join("again");
+    let out = cairn()
+        .args(["cluster", "init-certs"])
+        .arg(&again)
+        .arg("--cluster")
+        .arg(certs.join("cluster.toml"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let again = ClusterConfig::load(again.join("cluster.toml")).unwrap();
+    assert_eq!(again.cluster_id(), cfg.cluster_id());
+    assert_eq!(again.servers(), cfg.servers());
+    // One replica (the default): the version 1 file and names, as before.
+    let one = tmp.path().join("one");
+    assert!(init(&one, &["--replicas", "1"]).status.success());
+    let text = std::fs::read_to_string(one.join("cluster.toml")).unwrap();
+    assert!(
+        !text.contains("replica") && !text.contains("version"),
+        "{text}"
+    );
+    assert!(one.join("server-1.pem").is_file());
+    // At most 7 replicas.
+    let out = init(&tmp.path().join("eight"), &["--replicas", "8"]);
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+}
+
 /// SIGTERM to a `cairn serve` child and a bounded wait for it.
 fn terminate(child: &mut Child) {
     // SAFETY: kill(2) on our own child's pid.

@@ -7,14 +7,14 @@
 //! `server-<id>` (what clients and peers verify) and its IP, and both extended key
 //! usages (serverAuth, and clientAuth for its calls to peers). Each replica of a server
 //! group has a certificate and key of its own with that same identity (the group's
-//! id) and its own IP. A client's has
-//! `CN=client-<name>` and clientAuth only, so a certificate made for a web server
-//! (serverAuth only) is refused as a client. A client certificate may carry
-//! `OU=uids:LIST` (`*`, or numbers and ranges such as `0,1000-1999`): the uids its holder
-//! may act as; a request for another uid runs as nobody (65534), and without the field
-//! every uid but 0 is allowed (root squash, as NFS does by default). Only a certificate
-//! that allows uid 0 may skip the server's permission checks (a mount that leaves them to
-//! the kernel) or read a server's rows (`cluster check`).
+//! id) and its own IP. A client's has `CN=client-<name>` and clientAuth only, so a
+//! certificate made for a web server (serverAuth only) is refused as a client. A client
+//! certificate may carry `OU=uids:LIST` (`*`, or numbers and ranges such as
+//! `0,1000-1999`): the uids its holder may act as; a request for another uid runs as
+//! nobody (65534), and without the field every uid but 0 is allowed (root squash, as NFS
+//! does by default). Only a certificate that allows uid 0 may skip the server's
+//! permission checks (a mount that leaves them to the kernel) or read a server's rows
+//! (`cluster check`).
 //!
 //! The server side of the handshake is done here rather than in tonic, so that a refused
 //! connection is counted (`cairn_tls_refused_total{reason}`) and handshakes are bounded
