@@ -155,6 +155,7 @@ pub fn status(cfg: &ClusterConfig, timeout: Duration) -> ClusterStatus {
                 let mut r = tonic::Request::new(proto::ServerStatusReq {
                     h,
                     top: LARGEST as u32 * 4,
+                    digest: false,
                 });
                 r.set_timeout(timeout);
                 c.server_status(r)

@@ -185,6 +185,9 @@ impl Streams {
             // Refused by the server before its handler read any message (a status it
             // sent, as a stopping server does, not a broken connection, which carries
             // its cause): none was made, and they go again.
+            // A replica that does not lead its group refused the stream: the creates
+            // were not made, and their callers hear it, with the leader it named.
+            Err(st) if st.metadata().get(crate::NOT_LEADER).is_some() => Err(st),
             Err(st)
                 if st.code() == Code::Unavailable && std::error::Error::source(&st).is_none() =>
             {

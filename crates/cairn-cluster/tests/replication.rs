@@ -72,6 +72,39 @@ impl Groups {
         server::start(o).unwrap()
     }
 
+    /// Waits (up to 20 s) until every running replica of group `g` has applied the
+    /// same index, then checks that their states are identical (digests).
+    fn converged(&self, g: usize) {
+        let t = Instant::now();
+        loop {
+            let st: Vec<_> = self.servers[g]
+                .iter()
+                .flatten()
+                .map(|s| s.replica_status(true).unwrap())
+                .collect();
+            let first = &st[0];
+            if st.iter().all(|s| s.digest_applied == first.digest_applied) {
+                for s in &st {
+                    assert!(s.digested);
+                    assert_eq!(
+                        (s.digest_rows, s.digest),
+                        (first.digest_rows, first.digest),
+                        "group {g}: replicas {} and {} differ at index {}",
+                        first.replica,
+                        s.replica,
+                        s.digest_applied
+                    );
+                }
+                return;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "group {g}: replicas do not converge: {st:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     fn client(&self) -> Client {
         let o = ClientOptions {
             timeout: Duration::from_secs(30),
@@ -146,9 +179,12 @@ fn a_group_keeps_serving_when_its_leader_dies() {
     std::thread::sleep(Duration::from_secs(2));
     g.servers[0][l2].take().unwrap().kill();
     let l3 = g.leader(0);
-    let other = (0..3).find(|&i| i != l3 && g.servers[0][i].is_some()).unwrap();
+    let other = (0..3)
+        .find(|&i| i != l3 && g.servers[0][i].is_some())
+        .unwrap();
     assert!(other == l || l3 == l);
     assert_eq!(names(&c, d.ino), want);
+    g.converged(0);
 }
 
 #[test]
@@ -160,21 +196,29 @@ fn an_empty_replica_joins_by_snapshot() {
         c.create(&Cred::ROOT, d.ino, format!("f{i}").as_bytes(), 0o644)
             .unwrap();
     }
-    // A follower of group 0 loses its store and comes back empty: it must get a
-    // snapshot (the log before it is gone: snapshots every 200 entries).
-    let l = g.leader(0);
+    // A follower of the directory's group loses its store and comes back empty: it
+    // must get a snapshot (the log before it is gone: snapshots every 200 entries).
+    let h = cairn_cluster::giga::home_of(d.ino) as usize;
+    let l = g.leader(h);
     let victim = (l + 1) % 3;
-    g.servers[0][victim].take().unwrap().kill();
-    std::fs::remove_dir_all(g.dir.path().join(format!("g0r{victim}"))).unwrap();
-    g.servers[0][victim] = Some(g.start_one(0, victim));
+    g.servers[h][victim].take().unwrap().kill();
+    std::fs::remove_dir_all(g.dir.path().join(format!("g{h}r{victim}"))).unwrap();
+    g.servers[h][victim] = Some(g.start_one(h, victim));
     for i in 1000..1100 {
         c.create(&Cred::ROOT, d.ino, format!("f{i}").as_bytes(), 0o644)
             .unwrap();
     }
-    std::thread::sleep(Duration::from_secs(3));
+    g.converged(0);
+    g.converged(1);
+    let st = g.servers[h][victim]
+        .as_ref()
+        .unwrap()
+        .replica_status(false)
+        .unwrap();
+    assert!(st.snapshots_installed >= 1, "{st:?}");
     // Now only the rebuilt replica and one other are up: it must hold everything.
-    g.servers[0][l].take().unwrap().kill();
-    g.leader(0);
+    g.servers[h][l].take().unwrap().kill();
+    g.leader(h);
     let mut want: Vec<String> = (0..1100).map(|i| format!("f{i}")).collect();
     want.sort();
     assert_eq!(names(&c, d.ino), want);

@@ -149,20 +149,23 @@ impl Client {
                         .get(crate::NOT_LEADER)
                         .and_then(|v| v.to_str().ok())
                         .unwrap_or("");
+                    tracing::debug!("server {s}: replica {at} does not lead (leader: {hint:?})");
                     if group.follow(at, hint) {
                         continue;
                     }
                 }
                 Err(e) => match e.code() {
+                    _ if group.replicated() && {
+                        tracing::debug!("server {s}: replica {at}: {:?} {}", e.code(), e.message());
+                        false
+                    } => {}
                     tonic::Code::FailedPrecondition => {
                         tracing::error!("server {s}: {}", e.message());
                         return Err(CallErr::Errno(libc::EIO));
                     }
                     // Never reached the server (whatever code the transport gave it).
                     _ if not_sent(&e) => group.pass_over(at),
-                    tonic::Code::Unavailable | tonic::Code::Unknown if idem => {
-                        group.pass_over(at)
-                    }
+                    tonic::Code::Unavailable | tonic::Code::Unknown if idem => group.pass_over(at),
                     tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
                         if idem && group.replicated() =>
                     {

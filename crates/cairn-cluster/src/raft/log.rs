@@ -129,7 +129,11 @@ fn flush_loop(db: &Db, rx: &mpsc::Receiver<LogFlushed<TypeConfig>>) {
         waiting.extend(rx.try_iter());
         let res = db.sync_written().map_err(std::io::Error::other);
         for cb in waiting {
-            cb.log_io_completed(res.as_ref().map(|_| ()).map_err(|e| std::io::Error::other(e.to_string())));
+            cb.log_io_completed(
+                res.as_ref()
+                    .map(|_| ())
+                    .map_err(|e| std::io::Error::other(e.to_string())),
+            );
         }
     }
 }

@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot};
 use openraft::{
-    BasicNode, Entry, EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftLogId,
-    SnapshotMeta, StoredMembership,
+    BasicNode, Entry, EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftLogId, SnapshotMeta,
+    StoredMembership,
 };
 use prost::Message;
 
@@ -247,7 +247,8 @@ impl RaftStateMachine<TypeConfig> for Machine {
                 Some(v) => decode(&v).map(Some),
             }
         };
-        let Some(meta) = read().map_err(|e| io_err(ErrorSubject::Snapshot(None), ErrorVerb::Read, e))?
+        let Some(meta) =
+            read().map_err(|e| io_err(ErrorSubject::Snapshot(None), ErrorVerb::Read, e))?
         else {
             return Ok(None);
         };
@@ -271,7 +272,8 @@ impl Machine {
 
 fn save_current(core: &Core, meta: &SnapshotMeta<NodeId, BasicNode>) -> Result<(), String> {
     let log = core.db.keyspace(super::LOG_KEYSPACE);
-    log.put(SNAPSHOT, encode(meta)?).map_err(|e| e.to_string())?;
+    log.put(SNAPSHOT, encode(meta)?)
+        .map_err(|e| e.to_string())?;
     core.db.sync_written().map_err(|e| e.to_string())?;
     let keep = format!("{}.snap", meta.snapshot_id);
     if let Ok(rd) = std::fs::read_dir(&core.snapshots) {
@@ -336,7 +338,8 @@ pub(crate) fn read_rows(
 ) -> Result<(u64, u64), String> {
     let mut r = BufReader::new(f);
     let mut magic = [0u8; 8];
-    r.read_exact(&mut magic).map_err(|e| format!("header: {e}"))?;
+    r.read_exact(&mut magic)
+        .map_err(|e| format!("header: {e}"))?;
     if &magic != MAGIC {
         return Err("not a cairn snapshot (bad header)".into());
     }
@@ -388,6 +391,45 @@ fn read_varint(r: &mut impl Read) -> Result<Option<u64>, String> {
     Err("a bad length in the snapshot".into())
 }
 
+/// A digest of one consistent cut of the replica's state: the applied index, the
+/// number of rows and their digest (the applied-state row left out), from an engine
+/// checkpoint (the rows and the applied index are written in one batch, so any cut
+/// agrees with itself).
+pub(crate) fn digest(core: &Core) -> Result<(u64, u64, u64), String> {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let cut = core
+        .snapshots
+        .join(format!("digest-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cut);
+    let res = (|| {
+        core.db.checkpoint(&cut).map_err(|e| e.to_string())?;
+        let db = cairn::Options::new()
+            .read_only()
+            .open(&cut)
+            .map_err(|e| e.to_string())?;
+        let log = db.keyspace(super::LOG_KEYSPACE);
+        let id = match log.get(ACTIVE).map_err(|e| e.to_string())? {
+            Some(v) if v.first() == Some(&super::ALT_KEYSPACE) => super::ALT_KEYSPACE,
+            _ => crate::KEYSPACE,
+        };
+        let ks = db.keyspace(id);
+        let applied = read_applied(&ks)?.0.map_or(0, |l| l.index);
+        let mut d = Digest::default();
+        let skip = single(TAG_APPLIED);
+        for r in ks.iter() {
+            let (k, v) = r.map_err(|e| e.to_string())?;
+            if k != skip {
+                d.add(&k, &v);
+            }
+        }
+        let (rows, digest) = d.finish();
+        Ok((applied, rows, digest))
+    })();
+    let _ = std::fs::remove_dir_all(&cut);
+    res
+}
+
 /// Builds a snapshot from a checkpoint taken between two applies.
 pub(crate) struct Builder {
     core: Arc<Core>,
@@ -425,7 +467,8 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
             last_membership: self.applied.1.clone(),
             snapshot_id: id,
         };
-        save_current(&self.core, &meta).map_err(|e| io_err(subject.clone(), ErrorVerb::Write, e))?;
+        save_current(&self.core, &meta)
+            .map_err(|e| io_err(subject.clone(), ErrorVerb::Write, e))?;
         let f = tokio::fs::File::open(&path)
             .await
             .map_err(|e| io_err(subject, ErrorVerb::Read, e))?;
@@ -461,15 +504,20 @@ fn write_snapshot(cut: &Path, state_id: u8, path: &Path) -> Result<(), String> {
             })),
         };
         buf.clear();
-        item.encode_length_delimited(&mut buf).map_err(|e| e.to_string())?;
+        item.encode_length_delimited(&mut buf)
+            .map_err(|e| e.to_string())?;
         w.write_all(&buf).map_err(|e| e.to_string())?;
     }
     let (rows, digest) = digest.finish();
     let end = proto::SnapshotItem {
-        item: Some(proto::snapshot_item::Item::End(proto::SnapshotEnd { rows, digest })),
+        item: Some(proto::snapshot_item::Item::End(proto::SnapshotEnd {
+            rows,
+            digest,
+        })),
     };
     buf.clear();
-    end.encode_length_delimited(&mut buf).map_err(|e| e.to_string())?;
+    end.encode_length_delimited(&mut buf)
+        .map_err(|e| e.to_string())?;
     w.write_all(&buf).map_err(|e| e.to_string())?;
     let f = w.into_inner().map_err(|e| e.to_string())?;
     f.sync_all().map_err(|e| e.to_string())?;

@@ -61,7 +61,13 @@ pub struct Change {
 
 impl std::fmt::Display for Change {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "change {}/{} ({} rows)", self.term, self.seq, self.rows.len())
+        write!(
+            f,
+            "change {}/{} ({} rows)",
+            self.term,
+            self.seq,
+            self.rows.len()
+        )
     }
 }
 

@@ -12,8 +12,8 @@ use openraft::error::{
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest,
-    InstallSnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
 use tonic::transport::Channel;
@@ -93,9 +93,14 @@ impl Conn {
     {
         let client = match &self.client {
             Ok(c) => c.clone(),
-            Err(e) => return Err(RPCError::Unreachable(Unreachable::new(&std::io::Error::other(e.clone())))),
+            Err(e) => {
+                return Err(RPCError::Unreachable(Unreachable::new(
+                    &std::io::Error::other(e.clone()),
+                )))
+            }
         };
-        let body = encode(req).map_err(|e| RPCError::Network(NetworkError::new(&std::io::Error::other(e))))?;
+        let body = encode(req)
+            .map_err(|e| RPCError::Network(NetworkError::new(&std::io::Error::other(e))))?;
         let mut r = Request::new(proto::RaftMsg {
             cluster_id: self.cluster_id,
             group: self.group,
@@ -176,7 +181,10 @@ fn refuse(why: &str) -> Status {
 
 impl RaftSvc {
     /// Checks who sent `req` and that it is for this group, and decodes its body.
-    fn open<T: serde::de::DeserializeOwned>(&self, req: Request<proto::RaftMsg>) -> Result<T, Status> {
+    fn open<T: serde::de::DeserializeOwned>(
+        &self,
+        req: Request<proto::RaftMsg>,
+    ) -> Result<T, Status> {
         match req.extensions().get::<Caller>() {
             Some(Caller::Trusted) => {}
             Some(Caller::Server(g)) if *g == self.group => {}
@@ -208,7 +216,10 @@ fn reply<T: serde::Serialize>(v: &T) -> Result<Response<proto::RaftMsg>, Status>
 
 #[tonic::async_trait]
 impl proto::raft_server::Raft for RaftSvc {
-    async fn append(&self, req: Request<proto::RaftMsg>) -> Result<Response<proto::RaftMsg>, Status> {
+    async fn append(
+        &self,
+        req: Request<proto::RaftMsg>,
+    ) -> Result<Response<proto::RaftMsg>, Status> {
         let r: AppendEntriesRequest<TypeConfig> = self.open(req)?;
         reply(&self.raft.append_entries(r).await)
     }
@@ -218,7 +229,10 @@ impl proto::raft_server::Raft for RaftSvc {
         reply(&self.raft.vote(r).await)
     }
 
-    async fn snapshot(&self, req: Request<proto::RaftMsg>) -> Result<Response<proto::RaftMsg>, Status> {
+    async fn snapshot(
+        &self,
+        req: Request<proto::RaftMsg>,
+    ) -> Result<Response<proto::RaftMsg>, Status> {
         let r: InstallSnapshotRequest<TypeConfig> = self.open(req)?;
         reply(&self.raft.install_snapshot(r).await)
     }

@@ -127,7 +127,10 @@ mod tests {
     #[test]
     fn pending_rows_win_and_retire_in_order() {
         let mut o = Overlay::default();
-        o.insert(1, &[(b"a".to_vec(), Some(b"1".to_vec())), (b"c".to_vec(), None)]);
+        o.insert(
+            1,
+            &[(b"a".to_vec(), Some(b"1".to_vec())), (b"c".to_vec(), None)],
+        );
         o.insert(2, &[(b"a".to_vec(), Some(b"2".to_vec()))]);
         let store: Vec<Result<_, ()>> = vec![
             Ok((b"a".to_vec(), b"0".to_vec())),
@@ -140,7 +143,10 @@ mod tests {
             .collect();
         assert_eq!(
             got,
-            vec![(b"a".to_vec(), b"2".to_vec()), (b"b".to_vec(), b"0".to_vec())]
+            vec![
+                (b"a".to_vec(), b"2".to_vec()),
+                (b"b".to_vec(), b"0".to_vec())
+            ]
         );
         // Proposal 1 applied: "a" stays (proposal 2 changed it again), "c" goes.
         o.retire(1, &[(b"a".to_vec(), None), (b"c".to_vec(), None)]);

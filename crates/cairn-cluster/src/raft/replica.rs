@@ -191,11 +191,6 @@ impl Core {
         }
     }
 
-    /// The current progress.
-    pub(crate) fn progress(&self) -> Progress {
-        *self.progress.borrow()
-    }
-
     /// What the pending changes say of `key`.
     pub(crate) fn seen(&self, key: &[u8]) -> Seen {
         let p = self.pending.lock();
@@ -254,7 +249,13 @@ pub(crate) struct Replica {
 }
 
 impl Replica {
-    pub(crate) fn new(core: Arc<Core>, raft: Raft, id: NodeId, group: u32, lease: Duration) -> Replica {
+    pub(crate) fn new(
+        core: Arc<Core>,
+        raft: Raft,
+        id: NodeId,
+        group: u32,
+        lease: Duration,
+    ) -> Replica {
         Replica {
             core,
             raft,
@@ -297,6 +298,65 @@ impl Replica {
             .map(|n| n.addr.clone())
     }
 
+    /// This replica's place in its group, for status; with `digest`, also a digest of
+    /// one consistent cut of its state (reads the whole store: for `cluster check`).
+    pub(crate) fn status(&self, digest: bool) -> crate::proto::ReplicaStatus {
+        let m = self.raft.metrics().borrow().clone();
+        let role = match (m.state, self.role()) {
+            (_, Role::Leading(_)) => "leader",
+            (_, Role::Recovering(_)) => "recovering",
+            (openraft::ServerState::Follower, _) => "follower",
+            (openraft::ServerState::Candidate, _) => "candidate",
+            (openraft::ServerState::Learner, _) => "learner",
+            (openraft::ServerState::Leader, _) => "recovering",
+            (openraft::ServerState::Shutdown, _) => "stopping",
+        };
+        let members = match &m.replication {
+            Some(rep) => rep
+                .iter()
+                .map(|(id, matched)| crate::proto::ReplicaProgress {
+                    replica: *id,
+                    addr: m
+                        .membership_config
+                        .membership()
+                        .get_node(id)
+                        .map(|n| n.addr.clone())
+                        .unwrap_or_default(),
+                    matched: matched.map_or(0, |l| l.index + 1),
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        let mut s = crate::proto::ReplicaStatus {
+            replica: self.id,
+            role: role.to_string(),
+            term: m.current_term,
+            leader: m.current_leader.map_or(0, |l| l + 1),
+            applied: m.last_applied.map_or(0, |l| l.index),
+            last_log: m.last_log_index.unwrap_or(0),
+            snapshots_built: self.core.built.load(std::sync::atomic::Ordering::Relaxed),
+            snapshots_installed: self
+                .core
+                .installed
+                .load(std::sync::atomic::Ordering::Relaxed),
+            members,
+            refused: super::net::REFUSED.load(std::sync::atomic::Ordering::Relaxed),
+            ..Default::default()
+        };
+        if digest {
+            match super::machine::digest(&self.core) {
+                Ok((applied, rows, d)) => {
+                    s.digested = true;
+                    s.digest_applied = applied;
+                    s.digest_rows = rows;
+                    s.digest = d;
+                }
+                Err(e) => tracing::warn!("digest of replica {}: {e}", self.id),
+            }
+        }
+        s
+    }
+
     /// Before a reply: waits until every change proposed so far is applied (what the
     /// reply says was seen by a majority), and, for a read, that this replica still
     /// leads: within its lease, or by asking a majority (ReadIndex).
@@ -305,7 +365,9 @@ impl Replica {
             return Err(NotLeading);
         };
         if seq > 0 {
+            tracing::debug!("settle: wait {term}/{seq}");
             self.core.wait(term, seq).await?;
+            tracing::debug!("settle: waited {term}/{seq}");
         }
         let fresh = {
             let m = self.raft.metrics();
@@ -315,10 +377,12 @@ impl Replica {
                     .is_some_and(|ms| u128::from(ms) < self.lease.as_millis())
         };
         if !fresh {
+            tracing::debug!("settle: read index");
             self.raft
                 .ensure_linearizable()
                 .await
                 .map_err(|_| NotLeading)?;
+            tracing::debug!("settle: read index done");
         }
         if self.role() == Role::Leading(term) {
             Ok(())

@@ -225,7 +225,12 @@ impl Node {
     /// admin certificate may learn (the inode count, the prepared operations, the
     /// largest directories; rows counted one at a time, in bounded memory), else only
     /// what the server keeps in memory, marked `partial`.
-    pub(crate) fn status(&self, top: u32, whole: bool) -> R<proto::ServerStatusReply> {
+    pub(crate) fn status(
+        &self,
+        top: u32,
+        whole: bool,
+        digest: bool,
+    ) -> R<proto::ServerStatusReply> {
         let count = |tag: u8| self.fold_keys(&[tag], None, 0u64, |n, _| n + 1);
         let (inodes, prepared) = if whole {
             (count(TAG_INODE)?, count(TAG_PREPARED)? as u32)
@@ -266,6 +271,7 @@ impl Node {
             prepared_pending: prepared,
             incoming_partitions: incoming,
             partial: !whole,
+            replica: self.replica().map(|r| r.status(digest && whole)),
         })
     }
 

@@ -182,6 +182,13 @@ impl ServerHandle {
         self.node.id
     }
 
+    /// For a replica of a replicated group, its place in the group (role, term,
+    /// applied index, snapshots) and, with `digest`, a digest of one consistent cut of
+    /// its state (reads the whole store); `None` for a group of one.
+    pub fn replica_status(&self, digest: bool) -> Option<proto::ReplicaStatus> {
+        self.node.replica().map(|r| r.status(digest))
+    }
+
     /// Whether this server serves requests: always for a group of one; for a replica
     /// of a replicated group, while it leads the group (and has taken up its term).
     pub fn leads(&self) -> bool {
@@ -366,8 +373,7 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
     let replicated = cfg.server(id).is_some_and(|s| s.replicas.len() > 1);
     let (node, raft_svc) = match opts.open_with {
         _ if replicated => {
-            let (node, svc) =
-                replicated::open(&opts, id, replica, engine, peers, &reach, &rt)?;
+            let (node, svc) = replicated::open(&opts, id, replica, engine, peers, &reach, &rt)?;
             (node, Some(svc))
         }
         None => (open_node(&opts, id, engine, peers, false)?, None),

@@ -13,11 +13,11 @@ use cairn::{Db, Keyspace, WriteBatch, WriteOptions};
 use cairn_fs::{Attr, Errno};
 
 use super::state::{LearntBitmaps, Lease, Leases, RenameLock, State};
-use crate::raft::overlay::Seen;
 use super::SyncMode;
 use crate::convert::{busy_status, row_attr};
 use crate::giga::{self, covers, home_of, name_hash, MAX_DEPTH};
 use crate::proto;
+use crate::raft::overlay::Seen;
 use crate::rows::{
     inode_key, partition_key, perms_key, prefix_successor, single, PART_ACTIVE, TAG_INO_LEASE,
     TAG_INTENT_LEASE,
@@ -565,7 +565,9 @@ impl Node {
             // Committed: on a majority of the group (on their disks under
             // `--sync always`; under `--sync never` the leader's log is synced too).
             let (term, seq) = r.core.proposed().ok_or(Fail::NotLeader)?;
-            r.core.wait_blocking(term, seq).map_err(|_| Fail::NotLeader)?;
+            r.core
+                .wait_blocking(term, seq)
+                .map_err(|_| Fail::NotLeader)?;
         }
         self.db().sync_written().map_err(Fail::from)?;
         if self.crashed.load(Ordering::SeqCst) {

@@ -27,7 +27,11 @@ use crate::transport::MAX_MESSAGE;
 /// The connections to one server id: to each replica of its group (lazy: opened on
 /// first use, reopened after failures), and the one calls go to.
 pub(crate) struct PeerConn {
-    replicas: Vec<(std::net::SocketAddr, MetaClient<Channel>, PeerClient<Channel>)>,
+    replicas: Vec<(
+        std::net::SocketAddr,
+        MetaClient<Channel>,
+        PeerClient<Channel>,
+    )>,
     at: std::sync::atomic::AtomicUsize,
 }
 

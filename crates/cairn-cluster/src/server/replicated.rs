@@ -21,7 +21,11 @@ use crate::raft::replica::Core;
 use crate::raft::{log::LogStore, Change, NodeId, Raft, Replica, Role};
 
 /// The Raft settings of a group whose elections start after `election` of silence.
-fn raft_config(cfg: &ClusterConfig, group: u32, opts: &ServerOptions) -> Result<openraft::Config, String> {
+fn raft_config(
+    cfg: &ClusterConfig,
+    group: u32,
+    opts: &ServerOptions,
+) -> Result<openraft::Config, String> {
     let election = opts.election_timeout.as_millis().clamp(50, 60_000) as u64;
     openraft::Config {
         cluster_name: format!("cairn-{:x}-{group}", cfg.cluster_id()),
@@ -73,7 +77,8 @@ pub(crate) fn open(
     };
     let log = LogStore::new(&db, opts.sync == super::SyncMode::Always);
     let sm = Machine::new(core.clone()).map_err(|e| damaged(format!("applied state: {e}")))?;
-    let config = raft_config(cfg, group, opts).map_err(|e| damaged(format!("raft settings: {e}")))?;
+    let config =
+        raft_config(cfg, group, opts).map_err(|e| damaged(format!("raft settings: {e}")))?;
     let net = Factory {
         reach: reach.clone(),
         group,
@@ -136,12 +141,33 @@ pub(crate) fn open(
 /// Hands the leader's proposals to Raft in the order they were made. A proposal of a
 /// term that ended is still handed over: Raft appends it in a later term or refuses
 /// it, and the state machine skips an entry whose change's term is not the entry's.
+/// Raft's answers (the entry's log id, or why it was refused) are read by a second
+/// task, in order; the replies waiting for them watch the applied progress instead.
 async fn propose(raft: Raft, mut rx: tokio::sync::mpsc::UnboundedReceiver<Change>) {
+    type Answer = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+    let (answers, mut read) = tokio::sync::mpsc::unbounded_channel::<Answer>();
+    tokio::spawn(async move {
+        while let Some(answer) = read.recv().await {
+            answer.await;
+        }
+    });
     while let Some(c) = rx.recv().await {
         metrics::counter!("cairn_raft_proposals_total").increment(1);
-        if let Err(e) = raft.client_write_ff(c).await {
-            tracing::warn!("raft stopped: {e}");
-            return;
+        let (term, seq) = (c.term, c.seq);
+        match raft.client_write_ff(c).await {
+            Ok(rx) => {
+                let _ = answers.send(Box::pin(async move {
+                    match rx.await {
+                        Ok(Ok(r)) => tracing::trace!("proposal {term}/{seq}: {}", r.log_id),
+                        Ok(Err(e)) => tracing::debug!("proposal {term}/{seq} refused: {e}"),
+                        Err(e) => tracing::debug!("proposal {term}/{seq}: {e}"),
+                    }
+                }));
+            }
+            Err(e) => {
+                tracing::warn!("raft stopped: {e}");
+                return;
+            }
         }
     }
 }

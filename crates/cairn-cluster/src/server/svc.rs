@@ -98,7 +98,10 @@ async fn run<Rep: Reply + Send + 'static>(
 /// metadata `cairn-leader` names the replica it believes leads (empty if it knows
 /// none), and tells the client the request may be sent elsewhere as is.
 pub(crate) fn not_leader(node: &Node) -> Status {
-    let hint = node.replica().and_then(|r| r.leader_hint()).unwrap_or_default();
+    let hint = node
+        .replica()
+        .and_then(|r| r.leader_hint())
+        .unwrap_or_default();
     let mut s = Status::unavailable("not the leader of its group");
     if let Ok(v) = hint.parse() {
         s.metadata_mut().insert(crate::NOT_LEADER, v);
@@ -698,7 +701,10 @@ impl Meta for MetaSvc {
         self.hdr(&who, r.h.as_ref())?;
         let whole = who.is_admin();
         let n = self.0.clone();
-        let rep = tokio::spawn(async move { n.blocking(move |n| n.status(r.top, whole)).await })
+        let rep =
+            tokio::spawn(
+                async move { n.blocking(move |n| n.status(r.top, whole, r.digest)).await },
+            )
             .await
             .map_err(|_| Status::internal("status task failed"))?
             .map_err(|f| Status::internal(format!("status: {f:?}")))?;
