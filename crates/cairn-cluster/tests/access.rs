@@ -322,6 +322,7 @@ async fn call(
             .server_status(proto::ServerStatusReq {
                 h: h.clone(),
                 top: 5,
+                digest: false,
             })
             .await
             .map(|_| 0),
@@ -452,6 +453,7 @@ fn every_meta_rpc_is_checked_for_a_restricted_certificate() {
             .server_status(proto::ServerStatusReq {
                 h: header(&c, &Cred::new(1000, 1000)),
                 top: 5,
+                digest: false,
             })
             .await
             .unwrap()
@@ -497,6 +499,7 @@ fn every_meta_rpc_is_checked_for_a_restricted_certificate() {
             .server_status(proto::ServerStatusReq {
                 h: header(&c, &R),
                 top: 5,
+                digest: false,
             })
             .await
             .unwrap()
