@@ -223,3 +223,94 @@ fn an_empty_replica_joins_by_snapshot() {
     want.sort();
     assert_eq!(names(&c, d.ino), want);
 }
+
+/// The RPCs of service `Raft`, from the proto file.
+fn raft_rpcs() -> Vec<String> {
+    let proto = include_str!("../proto/cluster.proto");
+    let body = proto
+        .split("service Raft {")
+        .nth(1)
+        .and_then(|s| s.split('}').next())
+        .expect("service Raft in cluster.proto");
+    body.lines()
+        .filter_map(|l| l.trim().strip_prefix("rpc "))
+        .map(|l| l.split('(').next().unwrap().trim().to_string())
+        .collect()
+}
+
+#[test]
+fn raft_messages_are_for_the_replicas_of_the_group_only() {
+    use cairn_cluster::proto::{self, raft_client::RaftClient};
+    use tonic::Code;
+    let g = Groups::start(2, 3);
+    g.leader(0);
+    let a = g.addrs[0][0];
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let msg = |cluster_id: u64, group: u32, body: &[u8]| proto::RaftMsg {
+            cluster_id,
+            group,
+            body: body.to_vec(),
+        };
+        // Every call of the service, with its expected refusal for each caller.
+        async fn call(
+            c: &mut RaftClient<tonic::transport::Channel>,
+            rpc: &str,
+            m: proto::RaftMsg,
+        ) -> Code {
+            let r = match rpc {
+                "Append" => c.append(m).await,
+                "Vote" => c.vote(m).await,
+                "Snapshot" => c.snapshot(m).await,
+                other => panic!("service Raft has a call {other} that this test does not probe"),
+            };
+            r.map(|_| Code::Ok).unwrap_or_else(|s| s.code())
+        }
+        let id = g.cfg.cluster_id();
+        for who in ["client-admin", "client-user", "server-1"] {
+            let ch = common::endpoint(&g.cfg, a, Some(who))
+                .connect()
+                .await
+                .unwrap();
+            let mut c = RaftClient::new(ch);
+            for rpc in raft_rpcs() {
+                assert_eq!(
+                    call(&mut c, &rpc, msg(id, 0, b"")).await,
+                    Code::PermissionDenied,
+                    "{rpc} as {who}"
+                );
+            }
+        }
+        // Group 0's own certificate, with another cluster's id, another group, or a
+        // body that does not decode: refused before Raft sees it, and counted.
+        let ch = common::endpoint(&g.cfg, a, Some("server-0"))
+            .connect()
+            .await
+            .unwrap();
+        let mut c = RaftClient::new(ch);
+        let before = g.servers[0][0]
+            .as_ref()
+            .unwrap()
+            .replica_status(false)
+            .unwrap();
+        for rpc in raft_rpcs() {
+            for m in [
+                msg(id ^ 1, 0, b""),
+                msg(id, 1, b""),
+                msg(id, 0, b"\xff\xff garbage"),
+            ] {
+                assert_eq!(call(&mut c, &rpc, m).await, Code::InvalidArgument, "{rpc}");
+            }
+        }
+        let after = g.servers[0][0]
+            .as_ref()
+            .unwrap()
+            .replica_status(false)
+            .unwrap();
+        assert!(after.refused >= before.refused + 3 * raft_rpcs().len() as u64);
+    });
+    // The group was not disturbed.
+    let c = g.client();
+    c.mkdir(&Cred::ROOT, ROOT, b"after", 0o755).unwrap();
+    g.converged(0);
+}

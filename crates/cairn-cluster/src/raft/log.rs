@@ -214,11 +214,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let mut b = WriteBatch::new();
+        let mut n = 0u32;
         for e in entries {
+            n += 1;
             let v = encode(&e).map_err(|err| io_err(ErrorSubject::Logs, ErrorVerb::Write, err))?;
             b.put(entry_key(e.get_log_id().index), v);
         }
         self.write(b)?;
+        // Proposals per append: how well concurrent changes share a write (and a sync).
+        metrics::histogram!("cairn_raft_entries_per_append").record(f64::from(n));
         match &self.flusher {
             Some(tx) => {
                 if let Err(mpsc::SendError(cb)) = tx.send(callback) {

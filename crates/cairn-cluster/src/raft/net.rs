@@ -150,6 +150,7 @@ impl RaftNetwork<TypeConfig> for Conn {
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse<NodeId>, RpcErr<InstallSnapshotError>> {
+        metrics::counter!("cairn_raft_snapshot_chunks_sent_total").increment(1);
         self.call(Call::Snapshot, &rpc, option.hard_ttl()).await
     }
 

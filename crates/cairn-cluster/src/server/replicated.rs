@@ -182,10 +182,14 @@ async fn watch_role(node: NodeRef) {
     loop {
         let (leads, term) = {
             let b = m.borrow_and_update();
+            let applied = b.last_applied.map_or(0, |a| a.index);
+            let last = b.last_log_index.unwrap_or(0);
             metrics::gauge!("cairn_raft_term").set(b.current_term as f64);
-            if let Some(a) = b.last_applied {
-                metrics::gauge!("cairn_raft_applied_index").set(a.index as f64);
-            }
+            metrics::gauge!("cairn_raft_applied_index").set(applied as f64);
+            metrics::gauge!("cairn_raft_last_log_index").set(last as f64);
+            metrics::gauge!("cairn_raft_apply_lag").set(last.saturating_sub(applied) as f64);
+            metrics::gauge!("cairn_raft_leader")
+                .set(f64::from(u8::from(b.state == ServerState::Leader)));
             (
                 b.state == ServerState::Leader && b.current_leader == Some(r.id),
                 b.current_term,
