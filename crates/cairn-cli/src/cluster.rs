@@ -111,6 +111,14 @@ pub struct ServeArgs {
     /// Threads that serve requests (default 1; more for a server with cores of its own)
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub workers: u16,
+    /// A replicated group's election timeout in milliseconds: a replica that hears no
+    /// leader for this long (to twice as long) stands for election (default 500)
+    #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    pub election_timeout: u64,
+    /// A replica of a replicated group snapshots its state every N entries (default
+    /// 100000)
+    #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(16..))]
+    pub snapshot_every: u64,
 }
 
 /// `--metrics`: a port (on 127.0.0.1) or IP:PORT.
@@ -287,6 +295,8 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         opts.partitions_per_server = n;
     }
     opts.workers = usize::from(args.workers);
+    opts.election_timeout = std::time::Duration::from_millis(args.election_timeout);
+    opts.snapshot_every = args.snapshot_every;
     // Huge pages while the store opens, off while it serves.
     opts.open_with = Some(crate::allocator::huge_pages_while_dyn);
     cairn_cluster::server::run_until_signal(opts)
