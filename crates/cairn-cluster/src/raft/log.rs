@@ -7,6 +7,9 @@
 //! (group commit) before openraft counts them, so an entry a majority acknowledged is on
 //! a majority's disks. A vote is synced before it is used, whatever the mode.
 
+// The storage traits return openraft's `StorageError` (large): the helpers here do too.
+#![allow(clippy::result_large_err)]
+
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::sync::mpsc;

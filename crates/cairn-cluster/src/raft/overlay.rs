@@ -69,11 +69,14 @@ impl Overlay {
     }
 }
 
+/// A key and its pending value (`None`: deleted).
+type Row = (Vec<u8>, Option<Vec<u8>>);
+
 /// Rows of the store merged with pending rows (which win; pending deletes hide the
 /// store's row), in key order.
 pub(crate) struct Merged<I: Iterator, E> {
     store: std::iter::Peekable<I>,
-    pending: std::iter::Peekable<std::vec::IntoIter<(Vec<u8>, Option<Vec<u8>>)>>,
+    pending: std::iter::Peekable<std::vec::IntoIter<Row>>,
     _e: std::marker::PhantomData<E>,
 }
 

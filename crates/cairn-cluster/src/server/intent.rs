@@ -123,7 +123,7 @@ impl Node {
         let id = self.alloc_intent()?;
         let names = self.intent_names(&row);
         st.names.reserve((self.id, id), &names)?;
-        let mut b = extra.unwrap_or_else(Batch::new);
+        let mut b = extra.unwrap_or_default();
         b.put(&intent_key(id), &row);
         if let Err(e) = self.apply(b) {
             st.names.release((self.id, id));

@@ -393,7 +393,7 @@ impl Node {
     pub(crate) fn rows(
         &self,
         range: (std::ops::Bound<Vec<u8>>, std::ops::Bound<Vec<u8>>),
-    ) -> Box<dyn Iterator<Item = R<(Vec<u8>, Vec<u8>)>> + Send> {
+    ) -> RowIter {
         match &self.rows {
             RowStore::Local(ks) => Box::new(
                 ks.range::<Vec<u8>, _>(range)
@@ -814,6 +814,9 @@ impl Node {
 
 /// Shared handle.
 pub(crate) type NodeRef = Arc<Node>;
+
+/// Rows in key order (keys whole, values).
+pub(crate) type RowIter = Box<dyn Iterator<Item = R<(Vec<u8>, Vec<u8>)>> + Send>;
 
 /// The range of keys starting with `prefix`.
 fn prefix_range(prefix: &[u8]) -> (std::ops::Bound<Vec<u8>>, std::ops::Bound<Vec<u8>>) {

@@ -235,7 +235,7 @@ fn start_term(node: &NodeRef, r: &Arc<Replica>, term: u64) {
         }
         // Retried while the term lasts: a store error may pass (a full disk freed).
         while r.role() == Role::Recovering(term) && !node.is_crashed() {
-            match node.blocking(|n| super::recover(n)).await {
+            match node.blocking(super::recover).await {
                 Ok(()) => {
                     if r.change_role(Role::Recovering(term), Role::Leading(term)) {
                         tracing::info!(group = r.group, replica = r.id, "leading in term {term}");
