@@ -295,7 +295,14 @@ impl Streams {
             Ok(Ok(out)) => out.map(Response::new),
             Ok(Err(_)) => Err(Status::cancelled("the stream of creates was dropped")),
             Err(_) => {
-                link.state.lock().waiting.remove(&id);
+                // A stream that does not answer in time (its server paused, or a
+                // replica cut off) is not used again: the next create opens another,
+                // over the connection its caller then picks.
+                let mut st = link.state.lock();
+                st.waiting.remove(&id);
+                if st.ended.is_none() {
+                    st.ended = Some(Status::deadline_exceeded("a create got no answer in time"));
+                }
                 Err(Status::deadline_exceeded("no answer within the timeout"))
             }
         }

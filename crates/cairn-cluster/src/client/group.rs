@@ -17,6 +17,20 @@ use crate::transport::Reach;
 /// tries another (for requests safe to repeat): about two elections.
 pub(crate) const ATTEMPT: Duration = Duration::from_secs(3);
 
+/// A token for a create, unique to it (nonzero; a random base per process, then
+/// counted): a copy of the create that reaches a server after the first was made is
+/// answered as made instead of `EEXIST`.
+pub(crate) fn create_token() -> u64 {
+    use std::hash::BuildHasher;
+    static BASE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let base = *BASE.get_or_init(|| std::collections::hash_map::RandomState::new().hash_one(0u64));
+    base.wrapping_add(
+        NEXT.fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15),
+    ) | 1
+}
+
 /// The connections to one group.
 pub(crate) struct Group {
     replicas: Vec<(SocketAddr, MetaClient<Channel>)>,

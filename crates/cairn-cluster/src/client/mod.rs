@@ -400,9 +400,13 @@ impl Client {
             self.inner.opts.creates
         };
         let (home, n) = (home_of(parent), self.inner.cfg.len());
+        // With its token a create is safe to send again (a server answers a copy of
+        // one it made as made): after its reply was lost, it goes to another replica.
+        let token = group::create_token();
         let rep = self
-            .named(parent, hash, false, d, |mut c, t, i| {
+            .named(parent, hash, true, d, |mut c, t, i| {
                 let req = proto::MakeReq {
+                    token,
                     h: h.clone(),
                     dir: parent,
                     name: name.clone(),

@@ -72,6 +72,14 @@ fn releases(f: &proto::FollowUp) -> bool {
     matches!(f.call, Some(Call::ReleaseRename(_)))
 }
 
+/// How a mkdir's first step ended.
+enum Made {
+    /// Its intent, to drive.
+    Intent(u64),
+    /// The entry was made by an earlier copy of the same request: its inode.
+    Before(u64),
+}
+
 impl Node {
     /// The names intent `row` holds on this server.
     pub(crate) fn intent_names(&self, row: &proto::IntentRow) -> Vec<(u64, Vec<u8>)> {
@@ -430,6 +438,20 @@ impl Node {
 
     // ---- mkdir ---------------------------------------------------------------------
 
+    /// If `name` in `dir` exists: the inode of the entry when a create with `token` made
+    /// it (the same request sent again after its reply was lost), else `EEXIST`.
+    pub(crate) fn made_before(&self, dir: u64, name: &[u8], token: u64) -> R<Option<u64>> {
+        let Some(v) = self.get_raw(&entry_key(dir, name))? else {
+            return Ok(None);
+        };
+        let e = crate::server::names::decode_entry(&v)?;
+        if token != 0 && e.token == token {
+            Ok(Some(e.ino))
+        } else {
+            errno(libc::EEXIST)
+        }
+    }
+
     /// mkdir: an intent here, the directory made at its home, then the entry here.
     pub(crate) async fn mkdir(
         self: &NodeRef,
@@ -438,6 +460,7 @@ impl Node {
         dir: u64,
         name: Vec<u8>,
         mode: u32,
+        token: u64,
     ) -> R<Attr> {
         let id = self
             .blocking(move |n| {
@@ -446,8 +469,8 @@ impl Node {
                 n.writable_part(&m, dir, &name, None)?;
                 let p = n.dir_perms(dir)?;
                 rules::check_access(checks, &cred, &p, rules::MAY_WRITE | rules::MAY_EXEC)?;
-                if n.contains(&entry_key(dir, &name)) {
-                    return errno(libc::EEXIST);
+                if let Some(ino) = n.made_before(dir, &name, token)? {
+                    return Ok(Made::Before(ino));
                 }
                 let (mode, gid) = rules::new_mode_gid(&cred, &p, libc::S_IFDIR | (mode & 0o7777));
                 let row = proto::IntentRow::new(
@@ -461,14 +484,20 @@ impl Node {
                         time: cairn_fs::now_ns(),
                         target: dir_home(dir, &name, n.n),
                         ino: 0,
+                        token,
                     }),
                 );
                 let id = n.begin_intent(&mut m, row, None)?;
                 drop(m);
                 n.durable()?;
-                Ok(id)
+                Ok(Made::Intent(id))
             })
             .await?;
+        let id = match id {
+            Made::Intent(id) => id,
+            // The same mkdir sent again after its reply was lost: made already.
+            Made::Before(ino) => return self.attr_anywhere(ino).await,
+        };
         let _g = Driving::adopt(self, id);
         self.point("mkdir:after-intent")?;
         self.drive_mkdir(id).await
@@ -532,6 +561,7 @@ impl Node {
             &proto::EntryRow {
                 ino,
                 kind: libc::S_IFDIR,
+                token: mk.token,
             },
         );
         self.count_entry(&mut m, &mut b, dir, idx, true);
@@ -606,6 +636,7 @@ impl Node {
                     &proto::EntryRow {
                         ino: link.ino,
                         kind,
+                        token: 0,
                     },
                 );
                 n.count_entry(&mut m, &mut b, link.dir, idx, true);

@@ -111,6 +111,7 @@ pub(crate) fn from_v1(old: proto::IntentRowV1) -> Option<proto::IntentRow> {
             time: old.time,
             target: old.target,
             ino: old.ino,
+            token: 0,
         }),
         2 => Op::Link(proto::LinkIntent {
             dir: old.dir,

@@ -114,8 +114,9 @@ impl Node {
         mode: u32,
         rdev: u32,
         target: &[u8],
+        token: u64,
     ) -> R<(Attr, Option<u32>)> {
-        let made = self.make_applied(checks, cred, dir, name, mode, rdev, target)?;
+        let made = self.make_applied(checks, cred, dir, name, mode, rdev, target, token)?;
         self.ack()?;
         Ok(made)
     }
@@ -132,6 +133,7 @@ impl Node {
         mode: u32,
         rdev: u32,
         target: &[u8],
+        token: u64,
     ) -> R<(Attr, Option<u32>)> {
         let mode = match mode & libc::S_IFMT {
             libc::S_IFLNK => {
@@ -152,8 +154,10 @@ impl Node {
         let p = self.dir_perms(dir)?;
         rules::check_access(checks, cred, &p, rules::MAY_WRITE | rules::MAY_EXEC)?;
         let ek = entry_key(dir, name);
-        if self.contains(&ek) {
-            return errno(libc::EEXIST);
+        if let Some(ino) = self.made_before(dir, name, token)? {
+            // The same create sent again after its reply was lost: made already.
+            let attr = self.local_attr(&m, ino)?.ok_or(Fail::Errno(libc::EIO))?;
+            return Ok((attr, None));
         }
         let ino = self.alloc_ino()?;
         let now = cairn_fs::now_ns();
@@ -186,6 +190,7 @@ impl Node {
             &proto::EntryRow {
                 ino,
                 kind: mode & libc::S_IFMT,
+                token,
             },
         );
         b.put(&inode_key(ino), &row);
@@ -309,6 +314,7 @@ impl Node {
                 &proto::EntryRow {
                     ino,
                     kind: a.mode & libc::S_IFMT,
+                    token: 0,
                 },
             );
             self.count_entry(&mut m, &mut b, dir, idx, true);
@@ -392,6 +398,7 @@ impl Node {
                 name: k[plen..].to_vec(),
                 ino: e.ino,
                 kind: e.kind,
+                token: 0,
             });
         }
         if from_start && home_of(dir) == self.id {

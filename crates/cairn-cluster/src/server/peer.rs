@@ -645,6 +645,7 @@ impl Node {
                 &proto::EntryRow {
                     ino: p.ino,
                     kind: p.kind,
+                    token: 0,
                 },
             );
             if !existed {

@@ -319,6 +319,7 @@ impl Node {
                     &proto::EntryRow {
                         ino: src.ino,
                         kind: src.kind,
+                        token: 0,
                     },
                 );
                 if tino == 0 {
@@ -496,6 +497,7 @@ impl Node {
                 &proto::EntryRow {
                     ino: tino,
                     kind: tkind,
+                    token: 0,
                 },
             );
         } else {
@@ -510,6 +512,7 @@ impl Node {
                 &proto::EntryRow {
                     ino: src,
                     kind: skind,
+                    token: 0,
                 },
             );
             if tino == 0 {

@@ -279,6 +279,7 @@ impl Node {
                 name: k[plen..].to_vec(),
                 ino: e.ino,
                 kind: e.kind,
+                token: e.token,
             });
             if bytes >= CHUNK_BYTES {
                 chunks.push(std::mem::take(&mut cur));
@@ -384,6 +385,7 @@ impl Node {
                     &proto::EntryRow {
                         ino: e.ino,
                         kind: e.kind,
+                        token: e.token,
                     },
                 );
             }

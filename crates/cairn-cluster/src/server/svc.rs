@@ -152,7 +152,9 @@ pub(crate) async fn make_items(
                     // A directory takes the path across servers: never batched.
                     errno(libc::EINVAL)
                 } else {
-                    n.make_applied(checks, &cred, r.dir, &r.name, r.mode, r.rdev, &r.target)
+                    n.make_applied(
+                        checks, &cred, r.dir, &r.name, r.mode, r.rdev, &r.target, r.token,
+                    )
                 };
                 match res {
                     Err(Fail::Crashed) => return Err(Fail::Crashed),
@@ -323,11 +325,14 @@ impl Meta for MetaSvc {
         };
         run(&self.0, op, async move {
             let a = if r.mode & libc::S_IFMT == libc::S_IFDIR {
-                n.mkdir(checks, cred, r.dir, r.name, r.mode).await?
+                n.mkdir(checks, cred, r.dir, r.name, r.mode, r.token)
+                    .await?
             } else {
                 let (a, split) = n
                     .op(move |n| {
-                        n.make_local(checks, &cred, r.dir, &r.name, r.mode, r.rdev, &r.target)
+                        n.make_local(
+                            checks, &cred, r.dir, &r.name, r.mode, r.rdev, &r.target, r.token,
+                        )
                     })
                     .await?;
                 if let Some(idx) = split {

@@ -1,0 +1,197 @@
+//! A replicated group as an operator runs it: three `cairn serve` processes of one
+//! server id (mutual TLS, `--sync always`), one of them paused (SIGSTOP) while it leads
+//! and resumed, another SIGKILLed and restarted; a client keeps creating throughout and
+//! must see no error, and afterwards every acknowledged create is there and
+//! `cairn cluster check` finds the namespace consistent.
+
+mod common;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cairn_cluster::config::ReplicaInfo;
+use cairn_cluster::{Client, ClientOptions, ClusterConfig, ServerInfo};
+use cairn_fs::{Cred, FileSystem, ROOT};
+
+use common::cairn;
+
+const R: Cred = Cred::ROOT;
+
+struct Group {
+    tmp: tempfile::TempDir,
+    file: PathBuf,
+    addrs: Vec<SocketAddr>,
+    procs: Vec<Option<Child>>,
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        for p in self.procs.iter_mut().flatten() {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+    }
+}
+
+fn signal(p: &Child, sig: &str) {
+    let st = Command::new("kill")
+        .args([sig, &p.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+impl Group {
+    fn start() -> Group {
+        let tmp = tempfile::tempdir().unwrap();
+        let ls: Vec<TcpListener> = (0..3)
+            .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let addrs: Vec<SocketAddr> = ls.iter().map(|l| l.local_addr().unwrap()).collect();
+        drop(ls);
+        let replicas = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| ReplicaInfo {
+                id: i as u64,
+                addr: *a,
+            })
+            .collect();
+        let file = cairn_cluster::tls::init_certs(
+            tmp.path(),
+            &[ServerInfo::group(0, replicas).unwrap()],
+            &[cairn_cluster::tls::ClientCert::admin("0")],
+        )
+        .unwrap();
+        let mut g = Group {
+            tmp,
+            file,
+            addrs,
+            procs: vec![None, None, None],
+        };
+        for i in 0..3 {
+            g.spawn(i);
+        }
+        g
+    }
+
+    fn log(&self, i: usize) -> PathBuf {
+        self.tmp.path().join(format!("r{i}.log"))
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log(i))
+            .unwrap();
+        let child = cairn()
+            .args(["serve", "--sync", "always", "--election-timeout", "300"])
+            .arg("--dir")
+            .arg(self.tmp.path().join(format!("r{i}")))
+            .arg("--listen")
+            .arg(self.addrs[i].to_string())
+            .arg("--cluster")
+            .arg(&self.file)
+            .env("RUST_LOG", "info,openraft=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.procs[i] = Some(child);
+    }
+
+    /// The replica that took up the highest term, from the logs.
+    fn leader(&self) -> usize {
+        let mut best = (0u64, 0usize);
+        for i in 0..3 {
+            let text = std::fs::read_to_string(self.log(i)).unwrap_or_default();
+            for l in text.lines() {
+                if let Some(rest) = l.split("leading in term ").nth(1) {
+                    let t: u64 = rest.split_whitespace().next().unwrap().parse().unwrap();
+                    if t >= best.0 {
+                        best = (t, i);
+                    }
+                }
+            }
+        }
+        assert!(best.0 > 0, "no replica leads");
+        best.1
+    }
+
+    fn client(&self) -> Client {
+        let cfg = ClusterConfig::load(&self.file).unwrap();
+        let o = ClientOptions {
+            timeout: Duration::from_secs(30),
+            ..ClientOptions::default()
+        };
+        Client::with_config(cfg, o).unwrap()
+    }
+}
+
+/// Creates `names` in `dir`, each acknowledged (any error fails the test); the longest
+/// a create took.
+fn creates(c: &Client, dir: u64, names: std::ops::Range<u32>) -> Duration {
+    let mut longest = Duration::ZERO;
+    for i in names {
+        let t = Instant::now();
+        c.create(&R, dir, format!("f{i}").as_bytes(), 0o644)
+            .unwrap_or_else(|e| panic!("create f{i}: {e:?}"));
+        longest = longest.max(t.elapsed());
+    }
+    longest
+}
+
+#[test]
+fn a_paused_leader_and_a_killed_replica_cost_a_pause_not_an_error() {
+    let mut g = Group::start();
+    let c = g.client();
+    let d = c.mkdir(&R, ROOT, b"d", 0o755).unwrap().ino;
+    creates(&c, d, 0..100);
+
+    // The leader is paused: another replica is elected and the creates go on.
+    let l = g.leader();
+    signal(g.procs[l].as_ref().unwrap(), "-STOP");
+    let pause = creates(&c, d, 100..200);
+    assert_ne!(g.leader(), l, "a new leader after the pause");
+    eprintln!("longest create while the leader was paused: {pause:?}");
+    assert!(pause < Duration::from_secs(10), "{pause:?}");
+    // It comes back: it follows (it no longer leads), and loses nothing it had.
+    signal(g.procs[l].as_ref().unwrap(), "-CONT");
+    creates(&c, d, 200..300);
+
+    // A follower is killed and restarted; it catches up.
+    let l2 = g.leader();
+    let f = (l2 + 1) % 3;
+    let mut p = g.procs[f].take().unwrap();
+    p.kill().unwrap();
+    p.wait().unwrap();
+    creates(&c, d, 300..400);
+    g.spawn(f);
+    creates(&c, d, 400..500);
+
+    let mut names: Vec<Vec<u8>> = c
+        .readdir(&R, d, None, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .filter(|n| n != b"." && n != b"..")
+        .collect();
+    names.sort();
+    let mut want: Vec<Vec<u8>> = (0..500).map(|i| format!("f{i}").into_bytes()).collect();
+    want.sort();
+    assert_eq!(names, want);
+    let out = cairn()
+        .args(["cluster", "check", "--cluster"])
+        .arg(&g.file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
