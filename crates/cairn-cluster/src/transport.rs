@@ -23,6 +23,13 @@ pub(crate) const MAX_MESSAGE: usize = 16 << 20;
 /// in the cluster file and the connect timeout.
 pub type Dialer = Arc<dyn Fn(SocketAddr, Duration) -> Channel + Send + Sync>;
 
+/// A client of service `Meta` over `ch`, with the message size limits.
+pub(crate) fn meta_client(ch: Channel) -> crate::proto::meta_client::MetaClient<Channel> {
+    crate::proto::meta_client::MetaClient::new(ch)
+        .max_decoding_message_size(MAX_MESSAGE)
+        .max_encoding_message_size(MAX_MESSAGE)
+}
+
 /// How one party reaches the servers of a cluster.
 #[derive(Clone)]
 pub(crate) enum Reach {
@@ -61,6 +68,19 @@ impl Reach {
             ));
         }
         Ok(Reach::Custom(d))
+    }
+
+    /// Lazy channels to every replica of `s`, with their addresses (inside a tokio
+    /// runtime).
+    pub(crate) fn replica_channels(
+        &self,
+        s: &ServerInfo,
+        connect_timeout: Duration,
+    ) -> Result<Vec<(SocketAddr, Channel)>, TlsError> {
+        s.replicas
+            .iter()
+            .map(|r| Ok((r.addr, self.channel_to(s.id, r.addr, connect_timeout)?)))
+            .collect()
     }
 
     /// A lazy channel to the replica of group `group` at `addr` (inside a tokio

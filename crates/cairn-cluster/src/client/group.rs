@@ -45,19 +45,11 @@ impl Group {
         s: &ServerInfo,
         connect_timeout: Duration,
     ) -> Result<Group, crate::tls::TlsError> {
-        let replicas = s
-            .replicas
-            .iter()
-            .map(|r| {
-                let ch = reach.channel_to(s.id, r.addr, connect_timeout)?;
-                Ok((
-                    r.addr,
-                    MetaClient::new(ch)
-                        .max_decoding_message_size(crate::transport::MAX_MESSAGE)
-                        .max_encoding_message_size(crate::transport::MAX_MESSAGE),
-                ))
-            })
-            .collect::<Result<Vec<_>, crate::tls::TlsError>>()?;
+        let replicas = reach
+            .replica_channels(s, connect_timeout)?
+            .into_iter()
+            .map(|(a, ch)| (a, crate::transport::meta_client(ch)))
+            .collect();
         Ok(Group {
             replicas,
             at: AtomicUsize::new(0),

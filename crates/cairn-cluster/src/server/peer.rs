@@ -43,22 +43,16 @@ impl PeerConn {
         s: &crate::config::ServerInfo,
         connect_timeout: Duration,
     ) -> Result<PeerConn, crate::tls::TlsError> {
-        let replicas = s
-            .replicas
-            .iter()
-            .map(|r| {
-                let ch = reach.channel_to(s.id, r.addr, connect_timeout)?;
-                Ok((
-                    r.addr,
-                    MetaClient::new(ch.clone())
-                        .max_decoding_message_size(MAX_MESSAGE)
-                        .max_encoding_message_size(MAX_MESSAGE),
-                    PeerClient::new(ch)
-                        .max_decoding_message_size(MAX_MESSAGE)
-                        .max_encoding_message_size(MAX_MESSAGE),
-                ))
+        let replicas = reach
+            .replica_channels(s, connect_timeout)?
+            .into_iter()
+            .map(|(a, ch)| {
+                let peer = PeerClient::new(ch.clone())
+                    .max_decoding_message_size(MAX_MESSAGE)
+                    .max_encoding_message_size(MAX_MESSAGE);
+                (a, crate::transport::meta_client(ch), peer)
             })
-            .collect::<Result<Vec<_>, crate::tls::TlsError>>()?;
+            .collect();
         Ok(PeerConn {
             replicas,
             at: std::sync::atomic::AtomicUsize::new(0),
