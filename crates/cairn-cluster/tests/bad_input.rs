@@ -333,6 +333,7 @@ fn malformed_oversized_and_unknown() {
                 name,
                 ino: 5,
                 kind: libc::S_IFREG,
+                token: 0,
             }],
             first: true,
             last: true,
