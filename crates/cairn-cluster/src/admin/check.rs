@@ -1,11 +1,13 @@
-//! [`check`]: whether the namespace is consistent across the servers.
+//! [`check`]: whether the namespace is consistent across the servers, and the
+//! replicas of each replicated server with each other.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{conn, header, runtime, why};
+use super::{bounded, conn_at, header, runtime, why};
 use crate::config::ClusterConfig;
 use crate::error::ClientError;
 use crate::giga::{covers, created_depth, home_of, name_hash, rev_range, server_of};
@@ -33,6 +35,16 @@ pub struct ClusterCheck {
     pub inodes: u64,
     /// Operations across servers in progress (younger than the grace period).
     pub in_flight: u64,
+    /// Remarks that are not damage, in words: a replica that did not answer, a
+    /// replicated server whose replicas could not be compared (still applying, or fewer
+    /// than two gave a digest), one without a leader whose rows were read from another
+    /// replica.
+    pub notes: Vec<String>,
+    /// Replicas of replicated servers that did not answer, as (server id, replica id).
+    pub replicas_down: Vec<(u32, u64)>,
+    /// Replicated servers whose replicas were compared: digests of their states, all
+    /// taken at one applied index.
+    pub groups_compared: u32,
 }
 
 /// Everything one server holds.
@@ -48,14 +60,16 @@ struct Rows {
     strays: Vec<String>,
 }
 
+/// The rows of server `id` from its replica at `addr`, a page at a time (each within
+/// `timeout`).
 async fn dump_one(
     cfg: &ClusterConfig,
     reach: &Reach,
-    id: u32,
+    (id, addr): (u32, SocketAddr),
     timeout: Duration,
 ) -> Result<Rows, tonic::Status> {
-    let mut c = conn(reach, &cfg.servers()[id as usize], timeout)
-        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let mut c =
+        conn_at(reach, id, addr, timeout).map_err(|e| tonic::Status::unavailable(e.to_string()))?;
     let mut rows = Rows::default();
     let mut after = Vec::new();
     loop {
@@ -65,7 +79,7 @@ async fn dump_one(
             limit: DUMP_PAGE,
         });
         r.set_timeout(timeout);
-        let p = c.dump(r).await?.into_inner();
+        let p = bounded(timeout, c.dump(r)).await?.into_inner();
         rows.partitions.extend(p.partitions);
         rows.entries.extend(p.entries);
         rows.inodes.extend(p.inodes);
@@ -91,13 +105,23 @@ fn name(n: &[u8]) -> String {
 /// link row and every link row has its entry, link counts match, and nothing is left
 /// half done (an incoming partition, an intent or a prepared name older than
 /// [`GRACE`]). A server that does not answer is listed in `down` and as a problem;
-/// checks that need its rows are skipped. `Err` only when a server reads another
-/// cluster file or the runtime cannot start.
+/// checks that need its rows are skipped.
+///
+/// A replicated server's rows are read from its leader (found by asking each replica
+/// its status; without a leader, from the replica that applied the most, with a note).
+/// Then its replicas are compared: each that answers gives a digest of one consistent
+/// cut of its state; taken at one applied index, they must be equal, else a problem
+/// names two replicas that differ. While their applied indexes differ, they are asked
+/// again (up to 10 times, 0.1 s apart); then a note says they were not compared. A
+/// replica that does not answer is listed in `replicas_down` and noted, not a
+/// problem.
+///
+/// `Err` only when a server reads another cluster file, refuses the caller, or the
+/// runtime cannot start.
 pub fn check(cfg: &ClusterConfig, timeout: Duration) -> Result<ClusterCheck, ClientError> {
     let rt = runtime()?;
     let reach = Reach::client(cfg, None)?;
-    let dumps = rt.block_on(dump_all(cfg, &reach, timeout));
-    verdict(cfg, dumps)
+    rt.block_on(inspect(cfg, &reach, timeout))
 }
 
 /// [`check`] from inside a tokio runtime, reaching the servers through `dialer` (the
@@ -109,34 +133,50 @@ pub async fn check_with(
     dialer: Dialer,
 ) -> Result<ClusterCheck, ClientError> {
     let reach = Reach::client(cfg, Some(dialer))?;
-    let dumps = dump_all(cfg, &reach, timeout).await;
-    verdict(cfg, dumps)
+    inspect(cfg, &reach, timeout).await
 }
 
-/// Every server's rows, one server after the other.
-async fn dump_all(
+/// [`check`]: the servers' rows, their checks, then the replicas compared.
+async fn inspect(
     cfg: &ClusterConfig,
     reach: &Reach,
     timeout: Duration,
+) -> Result<ClusterCheck, ClientError> {
+    let mut notes = Vec::new();
+    let sources = super::replicas::sources(cfg, reach, timeout, &mut notes).await;
+    let dumps = dump_all(cfg, reach, &sources, timeout).await;
+    let mut out = verdict(&sources, dumps)?;
+    out.notes = notes;
+    super::replicas::compare(cfg, reach, timeout, &mut out).await?;
+    Ok(out)
+}
+
+/// Every server's rows (server `id` from `sources[id]`), one server after the other.
+async fn dump_all(
+    cfg: &ClusterConfig,
+    reach: &Reach,
+    sources: &[SocketAddr],
+    timeout: Duration,
 ) -> Vec<Result<Rows, tonic::Status>> {
     let mut v = Vec::new();
-    for id in 0..cfg.len() {
-        v.push(dump_one(cfg, reach, id, timeout).await);
+    for (id, addr) in (0..cfg.len()).zip(sources) {
+        v.push(dump_one(cfg, reach, (id, *addr), timeout).await);
     }
     v
 }
 
-/// The checks of [`check`] on the servers' rows.
+/// The checks of [`check`] on the servers' rows (server `id` read from `sources[id]`).
 fn verdict(
-    cfg: &ClusterConfig,
+    sources: &[SocketAddr],
     dumps: Vec<Result<Rows, tonic::Status>>,
 ) -> Result<ClusterCheck, ClientError> {
+    let n = sources.len() as u32;
     let mut out = ClusterCheck::default();
-    let up = answers(cfg, dumps, &mut out)?;
+    let up = answers(sources, dumps, &mut out)?;
     let all_up = out.down.is_empty();
     unfinished(&up, &mut out);
     let quiet = out.in_flight == 0;
-    let parts = placement(&up, cfg.len(), quiet, &mut out);
+    let parts = placement(&up, n, quiet, &mut out);
     if all_up && quiet {
         tiling(&parts, &mut out.problems);
     }
@@ -154,18 +194,18 @@ fn verdict(
 /// The servers' rows (`None` for a server that did not answer, listed in `down` and as
 /// a problem); `Err` when one reads another cluster file or refuses the caller.
 fn answers(
-    cfg: &ClusterConfig,
+    sources: &[SocketAddr],
     dumps: Vec<Result<Rows, tonic::Status>>,
     out: &mut ClusterCheck,
 ) -> Result<Vec<Option<Rows>>, ClientError> {
     let mut up: Vec<Option<Rows>> = Vec::new();
-    for (id, d) in dumps.into_iter().enumerate() {
+    for ((id, d), addr) in dumps.into_iter().enumerate().zip(sources) {
         match d {
             Ok(r) => up.push(Some(r)),
             Err(s) if s.code() == tonic::Code::FailedPrecondition => {
                 return Err(ClientError::ClusterMismatch {
                     id: id as u32,
-                    addr: cfg.servers()[id].addr,
+                    addr: *addr,
                 });
             }
             Err(s) if s.code() == tonic::Code::PermissionDenied => {
