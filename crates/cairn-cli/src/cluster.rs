@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 
-use cairn_cluster::admin::{ClusterCheck, ClusterStatus};
+use cairn_cluster::admin::{ClusterCheck, ClusterStatus, Health, ServerState};
 use cairn_cluster::server::{ServerOptions, SyncMode};
 use cairn_cluster::{Client, ClientOptions, ClusterConfig};
 
@@ -59,14 +59,41 @@ Look at a running cluster from any machine that can reach its servers.
 `status` shows each server up or down, the partitions, entries and inodes it holds,
 splits done and in flight, and the largest directories with their partition counts
 (the inodes and the largest directories need a client certificate that allows uid 0;
-with another they show as `-`).
+with another they show as `-`); for a server of several replicas, its leader and term
+and each replica's role, applied index and lag. It exits 0 when the cluster is
+healthy, 1 when it is degraded (a replica down or lagging, every server serving) and 2
+when it is down (a server that cannot serve).
 `init-certs` makes a CA and certificates for a test cluster, and a cluster file that
 names them. `check` reads every server's rows (it needs a client certificate that
 allows uid 0) and checks that the partitions of each directory
 tile its hash space on the servers they belong to, that every entry is in the right
 partition and its inode exists at its home with a matching link, and that nothing is
-left half done; it exits 0 when the cluster is consistent, 2 with a report when not
-(a server that does not answer is a problem too).";
+left half done; it also compares the replicas of each replicated server (digests of
+their states at one applied index). It exits 0 when the cluster is consistent, 2 with
+a report when not (a server that does not answer is a problem too; a replica that does
+not answer is a note).";
+
+/// Long description of `cluster status`.
+pub const STATUS_ABOUT: &str = "\
+Ask every server (every replica of a replicated server) what it holds and show it:
+each server up or down, its partitions, entries, inodes, splits done and in flight and
+intents pending, and the largest directories with their partition counts. The inodes
+and the largest directories need a client certificate that allows uid 0; with another
+they show as `-`.
+
+For a server of several replicas, the row shows what its leader answered, then its
+term and leader, and each replica's address, role (leader, follower, candidate,
+learner, recovering, stopping), applied index and lag behind the leader (or down, with
+the error); a last line gives the cluster's health.
+
+Exit status:
+  0  healthy: every replica of every server answered, and each replicated server has a
+     leader
+  1  degraded: some replica is down or lags more than 1000 entries behind its leader,
+     but every replicated server has a leader and a majority of its replicas up (or the
+     command failed: a message on stderr)
+  2  down: some server cannot serve (a server of one replica that did not answer, a
+     replicated server without a leader or without a majority of its replicas up)";
 
 /// `--sync` of `serve`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -181,7 +208,9 @@ pub struct ClusterArgs {
 /// The subcommands of `cluster`.
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
-    /// Servers up or down, partitions, entries, splits; the largest directories
+    /// Servers up or down, partitions, entries, splits; the largest directories; exit
+    /// status 0 healthy, 1 degraded, 2 down (see --help)
+    #[command(long_about = STATUS_ABOUT)]
     Status {
         /// The cluster file
         #[arg(long, value_name = "FILE")]
@@ -328,14 +357,19 @@ pub fn run(args: &ClusterArgs, out: &mut impl Write) -> Result<ExitCode> {
         } => {
             let cfg = load_client(cluster, tls)?;
             let st = cairn_cluster::admin::status(&cfg, seconds(*timeout, "--timeout")?);
+            let health = st.health();
             if *json {
-                serde_json::to_writer_pretty(&mut *out, &st).map_err(std::io::Error::from)?;
+                let j = StatusJson {
+                    status: &st,
+                    health,
+                };
+                serde_json::to_writer_pretty(&mut *out, &j).map_err(std::io::Error::from)?;
                 writeln!(out)?;
             } else {
                 write_status(out, &st)?;
             }
             out.flush()?;
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitCode::from(health_exit(health)))
         }
         ClusterCommand::InitCerts(a) => init_certs(a, out),
         ClusterCommand::Check {
@@ -355,6 +389,28 @@ pub fn run(args: &ClusterArgs, out: &mut impl Write) -> Result<ExitCode> {
             })
         }
     }
+}
+
+/// Exit status of `cluster status` when the cluster is degraded.
+const EXIT_DEGRADED: u8 = 1;
+/// Exit status of `cluster status` when the cluster is down.
+const EXIT_DOWN: u8 = 2;
+
+/// The exit status of `cluster status` for the cluster's health.
+fn health_exit(h: Health) -> u8 {
+    match h {
+        Health::Healthy => 0,
+        Health::Degraded => EXIT_DEGRADED,
+        Health::Down => EXIT_DOWN,
+    }
+}
+
+/// `cluster status --json`: the status and the cluster's health.
+#[derive(serde::Serialize)]
+struct StatusJson<'a> {
+    #[serde(flatten)]
+    status: &'a ClusterStatus,
+    health: Health,
 }
 
 /// Servers `0..n`, each of `replicas` replicas: replica r of server g at port
@@ -440,7 +496,8 @@ fn ino_text(ino: u64) -> String {
 
 /// The table of `cluster status`. A server that answered only what it keeps in memory
 /// (the certificate does not allow uid 0) shows `-` for its inodes, and a line after the
-/// table says why.
+/// table says why. A replicated server's row is followed by its term and leader and a
+/// line per replica; with such servers, a last line gives the cluster's health.
 fn write_status(out: &mut impl Write, st: &ClusterStatus) -> std::io::Result<()> {
     writeln!(
         out,
@@ -478,6 +535,9 @@ fn write_status(out: &mut impl Write, st: &ClusterStatus) -> std::io::Result<()>
         } else {
             let why = s.error.as_deref().unwrap_or("no answer");
             writeln!(out, "{:>6}  {:<22} {:<5} {why}", s.id, s.addr, "down")?;
+        }
+        if !s.replicas.is_empty() {
+            write_replicas(out, s)?;
         }
     }
     let up = st.servers.iter().filter(|s| s.up).count();
@@ -531,13 +591,108 @@ fn write_status(out: &mut impl Write, st: &ClusterStatus) -> std::io::Result<()>
             )?;
         }
     }
+    if st.servers.iter().any(|s| !s.replicas.is_empty()) {
+        write_health(out, st)?;
+    }
     Ok(())
 }
 
-/// The report of `cluster check`.
+/// Under a replicated server's row: its term and leader, and a line per replica (its
+/// address, role, applied index and lag behind the leader, or down with the error).
+fn write_replicas(out: &mut impl Write, s: &ServerState) -> std::io::Result<()> {
+    let up = s.replicas.iter().filter(|r| r.up).count();
+    let term = s
+        .leader()
+        .map(|l| l.term)
+        .or_else(|| s.replicas.iter().filter(|r| r.up).map(|r| r.term).max())
+        .unwrap_or(0);
+    let leader = match s.leader() {
+        Some(l) => format!("leader replica {}", l.id),
+        None => "no leader".to_string(),
+    };
+    writeln!(
+        out,
+        "{:8}term {term}, {leader}, {up} of {} replicas up",
+        "",
+        s.replicas.len()
+    )?;
+    writeln!(
+        out,
+        "{:8}{:>7}  {:<22} {:<10} {:>10} {:>8}",
+        "", "replica", "address", "role", "applied", "lag"
+    )?;
+    for r in &s.replicas {
+        if r.up {
+            let lag = r.lag.map_or("-".to_string(), |l| l.to_string());
+            let role = if r.role.is_empty() { "?" } else { &r.role };
+            writeln!(
+                out,
+                "{:8}{:>7}  {:<22} {:<10} {:>10} {:>8}",
+                "", r.id, r.addr, role, r.applied, lag
+            )?;
+        } else {
+            let why = r.error.as_deref().unwrap_or("no answer");
+            writeln!(
+                out,
+                "{:8}{:>7}  {:<22} {:<10} {why}",
+                "", r.id, r.addr, "down"
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The cluster's health, and what makes it less than healthy.
+fn write_health(out: &mut impl Write, st: &ClusterStatus) -> std::io::Result<()> {
+    let health = st.health();
+    let word = match health {
+        Health::Healthy => "healthy",
+        Health::Degraded => "degraded",
+        Health::Down => "down",
+    };
+    let why: Vec<String> = st.servers.iter().filter_map(trouble).collect();
+    if why.is_empty() {
+        writeln!(out, "health: {word}")
+    } else {
+        writeln!(out, "health: {word} ({})", why.join("; "))
+    }
+}
+
+/// What keeps server `s` from being healthy, if anything.
+fn trouble(s: &ServerState) -> Option<String> {
+    if s.health() == Health::Healthy {
+        return None;
+    }
+    if s.replicas.is_empty() {
+        return Some(format!("server {} down", s.id));
+    }
+    let n = s.replicas.len();
+    let up = s.replicas.iter().filter(|r| r.up).count();
+    let mut why = Vec::new();
+    if s.leader().is_none() {
+        why.push("no leader".to_string());
+    }
+    if up < n {
+        why.push(format!("{up} of {n} replicas up"));
+    }
+    let lagging: Vec<String> = s
+        .replicas
+        .iter()
+        .filter(|r| r.lag.unwrap_or(0) > cairn_cluster::admin::LAGGING)
+        .map(|r| format!("replica {} {} behind", r.id, r.lag.unwrap_or(0)))
+        .collect();
+    why.extend(lagging);
+    Some(format!("server {}: {}", s.id, why.join(", ")))
+}
+
+/// The report of `cluster check`: a line per problem, a line per note (not damage),
+/// and a summary.
 fn write_check(out: &mut impl Write, c: &ClusterCheck) -> std::io::Result<()> {
     for p in &c.problems {
         writeln!(out, "problem: {p}")?;
+    }
+    for n in &c.notes {
+        writeln!(out, "note: {n}")?;
     }
     let verdict = if c.problems.is_empty() {
         "consistent".to_string()
@@ -550,9 +705,14 @@ fn write_check(out: &mut impl Write, c: &ClusterCheck) -> std::io::Result<()> {
         let ids: Vec<String> = c.down.iter().map(|i| i.to_string()).collect();
         format!(" (servers down, not checked: {})", ids.join(", "))
     };
+    let compared = match c.groups_compared {
+        0 => String::new(),
+        1 => ", the replicas of 1 server".to_string(),
+        n => format!(", the replicas of {n} servers"),
+    };
     writeln!(
         out,
-        "checked {} partitions, {} entries, {} inodes{down}: {verdict}",
+        "checked {} partitions, {} entries, {} inodes{compared}{down}: {verdict}",
         c.partitions, c.entries, c.inodes
     )
 }
@@ -575,7 +735,10 @@ pub fn mount(
         copts.timeout = seconds(t, "--timeout")?;
     }
     let st = cairn_cluster::admin::status(&cfg, copts.connect_timeout.max(copts.timeout / 2));
-    for s in st.servers.iter().filter(|s| !s.up) {
+    // A replicated server with replicas up but no leader yet (an election) is not down:
+    // the client follows the lead once there is one.
+    let down = |s: &&ServerState| !s.up && !s.replicas.iter().any(|r| r.up);
+    for s in st.servers.iter().filter(down) {
         let why = s.error.as_deref().unwrap_or("no answer");
         if s.id == 0 {
             bail!(
@@ -604,7 +767,7 @@ pub fn mount(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_cluster::admin::{LargeDir, ServerState};
+    use cairn_cluster::admin::{LargeDir, ReplicaState};
 
     fn server(id: u32, partial: bool) -> ServerState {
         ServerState {
@@ -666,6 +829,116 @@ mod tests {
         assert!(
             mixed.contains("inodes: - (needs an admin certificate) on server 1,"),
             "{mixed}"
+        );
+        // Servers of one replica: no replica lines, no health line.
+        assert!(
+            !whole.contains("replica") && !whole.contains("health:"),
+            "{whole}"
+        );
+    }
+
+    /// A replicated server of three replicas, replica `lead` leading (if any) and those
+    /// in `down` down.
+    fn group(id: u32, lead: Option<u64>, down: &[u64]) -> ServerState {
+        let replicas = (0..3)
+            .map(|r| {
+                let up = !down.contains(&r);
+                ReplicaState {
+                    id: r,
+                    addr: format!("127.0.0.1:{}", 7100 + r),
+                    up,
+                    error: (!up).then(|| "connection refused".to_string()),
+                    role: match (up, lead == Some(r)) {
+                        (false, _) => String::new(),
+                        (true, true) => "leader".into(),
+                        (true, false) => "follower".into(),
+                    },
+                    term: 3,
+                    leader: lead,
+                    applied: 120,
+                    lag: up.then_some(0),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        ServerState {
+            replicas,
+            up: lead.is_some(),
+            ..server(id, false)
+        }
+    }
+
+    /// A replicated server: its leader and term, a line per replica, and the health.
+    #[test]
+    fn status_of_replicated_servers() {
+        let t = text(vec![group(0, Some(1), &[2]), server(1, false)], vec![]);
+        assert!(
+            t.contains("term 3, leader replica 1, 2 of 3 replicas up"),
+            "{t}"
+        );
+        let rows: Vec<Vec<&str>> = t
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("replica"))
+            .skip(1)
+            .take(3)
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            rows[0][..5],
+            ["0", "127.0.0.1:7100", "follower", "120", "0"]
+        );
+        assert_eq!(rows[1][..3], ["1", "127.0.0.1:7101", "leader"]);
+        assert_eq!(
+            rows[2],
+            ["2", "127.0.0.1:7102", "down", "connection", "refused"]
+        );
+        assert!(
+            t.contains("health: degraded (server 0: 2 of 3 replicas up)"),
+            "{t}"
+        );
+        assert!(t.contains("2 of 2 servers up"), "{t}");
+
+        let t = text(vec![group(0, None, &[1, 2])], vec![]);
+        assert!(t.contains("term 3, no leader, 1 of 3 replicas up"), "{t}");
+        assert!(
+            t.contains("health: down (server 0: no leader, 1 of 3 replicas up)"),
+            "{t}"
+        );
+        let t = text(vec![group(0, Some(0), &[])], vec![]);
+        assert!(t.contains("health: healthy\n"), "{t}");
+    }
+
+    #[test]
+    fn exit_status_of_health() {
+        assert_eq!(health_exit(Health::Healthy), 0);
+        assert_eq!(health_exit(Health::Degraded), 1);
+        assert_eq!(health_exit(Health::Down), 2);
+    }
+
+    /// Notes (not damage) and the replicas compared in `check`'s report.
+    #[test]
+    fn check_report_with_replicas() {
+        let c = ClusterCheck {
+            notes: vec!["group 0: replica 2 (127.0.0.1:7102) did not answer: refused".into()],
+            replicas_down: vec![(0, 2)],
+            groups_compared: 2,
+            partitions: 3,
+            entries: 10,
+            inodes: 11,
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        write_check(&mut out, &c).unwrap();
+        let t = String::from_utf8(out).unwrap();
+        assert!(
+            t.starts_with("note: group 0: replica 2 (127.0.0.1:7102) did not answer"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "checked 3 partitions, 10 entries, 11 inodes, the replicas of 2 servers: consistent"
+            ),
+            "{t}"
         );
     }
 }

@@ -170,12 +170,6 @@ impl Dialer {
         Dialer::new(cfg, own_files(cfg, me), &own_name(cfg, me))
     }
 
-    /// An endpoint for server `s` (not connected) at its address (its first
-    /// replica's): see [`Dialer::endpoint_at`].
-    pub(crate) fn endpoint(&self, s: &ServerInfo) -> Result<Endpoint, TlsError> {
-        self.endpoint_at(s.id, s.addr)
-    }
-
     /// An endpoint for the replica of server `group` at `addr` (not connected): TLS
     /// verifies that its certificate is the CA's and names `server-<group>`.
     pub(crate) fn endpoint_at(&self, group: u32, addr: SocketAddr) -> Result<Endpoint, TlsError> {

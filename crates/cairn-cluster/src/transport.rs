@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tonic::transport::Channel;
 
-use crate::config::{ClusterConfig, ServerInfo};
+use crate::config::ClusterConfig;
 use crate::tls::TlsError;
 
 /// Largest message a server or client sends or accepts.
@@ -98,27 +98,6 @@ impl Reach {
                 .connect_timeout(connect_timeout)
                 .tcp_nodelay(true)
                 .connect_lazy()),
-        }
-    }
-
-    /// A lazy channel to server `s` (must be called inside a tokio runtime). `timeout`,
-    /// if given, bounds every request of a TCP channel (a custom channel's requests
-    /// carry their own timeouts).
-    pub(crate) fn channel(
-        &self,
-        s: &ServerInfo,
-        connect_timeout: Duration,
-        timeout: Option<Duration>,
-    ) -> Result<Channel, TlsError> {
-        match self {
-            Reach::Custom(d) => Ok(d(s.addr, connect_timeout)),
-            Reach::Net(d) => {
-                let mut ep = d.endpoint(s)?.connect_timeout(connect_timeout);
-                if let Some(t) = timeout {
-                    ep = ep.timeout(t);
-                }
-                Ok(ep.tcp_nodelay(true).connect_lazy())
-            }
         }
     }
 }

@@ -1,218 +1,24 @@
-//! Operator views of a cluster: [`status`] (what each server holds) and [`check`]
-//! (whether the namespace is consistent across the servers).
+//! [`check`]: whether the namespace is consistent across the servers, and the
+//! replicas of each replicated server with each other.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::Serialize;
 
+use super::{bounded, conn_at, header, runtime, why};
 use crate::config::ClusterConfig;
 use crate::error::ClientError;
 use crate::giga::{covers, created_depth, home_of, name_hash, rev_range, server_of};
 use crate::proto;
-use crate::proto::meta_client::MetaClient;
 use crate::rows::{PART_ACTIVE, PART_INCOMING};
 use crate::transport::{Dialer, Reach};
 
-/// One server as seen by [`status`].
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct ServerState {
-    /// Its id.
-    pub id: u32,
-    /// Its address.
-    pub addr: String,
-    /// Whether it answered.
-    pub up: bool,
-    /// Why not, if it did not.
-    pub error: Option<String>,
-    /// Directory partitions it holds.
-    pub partitions: u64,
-    /// Directory entries in them.
-    pub entries: u64,
-    /// Inodes whose home it is.
-    pub inodes: u64,
-    /// Splits it finished since it started.
-    pub splits_done: u64,
-    /// Splits it is doing now (or that wait for a peer).
-    pub splits_in_flight: u32,
-    /// Redirects it sent since it started.
-    pub redirects: u64,
-    /// Operations across servers it coordinates that are not finished (splits
-    /// included).
-    pub intents_pending: u32,
-    /// Names it holds for other servers' unfinished renames.
-    pub prepared_pending: u32,
-    /// Partitions it received from a split that are not active yet.
-    pub incoming_partitions: u32,
-    /// It answered with only what it keeps in memory, the certificate not allowing uid
-    /// 0: `inodes` and `prepared_pending` are unknown (0 here) and its largest
-    /// directories are left out of [`ClusterStatus::largest`].
-    pub partial: bool,
-}
-
-/// A directory with many partitions.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct LargeDir {
-    /// Its inode number.
-    pub dir: u64,
-    /// Its partitions (over all servers that answered).
-    pub partitions: u32,
-    /// Its entries (over all servers that answered).
-    pub entries: u64,
-}
-
-/// What [`status`] returns.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct ClusterStatus {
-    /// Every server of the cluster file, by id.
-    pub servers: Vec<ServerState>,
-    /// The largest directories by entries, with their partition counts (from the
-    /// servers that answered in full).
-    pub largest: Vec<LargeDir>,
-}
-
-/// How many directories [`status`] lists.
-const LARGEST: usize = 10;
 /// Rows per page of a dump.
 const DUMP_PAGE: u32 = 20_000;
 /// Age beyond which an unfinished operation is a problem for [`check`].
 pub const GRACE: Duration = Duration::from_secs(30);
-
-fn runtime() -> Result<tokio::runtime::Runtime, ClientError> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(ClientError::Runtime)
-}
-
-fn conn(
-    reach: &Reach,
-    s: &crate::config::ServerInfo,
-    timeout: Duration,
-) -> Result<MetaClient<tonic::transport::Channel>, crate::tls::TlsError> {
-    let ch = reach.channel(s, timeout, Some(timeout))?;
-    Ok(MetaClient::new(ch).max_decoding_message_size(crate::transport::MAX_MESSAGE))
-}
-
-fn header(cfg: &ClusterConfig) -> Option<proto::Header> {
-    Some(proto::Header {
-        cluster_id: cfg.cluster_id(),
-        cred: None,
-        no_checks: false,
-    })
-}
-
-fn why(s: &tonic::Status) -> String {
-    if s.code() == tonic::Code::FailedPrecondition {
-        return "reads a different cluster file".into();
-    }
-    // Transport errors (a refused handshake, say) say why in their sources.
-    let mut m = s.message().to_string();
-    let mut e = std::error::Error::source(s);
-    while let Some(x) = e {
-        let t = x.to_string();
-        if !m.contains(&t) {
-            m = format!("{m}: {t}");
-        }
-        e = x.source();
-    }
-    m
-}
-
-/// Asks every server what it holds; a server that does not answer within `timeout` is
-/// reported down. A server answers in full only to a client certificate that allows uid
-/// 0; to another it answers what it keeps in memory, marked
-/// [`ServerState::partial`].
-pub fn status(cfg: &ClusterConfig, timeout: Duration) -> ClusterStatus {
-    let mut out = ClusterStatus::default();
-    let rt = match runtime().and_then(|rt| Ok((rt, Reach::client(cfg, None)?))) {
-        Ok(rt) => rt,
-        Err(e) => {
-            for s in cfg.servers() {
-                out.servers.push(ServerState {
-                    id: s.id,
-                    addr: s.addr.to_string(),
-                    error: Some(e.to_string()),
-                    ..Default::default()
-                });
-            }
-            return out;
-        }
-    };
-    let (rt, reach) = rt;
-    let replies: Vec<Result<proto::ServerStatusReply, String>> = rt.block_on(async {
-        let mut tasks = Vec::new();
-        for s in cfg.servers() {
-            let mut c = match conn(&reach, s, timeout) {
-                Ok(c) => c,
-                Err(e) => {
-                    tasks.push(tokio::spawn(async move { Err(e.to_string()) }));
-                    continue;
-                }
-            };
-            let h = header(cfg);
-            tasks.push(tokio::spawn(async move {
-                let mut r = tonic::Request::new(proto::ServerStatusReq {
-                    h,
-                    top: LARGEST as u32 * 4,
-                    digest: false,
-                });
-                r.set_timeout(timeout);
-                c.server_status(r)
-                    .await
-                    .map(|r| r.into_inner())
-                    .map_err(|s| why(&s))
-            }));
-        }
-        let mut v = Vec::new();
-        for t in tasks {
-            v.push(t.await.unwrap_or_else(|e| Err(e.to_string())));
-        }
-        v
-    });
-    let mut dirs: HashMap<u64, (u32, u64)> = HashMap::new();
-    for (s, r) in cfg.servers().iter().zip(replies) {
-        let mut st = ServerState {
-            id: s.id,
-            addr: s.addr.to_string(),
-            ..Default::default()
-        };
-        match r {
-            Ok(r) => {
-                st.up = true;
-                st.partitions = r.partitions;
-                st.entries = r.entries;
-                st.inodes = r.inodes;
-                st.splits_done = r.splits_done;
-                st.splits_in_flight = r.splits_in_flight;
-                st.redirects = r.redirects;
-                st.intents_pending = r.intents_pending;
-                st.prepared_pending = r.prepared_pending;
-                st.incoming_partitions = r.incoming_partitions;
-                st.partial = r.partial;
-                for d in r.largest {
-                    let e = dirs.entry(d.dir).or_default();
-                    e.0 += d.partitions;
-                    e.1 += d.entries;
-                }
-            }
-            Err(e) => st.error = Some(e),
-        }
-        out.servers.push(st);
-    }
-    let mut largest: Vec<LargeDir> = dirs
-        .into_iter()
-        .map(|(dir, (partitions, entries))| LargeDir {
-            dir,
-            partitions,
-            entries,
-        })
-        .collect();
-    largest.sort_by(|a, b| b.entries.cmp(&a.entries).then(a.dir.cmp(&b.dir)));
-    largest.truncate(LARGEST);
-    out.largest = largest;
-    out
-}
 
 /// What [`check`] found.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -229,6 +35,16 @@ pub struct ClusterCheck {
     pub inodes: u64,
     /// Operations across servers in progress (younger than the grace period).
     pub in_flight: u64,
+    /// Remarks that are not damage, in words: a replica that did not answer, a
+    /// replicated server whose replicas could not be compared (still applying, or fewer
+    /// than two gave a digest), one without a leader whose rows were read from another
+    /// replica.
+    pub notes: Vec<String>,
+    /// Replicas of replicated servers that did not answer, as (server id, replica id).
+    pub replicas_down: Vec<(u32, u64)>,
+    /// Replicated servers whose replicas were compared: digests of their states, all
+    /// taken at one applied index.
+    pub groups_compared: u32,
 }
 
 /// Everything one server holds.
@@ -244,14 +60,16 @@ struct Rows {
     strays: Vec<String>,
 }
 
+/// The rows of server `id` from its replica at `addr`, a page at a time (each within
+/// `timeout`).
 async fn dump_one(
     cfg: &ClusterConfig,
     reach: &Reach,
-    id: u32,
+    (id, addr): (u32, SocketAddr),
     timeout: Duration,
 ) -> Result<Rows, tonic::Status> {
-    let mut c = conn(reach, &cfg.servers()[id as usize], timeout)
-        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let mut c =
+        conn_at(reach, id, addr, timeout).map_err(|e| tonic::Status::unavailable(e.to_string()))?;
     let mut rows = Rows::default();
     let mut after = Vec::new();
     loop {
@@ -261,7 +79,7 @@ async fn dump_one(
             limit: DUMP_PAGE,
         });
         r.set_timeout(timeout);
-        let p = c.dump(r).await?.into_inner();
+        let p = bounded(timeout, c.dump(r)).await?.into_inner();
         rows.partitions.extend(p.partitions);
         rows.entries.extend(p.entries);
         rows.inodes.extend(p.inodes);
@@ -287,13 +105,23 @@ fn name(n: &[u8]) -> String {
 /// link row and every link row has its entry, link counts match, and nothing is left
 /// half done (an incoming partition, an intent or a prepared name older than
 /// [`GRACE`]). A server that does not answer is listed in `down` and as a problem;
-/// checks that need its rows are skipped. `Err` only when a server reads another
-/// cluster file or the runtime cannot start.
+/// checks that need its rows are skipped.
+///
+/// A replicated server's rows are read from its leader (found by asking each replica
+/// its status; without a leader, from the replica that applied the most, with a note).
+/// Then its replicas are compared: each that answers gives a digest of one consistent
+/// cut of its state; taken at one applied index, they must be equal, else a problem
+/// names two replicas that differ. While their applied indexes differ, they are asked
+/// again (up to 10 times, 0.1 s apart); then a note says they were not compared. A
+/// replica that does not answer is listed in `replicas_down` and noted, not a
+/// problem.
+///
+/// `Err` only when a server reads another cluster file, refuses the caller, or the
+/// runtime cannot start.
 pub fn check(cfg: &ClusterConfig, timeout: Duration) -> Result<ClusterCheck, ClientError> {
     let rt = runtime()?;
     let reach = Reach::client(cfg, None)?;
-    let dumps = rt.block_on(dump_all(cfg, &reach, timeout));
-    verdict(cfg, dumps)
+    rt.block_on(inspect(cfg, &reach, timeout))
 }
 
 /// [`check`] from inside a tokio runtime, reaching the servers through `dialer` (the
@@ -305,34 +133,50 @@ pub async fn check_with(
     dialer: Dialer,
 ) -> Result<ClusterCheck, ClientError> {
     let reach = Reach::client(cfg, Some(dialer))?;
-    let dumps = dump_all(cfg, &reach, timeout).await;
-    verdict(cfg, dumps)
+    inspect(cfg, &reach, timeout).await
 }
 
-/// Every server's rows, one server after the other.
-async fn dump_all(
+/// [`check`]: the servers' rows, their checks, then the replicas compared.
+async fn inspect(
     cfg: &ClusterConfig,
     reach: &Reach,
     timeout: Duration,
+) -> Result<ClusterCheck, ClientError> {
+    let mut notes = Vec::new();
+    let sources = super::replicas::sources(cfg, reach, timeout, &mut notes).await;
+    let dumps = dump_all(cfg, reach, &sources, timeout).await;
+    let mut out = verdict(&sources, dumps)?;
+    out.notes = notes;
+    super::replicas::compare(cfg, reach, timeout, &mut out).await?;
+    Ok(out)
+}
+
+/// Every server's rows (server `id` from `sources[id]`), one server after the other.
+async fn dump_all(
+    cfg: &ClusterConfig,
+    reach: &Reach,
+    sources: &[SocketAddr],
+    timeout: Duration,
 ) -> Vec<Result<Rows, tonic::Status>> {
     let mut v = Vec::new();
-    for id in 0..cfg.len() {
-        v.push(dump_one(cfg, reach, id, timeout).await);
+    for (id, addr) in (0..cfg.len()).zip(sources) {
+        v.push(dump_one(cfg, reach, (id, *addr), timeout).await);
     }
     v
 }
 
-/// The checks of [`check`] on the servers' rows.
+/// The checks of [`check`] on the servers' rows (server `id` read from `sources[id]`).
 fn verdict(
-    cfg: &ClusterConfig,
+    sources: &[SocketAddr],
     dumps: Vec<Result<Rows, tonic::Status>>,
 ) -> Result<ClusterCheck, ClientError> {
+    let n = sources.len() as u32;
     let mut out = ClusterCheck::default();
-    let up = answers(cfg, dumps, &mut out)?;
+    let up = answers(sources, dumps, &mut out)?;
     let all_up = out.down.is_empty();
     unfinished(&up, &mut out);
     let quiet = out.in_flight == 0;
-    let parts = placement(&up, cfg.len(), quiet, &mut out);
+    let parts = placement(&up, n, quiet, &mut out);
     if all_up && quiet {
         tiling(&parts, &mut out.problems);
     }
@@ -350,18 +194,18 @@ fn verdict(
 /// The servers' rows (`None` for a server that did not answer, listed in `down` and as
 /// a problem); `Err` when one reads another cluster file or refuses the caller.
 fn answers(
-    cfg: &ClusterConfig,
+    sources: &[SocketAddr],
     dumps: Vec<Result<Rows, tonic::Status>>,
     out: &mut ClusterCheck,
 ) -> Result<Vec<Option<Rows>>, ClientError> {
     let mut up: Vec<Option<Rows>> = Vec::new();
-    for (id, d) in dumps.into_iter().enumerate() {
+    for ((id, d), addr) in dumps.into_iter().enumerate().zip(sources) {
         match d {
             Ok(r) => up.push(Some(r)),
             Err(s) if s.code() == tonic::Code::FailedPrecondition => {
                 return Err(ClientError::ClusterMismatch {
                     id: id as u32,
-                    addr: cfg.servers()[id].addr,
+                    addr: *addr,
                 });
             }
             Err(s) if s.code() == tonic::Code::PermissionDenied => {
