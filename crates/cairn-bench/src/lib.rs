@@ -72,6 +72,7 @@ mod measure;
 mod memlimit;
 mod mmcmap;
 mod plot;
+pub mod replbench;
 mod servers;
 mod synccount;
 mod table;

@@ -78,8 +78,8 @@ impl Serve {
     }
 }
 
-/// Running servers, each in a slot of its own (a slot is empty once its server has
-/// exited); all still running are stopped (SIGTERM, then SIGKILL after 10 s) when
+/// Running servers, each in a slot of its own (a slot is empty while its server is
+/// stopped); all still running are stopped (SIGTERM, then SIGKILL after 10 s) when
 /// dropped.
 #[derive(Default)]
 pub(crate) struct Servers {
@@ -93,6 +93,14 @@ impl Servers {
         self.children.len() - 1
     }
 
+    /// Puts a new process in slot `i` (whose server must be stopped).
+    pub(crate) fn set(&mut self, i: usize, c: Child) -> Result<()> {
+        let slot = self.children.get_mut(i).context("no such server slot")?;
+        ensure!(slot.is_none(), "server slot {i} still has a process");
+        *slot = Some(c);
+        Ok(())
+    }
+
     /// CPU seconds the running servers used so far.
     pub(crate) fn cpu_secs(&self) -> Result<f64> {
         self.children
@@ -100,6 +108,17 @@ impl Servers {
             .flatten()
             .map(|c| cpu_secs(c.id()))
             .sum()
+    }
+
+    /// Kills the server of slot `i` with SIGKILL and reaps it (nothing if it is
+    /// stopped already).
+    pub(crate) fn kill(&mut self, i: usize) -> Result<()> {
+        if let Some(mut c) = self.children.get_mut(i).and_then(Option::take) {
+            // Child::kill is SIGKILL.
+            c.kill().context("killing a server")?;
+            c.wait().context("reaping a killed server")?;
+        }
+        Ok(())
     }
 
     /// A server that exited on its own: its slot and how it ended (it is reaped and its
