@@ -26,6 +26,8 @@ const START_LIMIT: Duration = Duration::from_secs(60);
 pub(crate) struct Cluster {
     /// The cluster, as clients read it.
     pub cfg: ClusterConfig,
+    /// The cluster file.
+    pub file: PathBuf,
     /// Where the stores, logs and certificates are.
     pub work: PathBuf,
     /// By group, by replica: how each process was started.
@@ -70,6 +72,7 @@ impl Cluster {
         let cfg = ClusterConfig::load(&file).context("reading the cluster file")?;
         let mut c = Cluster {
             cfg,
+            file: file.clone(),
             work: work.to_path_buf(),
             serves: Vec::new(),
             servers: Servers::default(),
@@ -138,6 +141,11 @@ impl Cluster {
         let child = serve.spawn()?;
         let i = self.slot(g, r);
         self.servers.set(i, child)
+    }
+
+    /// CPU seconds the running servers used so far.
+    pub(crate) fn cpu_secs(&self) -> Result<f64> {
+        self.servers.cpu_secs()
     }
 
     /// Fails if a server exited on its own (a crash; not one this run stopped).

@@ -3,12 +3,16 @@
 //!
 //! - [`failover`]: a create storm while the leader of group 0 is SIGKILLed and
 //!   restarted again and again: the pauses the clients saw, the errors, and a check
-//!   that no acknowledged create was lost.
+//!   that no acknowledged create was lost;
+//! - [`cost`]: creates/s and creates per server-CPU-second of groups of 3 replicas
+//!   against groups of 1, under `--sync never` and `--sync always`, interleaved.
 //!
 //! The processes are started and stopped through `crate::servers` (as `cluster-bench`
-//! does), the clients are threads of this process (`storm`), and each replica's status
+//! does), the cost's clients are `cluster-bench`'s client processes, the failover's
+//! clients threads of this process (`storm`), and each replica's status
 //! comes from the replica itself (`probe`).
 
+mod cost;
 mod failover;
 mod group;
 mod probe;
@@ -23,6 +27,7 @@ use cairn_fs::{Cred, FileSystem, ROOT};
 use clap::{Args, Subcommand, ValueEnum};
 use serde::Serialize;
 
+pub use cost::CostArgs;
 pub use failover::FailoverArgs;
 
 /// What `cairn replication-bench --help` says.
@@ -40,6 +45,10 @@ port, groups of replicas kept by Raft, mutual TLS with certificates made for the
             other errors; then checks with a fresh client that every acknowledged create
             exists (`acknowledged creates lost: 0`, else the exit status is 1) and runs
             `cluster check`.
+  cost      groups of 3 replicas against groups of 1 (--groups groups), under --sync never
+            and always, interleaved and repeated --rounds times: creates/s of --clients
+            client processes for --seconds, and creates per server-CPU-second (user +
+            system time of every server process, from /proc).
 
 Each prints a Markdown table (and writes JSON with --json). Every phase has a deadline;
 the servers are stopped on every way out. The work directory (--dir) must be new or
@@ -59,6 +68,8 @@ pub struct ReplBenchArgs {
 pub enum Experiment {
     /// A create storm while group 0's leader is killed and restarted, again and again
     Failover(FailoverArgs),
+    /// Creates/s and creates per server-CPU-second: 3 replicas against 1
+    Cost(CostArgs),
 }
 
 /// Options every experiment takes.
@@ -100,6 +111,7 @@ impl SyncMode {
 pub fn run(args: &ReplBenchArgs) -> Result<()> {
     match &args.experiment {
         Experiment::Failover(a) => failover::run(a),
+        Experiment::Cost(a) => cost::run(a),
     }
 }
 
@@ -183,5 +195,16 @@ fn secs(s: f64) -> String {
         format!("{s:.2} s")
     } else {
         format!("{s:.1} s")
+    }
+}
+
+/// The median of `v` (of an even count, the mean of the middle two; 0 if empty).
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
     }
 }
