@@ -133,6 +133,12 @@ impl Cluster {
         self.servers.kill(i)
     }
 
+    /// Removes the store of replica `r` of group `g` (which must be stopped).
+    pub(crate) fn wipe(&mut self, g: usize, r: usize) -> Result<()> {
+        let d = &self.serves[g][r].dir;
+        std::fs::remove_dir_all(d).with_context(|| format!("removing {}", d.display()))
+    }
+
     /// Starts replica `r` of group `g` again, as it was started (same store, address
     /// and log), once it is stopped; a line in its log marks the restart.
     pub(crate) fn restart(&mut self, g: usize, r: usize) -> Result<()> {

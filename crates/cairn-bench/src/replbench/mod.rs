@@ -5,13 +5,16 @@
 //!   restarted again and again: the pauses the clients saw, the errors, and a check
 //!   that no acknowledged create was lost;
 //! - [`cost`]: creates/s and creates per server-CPU-second of groups of 3 replicas
-//!   against groups of 1, under `--sync never` and `--sync always`, interleaved.
+//!   against groups of 1, under `--sync never` and `--sync always`, interleaved;
+//! - [`catchup`]: a replica that comes back empty after its group holds a million
+//!   entries: how long until it has caught up, and what the clients saw meanwhile.
 //!
 //! The processes are started and stopped through `crate::servers` (as `cluster-bench`
-//! does), the cost's clients are `cluster-bench`'s client processes, the failover's
-//! clients threads of this process (`storm`), and each replica's status
+//! does), the cost's clients are `cluster-bench`'s client processes, the failover's and
+//! catch-up's clients threads of this process (`storm`), and each replica's status
 //! comes from the replica itself (`probe`).
 
+mod catchup;
 mod cost;
 mod failover;
 mod group;
@@ -27,6 +30,7 @@ use cairn_fs::{Cred, FileSystem, ROOT};
 use clap::{Args, Subcommand, ValueEnum};
 use serde::Serialize;
 
+pub use catchup::CatchUpArgs;
 pub use cost::CostArgs;
 pub use failover::FailoverArgs;
 
@@ -34,7 +38,7 @@ pub use failover::FailoverArgs;
 pub const ABOUT: &str = "\
 Measure replication on real processes: each replica a `cairn serve` process on a loopback
 port, groups of replicas kept by Raft, mutual TLS with certificates made for the run (as
-`cairn cluster init-certs --replicas R` makes them). The experiments:
+`cairn cluster init-certs --replicas R` makes them). Three experiments:
 
   failover  a create storm (--threads threads of this process, each creating files one by
             one in a directory of its own) while the leader of group 0 is SIGKILLed every
@@ -49,6 +53,11 @@ port, groups of replicas kept by Raft, mutual TLS with certificates made for the
             and always, interleaved and repeated --rounds times: creates/s of --clients
             client processes for --seconds, and creates per server-CPU-second (user +
             system time of every server process, from /proc).
+  catch-up  one group of 3 holding --entries entries (made through the clients' streamed
+            creates); a follower is killed, its store deleted, and started empty while a
+            client creates at --rate a second: seconds until its applied index reaches the
+            leader's, whether it got a snapshot, and the client's creates/s and longest
+            pause during the catch-up against before.
 
 Each prints a Markdown table (and writes JSON with --json). Every phase has a deadline;
 the servers are stopped on every way out. The work directory (--dir) must be new or
@@ -70,6 +79,9 @@ pub enum Experiment {
     Failover(FailoverArgs),
     /// Creates/s and creates per server-CPU-second: 3 replicas against 1
     Cost(CostArgs),
+    /// A replica that comes back empty: how long until it has caught up
+    #[command(name = "catch-up")]
+    CatchUp(CatchUpArgs),
 }
 
 /// Options every experiment takes.
@@ -112,6 +124,7 @@ pub fn run(args: &ReplBenchArgs) -> Result<()> {
     match &args.experiment {
         Experiment::Failover(a) => failover::run(a),
         Experiment::Cost(a) => cost::run(a),
+        Experiment::CatchUp(a) => catchup::run(a),
     }
 }
 
