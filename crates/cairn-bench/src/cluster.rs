@@ -7,7 +7,6 @@
 //! through `cairn_fs::Fs` in this process (the cost of the network hop).
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -18,6 +17,8 @@ use cairn_cluster::ClusterConfig;
 use cairn_fs::{Cred, FileSystem, Fs, ROOT};
 use clap::Args;
 use serde::Serialize;
+
+use crate::servers::{free_port, Kids, Serve, Servers};
 
 /// The hidden subcommand that runs one client process.
 pub const CLIENT_COMMAND: &str = "__cluster-bench-client";
@@ -95,7 +96,7 @@ pub struct ClientArgs {
     /// Inode of the directory to create in
     #[arg(long)]
     pub dir_ino: u64,
-    /// Files to create
+    /// Files to create (at most, with --seconds)
     #[arg(long)]
     pub files: u64,
     /// Name prefix of this client's files
@@ -110,13 +111,18 @@ pub struct ClientArgs {
     /// How creates travel: stream, batch or single
     #[arg(long, default_value = "stream")]
     pub creates: String,
+    /// Stop after this many seconds (with fewer than --files files made, then)
+    #[arg(long)]
+    pub seconds: Option<f64>,
 }
 
 /// One client process's outcome.
 #[derive(Debug, Serialize, Clone, Default)]
-struct ClientResult {
-    creates: u64,
-    secs: f64,
+pub(crate) struct ClientResult {
+    /// Creates it made.
+    pub creates: u64,
+    /// Seconds it took.
+    pub secs: f64,
     redirects: u64,
     /// Creates and redirects in the second half of this client's run.
     late_creates: u64,
@@ -169,58 +175,6 @@ struct Report {
     lib_creates_per_sec: Option<f64>,
 }
 
-fn free_port() -> Result<SocketAddr> {
-    let l = TcpListener::bind("127.0.0.1:0").context("finding a free loopback port")?;
-    Ok(l.local_addr()?)
-}
-
-/// CPU seconds (user + system) a process has used, from /proc/PID/stat.
-fn cpu_secs(pid: u32) -> Result<f64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("reading /proc/{pid}/stat"))?;
-    // Fields after the command name (which is in parentheses and may hold spaces).
-    let rest = s.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    ensure!(f.len() > 13, "short /proc/{pid}/stat");
-    let utime: f64 = f[11].parse()?;
-    let stime: f64 = f[12].parse()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Ok((utime + stime) / hz.max(1.0))
-}
-
-/// Running servers, killed (SIGTERM, then SIGKILL) when dropped.
-struct Servers {
-    children: Vec<Child>,
-}
-
-impl Servers {
-    /// CPU seconds the servers used so far.
-    fn cpu_secs(&self) -> Result<f64> {
-        self.children.iter().map(|c| cpu_secs(c.id())).sum()
-    }
-}
-
-impl Drop for Servers {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            // SAFETY: kill with a pid we own.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        }
-        let t = Instant::now();
-        for c in &mut self.children {
-            while t.elapsed() < Duration::from_secs(10) {
-                if let Ok(Some(_)) = c.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 fn start_servers(
     exe: &Path,
     args: &ClusterBenchArgs,
@@ -251,61 +205,31 @@ fn start_servers(
         let cfg = ClusterConfig::load(&file)?;
         (file, cfg)
     };
-    let mut servers = Servers {
-        children: Vec::new(),
-    };
+    let mut extra = Vec::new();
+    if let Some(t) = args.split_threshold {
+        extra.extend(["--split-threshold".to_string(), t.to_string()]);
+    }
+    if let Some(k) = args.partitions_per_server {
+        extra.extend(["--partitions-per-server".to_string(), k.to_string()]);
+    }
+    if insecure {
+        extra.push("--insecure".to_string());
+    }
+    let mut servers = Servers::default();
     for (id, a) in addrs.iter().enumerate() {
-        let d = work.join(format!("server-{id}"));
-        let mut cmd = Command::new(exe);
-        cmd.arg("serve")
-            .arg("--dir")
-            .arg(&d)
-            .arg("--listen")
-            .arg(a.to_string())
-            .arg("--cluster")
-            .arg(&file)
-            .arg("--sync")
-            .arg(&args.sync)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(
-                std::fs::File::create(work.join(format!("server-{id}.log")))
-                    .context("creating a server log")?,
-            ));
-        if let Some(t) = args.split_threshold {
-            cmd.arg("--split-threshold").arg(t.to_string());
-        }
-        if let Some(k) = args.partitions_per_server {
-            cmd.arg("--partitions-per-server").arg(k.to_string());
-        }
-        if insecure {
-            cmd.arg("--insecure");
-        }
-        servers
-            .children
-            .push(cmd.spawn().context("starting `cairn serve`")?);
+        let serve = Serve {
+            exe: exe.to_path_buf(),
+            dir: work.join(format!("server-{id}")),
+            listen: *a,
+            cluster: file.clone(),
+            sync: args.sync.clone(),
+            log: work.join(format!("server-{id}.log")),
+            extra: extra.clone(),
+        };
+        servers.push(serve.spawn()?);
     }
     // Wait until every server accepts connections (bounded).
-    let t = Instant::now();
-    for a in &addrs {
-        while TcpStream::connect_timeout(a, Duration::from_millis(200)).is_err() {
-            if t.elapsed() > Duration::from_secs(60) {
-                bail!(
-                    "server at {a} did not start within 60 s (see its log in {})",
-                    work.display()
-                );
-            }
-            for c in &mut servers.children {
-                if let Ok(Some(st)) = c.try_wait() {
-                    bail!(
-                        "a server exited at start ({st}); see the logs in {}",
-                        work.display()
-                    );
-                }
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+    servers.wait_listening(&addrs, Duration::from_secs(60), work)?;
     Ok((servers, file, cfg))
 }
 
@@ -326,31 +250,25 @@ fn run_one(
         .map_err(|e| anyhow::anyhow!("mkdir /bench on the cluster: {e}"))?;
     let cpu0 = servers.cpu_secs()?;
     let start = Instant::now();
-    let mut kids = Vec::new();
+    let mut kids = Kids::default();
     for k in 0..args.clients {
-        let child = Command::new(exe)
-            .arg(CLIENT_COMMAND)
-            .args(insecure.then_some("--insecure"))
-            .arg("--creates")
-            .arg(how)
-            .arg("--cluster")
-            .arg(&file)
-            .arg("--dir-ino")
-            .arg(dir.ino.to_string())
-            .arg("--files")
-            .arg(args.files.to_string())
-            .arg("--prefix")
-            .arg(format!("c{k}-"))
-            .arg("--threads")
-            .arg(args.threads.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .context("starting a client process")?;
-        kids.push(child);
+        kids.0.push(spawn_client(
+            exe,
+            &ClientSpawn {
+                file: &file,
+                dir_ino: dir.ino,
+                files: args.files,
+                prefix: format!("c{k}-"),
+                threads: args.threads,
+                creates: how,
+                insecure,
+                seconds: None,
+            },
+        )?);
     }
-    let (results, progress) = collect_clients(kids)?;
+    // Bounded: far beyond what the slowest run here takes (a create a millisecond).
+    let limit = Duration::from_secs(600 + args.files / 1000);
+    let (results, progress) = collect_clients(kids, limit)?;
     let wall = start.elapsed().as_secs_f64();
     let cpu1 = servers.cpu_secs()?;
     let status = cairn_cluster::admin::status(&cfg, Duration::from_secs(10));
@@ -398,24 +316,91 @@ fn run_one(
 }
 
 /// A client process's progress lines: (seconds, creates) of each.
-type Progress = Vec<(f64, u64)>;
+pub(crate) type Progress = Vec<(f64, u64)>;
 
-/// Reads the client processes' output to their end and waits for them: each one's
-/// result and progress. Progress lines: "@@P <secs> <creates>"; last line "@@R <json>".
-fn collect_clients(mut kids: Vec<Child>) -> Result<(Vec<ClientResult>, Vec<Progress>)> {
+/// One client process (`cairn __cluster-bench-client`) to start.
+pub(crate) struct ClientSpawn<'a> {
+    /// The cluster file.
+    pub file: &'a Path,
+    /// The directory it creates in.
+    pub dir_ino: u64,
+    /// Files it creates (at most, with `seconds`).
+    pub files: u64,
+    /// Its names' prefix.
+    pub prefix: String,
+    /// Its threads.
+    pub threads: u32,
+    /// How creates travel: stream, batch or single.
+    pub creates: &'a str,
+    /// Plain TCP.
+    pub insecure: bool,
+    /// Stop creating after this long.
+    pub seconds: Option<f64>,
+}
+
+/// Starts one client process; its progress and result on its stdout (piped), its
+/// errors on ours.
+pub(crate) fn spawn_client(exe: &Path, s: &ClientSpawn<'_>) -> Result<Child> {
+    let mut cmd = Command::new(exe);
+    cmd.arg(CLIENT_COMMAND)
+        .args(s.insecure.then_some("--insecure"))
+        .arg("--creates")
+        .arg(s.creates)
+        .arg("--cluster")
+        .arg(s.file)
+        .arg("--dir-ino")
+        .arg(s.dir_ino.to_string())
+        .arg("--files")
+        .arg(s.files.to_string())
+        .arg("--prefix")
+        .arg(&s.prefix)
+        .arg("--threads")
+        .arg(s.threads.to_string());
+    if let Some(t) = s.seconds {
+        cmd.arg("--seconds").arg(t.to_string());
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("starting a client process")
+}
+
+/// Reads the client processes' output to their end and waits for them, at most
+/// `limit` (then they are killed): each one's result and progress. Progress lines:
+/// "@@P <secs> <creates>"; last line "@@R <json>". A client that fails fails the
+/// whole (the others are killed).
+pub(crate) fn collect_clients(
+    mut kids: Kids,
+    limit: Duration,
+) -> Result<(Vec<ClientResult>, Vec<Progress>)> {
+    let t = Instant::now();
     let mut readers = Vec::new();
-    for c in &mut kids {
+    for c in &mut kids.0 {
         let out = c.stdout.take().context("client stdout")?;
         readers.push(std::thread::spawn(move || read_client(out)));
     }
+    let mut done = vec![false; kids.0.len()];
+    while done.iter().any(|d| !d) {
+        for (c, d) in kids.0.iter_mut().zip(&mut done) {
+            if let Some(st) = c.try_wait()? {
+                ensure!(st.success(), "a client process failed ({st})");
+                *d = true;
+            }
+        }
+        ensure!(
+            t.elapsed() < limit,
+            "the client processes did not finish within {} s",
+            limit.as_secs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let mut results = Vec::new();
     let mut progress = Vec::new();
-    for (c, r) in kids.iter_mut().zip(readers) {
-        let st = c.wait()?;
+    for r in readers {
         let (p, res) = r
             .join()
             .map_err(|_| anyhow::anyhow!("a reader thread panicked"))?;
-        ensure!(st.success(), "a client process failed ({st})");
         let res = res.context("a client process reported no result")?;
         results.push(parse_result(&res)?);
         progress.push(p);
@@ -826,6 +811,11 @@ pub fn client(args: &ClientArgs) -> Result<()> {
         ..ClientOptions::default()
     };
     let c = Client::with_config(cfg, opts)?;
+    let limit = args
+        .seconds
+        .map(|s| Duration::try_from_secs_f64(s).context("--seconds must be a positive number"))
+        .transpose()?;
+    let out_of_time = |t: Instant| limit.is_some_and(|l| t.elapsed() >= l);
     let done = std::sync::atomic::AtomicU64::new(0);
     let redirects_at_half = std::sync::atomic::AtomicU64::new(u64::MAX);
     let half = args.files / 2;
@@ -838,7 +828,7 @@ pub fn client(args: &ClientArgs) -> Result<()> {
                 s.spawn(move || -> Result<()> {
                     // Thread w creates files w, w + T, w + 2T, ...
                     let mut i = w;
-                    while i < args.files {
+                    while i < args.files && !out_of_time(t) {
                         let name = format!("{}{i}", args.prefix);
                         c.create(&Cred::ROOT, args.dir_ino, name.as_bytes(), 0o644)
                             .map_err(|e| anyhow::anyhow!("create {name}: {e}"))?;
@@ -876,18 +866,19 @@ pub fn client(args: &ClientArgs) -> Result<()> {
         return Err(e);
     }
     let secs = t.elapsed().as_secs_f64();
+    let made = done.load(std::sync::atomic::Ordering::Relaxed);
     let mut out = std::io::stdout().lock();
-    writeln!(out, "@@P {:.3} {}", secs, args.files)?;
+    writeln!(out, "@@P {secs:.3} {made}")?;
     let redirects = c.redirects();
     let at_half = match redirects_at_half.load(std::sync::atomic::Ordering::Relaxed) {
         u64::MAX => 0,
         r => r,
     };
     let r = serde_json::json!({
-        "creates": args.files,
+        "creates": made,
         "secs": secs,
         "redirects": redirects,
-        "late_creates": args.files - half,
+        "late_creates": made.saturating_sub(half),
         "late_redirects": redirects - at_half,
         "batches": c.batches().0,
         "batched": c.batches().1,

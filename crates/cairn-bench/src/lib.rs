@@ -72,6 +72,8 @@ mod measure;
 mod memlimit;
 mod mmcmap;
 mod plot;
+pub mod replbench;
+mod servers;
 mod synccount;
 mod table;
 

@@ -162,6 +162,9 @@ enum Command {
     /// the aggregate create rate
     #[command(long_about = cairn_bench::clustersim::ABOUT)]
     ClusterSim(cairn_bench::clustersim::ClusterSimArgs),
+    /// Replication: failover pauses, the cost of 3 replicas, an empty replica's catch-up
+    #[command(long_about = cairn_bench::replbench::ABOUT)]
+    ReplicationBench(cairn_bench::replbench::ReplBenchArgs),
     /// Checkpoints and backups of 1, 10 and 40 GiB stores while writers run
     #[command(long_about = cairn_bench::backupbench::ABOUT)]
     BackupBench(cairn_bench::backupbench::BackupBenchArgs),
@@ -376,6 +379,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Cluster(args) => return cluster::run(&args, &mut stdout()),
         Command::ClusterBench(args) => cairn_bench::cluster::run(&args)?,
         Command::ClusterSim(args) => cairn_bench::clustersim::run(&args)?,
+        Command::ReplicationBench(args) => cairn_bench::replbench::run(&args)?,
         Command::BackupBench(args) => cairn_bench::backupbench::run(&args)?,
         Command::ClusterBenchClient(args) => cairn_bench::cluster::client(&args)?,
         Command::FsBenchWorker(args) => cairn_bench::fsprocs::worker(&args)?,
