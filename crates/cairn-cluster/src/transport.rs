@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tonic::transport::Channel;
 
-use crate::config::ClusterConfig;
+use crate::config::{ClusterConfig, ServerInfo};
 use crate::tls::TlsError;
 
 /// Largest message a server or client sends or accepts.
