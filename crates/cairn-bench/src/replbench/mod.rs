@@ -1,12 +1,12 @@
 //! `cairn replication-bench`: what replication costs and what it buys, on real
 //! processes (each replica a `cairn serve` process on a loopback port, mutual TLS):
 //!
-//! - [`failover`]: a create storm while the leader of group 0 is SIGKILLed and
+//! - `failover`: a create storm while the leader of group 0 is SIGKILLed and
 //!   restarted again and again: the pauses the clients saw, the errors, and a check
 //!   that no acknowledged create was lost;
-//! - [`cost`]: creates/s and creates per server-CPU-second of groups of 3 replicas
+//! - `cost`: creates/s and creates per server-CPU-second of groups of 3 replicas
 //!   against groups of 1, under `--sync never` and `--sync always`, interleaved;
-//! - [`catchup`]: a replica that comes back empty after its group holds a million
+//! - `catchup`: a replica that comes back empty after its group holds a million
 //!   entries: how long until it has caught up, and what the clients saw meanwhile.
 //!
 //! The processes are started and stopped through `crate::servers` (as `cluster-bench`
