@@ -208,8 +208,8 @@ pub struct ClusterArgs {
 /// The subcommands of `cluster`.
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
-    /// Servers up or down, partitions, entries, splits; the largest directories; exit
-    /// status 0 healthy, 1 degraded, 2 down (see --help)
+    /// Servers and replicas up or down, partitions, entries, splits; exit status 0
+    /// healthy, 1 degraded, 2 down
     #[command(long_about = STATUS_ABOUT)]
     Status {
         /// The cluster file
@@ -913,6 +913,9 @@ mod tests {
         assert_eq!(health_exit(Health::Healthy), 0);
         assert_eq!(health_exit(Health::Degraded), 1);
         assert_eq!(health_exit(Health::Down), 2);
+        // The help says how far behind a replica makes the cluster degraded.
+        let lagging = format!("{} entries", cairn_cluster::admin::LAGGING);
+        assert!(STATUS_ABOUT.contains(&lagging), "{STATUS_ABOUT}");
     }
 
     /// Notes (not damage) and the replicas compared in `check`'s report.

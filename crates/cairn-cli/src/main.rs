@@ -41,8 +41,10 @@ const EXIT_DAMAGE: u8 = 2;
 const AFTER_HELP: &str = "\
 Exit status:
   0   success
-  1   an error (one line `cairn: <error>` on stderr), including `get` of an absent key
-  2   `verify` found damage, or `cluster check` found the cluster inconsistent
+  1   an error (one line `cairn: <error>` on stderr), including `get` of an absent key;
+      `cluster status` found the cluster degraded
+  2   `verify` found damage, `cluster check` found the cluster inconsistent, or
+      `cluster status` found it down
   64  invalid command line
 
 Keys and values given as arguments are used as raw bytes. Put `--` before a KEY or

@@ -1004,6 +1004,11 @@ fn status_check_metrics_and_sigterm() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("2 of 3 servers up"), "{text}");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a server of one replica down: down"
+    );
     let out = cairn()
         .args(["cluster", "check", "--timeout", "2", "--cluster"])
         .arg(&cluster.file)
@@ -1020,6 +1025,114 @@ fn status_check_metrics_and_sigterm() {
         .map(|e| e.name)
         .collect();
     assert_eq!(names.len(), 1000);
+}
+
+/// `cluster status`'s exit status: 0 healthy, 1 degraded, 2 down. Servers of one
+/// replica that do not answer: down. A group of three `cairn serve --insecure`
+/// replicas: healthy with a leader, degraded with one replica killed, down with two.
+#[test]
+fn status_exit_codes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let status = |file: &Path| {
+        let out = cairn()
+            .args([
+                "cluster",
+                "status",
+                "--insecure",
+                "--timeout",
+                "2",
+                "--cluster",
+            ])
+            .arg(file)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.code(), text)
+    };
+    // Nothing listens: every server down.
+    let ports = free_ports(5);
+    let lonely = tmp.path().join("lonely.toml");
+    let text: String = ports[..2]
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("[[server]]\nid = {i}\naddr = \"127.0.0.1:{p}\"\n"))
+        .collect();
+    std::fs::write(&lonely, text).unwrap();
+    let (code, text) = status(&lonely);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("0 of 2 servers up"), "{text}");
+    assert!(!text.contains("health:"), "{text}");
+
+    // One server of three replicas.
+    let group = tmp.path().join("group.toml");
+    let mut text = "version = 2\n[[server]]\nid = 0\n".to_string();
+    for p in &ports[2..] {
+        text.push_str(&format!("[[server.replica]]\naddr = \"127.0.0.1:{p}\"\n"));
+    }
+    std::fs::write(&group, text).unwrap();
+    let mut replicas = Children(
+        ports[2..]
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let child = cairn()
+                    .arg("serve")
+                    .arg("--dir")
+                    .arg(tmp.path().join(format!("r{i}")))
+                    .args(["--listen", &format!("127.0.0.1:{p}"), "--insecure"])
+                    .args(["--sync", "never", "--election-timeout", "200"])
+                    .arg("--cluster")
+                    .arg(&group)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap();
+                Some(child)
+            })
+            .collect(),
+    );
+    let until = |want: i32| {
+        let end = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (code, text) = status(&group);
+            if code == Some(want) {
+                return text;
+            }
+            assert!(Instant::now() < end, "not exit {want}: {code:?}\n{text}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let text = until(0);
+    assert!(text.contains("1 of 1 servers up"), "{text}");
+    assert!(text.contains("leader replica"), "{text}");
+    assert!(text.contains("3 of 3 replicas up"), "{text}");
+    assert!(text.contains("health: healthy"), "{text}");
+    let mut kill = |i: usize| {
+        let mut c = replicas.0[i].take().unwrap();
+        c.kill().unwrap();
+        c.wait().unwrap();
+    };
+    kill(0);
+    let text = until(1);
+    assert!(text.contains("2 of 3 replicas up"), "{text}");
+    assert!(text.contains("health: degraded"), "{text}");
+    kill(1);
+    let text = until(2);
+    assert!(text.contains("1 of 3 replicas up"), "{text}");
+    assert!(text.contains("health: down"), "{text}");
+}
+
+/// Child processes, killed on drop.
+struct Children(Vec<Option<Child>>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for mut c in self.0.iter_mut().filter_map(Option::take) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 #[test]
