@@ -44,8 +44,8 @@ port, groups of replicas kept by Raft, mutual TLS with certificates made for the
             one in a directory of its own) while the leader of group 0 is SIGKILLed every
             --every seconds and restarted a second later, --kills times; reports the
             pauses the threads saw around each kill (p50, p99, max), the creates
-            acknowledged, the ambiguous errors (EIO: the client cannot know whether a
-            create in flight when its leader died was done; not retried, not lost) and
+            acknowledged, the ambiguous errors (EIO: a create whose outcome the client
+            could not learn; creates carry tokens and are sent again, so this stays 0) and
             other errors; then checks with a fresh client that every acknowledged create
             exists (`acknowledged creates lost: 0`, else the exit status is 1) and runs
             `cluster check`.
