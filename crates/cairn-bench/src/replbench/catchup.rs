@@ -284,13 +284,13 @@ fn catch_up(
     }
 }
 
-/// The client thread's figures over `[from, to)` (µs of the storm's clock): creates
-/// that ended in it, and the longest gap between acknowledged ones that overlaps it.
+/// The client thread's figures over `(from, to]` (µs of the storm's clock): creates
+/// that ended in it, and the longest gap between acknowledged ones that ended in it.
 fn stretch(logs: &[ThreadLog], (from, to): (u64, u64)) -> Stretch {
     let recs = logs
         .iter()
         .flat_map(|l| &l.recs)
-        .filter(|r| r.end >= from && r.end < to);
+        .filter(|r| r.end > from && r.end <= to);
     let (mut acknowledged, mut failed) = (0, 0);
     for r in recs {
         if r.errno == 0 {
@@ -302,7 +302,7 @@ fn stretch(logs: &[ThreadLog], (from, to): (u64, u64)) -> Stretch {
     let secs = to.saturating_sub(from) as f64 / 1e6;
     let longest = logs
         .iter()
-        .map(|l| longest_gap(&l.acked_ends(), 0, (from, to)))
+        .map(|l| longest_gap(&l.acked_ends(), 0, (from, to)).len)
         .max()
         .unwrap_or(0);
     Stretch {

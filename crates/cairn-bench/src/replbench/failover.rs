@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::group::Cluster;
 use super::probe::Prober;
-use super::storm::{longest_gap, quantile, Counts, Storm, ThreadLog, Verdict};
+use super::storm::{longest_gap, quantile, Counts, Gap, Storm, ThreadLog, Verdict};
 use super::{Common, SyncMode};
 
 /// Replicas per group.
@@ -29,6 +29,8 @@ const LEADER_LIMIT: Duration = Duration::from_secs(30);
 const SETTLE_LIMIT: Duration = Duration::from_secs(120);
 /// Each server's time to answer `cluster check`'s dumps.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(120);
+/// Pauses longer than this are listed with their times, to look up in the logs.
+const LONG_PAUSE: f64 = 2.0;
 
 /// Arguments of `replication-bench failover`.
 #[derive(Args, Debug, Clone)]
@@ -74,8 +76,11 @@ struct Kill {
     /// Seconds from the kill to the restart.
     restarted_after: f64,
     /// Each thread's longest time without an acknowledged create around this kill
-    /// (from the gap that spans it to the next kill), seconds.
+    /// (of the gaps between acknowledged creates that end from the kill to the next
+    /// one), seconds.
     pauses: Vec<f64>,
+    /// The longest of them: from and to, seconds of the storm's clock.
+    longest: (f64, f64),
 }
 
 /// The results.
@@ -89,6 +94,8 @@ struct Report {
     sync: SyncMode,
     every_secs: f64,
     down_secs: f64,
+    /// When the storm started (the zero of its clock), seconds since the epoch.
+    started_unix: f64,
     storm_secs: f64,
     counts: Counts,
     creates_per_sec: f64,
@@ -134,6 +141,7 @@ pub(super) fn run(a: &FailoverArgs) -> Result<()> {
     // Bounded: the kills, and as long again for waits between them.
     let limit = Duration::from_secs_f64(2.0 * a.every * f64::from(a.kills + 1) + 300.0);
     let storm = Storm::start(&client, &dirs, None, limit);
+    let started_unix = super::unix_now();
     let mut kills = killer(&mut cluster, &prober, a, &storm)?;
     let storm_end = storm.now();
     let logs = storm.finish()?;
@@ -147,7 +155,13 @@ pub(super) fn run(a: &FailoverArgs) -> Result<()> {
     drop(fresh);
     drop(cluster);
     pauses(&mut kills, &logs, storm_end);
-    let report = summarize(a, machine, (kills, &logs, storm_end), verdict, check);
+    let report = summarize(
+        a,
+        machine,
+        (kills, &logs, (started_unix, storm_end)),
+        verdict,
+        check,
+    );
     print!("{}", markdown(&report));
     super::write_json(a.common.json.as_deref(), &report)?;
     ensure!(
@@ -198,6 +212,7 @@ fn killer(
             leader_term: led.1,
             restarted_after: restarted,
             pauses: Vec::new(),
+            longest: (0.0, 0.0),
         });
         next = t + every;
     }
@@ -279,16 +294,20 @@ fn recover(
 }
 
 /// Each kill's pauses: per thread, the longest gap between acknowledged creates that
-/// overlaps the time from the kill to the next one (to the storm's end for the last).
+/// ends from the kill to the next one (to the storm's end for the last).
 fn pauses(kills: &mut [Kill], logs: &[ThreadLog], storm_end: u64) {
     let ends: Vec<Vec<u64>> = logs.iter().map(ThreadLog::acked_ends).collect();
     let starts: Vec<u64> = kills.iter().map(|k| (k.at * 1e6) as u64).collect();
     for (i, k) in kills.iter_mut().enumerate() {
         let to = starts.get(i + 1).copied().unwrap_or(storm_end);
-        k.pauses = ends
+        let gaps: Vec<Gap> = ends
             .iter()
-            .map(|e| longest_gap(e, 0, (starts[i], to)) as f64 / 1e6)
+            .map(|e| longest_gap(e, 0, (starts[i], to)))
             .collect();
+        k.pauses = gaps.iter().map(|g| g.len as f64 / 1e6).collect();
+        if let Some(g) = gaps.iter().max_by_key(|g| g.len) {
+            k.longest = (g.from as f64 / 1e6, g.to as f64 / 1e6);
+        }
     }
 }
 
@@ -297,7 +316,7 @@ fn pauses(kills: &mut [Kill], logs: &[ThreadLog], storm_end: u64) {
 fn summarize(
     a: &FailoverArgs,
     machine: String,
-    (kills, logs, storm_end): (Vec<Kill>, &[ThreadLog], u64),
+    (kills, logs, (started_unix, storm_end)): (Vec<Kill>, &[ThreadLog], (f64, u64)),
     verdict: Verdict,
     check: ClusterCheck,
 ) -> Report {
@@ -328,6 +347,7 @@ fn summarize(
         sync: a.sync,
         every_secs: a.every,
         down_secs: a.down,
+        started_unix,
         storm_secs,
         creates_per_sec: counts.acknowledged as f64 / storm_secs.max(1e-9),
         counts,
@@ -372,7 +392,7 @@ fn markdown(r: &Report) -> String {
     let _ = writeln!(
         out,
         "\npause: per kill, the longest time a thread went without an acknowledged create \
-         (the gap that spans the kill, up to the next kill); per thread and kill: p50 {}, \
+         (of the gaps that end from the kill to the next one); per thread and kill: p50 {}, \
          p99 {}, max {}. Acknowledged creates' latency: p50 {:.2} ms, p99 {:.2} ms.",
         s(r.thread_pause[0]),
         s(r.thread_pause[1]),
@@ -395,6 +415,24 @@ fn markdown(r: &Report) -> String {
             .map(|(e, n)| format!("errno {e}: {n}"))
             .collect();
         let _ = writeln!(out, "other errors: {}", e.join(", "));
+    }
+    for (i, k) in r.kills.iter().enumerate() {
+        let p = k.pauses.iter().copied().fold(0.0, f64::max);
+        if p > LONG_PAUSE {
+            let _ = writeln!(
+                out,
+                "pause over {}: kill {} (of replica {} at {:.2} s, {}): no create acknowledged from {:.2} s to {:.2} s ({} to {})",
+                s(LONG_PAUSE),
+                i + 1,
+                k.replica,
+                k.at,
+                super::utc(r.started_unix + k.at),
+                k.longest.0,
+                k.longest.1,
+                super::utc(r.started_unix + k.longest.0),
+                super::utc(r.started_unix + k.longest.1),
+            );
+        }
     }
     let v = &r.verdict;
     let _ = writeln!(

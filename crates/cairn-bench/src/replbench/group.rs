@@ -143,7 +143,11 @@ impl Cluster {
     /// and log), once it is stopped; a line in its log marks the restart.
     pub(crate) fn restart(&mut self, g: usize, r: usize) -> Result<()> {
         let serve = self.serves[g][r].clone();
-        append_line(&serve.log, "---- replication-bench: restarted ----")?;
+        let line = format!(
+            "---- replication-bench: restarted at {} ----",
+            super::utc(super::unix_now())
+        );
+        append_line(&serve.log, &line)?;
         let child = serve.spawn()?;
         let i = self.slot(g, r);
         self.servers.set(i, child)

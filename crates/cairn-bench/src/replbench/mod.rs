@@ -221,3 +221,53 @@ fn median(v: &[f64]) -> f64 {
         n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
     }
 }
+
+/// Seconds since the epoch, now.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Seconds since the epoch as UTC `YYYY-MM-DDTHH:MM:SS.mmmZ`, as the servers' logs
+/// write their times.
+fn utc(unix: f64) -> String {
+    let ms = (unix.max(0.0) * 1000.0).round() as i64;
+    let (days, ms_of_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
+    // Howard Hinnant's days-to-civil.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (h, mi, sec, milli) = (
+        ms_of_day / 3_600_000,
+        ms_of_day / 60_000 % 60,
+        ms_of_day / 1000 % 60,
+        ms_of_day % 1000,
+    );
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{sec:02}.{milli:03}Z")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_times() {
+        assert_eq!(utc(0.0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(utc(951_782_400.5), "2000-02-29T00:00:00.500Z");
+        assert_eq!(utc(1_764_426_518.25), "2025-11-29T14:28:38.250Z");
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0]), 2.5);
+        assert_eq!(median(&[]), 0.0);
+    }
+}

@@ -184,25 +184,47 @@ fn create_loop(
     log
 }
 
-/// The longest time, µs, between two consecutive acknowledged creates (`ends`,
-/// ascending) whose gap overlaps the window `[from, to)`; before the first create the
-/// gap counts from `origin`, after the last to `to`.
-pub(crate) fn longest_gap(ends: &[u64], origin: u64, (from, to): (u64, u64)) -> u64 {
-    // The first end after `from`: the gaps from the one before it on.
+/// A time without acknowledged creates: from one's end to the next's, µs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Gap {
+    /// Its length.
+    pub len: u64,
+    /// Its start and end.
+    pub from: u64,
+    pub to: u64,
+}
+
+/// The longest gap between consecutive acknowledged creates (`ends`, ascending) that
+/// ends in the window `(from, to]` (each gap belongs to the window of its end); the
+/// gap before the first create starts at `origin`, and one still open at `to` (no
+/// create after) ends there.
+pub(crate) fn longest_gap(ends: &[u64], origin: u64, (from, to): (u64, u64)) -> Gap {
     let first = ends.partition_point(|&e| e <= from);
+    let last = ends.partition_point(|&e| e <= to);
+    let mut best = Gap {
+        len: 0,
+        from,
+        to: from,
+    };
     let mut prev = if first == 0 { origin } else { ends[first - 1] };
-    let mut longest = 0;
-    for &e in &ends[first..] {
-        if prev >= to {
-            return longest;
+    for &e in &ends[first..last] {
+        if e.saturating_sub(prev) > best.len {
+            best = Gap {
+                len: e - prev,
+                from: prev,
+                to: e,
+            };
         }
-        longest = longest.max(e - prev);
         prev = e;
     }
-    if prev < to {
-        longest = longest.max(to - prev);
+    if last == ends.len() && to.saturating_sub(prev) > best.len {
+        best = Gap {
+            len: to - prev,
+            from: prev,
+            to,
+        };
     }
-    longest
+    best
 }
 
 /// The value at quantile `q` of `v` (nearest rank; 0 if empty).
@@ -315,17 +337,26 @@ mod tests {
     #[test]
     fn the_longest_gap_over_a_window() {
         let ends = [10, 20, 30, 100, 110];
-        // The gap 30..100 overlaps 40..50.
-        assert_eq!(longest_gap(&ends, 0, (40, 50)), 70);
-        // 20..30 and 30..100 overlap 25..35.
-        assert_eq!(longest_gap(&ends, 0, (25, 35)), 70);
+        let len = |w| longest_gap(&ends, 0, w).len;
+        // Each gap belongs to the window of its end: 30..100 to one holding 100.
+        assert_eq!(len((40, 50)), 0);
+        assert_eq!(len((95, 105)), 70);
+        assert_eq!(
+            longest_gap(&ends, 0, (95, 105)),
+            Gap {
+                len: 70,
+                from: 30,
+                to: 100
+            }
+        );
+        assert_eq!(len((25, 35)), 10);
         // Before the first create: from the origin.
-        assert_eq!(longest_gap(&ends, 0, (0, 5)), 10);
-        // After the last: to the window's end.
-        assert_eq!(longest_gap(&ends, 0, (105, 200)), 90);
-        assert_eq!(longest_gap(&[], 0, (5, 50)), 50);
-        // A window that ends exactly at a create: that gap, not the next.
-        assert_eq!(longest_gap(&ends, 0, (100, 110)), 10);
+        assert_eq!(len((0, 10)), 10);
+        assert_eq!(len((0, 5)), 0);
+        // After the last: open to the window's end.
+        assert_eq!(len((105, 200)), 90);
+        assert_eq!(len((100, 110)), 10);
+        assert_eq!(longest_gap(&[], 0, (5, 50)).len, 50);
     }
 
     #[test]
