@@ -123,17 +123,21 @@ impl Core {
         metrics::counter!("cairn_raft_snapshots_built_total").increment(1);
     }
 
-    /// This replica leads `term` from now: proposals are numbered from 1, nothing is
-    /// pending.
+    /// This replica leads `term` from now, nothing is pending. Proposals are numbered
+    /// from the clock (nanoseconds), not from 1: a replica restarted while its vote
+    /// was committed may lead the same term again, and the entries of its earlier life
+    /// in that term must never count as this life's proposals.
     pub(crate) fn begin_term(&self, term: u64) {
+        let base = u64::try_from(cairn_fs::now_ns()).unwrap_or(0);
         let mut p = self.pending.lock();
+        let base = base.max(p.last);
         p.leading = Some(term);
-        p.last = 0;
+        p.last = base;
         p.overlay.clear();
         drop(p);
         self.progress.send_modify(|g| {
             g.leading = Some(term);
-            g.seq = 0;
+            g.seq = base;
         });
     }
 
@@ -364,7 +368,7 @@ impl Replica {
         let Some((term, seq)) = self.core.proposed() else {
             return Err(NotLeading);
         };
-        if seq > 0 {
+        if seq > self.core.progress.borrow().seq {
             tracing::debug!("settle: wait {term}/{seq}");
             self.core.wait(term, seq).await?;
             tracing::debug!("settle: waited {term}/{seq}");
