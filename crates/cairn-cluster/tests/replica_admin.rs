@@ -6,101 +6,14 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use cairn_cluster::admin::{self, ClusterStatus, Health, ReplicaState, ServerState, LAGGING};
-use cairn_cluster::server::{self, ServerHandle, ServerOptions, SyncMode};
-use cairn_cluster::{Client, ClientOptions, ClusterConfig};
 use cairn_fs::{Cred, FileSystem, ROOT};
 
-use common::{certs, free_addrs};
-
-/// A cluster of `groups` groups of `replicas` replicas each.
-struct Groups {
-    dir: tempfile::TempDir,
-    cfg: ClusterConfig,
-    addrs: Vec<Vec<SocketAddr>>,
-    /// By group, by replica.
-    servers: Vec<Vec<Option<ServerHandle>>>,
-}
-
-fn text(addrs: &[Vec<SocketAddr>], client: &str) -> String {
-    let d = certs().0.path().display();
-    let mut t = format!(
-        "version = 2\n[tls]\nca = \"{d}/ca.pem\"\nclient_cert = \"{d}/client-{client}.pem\"\nclient_key = \"{d}/client-{client}.key\"\n"
-    );
-    for (g, reps) in addrs.iter().enumerate() {
-        t.push_str(&format!("\n[[server]]\nid = {g}\n"));
-        for a in reps {
-            t.push_str(&format!(
-                "[[server.replica]]\naddr = \"{a}\"\ncert = \"{d}/server-{g}.pem\"\nkey = \"{d}/server-{g}.key\"\n"
-            ));
-        }
-    }
-    t
-}
+use common::groups::Groups;
 
 impl Groups {
-    fn start(groups: usize, replicas: usize) -> Groups {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-        let free = free_addrs(groups * replicas);
-        let addrs: Vec<Vec<SocketAddr>> = free.chunks(replicas).map(<[_]>::to_vec).collect();
-        let cfg = ClusterConfig::parse(&text(&addrs, "admin")).unwrap();
-        let mut g = Groups {
-            dir: tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap(),
-            cfg,
-            addrs,
-            servers: Vec::new(),
-        };
-        for gi in 0..groups {
-            let row = (0..replicas).map(|r| Some(g.start_one(gi, r))).collect();
-            g.servers.push(row);
-        }
-        g
-    }
-
-    fn start_one(&self, g: usize, r: usize) -> ServerHandle {
-        let mut o = ServerOptions::new(
-            self.dir.path().join(format!("g{g}r{r}")),
-            self.addrs[g][r],
-            self.cfg.clone(),
-        );
-        o.sync = SyncMode::Never;
-        o.election_timeout = Duration::from_millis(300);
-        o.snapshot_every = 200;
-        server::start(o).unwrap()
-    }
-
-    fn client(&self) -> Client {
-        let o = ClientOptions {
-            timeout: Duration::from_secs(30),
-            ..ClientOptions::default()
-        };
-        Client::with_config(self.cfg.clone(), o).unwrap()
-    }
-
-    /// The replica of group `g` that leads, once one does (within 20 s).
-    fn leader(&self, g: usize) -> usize {
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(20) {
-            let leading: Vec<usize> = self.servers[g]
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| s.as_ref().is_some_and(ServerHandle::leads))
-                .map(|(i, _)| i)
-                .collect();
-            if leading.len() == 1 {
-                return leading[0];
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("group {g}: no leader within 20 s");
-    }
-
     /// `admin::status` once it says `want` (within 20 s).
     fn status_until(&self, want: Health) -> ClusterStatus {
         let t = Instant::now();

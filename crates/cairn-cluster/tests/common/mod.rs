@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod groups;
+
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
