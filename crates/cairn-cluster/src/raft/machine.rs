@@ -44,18 +44,26 @@ const BATCH_ROWS: usize = 4096;
 /// The state keyspace in use in `db` (and clears the other one, left half written by
 /// a crash during an install).
 pub(crate) fn open_active(db: &Db) -> Result<Keyspace, cairn::Error> {
-    let log = db.keyspace(super::LOG_KEYSPACE);
-    let id = match log.get(ACTIVE)? {
+    let id = active_id(db)?;
+    clear(&db.keyspace(other_state(id)))?;
+    Ok(db.keyspace(id))
+}
+
+/// The id of the state keyspace in use in `db` (row `S` of the log keyspace).
+fn active_id(db: &Db) -> Result<u8, cairn::Error> {
+    Ok(match db.keyspace(super::LOG_KEYSPACE).get(ACTIVE)? {
         Some(v) if v.first() == Some(&super::ALT_KEYSPACE) => super::ALT_KEYSPACE,
         _ => crate::KEYSPACE,
-    };
-    let other = if id == crate::KEYSPACE {
+    })
+}
+
+/// The state keyspace that is not `id`.
+fn other_state(id: u8) -> u8 {
+    if id == crate::KEYSPACE {
         super::ALT_KEYSPACE
     } else {
         crate::KEYSPACE
-    };
-    clear(&db.keyspace(other))?;
-    Ok(db.keyspace(id))
+    }
 }
 
 /// Deletes every row of `ks`.
@@ -292,11 +300,7 @@ fn save_current(core: &Core, meta: &SnapshotMeta<NodeId, BasicNode>) -> Result<(
 /// the one in use, clears the old one, and keeps the file as `path`.
 fn install(core: &Core, incoming: &Path, path: &Path, applied: &Applied) -> Result<(), String> {
     let old = core.state();
-    let new_id = if old.id() == crate::KEYSPACE {
-        super::ALT_KEYSPACE
-    } else {
-        crate::KEYSPACE
-    };
+    let new_id = other_state(old.id());
     let new = core.db.keyspace(new_id);
     clear(&new).map_err(|e| e.to_string())?;
     let res = (|| {
@@ -408,12 +412,7 @@ pub(crate) fn digest(core: &Core) -> Result<(u64, u64, u64), String> {
             .read_only()
             .open(&cut)
             .map_err(|e| e.to_string())?;
-        let log = db.keyspace(super::LOG_KEYSPACE);
-        let id = match log.get(ACTIVE).map_err(|e| e.to_string())? {
-            Some(v) if v.first() == Some(&super::ALT_KEYSPACE) => super::ALT_KEYSPACE,
-            _ => crate::KEYSPACE,
-        };
-        let ks = db.keyspace(id);
+        let ks = db.keyspace(active_id(&db).map_err(|e| e.to_string())?);
         let applied = read_applied(&ks)?.0.map_or(0, |l| l.index);
         let mut d = Digest::default();
         let skip = single(TAG_APPLIED);
