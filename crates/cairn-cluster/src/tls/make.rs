@@ -9,6 +9,7 @@ use tokio_rustls::rustls;
 
 use super::TlsError;
 use crate::config::{ClusterConfig, ReplicaInfo, ServerInfo};
+
 /// What one certificate of [`CertAuthority::issue`] is.
 #[derive(Clone, Debug)]
 pub struct CertSpec {
