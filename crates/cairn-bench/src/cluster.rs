@@ -114,6 +114,10 @@ pub struct ClientArgs {
     /// Stop after this many seconds (with fewer than --files files made, then)
     #[arg(long)]
     pub seconds: Option<f64>,
+    /// Send a create that failed with EIO again (its group's leader changed: it may or
+    /// may not have been done; EEXIST then means it was), instead of failing
+    #[arg(long)]
+    pub retry_ambiguous: bool,
 }
 
 /// One client process's outcome.
@@ -130,6 +134,8 @@ pub(crate) struct ClientResult {
     /// `MakeBatch` requests sent, and the creates they carried.
     batches: u64,
     batched: u64,
+    /// Creates that failed with EIO and were sent again (`--retry-ambiguous`).
+    pub ambiguous: u64,
 }
 
 /// One server count's outcome.
@@ -263,6 +269,7 @@ fn run_one(
                 creates: how,
                 insecure,
                 seconds: None,
+                retry_ambiguous: false,
             },
         )?);
     }
@@ -336,6 +343,8 @@ pub(crate) struct ClientSpawn<'a> {
     pub insecure: bool,
     /// Stop creating after this long.
     pub seconds: Option<f64>,
+    /// Send creates that failed with EIO again.
+    pub retry_ambiguous: bool,
 }
 
 /// Starts one client process; its progress and result on its stdout (piped), its
@@ -358,6 +367,9 @@ pub(crate) fn spawn_client(exe: &Path, s: &ClientSpawn<'_>) -> Result<Child> {
         .arg(s.threads.to_string());
     if let Some(t) = s.seconds {
         cmd.arg("--seconds").arg(t.to_string());
+    }
+    if s.retry_ambiguous {
+        cmd.arg("--retry-ambiguous");
     }
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -537,6 +549,7 @@ fn parse_result(s: &str) -> Result<ClientResult> {
         late_redirects: g("late_redirects"),
         batches: g("batches"),
         batched: g("batched"),
+        ambiguous: g("ambiguous"),
     })
 }
 
@@ -817,6 +830,7 @@ pub fn client(args: &ClientArgs) -> Result<()> {
         .transpose()?;
     let out_of_time = |t: Instant| limit.is_some_and(|l| t.elapsed() >= l);
     let done = std::sync::atomic::AtomicU64::new(0);
+    let ambiguous = std::sync::atomic::AtomicU64::new(0);
     let redirects_at_half = std::sync::atomic::AtomicU64::new(u64::MAX);
     let half = args.files / 2;
     let t = Instant::now();
@@ -824,14 +838,14 @@ pub fn client(args: &ClientArgs) -> Result<()> {
     let failed: Option<anyhow::Error> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|w| {
-                let (c, done, at_half) = (&c, &done, &redirects_at_half);
+                let (c, done, at_half, ambiguous) = (&c, &done, &redirects_at_half, &ambiguous);
                 s.spawn(move || -> Result<()> {
                     // Thread w creates files w, w + T, w + 2T, ...
                     let mut i = w;
                     while i < args.files && !out_of_time(t) {
                         let name = format!("{}{i}", args.prefix);
-                        c.create(&Cred::ROOT, args.dir_ino, name.as_bytes(), 0o644)
-                            .map_err(|e| anyhow::anyhow!("create {name}: {e}"))?;
+                        let retried = create(c, args.dir_ino, &name, args.retry_ambiguous)?;
+                        ambiguous.fetch_add(retried, std::sync::atomic::Ordering::Relaxed);
                         if done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 == half {
                             at_half.store(c.redirects(), std::sync::atomic::Ordering::Relaxed);
                         }
@@ -882,8 +896,31 @@ pub fn client(args: &ClientArgs) -> Result<()> {
         "late_redirects": redirects - at_half,
         "batches": c.batches().0,
         "batched": c.batches().1,
+        "ambiguous": ambiguous.load(std::sync::atomic::Ordering::Relaxed),
     });
     writeln!(out, "@@R {r}")?;
     out.flush()?;
     Ok(())
+}
+
+/// Most times a client process sends one create again after EIO.
+const AMBIGUOUS_RETRIES: u64 = 100;
+
+/// Creates `name` in directory `dir`. With `retry`, a create that fails with EIO is sent
+/// again (after 50 ms, at most [`AMBIGUOUS_RETRIES`] times), and EEXIST after such a
+/// failure means the failed one was done (no one else makes this name). Returns how
+/// many times it failed with EIO.
+fn create(c: &Client, dir: u64, name: &str, retry: bool) -> Result<u64> {
+    let mut failed = 0;
+    loop {
+        match c.create(&Cred::ROOT, dir, name.as_bytes(), 0o644) {
+            Ok(_) => return Ok(failed),
+            Err(e) if e.0 == libc::EEXIST && failed > 0 => return Ok(failed),
+            Err(e) if e.0 == libc::EIO && retry && failed < AMBIGUOUS_RETRIES => {
+                failed += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => bail!("create {name}: {e}"),
+        }
+    }
 }

@@ -80,6 +80,10 @@ struct Report {
     entries: u64,
     fill_secs: f64,
     fill_creates_per_sec: f64,
+    /// Creates of the fill that failed with EIO (a leader change) and were sent again.
+    fill_ambiguous: u64,
+    /// The group's term once filled (1: no election since the first).
+    term_after_fill: u64,
     /// The leader's applied index when the follower was stopped.
     applied_at_stop: u64,
     /// Replica killed (and its leader then).
@@ -118,12 +122,13 @@ pub(super) fn run(a: &CatchUpArgs) -> Result<()> {
         a.sync.word(),
         a.entries
     );
-    let (fill, fill_secs) = fill(&cluster, &client, a)?;
+    let (fill, fill_secs, fill_ambiguous) = fill(&cluster, &client, a)?;
+    prober.wait_settled(0, SETTLE_LIMIT)?;
+    let term_after_fill = prober.wait_leader(0, LEADER_LIMIT)?.1.term;
     eprintln!(
-        "  filled in {fill_secs:.1} s ({:.0} creates/s)",
+        "  filled in {fill_secs:.1} s ({:.0} creates/s; {fill_ambiguous} creates sent again after EIO; term {term_after_fill})",
         a.entries as f64 / fill_secs
     );
-    prober.wait_settled(0, SETTLE_LIMIT)?;
     let paced = super::dir_on_group(&client, "paced", 0, 1)?;
     let limit = Duration::from_secs_f64(a.before + a.limit + 300.0);
     let storm = Storm::start(&client, &[paced], Some(a.rate), limit);
@@ -153,6 +158,8 @@ pub(super) fn run(a: &CatchUpArgs) -> Result<()> {
         entries: a.entries,
         fill_secs,
         fill_creates_per_sec: a.entries as f64 / fill_secs,
+        fill_ambiguous,
+        term_after_fill,
         applied_at_stop: caught.applied_at_stop,
         follower: caught.follower,
         leader: caught.leader,
@@ -181,8 +188,9 @@ pub(super) fn run(a: &CatchUpArgs) -> Result<()> {
 type Filled = (u64, String, u64);
 
 /// Fills the group with `--entries` files in `--dirs` directories, a client process
-/// each; returns the directories and the seconds it took.
-fn fill(cluster: &Cluster, client: &Client, a: &CatchUpArgs) -> Result<(Vec<Filled>, f64)> {
+/// each (a create that fails with EIO, its leader changing, is sent again); returns
+/// the directories, the seconds it took and the creates sent again.
+fn fill(cluster: &Cluster, client: &Client, a: &CatchUpArgs) -> Result<(Vec<Filled>, f64, u64)> {
     let exe = super::exe()?;
     let n = u64::from(a.dirs);
     let mut dirs = Vec::new();
@@ -206,13 +214,15 @@ fn fill(cluster: &Cluster, client: &Client, a: &CatchUpArgs) -> Result<(Vec<Fill
                 creates: "stream",
                 insecure: false,
                 seconds: None,
+                retry_ambiguous: true,
             },
         )?);
     }
     // Bounded: 200 creates a second would be far slower than any run so far.
     let limit = Duration::from_secs(600 + a.entries / 200);
-    collect_clients(kids, limit)?;
-    Ok((dirs, t.elapsed().as_secs_f64()))
+    let (results, _) = collect_clients(kids, limit)?;
+    let ambiguous = results.iter().map(|r| r.ambiguous).sum();
+    Ok((dirs, t.elapsed().as_secs_f64(), ambiguous))
 }
 
 /// What [`catch_up`] saw.
@@ -357,6 +367,13 @@ fn markdown(r: &Report) -> String {
         s(r.before.secs),
         s(r.during.secs)
     );
+    if r.fill_ambiguous > 0 || r.term_after_fill > 1 {
+        let _ = writeln!(
+            out,
+            "\nduring the fill: {} create(s) failed with EIO and were sent again; the group was in term {} after it",
+            r.fill_ambiguous, r.term_after_fill
+        );
+    }
     let v = &r.verdict;
     let _ = writeln!(
         out,

@@ -184,6 +184,7 @@ fn run_cell(
                 creates: "stream",
                 insecure: false,
                 seconds: Some(a.seconds),
+                retry_ambiguous: false,
             },
         )?);
     }
