@@ -178,7 +178,7 @@ pub struct TlsArgs {
 }
 
 /// Reads the cluster file at `path` and applies `tls`.
-fn load_client(path: &Path, tls: &TlsArgs) -> Result<ClusterConfig> {
+pub(crate) fn load_client(path: &Path, tls: &TlsArgs) -> Result<ClusterConfig> {
     let mut cfg = load(path)?;
     if tls.insecure {
         eprintln!("cairn: warning: --insecure: plain TCP, the servers cannot tell who this is");
@@ -240,6 +240,8 @@ pub enum ClusterCommand {
     /// Make a CA, certificates for N servers (each of R replicas) and M clients, and a
     /// cluster file naming them, in DIR (for a test cluster; keep DIR/ca.key secret)
     InitCerts(InitCertsArgs),
+    /// Add a replica to a replicated server's group or remove one, while it serves
+    Replica(crate::replica::ReplicaArgs),
 }
 
 /// Arguments of `cluster init-certs`.
@@ -346,7 +348,7 @@ fn init_tracing() {
         .try_init();
 }
 
-/// `cluster status|check`.
+/// `cluster status|check|init-certs|replica`.
 pub fn run(args: &ClusterArgs, out: &mut impl Write) -> Result<ExitCode> {
     match &args.command {
         ClusterCommand::Status {
@@ -372,6 +374,7 @@ pub fn run(args: &ClusterArgs, out: &mut impl Write) -> Result<ExitCode> {
             Ok(ExitCode::from(health_exit(health)))
         }
         ClusterCommand::InitCerts(a) => init_certs(a, out),
+        ClusterCommand::Replica(a) => crate::replica::run(a, out),
         ClusterCommand::Check {
             cluster,
             timeout,

@@ -17,6 +17,7 @@ mod cluster;
 mod demo;
 mod escape;
 mod file;
+mod replica;
 mod report;
 
 use std::ffi::{OsStr, OsString};

@@ -2,7 +2,8 @@
 //! server id (mutual TLS, `--sync always`), one of them paused (SIGSTOP) while it leads
 //! and resumed, another SIGKILLed and restarted; a client keeps creating throughout and
 //! must see no error, and afterwards every acknowledged create is there and
-//! `cairn cluster check` finds the namespace consistent.
+//! `cairn cluster check` finds the namespace consistent. And a dead replica replaced
+//! while the group serves (`cairn cluster replica add`, then `remove`).
 
 mod common;
 
@@ -106,7 +107,7 @@ impl Group {
     /// The replica that took up the highest term, from the logs.
     fn leader(&self) -> usize {
         let mut best = (0u64, 0usize);
-        for i in 0..3 {
+        for i in 0..self.procs.len() {
             let text = std::fs::read_to_string(self.log(i)).unwrap_or_default();
             for l in text.lines() {
                 if let Some(rest) = l.split("leading in term ").nth(1) {
@@ -194,4 +195,151 @@ fn a_paused_leader_and_a_killed_replica_cost_a_pause_not_an_error() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Runs `cairn cluster replica ARGS` on the group's file: (success, stdout + stderr).
+fn replica_cmd(g: &Group, args: &[&str]) -> (bool, String) {
+    let out = cairn()
+        .args(["cluster", "replica"])
+        .args(args)
+        .arg("--cluster")
+        .arg(&g.file)
+        .args(["--group", "0"])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn a_dead_replica_is_replaced_while_the_group_serves() {
+    let mut g = Group::start();
+    let c = g.client();
+    let d = c.mkdir(&R, ROOT, b"d", 0o755).unwrap().ino;
+    creates(&c, d, 0..200);
+
+    // A follower's machine dies: its process and its store are gone.
+    let l = g.leader();
+    let dead = (l + 1) % 3;
+    let mut p = g.procs[dead].take().unwrap();
+    p.kill().unwrap();
+    p.wait().unwrap();
+    std::fs::remove_dir_all(g.tmp.path().join(format!("r{dead}"))).unwrap();
+    creates(&c, d, 200..300);
+
+    // A new replica on a new address: `add` writes it into the cluster file (a
+    // certificate from the CA beside it), then waits for it to catch up; it is started
+    // once the file names it, while the creates go on.
+    let new = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut add = cairn()
+        .args([
+            "cluster",
+            "replica",
+            "add",
+            &new.to_string(),
+            "--timeout",
+            "60",
+        ])
+        .arg("--cluster")
+        .arg(&g.file)
+        .args(["--group", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !std::fs::read_to_string(&g.file)
+        .unwrap()
+        .contains(&new.to_string())
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "add never wrote the file"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    g.addrs.push(new);
+    g.procs.push(None);
+    g.spawn(3);
+    creates(&c, d, 300..400);
+    let t = Instant::now();
+    while add.try_wait().unwrap().is_none() {
+        assert!(t.elapsed() < Duration::from_secs(90), "add did not finish");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = add.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains(&new.to_string()) && l.contains("voter")),
+        "{text}"
+    );
+
+    // Refusals leave the group as it is.
+    let (ok, text) = replica_cmd(&g, &["remove", "127.0.0.1:1"]);
+    assert!(!ok && text.contains("lists no replica"), "{text}");
+    let (ok, text) = replica_cmd(&g, &["add", &g.addrs[l].to_string(), "--id", "9"]);
+    assert!(!ok && text.contains("not 9"), "{text}");
+
+    // The dead one leaves the group and the file.
+    let dead_addr = g.addrs[dead].to_string();
+    let (ok, text) = replica_cmd(&g, &["remove", &dead_addr]);
+    assert!(ok, "{text}");
+    assert!(!std::fs::read_to_string(&g.file)
+        .unwrap()
+        .contains(&dead_addr));
+    creates(&c, d, 400..500);
+
+    // The new replica counts in the majority: with the leader killed, it and the
+    // remaining old one elect a leader and the creates go on.
+    let l = g.leader();
+    let mut p = g.procs[l].take().unwrap();
+    p.kill().unwrap();
+    p.wait().unwrap();
+    let c = g.client();
+    creates(&c, d, 500..600);
+    g.spawn(l);
+
+    let mut names: Vec<Vec<u8>> = c
+        .readdir(&R, d, None, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .filter(|n| n != b"." && n != b"..")
+        .collect();
+    names.sort();
+    let mut want: Vec<Vec<u8>> = (0..600).map(|i| format!("f{i}").into_bytes()).collect();
+    want.sort();
+    assert_eq!(names, want);
+    // Every replica the file now lists is up, and holds the same state.
+    let t = Instant::now();
+    loop {
+        let out = cairn()
+            .args(["cluster", "check", "--cluster"])
+            .arg(&g.file)
+            .output()
+            .unwrap();
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }

@@ -110,6 +110,14 @@ pub enum ClientError {
     /// TLS could not be set up (certificates, keys, or no `[tls]` without insecure).
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
+    /// A server refused a request (an admin's change it cannot make, say).
+    #[error("server {id}: {msg}")]
+    Refused {
+        /// The server's id.
+        id: u32,
+        /// Why.
+        msg: String,
+    },
     /// A server answered something unexpected.
     #[error("server {id}: {msg}")]
     Protocol {

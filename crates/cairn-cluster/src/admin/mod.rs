@@ -16,9 +16,11 @@ use crate::proto::meta_client::MetaClient;
 use crate::transport::Reach;
 
 mod check;
+mod members;
 mod replicas;
 
 pub use check::{check, check_with, ClusterCheck, GRACE};
+pub use members::{change_replicas, Member, Members, ReplicaChange};
 
 /// One server as seen by [`status`]. For a replicated server (a group of replicas) the
 /// fields but `replicas` come from the answer of its leader: `up` says whether a leader

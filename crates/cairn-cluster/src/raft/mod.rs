@@ -15,6 +15,7 @@
 
 pub(crate) mod log;
 pub(crate) mod machine;
+pub(crate) mod members;
 pub(crate) mod net;
 pub(crate) mod overlay;
 pub(crate) mod replica;

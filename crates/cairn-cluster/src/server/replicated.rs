@@ -253,3 +253,54 @@ fn start_term(node: &NodeRef, r: &Arc<Replica>, term: u64) {
         }
     });
 }
+
+/// How long an added replica may take to catch up when the request does not say.
+const CATCH_UP: Duration = Duration::from_secs(600);
+
+/// `ChangeReplicas` (checked as an admin's by the caller): adds or removes a replica of
+/// this server's group, when this replica leads it; the group's members once done.
+pub(crate) async fn change_replicas(
+    node: &NodeRef,
+    r: crate::proto::ChangeReplicasReq,
+) -> Result<crate::proto::ChangeReplicasReply, tonic::Status> {
+    use crate::proto::ReplicaChange;
+    use crate::raft::members::{self, MemberError};
+    use tonic::Status;
+    let Some(rep) = node.replica().cloned() else {
+        return Err(Status::invalid_argument(format!(
+            "server {} is a server of one replica: its replicas are the cluster file's",
+            node.id
+        )));
+    };
+    if r.group != node.id {
+        return Err(Status::invalid_argument(format!(
+            "this is a replica of server {}, not of server {}",
+            node.id, r.group
+        )));
+    }
+    if !matches!(rep.role(), Role::Leading(_)) {
+        return Err(super::svc::not_leader(node));
+    }
+    let wait = match r.timeout_ms {
+        0 => CATCH_UP,
+        ms => Duration::from_millis(ms),
+    };
+    let done = match ReplicaChange::try_from(r.change) {
+        Ok(ReplicaChange::Add) => members::add(&rep.raft, r.id, &r.addr, wait).await,
+        Ok(ReplicaChange::Remove) => members::remove(&rep.raft, r.id).await,
+        Err(_) => Err(MemberError::Invalid(format!("unknown change {}", r.change))),
+    };
+    match done {
+        Ok(()) => {
+            let m = rep.raft.metrics().borrow().clone();
+            Ok(crate::proto::ChangeReplicasReply {
+                members: members::members(&rep.raft),
+                term: m.current_term,
+                leader: m.current_leader.unwrap_or(rep.id),
+            })
+        }
+        Err(e @ MemberError::Invalid(_)) => Err(Status::invalid_argument(e.to_string())),
+        Err(e @ MemberError::Slow { .. }) => Err(Status::deadline_exceeded(e.to_string())),
+        Err(e @ MemberError::Raft(_)) => Err(Status::aborted(e.to_string())),
+    }
+}

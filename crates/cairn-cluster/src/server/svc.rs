@@ -733,6 +733,22 @@ impl Meta for MetaSvc {
         .map_err(|f| Status::internal(format!("dump: {f:?}")))?;
         Ok(Response::new(rep))
     }
+
+    async fn change_replicas(
+        &self,
+        req: Request<proto::ChangeReplicasReq>,
+    ) -> Result<Response<proto::ChangeReplicasReply>, Status> {
+        let (who, r) = who(req);
+        self.hdr(&who, r.h.as_ref())?;
+        if !who.is_admin() {
+            return Err(Status::permission_denied(
+                "changing a group's replicas needs a certificate that allows uid 0",
+            ));
+        }
+        super::replicated::change_replicas(&self.0, r)
+            .await
+            .map(Response::new)
+    }
 }
 
 impl PeerSvc {

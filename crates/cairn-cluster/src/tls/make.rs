@@ -131,6 +131,28 @@ impl CertAuthority {
         })
     }
 
+    /// The CA `init_certs` wrote in `dir` (`ca.pem`, `ca.key`), to issue more
+    /// certificates with (a replica added to a group, say).
+    pub fn load(dir: &Path) -> Result<CertAuthority, TlsError> {
+        let text = |name: &str| {
+            let path = dir.join(name);
+            std::fs::read_to_string(&path).map_err(|source| TlsError::Io { path, source })
+        };
+        let (cert_pem, key_pem) = (text("ca.pem")?, text("ca.key")?);
+        let pem = |msg: String| TlsError::Pem {
+            path: dir.join("ca.pem"),
+            msg,
+        };
+        let key = rcgen::KeyPair::from_pem(&key_pem).map_err(|e| pem(format!("ca.key: {e}")))?;
+        let issuer =
+            rcgen::Issuer::from_ca_cert_pem(&cert_pem, key).map_err(|e| pem(e.to_string()))?;
+        Ok(CertAuthority {
+            issuer,
+            cert_pem,
+            key_pem,
+        })
+    }
+
     /// The CA's certificate (PEM).
     pub fn cert_pem(&self) -> &str {
         &self.cert_pem
@@ -220,6 +242,25 @@ pub fn init_certs_for(
     clients: &[ClientCert],
 ) -> Result<PathBuf, TlsError> {
     write_cluster(dir, cfg.servers(), clients, Some(cfg.cluster_id()))
+}
+
+/// Issues, with the CA `init_certs` wrote in `dir`, the certificate and key of replica
+/// `replica` of server `group` listening on `ip`, written there as
+/// `server-<group>-<replica>.pem` and `.key` (as `init_certs` names them). Returns the
+/// two file names.
+pub fn issue_replica_cert(
+    dir: &Path,
+    group: u32,
+    replica: u64,
+    ip: IpAddr,
+) -> Result<(String, String), TlsError> {
+    let ca = CertAuthority::load(dir)?;
+    let name = format!("server-{group}-{replica}");
+    let (c, k) = ca.issue(&CertSpec::server(group, ip))?;
+    let (cert, key) = (format!("{name}.pem"), format!("{name}.key"));
+    write(&dir.join(&cert), &c, false)?;
+    write(&dir.join(&key), &k, true)?;
+    Ok((cert, key))
 }
 
 /// A server's replicas as [`init_certs`] writes them (a list without any: one at its

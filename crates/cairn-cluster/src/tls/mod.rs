@@ -41,8 +41,8 @@ use crate::config::ClusterConfig;
 mod make;
 
 pub use make::{
-    init_certs, init_certs_for, test_certs, test_cluster_text, test_group_certs, test_groups_text,
-    CertAuthority, CertSpec, ClientCert,
+    init_certs, init_certs_for, issue_replica_cert, test_certs, test_cluster_text,
+    test_group_certs, test_groups_text, CertAuthority, CertSpec, ClientCert,
 };
 
 /// Why TLS could not be set up.
