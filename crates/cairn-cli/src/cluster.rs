@@ -139,8 +139,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub workers: u16,
     /// A replicated group's election timeout in milliseconds: a replica that hears no
-    /// leader for this long (to twice as long) stands for election (default 500)
-    #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    /// leader for this long (to 1.2 times as long) stands for election (default 1000)
+    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=60_000))]
     pub election_timeout: u64,
     /// A replica of a replicated group snapshots its state every N entries (default
     /// 100000)

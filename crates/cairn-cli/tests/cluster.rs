@@ -1080,7 +1080,7 @@ fn status_exit_codes() {
                     .arg("--dir")
                     .arg(tmp.path().join(format!("r{i}")))
                     .args(["--listen", &format!("127.0.0.1:{p}"), "--insecure"])
-                    .args(["--sync", "never", "--election-timeout", "200"])
+                    .args(["--sync", "never", "--election-timeout", "600"])
                     .arg("--cluster")
                     .arg(&group)
                     .stdin(Stdio::null())

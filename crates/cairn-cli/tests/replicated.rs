@@ -89,7 +89,7 @@ impl Group {
             .open(self.log(i))
             .unwrap();
         let child = cairn()
-            .args(["serve", "--sync", "always", "--election-timeout", "300"])
+            .args(["serve", "--sync", "always", "--election-timeout", "1000"])
             .arg("--dir")
             .arg(self.tmp.path().join(format!("r{i}")))
             .arg("--listen")

@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
 use tonic::transport::Channel;
@@ -31,65 +32,104 @@ pub(crate) fn create_token() -> u64 {
     ) | 1
 }
 
-/// The connections to one group.
-pub(crate) struct Group {
-    replicas: Vec<(SocketAddr, MetaClient<Channel>)>,
+/// The connections to one group: a client's to the replicas' `Meta` service.
+pub(crate) type Group = Replicas<MetaClient<Channel>>;
+
+/// [`Group`]'s connections to every replica of `s` (lazy; inside a tokio runtime).
+pub(crate) fn group(
+    reach: &Reach,
+    s: &ServerInfo,
+    connect_timeout: Duration,
+) -> Result<Group, crate::tls::TlsError> {
+    Replicas::new(reach, s, connect_timeout, crate::transport::meta_client)
+}
+
+/// Most replicas a set keeps connections to: those of the cluster file, then leaders
+/// that replicas named and the file did not list (a replica added since), up to this.
+const MOST: usize = 16;
+
+/// The connections to one server id's replicas (lazy: opened on first use, reopened
+/// after failures), and the one requests go to. A replica that does not lead names
+/// the one it believes does; a named replica the cluster file did not list (added to
+/// the group since) is connected to and kept.
+pub(crate) struct Replicas<T> {
+    group: u32,
+    reach: Reach,
+    connect_timeout: Duration,
+    make: fn(Channel) -> T,
+    list: RwLock<Vec<(SocketAddr, T)>>,
     /// The replica requests go to.
     at: AtomicUsize,
 }
 
-impl Group {
-    /// Lazy connections to every replica of `s` (inside a tokio runtime).
+impl<T: Clone> Replicas<T> {
+    /// Lazy connections to every replica of `s`, each made by `make` from its channel
+    /// (inside a tokio runtime).
     pub(crate) fn new(
         reach: &Reach,
         s: &ServerInfo,
         connect_timeout: Duration,
-    ) -> Result<Group, crate::tls::TlsError> {
-        let replicas = reach
+        make: fn(Channel) -> T,
+    ) -> Result<Replicas<T>, crate::tls::TlsError> {
+        let list = reach
             .replica_channels(s, connect_timeout)?
             .into_iter()
-            .map(|(a, ch)| (a, crate::transport::meta_client(ch)))
+            .map(|(a, ch)| (a, make(ch)))
             .collect();
-        Ok(Group {
-            replicas,
+        Ok(Replicas {
+            group: s.id,
+            reach: reach.clone(),
+            connect_timeout,
+            make,
+            list: RwLock::new(list),
             at: AtomicUsize::new(0),
         })
     }
 
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<(SocketAddr, T)>> {
+        self.list.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Whether the group has more than one replica.
     pub(crate) fn replicated(&self) -> bool {
-        self.replicas.len() > 1
+        self.read().len() > 1
     }
 
     /// The replica to send to now: its index and connection.
-    pub(crate) fn current(&self) -> (usize, MetaClient<Channel>) {
-        let i = self.at.load(Ordering::Relaxed) % self.replicas.len().max(1);
-        (i, self.replicas[i].1.clone())
+    pub(crate) fn current(&self) -> (usize, T) {
+        let list = self.read();
+        let i = self.at.load(Ordering::Relaxed) % list.len().max(1);
+        (i, list[i].1.clone())
     }
 
     /// The first replica's connection.
-    pub(crate) fn first(&self) -> MetaClient<Channel> {
-        self.replicas[0].1.clone()
+    pub(crate) fn first(&self) -> T {
+        self.read()[0].1.clone()
     }
 
     /// Replica `i` failed: the next one is tried (unless another request moved on
     /// already).
     pub(crate) fn pass_over(&self, i: usize) {
-        let n = self.replicas.len();
+        let n = self.read().len().max(1);
         let _ = self
             .at
             .compare_exchange(i, (i + 1) % n, Ordering::Relaxed, Ordering::Relaxed);
     }
 
     /// Replica `i` refused as not the leader, naming `hint` (may be empty): goes to
-    /// the named replica if it is one of the group, else to the next. Whether the
-    /// hint named a replica.
+    /// the named replica (connected to first if the list did not hold it), else to
+    /// the next. Whether the hint named a replica.
     pub(crate) fn follow(&self, i: usize, hint: &str) -> bool {
-        match hint
-            .parse::<SocketAddr>()
-            .ok()
-            .and_then(|a| self.replicas.iter().position(|(r, _)| *r == a))
-        {
+        let Ok(addr) = hint.parse::<SocketAddr>() else {
+            self.pass_over(i);
+            return false;
+        };
+        let known = self.read().iter().position(|(r, _)| *r == addr);
+        let j = match known {
+            Some(j) => Some(j),
+            None => self.learn(addr),
+        };
+        match j {
             Some(j) => {
                 self.at.store(j, Ordering::Relaxed);
                 true
@@ -99,5 +139,72 @@ impl Group {
                 false
             }
         }
+    }
+
+    /// Connects to a replica at `addr` the list does not hold; its index.
+    fn learn(&self, addr: SocketAddr) -> Option<usize> {
+        let ch = self
+            .reach
+            .channel_to(self.group, addr, self.connect_timeout)
+            .ok()?;
+        let mut list = self.list.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(j) = list.iter().position(|(r, _)| *r == addr) {
+            return Some(j);
+        }
+        if list.len() >= MOST {
+            return None;
+        }
+        tracing::info!(
+            group = self.group,
+            "following a leader the cluster file does not list: {addr}"
+        );
+        list.push((addr, (self.make)(ch)));
+        Some(list.len() - 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::ReplicaInfo;
+
+    /// A replica named as leader that the list did not hold is connected to and kept;
+    /// a hint that is no address passes over to the next replica.
+    #[tokio::test]
+    async fn follows_a_leader_the_file_does_not_list() {
+        let a = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        let s = ServerInfo::group(
+            3,
+            vec![
+                ReplicaInfo { id: 0, addr: a(1) },
+                ReplicaInfo { id: 1, addr: a(2) },
+            ],
+        )
+        .unwrap();
+        let dial: crate::transport::Dialer = Arc::new(|addr: SocketAddr, _| {
+            tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                .unwrap()
+                .connect_lazy()
+        });
+        let r: Replicas<SocketAddr> = Replicas {
+            group: 3,
+            reach: Reach::Custom(dial),
+            connect_timeout: Duration::from_secs(1),
+            make: |_| SocketAddr::from(([127, 0, 0, 1], 0)),
+            list: RwLock::new(vec![]),
+            at: AtomicUsize::new(0),
+        };
+        *r.list.write().unwrap() = s.replicas.iter().map(|x| (x.addr, x.addr)).collect();
+        assert!(r.follow(0, &a(2).to_string()));
+        assert_eq!(r.current().0, 1);
+        assert!(r.follow(1, &a(9).to_string()));
+        assert_eq!(r.current().0, 2);
+        assert_eq!(r.read().len(), 3);
+        assert!(r.follow(0, &a(9).to_string()), "known now");
+        assert_eq!(r.read().len(), 3);
+        assert!(!r.follow(2, "nonsense"));
+        assert_eq!(r.current().0, 0);
     }
 }

@@ -33,7 +33,7 @@ use crate::proto;
 use crate::stream::Streams;
 use crate::transport::{Dialer, Reach};
 
-mod group;
+pub(crate) mod group;
 mod route;
 
 /// How a client behaves.
@@ -194,7 +194,7 @@ impl Client {
     ) -> Result<Vec<group::Group>, crate::tls::TlsError> {
         cfg.servers()
             .iter()
-            .map(|s| group::Group::new(reach, s, opts.connect_timeout))
+            .map(|s| group::group(reach, s, opts.connect_timeout))
             .collect()
     }
 

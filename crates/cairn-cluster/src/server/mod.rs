@@ -105,10 +105,10 @@ pub struct ServerOptions {
     /// host sets up for opens (the `cairn` binary allows transparent huge pages only
     /// while a store opens). `None`: the open runs as is.
     pub open_with: Option<fn(&mut dyn FnMut())>,
-    /// A replicated group's election timeout: a follower that hears nothing from a
-    /// leader for this long (to twice as long, at random) stands for election; a
-    /// leader serves reads without asking a majority for half of it after the last
-    /// time a majority answered. Default 500 ms.
+    /// A replicated group's election timeout E: a follower that hears nothing from a
+    /// leader for E to 1.2 E (at random; up to 2.4 E after it saw a replica with a
+    /// longer log) stands for election; a leader serves reads without asking a
+    /// majority for 0.4 E after the last time a majority answered. Default 1 s.
     pub election_timeout: Duration,
     /// A replicated group's replica snapshots its state (and drops the log before it)
     /// every this many entries. Default 100,000.
@@ -144,7 +144,7 @@ impl ServerOptions {
             max_requests_per_connection: 128,
             workers: 1,
             open_with: None,
-            election_timeout: Duration::from_millis(500),
+            election_timeout: Duration::from_millis(1000),
             snapshot_every: 100_000,
             #[cfg(feature = "test-hooks")]
             hooks: Hooks::default(),

@@ -11,6 +11,7 @@ use cairn_fs::{rules, Cred};
 
 use super::node::{errno, now_ms, Batch, Fail, IntentKey, Node, R};
 use super::state::Part;
+use crate::client::group::Replicas;
 use crate::convert::{attr_msg, cred_msg, msg_cred, row_attr};
 use crate::giga::home_of;
 use crate::proto;
@@ -24,16 +25,19 @@ use crate::rows::{
 };
 use crate::transport::MAX_MESSAGE;
 
+/// A server's connections to one replica: its client and server services.
+type PeerClients = (MetaClient<Channel>, PeerClient<Channel>);
+
+fn peer_clients(ch: Channel) -> PeerClients {
+    let peer = PeerClient::new(ch.clone())
+        .max_decoding_message_size(MAX_MESSAGE)
+        .max_encoding_message_size(MAX_MESSAGE);
+    (crate::transport::meta_client(ch), peer)
+}
+
 /// The connections to one server id: to each replica of its group (lazy: opened on
 /// first use, reopened after failures), and the one calls go to.
-pub(crate) struct PeerConn {
-    replicas: Vec<(
-        std::net::SocketAddr,
-        MetaClient<Channel>,
-        PeerClient<Channel>,
-    )>,
-    at: std::sync::atomic::AtomicUsize,
-}
+pub(crate) struct PeerConn(Replicas<PeerClients>);
 
 impl PeerConn {
     /// Lazy connections to the replicas of `s` through `reach` (must be called inside
@@ -43,42 +47,25 @@ impl PeerConn {
         s: &crate::config::ServerInfo,
         connect_timeout: Duration,
     ) -> Result<PeerConn, crate::tls::TlsError> {
-        let replicas = reach
-            .replica_channels(s, connect_timeout)?
-            .into_iter()
-            .map(|(a, ch)| {
-                let peer = PeerClient::new(ch.clone())
-                    .max_decoding_message_size(MAX_MESSAGE)
-                    .max_encoding_message_size(MAX_MESSAGE);
-                (a, crate::transport::meta_client(ch), peer)
-            })
-            .collect();
-        Ok(PeerConn {
-            replicas,
-            at: std::sync::atomic::AtomicUsize::new(0),
-        })
-    }
-
-    fn at(&self) -> usize {
-        self.at.load(std::sync::atomic::Ordering::Relaxed) % self.replicas.len().max(1)
+        Replicas::new(reach, s, connect_timeout, peer_clients).map(PeerConn)
     }
 
     /// The client-service connection to the replica calls go to, and its index.
     pub(crate) fn meta(&self) -> (usize, MetaClient<Channel>) {
-        let i = self.at();
-        (i, self.replicas[i].1.clone())
+        let (i, (m, _)) = self.0.current();
+        (i, m)
     }
 
     /// The server-service connection to the replica calls go to, and its index.
     pub(crate) fn peer(&self) -> (usize, PeerClient<Channel>) {
-        let i = self.at();
-        (i, self.replicas[i].2.clone())
+        let (i, (_, p)) = self.0.current();
+        (i, p)
     }
 
     /// Whether a call that failed with `s` may find a leader if sent again: a
     /// replicated group's replica that does not lead, or did not answer.
     pub(crate) fn worth_retrying(&self, s: &tonic::Status) -> bool {
-        self.replicas.len() > 1
+        self.0.replicated()
             && (s.metadata().get(crate::NOT_LEADER).is_some()
                 || matches!(
                     s.code(),
@@ -87,23 +74,23 @@ impl PeerConn {
     }
 
     /// A call to replica `i` failed with `s`: the next call goes to the leader it
-    /// named, or (not the leader, or not reached) to the next replica. The caller
-    /// fails this call as `Fail::Down`; coordinators retry.
+    /// named (connected to first if the cluster file did not list it), or (not the
+    /// leader, or not reached) to the next replica. The caller fails this call as
+    /// `Fail::Down`; coordinators retry.
     pub(crate) fn failed(&self, i: usize, s: &tonic::Status) {
-        use std::sync::atomic::Ordering;
-        if self.replicas.len() < 2 {
+        if !self.0.replicated() {
             return;
         }
-        let named = s
+        match s
             .metadata()
             .get(crate::NOT_LEADER)
             .and_then(|v| v.to_str().ok())
-            .and_then(|h| h.parse::<std::net::SocketAddr>().ok())
-            .and_then(|a| self.replicas.iter().position(|(r, ..)| *r == a));
-        let next = named.unwrap_or((i + 1) % self.replicas.len());
-        let _ = self
-            .at
-            .compare_exchange(i, next, Ordering::Relaxed, Ordering::Relaxed);
+        {
+            Some(hint) => {
+                self.0.follow(i, hint);
+            }
+            None => self.0.pass_over(i),
+        }
     }
 }
 

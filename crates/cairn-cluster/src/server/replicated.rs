@@ -20,20 +20,27 @@ use crate::raft::net::{Factory, RaftSvc};
 use crate::raft::replica::Core;
 use crate::raft::{log::LogStore, Change, NodeId, Raft, Replica, Role};
 
-/// The Raft settings of a group whose elections start after `election` of silence.
+/// The Raft settings of a group whose followers stand for election after hearing
+/// nothing from a leader for `E` = `opts.election_timeout` to 1.2 E.
+///
+/// openraft's follower waits its leader lease (`election_timeout_max`) plus a random
+/// election timeout (`election_timeout_min..max`) after the last word of a leader, and
+/// another 2 × `election_timeout_max` if it has seen a replica with a longer log since
+/// its last election: with min 0.4 E and max 0.6 E that is E to 1.2 E (to 2.4 E). The
+/// leader's own lease for reads (0.4 E, see `open`) ends before a follower's (0.6 E).
+/// Heartbeats go every E / 8, which is also openraft's deadline for an append (room
+/// for a sync under `--sync always` and a TLS handshake).
 fn raft_config(
     cfg: &ClusterConfig,
     group: u32,
     opts: &ServerOptions,
 ) -> Result<openraft::Config, String> {
-    let election = opts.election_timeout.as_millis().clamp(50, 60_000) as u64;
+    let e = opts.election_timeout.as_millis().clamp(50, 60_000) as u64;
     openraft::Config {
         cluster_name: format!("cairn-{:x}-{group}", cfg.cluster_id()),
-        election_timeout_min: election,
-        election_timeout_max: election * 2,
-        // Also the deadline of an append (openraft's): a third of the election
-        // timeout leaves room for a sync under `--sync always` and a TLS handshake.
-        heartbeat_interval: (election / 3).max(10),
+        election_timeout_min: e * 2 / 5,
+        election_timeout_max: e * 3 / 5,
+        heartbeat_interval: (e / 8).max(5),
         install_snapshot_timeout: 10_000,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(opts.snapshot_every.max(16)),
         max_in_snapshot_log_to_keep: opts.snapshot_every.max(16) / 2,
@@ -109,7 +116,7 @@ pub(crate) fn open(
             }
         }
     });
-    let lease = opts.election_timeout / 2;
+    let lease = opts.election_timeout * 2 / 5;
     let rep = Arc::new(Replica::new(core, raft.clone(), replica, group, lease));
     let node = Node::new(
         NodeConfig {

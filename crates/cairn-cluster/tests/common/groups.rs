@@ -64,7 +64,7 @@ impl Groups {
             self.cfg.clone(),
         );
         o.sync = SyncMode::Never;
-        o.election_timeout = Duration::from_millis(300);
+        o.election_timeout = Duration::from_millis(1000);
         o.snapshot_every = 200;
         server::start(o).unwrap()
     }
