@@ -157,6 +157,17 @@ impl RaftStateMachine<TypeConfig> for Machine {
             self.applied.0 = Some(id);
             match e.payload {
                 EntryPayload::Blank => {}
+                // A proposal of an earlier term that Raft appended in a later one (it
+                // waited in the proposer while its leader lost the term and won another):
+                // its rows were made against that term's view, which a later leader's
+                // changes may have overtaken, and its reply was a failure. Skipped.
+                EntryPayload::Normal(c) if c.term != id.leader_id.term => {
+                    tracing::warn!(
+                        "entry {id}: {c} was proposed in term {}, not the entry's: skipped",
+                        c.term
+                    );
+                    metrics::counter!("cairn_raft_stale_proposals_total").increment(1);
+                }
                 EntryPayload::Normal(c) => {
                     for (k, v) in &c.rows {
                         match v {
@@ -523,4 +534,42 @@ fn write_snapshot(cut: &Path, state_id: u8, path: &Path) -> Result<(), String> {
     drop(f);
     std::fs::rename(&tmp, path).map_err(|e| e.to_string())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::CommittedLeaderId;
+
+    use super::*;
+
+    fn entry(term: u64, index: u64, proposed_in: u64, key: &[u8]) -> Entry<TypeConfig> {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(term, 0), index),
+            payload: EntryPayload::Normal(Change {
+                term: proposed_in,
+                seq: index,
+                rows: vec![(key.to_vec(), Some(b"v".to_vec()))],
+            }),
+        }
+    }
+
+    /// An entry whose change was proposed in another term than the entry's is not
+    /// applied; the others are, and the applied index covers both.
+    #[tokio::test]
+    async fn a_proposal_of_an_ended_term_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = cairn::Options::default()
+            .open(dir.path().join("store"))
+            .unwrap();
+        let state = open_active(&db).unwrap();
+        let (core, _rx) = Core::new(db, state, dir.path().join("snapshots"));
+        let mut m = Machine::new(core.clone()).unwrap();
+        m.apply(vec![entry(3, 1, 2, b"stale"), entry(3, 2, 3, b"fresh")])
+            .await
+            .unwrap();
+        let st = core.state();
+        assert_eq!(st.get(b"stale").unwrap(), None);
+        assert_eq!(st.get(b"fresh").unwrap().as_deref(), Some(&b"v"[..]));
+        assert_eq!(m.applied_state().await.unwrap().0.map(|l| l.index), Some(2));
+    }
 }

@@ -48,13 +48,15 @@ pub const LOG_KEYSPACE: u8 = 5;
 /// is written into the one not in use, then made the one in use in one write.
 pub const ALT_KEYSPACE: u8 = 4;
 
-/// One change of a group's rows: the rows of one batch the leader of term `term` made,
-/// its `seq`-th proposal of that term (`None`: delete the row).
+/// One change of a group's rows: the rows of one batch the leader of term `term` made
+/// (`None`: delete the row), numbered `seq` among its proposals.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Change {
     /// The term of the leader that proposed it.
     pub term: u64,
-    /// Its number among that leader's proposals (from 1).
+    /// Its number among that leader's proposals: increasing, from the clock when the
+    /// leader took up the term (a leader restarted into the same term never reuses
+    /// a number of its earlier life).
     pub seq: u64,
     /// Keys and new values (`None`: deleted), applied in order.
     pub rows: Vec<(Vec<u8>, Option<Vec<u8>>)>,
