@@ -2,8 +2,11 @@
 //! server id (mutual TLS, `--sync always`), one of them paused (SIGSTOP) while it leads
 //! and resumed, another SIGKILLed and restarted; a client keeps creating throughout and
 //! must see no error, and afterwards every acknowledged create is there and
-//! `cairn cluster check` finds the namespace consistent. And a dead replica replaced
-//! while the group serves (`cairn cluster replica add`, then `remove`).
+//! `cairn cluster check` finds the namespace consistent. A dead replica replaced while
+//! the group serves (`cairn cluster replica add`, then `remove`). And a cluster mount
+//! of two groups with one replica of each dead: the everyday tools run without an
+//! error; with two of a group's three dead, what that group holds fails with `EIO`
+//! within the client's timeout, and works again once one is back.
 
 mod common;
 
@@ -16,7 +19,7 @@ use cairn_cluster::config::ReplicaInfo;
 use cairn_cluster::{Client, ClientOptions, ClusterConfig, ServerInfo};
 use cairn_fs::{Cred, FileSystem, ROOT};
 
-use common::cairn;
+use common::{cairn, compare_with_plain, Mount};
 
 const R: Cred = Cred::ROOT;
 
@@ -25,6 +28,8 @@ struct Group {
     file: PathBuf,
     addrs: Vec<SocketAddr>,
     procs: Vec<Option<Child>>,
+    /// `--sync` of the servers.
+    sync: &'static str,
 }
 
 impl Drop for Group {
@@ -45,24 +50,35 @@ fn signal(p: &Child, sig: &str) {
 }
 
 impl Group {
+    /// One server id of three replicas.
     fn start() -> Group {
+        Group::start_groups(1, "always")
+    }
+
+    /// `groups` server ids of three replicas each: replica r of group g is process
+    /// `3 g + r`.
+    fn start_groups(groups: u32, sync: &'static str) -> Group {
         let tmp = tempfile::tempdir().unwrap();
-        let ls: Vec<TcpListener> = (0..3)
+        let n = 3 * groups as usize;
+        let ls: Vec<TcpListener> = (0..n)
             .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
             .collect();
         let addrs: Vec<SocketAddr> = ls.iter().map(|l| l.local_addr().unwrap()).collect();
         drop(ls);
-        let replicas = addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| ReplicaInfo {
-                id: i as u64,
-                addr: *a,
+        let servers: Vec<ServerInfo> = (0..groups)
+            .map(|g| {
+                let replicas = (0..3)
+                    .map(|r| ReplicaInfo {
+                        id: r as u64,
+                        addr: addrs[3 * g as usize + r],
+                    })
+                    .collect();
+                ServerInfo::group(g, replicas).unwrap()
             })
             .collect();
         let file = cairn_cluster::tls::init_certs(
             tmp.path(),
-            &[ServerInfo::group(0, replicas).unwrap()],
+            &servers,
             &[cairn_cluster::tls::ClientCert::admin("0")],
         )
         .unwrap();
@@ -70,9 +86,10 @@ impl Group {
             tmp,
             file,
             addrs,
-            procs: vec![None, None, None],
+            procs: (0..n).map(|_| None).collect(),
+            sync,
         };
-        for i in 0..3 {
+        for i in 0..n {
             g.spawn(i);
         }
         g
@@ -89,7 +106,7 @@ impl Group {
             .open(self.log(i))
             .unwrap();
         let child = cairn()
-            .args(["serve", "--sync", "always", "--election-timeout", "1000"])
+            .args(["serve", "--sync", self.sync, "--election-timeout", "1000"])
             .arg("--dir")
             .arg(self.tmp.path().join(format!("r{i}")))
             .arg("--listen")
@@ -324,6 +341,105 @@ fn a_dead_replica_is_replaced_while_the_group_serves() {
     want.sort();
     assert_eq!(names, want);
     // Every replica the file now lists is up, and holds the same state.
+    let t = Instant::now();
+    loop {
+        let out = cairn()
+            .args(["cluster", "check", "--cluster"])
+            .arg(&g.file)
+            .output()
+            .unwrap();
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn kill(g: &mut Group, i: usize) {
+    let mut p = g.procs[i].take().unwrap();
+    p.kill().unwrap();
+    p.wait().unwrap();
+}
+
+#[test]
+fn a_cluster_mount_works_with_a_replica_of_each_group_dead() {
+    let mut g = Group::start_groups(2, "never");
+    let c = g.client();
+    // Files of both groups: directories land on either, and a file's inode lives
+    // where its directory's entries do (no split below the threshold).
+    let mut files = Vec::new();
+    for k in 0..8 {
+        let name = format!("d{k}");
+        let d = c.mkdir(&R, ROOT, name.as_bytes(), 0o755).unwrap().ino;
+        for i in 0..25 {
+            let a = c.create(&R, d, format!("f{i}").as_bytes(), 0o644).unwrap();
+            files.push((a.ino, format!("{name}/f{i}")));
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mp = tmp.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    let Some(m) = Mount::cluster(&g.file, &mp, &["--timeout", "4"]) else {
+        return;
+    };
+    // Replica 0 of each group (the first leader, as a rule) dies.
+    kill(&mut g, 0);
+    kill(&mut g, 3);
+    compare_with_plain(tmp.path(), &mp, 300);
+
+    // Two of group 1's three are dead: what it holds fails with EIO within the
+    // client's timeout (4 s, and an election's worth of retries); group 0's works.
+    kill(&mut g, 4);
+    let quick = Client::with_config(
+        ClusterConfig::load(&g.file).unwrap(),
+        ClientOptions {
+            timeout: Duration::from_secs(4),
+            ..ClientOptions::default()
+        },
+    )
+    .unwrap();
+    let on = |grp: u32| {
+        files
+            .iter()
+            .find(|(ino, _)| cairn_cluster::giga::home_of(*ino) == grp)
+            .unwrap_or_else(|| panic!("no file of group {grp}"))
+    };
+    let t = Instant::now();
+    let e = quick.getattr(on(1).0).unwrap_err();
+    assert_eq!(e.0, libc::EIO, "{e}");
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    quick.getattr(on(0).0).unwrap();
+    // Through the mount too: a clear error, not a hang.
+    let p = mp.join(&on(1).1);
+    std::thread::sleep(Duration::from_millis(1500)); // the kernel's cache expires
+    let t = Instant::now();
+    let err = std::fs::metadata(&p).unwrap_err();
+    assert!(
+        err.raw_os_error() == Some(libc::EIO) || err.raw_os_error() == Some(libc::ENOTCONN),
+        "{err}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+
+    // One comes back: group 1 has a majority again and serves.
+    g.spawn(4);
+    let t = Instant::now();
+    while quick.getattr(on(1).0).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "group 1 never served again"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::fs::metadata(&p).unwrap();
+    drop(m);
+    g.spawn(0);
+    g.spawn(3);
     let t = Instant::now();
     loop {
         let out = cairn()

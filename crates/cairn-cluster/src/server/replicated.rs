@@ -236,9 +236,17 @@ fn start_term(node: &NodeRef, r: &Arc<Replica>, term: u64) {
     r.core.begin_term(term);
     let (node, r) = (node.clone(), r.clone());
     tokio::spawn(async move {
-        if let Err(e) = r.raft.ensure_linearizable().await {
-            tracing::info!(group = r.group, "term {term}: not taken up: {e}");
-            return;
+        // Asked again while the term lasts: a majority that did not answer in time
+        // (appends timed out on a loaded machine, a follower still restarting) may
+        // answer the next time, and Raft keeps this replica the leader meanwhile; to
+        // give up would leave the group with a leader that never serves.
+        while let Err(e) = r.raft.ensure_linearizable().await {
+            if r.role() != Role::Recovering(term) || node.is_crashed() {
+                tracing::info!(group = r.group, "term {term}: not taken up: {e}");
+                return;
+            }
+            tracing::info!(group = r.group, "term {term}: not taken up yet: {e}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         // Retried while the term lasts: a store error may pass (a full disk freed).
         while r.role() == Role::Recovering(term) && !node.is_crashed() {
