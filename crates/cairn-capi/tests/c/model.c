@@ -150,7 +150,7 @@ static void model_test(const char *dir, int steps) {
     } else if (op < 93) {
       int lo = next() % KEYS, hi = lo + next() % (KEYS - lo + 1);
       check_scan(db, lo, hi, next() % 2);
-    } else if (op < 97) {
+    } else if (op < 99) {
       /* The caller-buffer protocol. */
       unsigned char small[8];
       size_t len = 0;
