@@ -383,6 +383,8 @@ pub struct Iter {
 
 #[pymethods]
 impl Iter {
+    // Python's iterator protocol, not a constructor (clippy reads `__iter__` of `Iter` as one).
+    #[allow(clippy::self_named_constructors)]
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
         slf
     }

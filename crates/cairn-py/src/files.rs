@@ -50,7 +50,7 @@ impl FileStore {
         let key = bytes_of(key)?;
         let w = py.detach(|| self.fs.create(&*key)).or_raise()?;
         Ok(RawWriter {
-            w: Mutex::new(WriterState::Open(w)),
+            w: Mutex::new(WriterState::Open(Box::new(w))),
         })
     }
 
@@ -144,7 +144,7 @@ impl FileStore {
 
 /// Where a writer is in its life.
 enum WriterState {
-    Open(cairn_files::FileWriter),
+    Open(Box<cairn_files::FileWriter>),
     Committed(cairn_files::FileStat),
     Aborted,
 }
