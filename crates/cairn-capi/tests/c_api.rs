@@ -5,30 +5,11 @@
 //! (reporting itself) where gcc is missing. `CAIRN_CAPI_STEPS` sets the model's steps
 //! (default 1500).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-/// The directory with the library built for this test run (`target/<profile>/deps`).
-fn lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().to_path_buf()
-}
-
-fn skip(why: &str) {
-    eprintln!("skipped: {why}");
-    if std::env::var_os("CAIRN_TEST_NO_SKIP").is_some() {
-        panic!("{why}");
-    }
-    if let Some(list) = std::env::var_os("CAIRN_TEST_SKIPS") {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(list)
-            .unwrap();
-        writeln!(f, "cairn-capi: {why}").unwrap();
-    }
-}
+mod common;
+use common::{lib_dir, skip};
 
 /// Compiles `src` with the header and the static library into `out`, with `extra` flags.
 fn compile(src: &Path, out: &Path, extra: &[&str]) -> bool {

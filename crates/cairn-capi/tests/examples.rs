@@ -6,31 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod common;
+use common::{lib_dir, skip};
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The directory with the libraries built for this test run (`target/<profile>/deps`).
-fn lib_dir() -> PathBuf {
-    std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn skip(why: &str) {
-    eprintln!("skipped: {why}");
-    assert!(std::env::var_os("CAIRN_TEST_NO_SKIP").is_none(), "{why}");
-    if let Some(list) = std::env::var_os("CAIRN_TEST_SKIPS") {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(list)
-            .unwrap();
-        writeln!(f, "cairn-capi: {why}").unwrap();
-    }
 }
 
 fn run(cmd: &mut Command) -> String {
