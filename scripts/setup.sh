@@ -26,3 +26,12 @@ if ((${#fs_missing[@]})) && command -v apt-get >/dev/null 2>&1; then
       --no-install-recommends "${fs_missing[@]}"; } >/dev/null 2>&1 \
     || echo "setup: could not install ${fs_missing[*]} (some mounted tests may skip)" >&2
 fi
+# A Python venv for the Python package's tests (scripts/test-python.sh): maturin builds the
+# wheel of crates/cairn-py, pytest runs its tests. Pinned; from PyPI, once.
+venv=${CAIRN_PY_VENV:-${CARGO_TARGET_DIR:-target}/py-venv}
+if ! "$venv/bin/python" -c 'import pytest, maturin' >/dev/null 2>&1 \
+    || ! "$venv/bin/maturin" --version 2>/dev/null | grep -q '1\.16\.0'; then
+  echo "setup: making the Python venv $venv (maturin, pytest)" >&2
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check maturin==1.16.0 pytest==9.2.0
+fi

@@ -34,3 +34,5 @@ trap finish EXIT
 CAIRN_TEST_SKIPS=$skips cargo test --workspace --release --locked
 CAIRN_TEST_SKIPS=$skips CAIRN_TEST_FUSE_TRANSPORT=classic \
   cargo test --release --locked -p cairn-cli --test mount --test mount_crash --test cluster
+# The Python package: its wheel built and installed in a venv, then its pytest suite.
+scripts/test-python.sh

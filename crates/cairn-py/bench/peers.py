@@ -1,0 +1,138 @@
+"""cairn from Python against plyvel (LevelDB), lmdb and rocksdict (RocksDB), and against
+cairn's own Rust API: HaloDB's workload (N records, 8-byte keys, 100-byte values): a fill
+in random key order, then N point reads at random keys, one thread, one call per
+operation, nothing synced until the fill's end. Engines run interleaved, each repetition
+in a fresh directory. `scripts/bench-python.sh` installs the peers and runs this.
+
+usage: peers.py [--records N] [--reps R] [--dir D] [--rust-bin quickbench] [--engines ...]
+"""
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+VALUE = bytes(random.Random(7).randrange(256) for _ in range(100))
+
+
+def cairn_engine(path):
+    import cairn
+
+    db = cairn.Db(path)
+    return db.put, db.get, db.flush, db.close
+
+
+def plyvel_engine(path):
+    import plyvel
+
+    db = plyvel.DB(path, create_if_missing=True)
+    return db.put, db.get, (lambda: None), db.close
+
+
+def lmdb_engine(path):
+    import lmdb
+
+    env = lmdb.open(path, map_size=8 << 30, sync=False, metasync=False, writemap=True)
+
+    def put(k, v):
+        with env.begin(write=True) as txn:
+            txn.put(k, v)
+
+    reader = [None]
+
+    def get(k):
+        # One read transaction for the whole read phase, as lmdb users read.
+        if reader[0] is None:
+            reader[0] = env.begin()
+        return reader[0].get(k)
+
+    def close():
+        if reader[0] is not None:
+            reader[0].abort()
+        env.close()
+
+    return put, get, env.sync, close
+
+
+def rocksdict_engine(path):
+    import rocksdict
+
+    db = rocksdict.Rdict(path)
+    return db.put, db.get, db.flush, db.close
+
+
+ENGINES = {"cairn": cairn_engine, "plyvel": plyvel_engine, "lmdb": lmdb_engine,
+           "rocksdict": rocksdict_engine}
+
+
+def run(name, path, keys, reads):
+    put, get, flush, close = ENGINES[name](path)
+    t = time.perf_counter()
+    for k in keys:
+        put(k, VALUE)
+    flush()
+    fill = len(keys) / (time.perf_counter() - t)
+    t = time.perf_counter()
+    for k in reads:
+        if get(k) is None:
+            raise AssertionError(f"{name}: missing key")
+    read = len(reads) / (time.perf_counter() - t)
+    close()
+    return fill, read
+
+
+def rust(binary, records, cwd):
+    """quickbench (crates/cairn/examples) on one thread: its fill and read rates."""
+    out = subprocess.run([binary, str(records), "100", "1"], cwd=cwd, capture_output=True,
+                         text=True, check=True).stdout
+    rates = {}
+    for line in out.splitlines():
+        for label, name in [("fill random", "fill"), ("random read x1", "read")]:
+            if line.startswith(label):
+                rates[name] = float(line.split("ops/s")[0].split()[-1])
+    return rates["fill"], rates["read"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--dir", default=".")
+    ap.add_argument("--rust-bin")
+    ap.add_argument("--engines", default="cairn,plyvel,lmdb,rocksdict")
+    a = ap.parse_args()
+    rng = random.Random(1)
+    keys = [k.to_bytes(8, "big") for k in range(a.records)]
+    rng.shuffle(keys)
+    reads = [keys[rng.randrange(a.records)] for _ in range(a.records)]
+    names = a.engines.split(",") + (["cairn (Rust API)"] if a.rust_bin else [])
+    results = {n: [] for n in names}
+    for rep in range(a.reps):
+        order = names[rep % len(names):] + names[:rep % len(names)]
+        for name in order:
+            path = os.path.join(a.dir, f"peers-{name.split()[0]}-{os.getpid()}")
+            shutil.rmtree(path, ignore_errors=True)
+            os.makedirs(path)
+            if name == "cairn (Rust API)":
+                r = rust(a.rust_bin, a.records, path)
+            else:
+                r = run(name, path, keys, reads)
+            shutil.rmtree(path, ignore_errors=True)
+            results[name].append(r)
+            print(f"rep {rep + 1} {name:<17} puts/s {r[0]:>10,.0f}  gets/s {r[1]:>10,.0f}",
+                  flush=True)
+    print(f"\nmedian of {a.reps}, {a.records:,} records, 8-byte keys, 100-byte values, "
+          f"Python {sys.version.split()[0]}")
+    print(f"{'engine':<17} {'puts/s':>10} {'gets/s':>10}")
+    for name, rs in results.items():
+        fill = statistics.median(r[0] for r in rs)
+        read = statistics.median(r[1] for r in rs)
+        print(f"{name:<17} {fill:>10,.0f} {read:>10,.0f}")
+
+
+if __name__ == "__main__":
+    main()

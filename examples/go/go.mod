@@ -1,0 +1,3 @@
+module example.com/cairn-go
+
+go 1.21
