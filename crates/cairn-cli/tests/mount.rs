@@ -373,7 +373,7 @@ fn the_io_uring_transport_serves_the_requests_when_enabled() {
             return;
         }
         let out = cairn()
-            .args(["mount", "--transport", "uring"])
+            .args(["mount", "--foreground", "--transport", "uring"])
             .arg(&store)
             .arg(&mp)
             .output()

@@ -72,7 +72,7 @@ impl ChildMount {
     ) -> Result<ChildMount> {
         let exe = std::env::current_exe()?;
         let mut child = Command::new(exe)
-            .arg("mount")
+            .args(["mount", "--foreground"])
             .arg(store)
             .arg(mp)
             .args(["--transport", transport])
