@@ -129,8 +129,7 @@ fn mountinfo(mp: &Path) -> Option<String> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     let mp = mp.to_str().unwrap();
     text.lines()
-        .filter(|l| l.split(' ').nth(4) == Some(mp))
-        .last()
+        .rfind(|l| l.split(' ').nth(4) == Some(mp))
         .map(str::to_owned)
 }
 

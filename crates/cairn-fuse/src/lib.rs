@@ -261,9 +261,14 @@ pub struct Mount {
 /// request counts; a process can therefore mount once only.
 pub fn mount(store: &Path, mountpoint: &Path, opts: &MountOptions) -> Result<Mount> {
     check_transport(opts)?;
-    let fs = Fs::open(store)
-        .map_err(std::io::Error::from)
+    // The engine's error says why a store does not open (locked by another process,
+    // not a store, damaged); the file system's would be a bare errno.
+    let db = Fs::options()
+        .open(store)
         .with_context(|| format!("opening {}", store.display()))?;
+    let fs = Fs::new(db)
+        .map_err(std::io::Error::from)
+        .with_context(|| format!("opening the file system of {}", store.display()))?;
     mount_boxed(Box::new(fs), mountpoint, opts, false)
 }
 
