@@ -397,8 +397,7 @@ fn foreground(args: &MountArgs) -> Result<()> {
         );
     }
     // Huge pages while the store opens (and the mount is set up), off while it serves.
-    let mount =
-        crate::allocator::huge_pages_while(|| cairn_fuse::mount(&args.dir, mountpoint, &opts))?;
+    let mount = crate::allocator::huge_pages_while(|| open_mount(&args.dir, mountpoint, &opts))?;
     eprintln!(
         "cairn: {} mounted on {} (`umount {}` or SIGTERM unmounts)",
         args.dir.display(),
@@ -406,6 +405,42 @@ fn foreground(args: &MountArgs) -> Result<()> {
         mountpoint.display()
     );
     mount.run_with(notify_ready)
+}
+
+/// How long a mount waits for a store that another process holds: `umount` returns
+/// once the kernel lets go of the mount, a moment before the mount process has closed
+/// the store, so `umount DIR && mount DIR` would otherwise find it locked.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// [`cairn_fuse::mount`], waiting up to [`LOCK_WAIT`] while the store is locked (the
+/// store is opened before anything is mounted, so a refused try leaves nothing).
+fn open_mount(
+    store: &Path,
+    mountpoint: &Path,
+    opts: &cairn_fuse::MountOptions,
+) -> Result<cairn_fuse::Mount> {
+    let start = std::time::Instant::now();
+    loop {
+        match cairn_fuse::mount(store, mountpoint, opts) {
+            Err(e) if is_locked(&e) && start.elapsed() < LOCK_WAIT => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) if is_locked(&e) => {
+                return Err(e.context(format!("waited {} s", LOCK_WAIT.as_secs())))
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether `e` is the engine's refusal of a store another process holds.
+fn is_locked(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<cairn::Error>(),
+            Some(cairn::Error::Locked(_))
+        )
+    })
 }
 
 /// Where a background mount's messages go: a file, or the journal (standard error of

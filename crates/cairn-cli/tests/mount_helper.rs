@@ -189,6 +189,15 @@ fn mount_t_cairn_fstab_lines_and_umount() {
         // fuser's mount(2) gives type `fuse` and source `cairn` (no subtype).
         assert!(info.contains(" - fuse cairn "), "{info}");
         std::fs::write(d.mp.join("a"), b"one").unwrap();
+        // Mounted again right after `umount`, before the old mount process has
+        // closed the store (the new one waits for it).
+        for _ in 0..3 {
+            run(Command::new("umount").arg(&d.mp));
+            run(Command::new("mount")
+                .args(["-t", "cairn", "-o", &opts])
+                .arg(&d.store)
+                .arg(&d.mp));
+        }
         run(Command::new("umount").arg(&d.mp));
         assert!(!is_mountpoint(&d.mp));
         wait_gone(&d.mp);
