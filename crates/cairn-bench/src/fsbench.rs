@@ -26,7 +26,9 @@ Create N zero-length files in one directory (default 1,000,000; --large 10,000,0
 sampling the create rate over the run; then stat every file in random order, list the
 directory and unlink every file. Targets (--targets): lib (cairn::fs in this process),
 fuse (cairn mounted by a child `cairn mount` as a user starts it: FUSE over io_uring
-where the kernel offers it), fuse-classic (the same through /dev/fuse reads); both are
+where the kernel offers it), fuse-classic (the same through /dev/fuse reads), null (a
+null FUSE server: cairn's FUSE layer answering every request at once, storing nothing,
+the floor of any FUSE file system; creates, stats and unlinks only); all three are
 skipped with a message where FUSE is unavailable (no usable /dev/fuse, no privilege to
 mount, the mount refused with EPERM/EACCES; any other failure of the mount fails the
 run); plain, xfs, btrfs (fresh loop-mounted ext4, XFS and btrfs images made in --dir
@@ -61,12 +63,14 @@ targets (which the kernel shrinks when it needs to).";
 
 mod memory;
 mod mount;
+mod null;
 mod phases;
 mod report;
 mod targets;
 
 use memory::Memory;
 use mount::{ChildMount, FuseStats};
+pub use null::{serve_null, NULL_COMMAND};
 use phases::{run_target, Phases};
 use report::markdown;
 use targets::{Lib, Posix, ME};
@@ -86,7 +90,8 @@ pub struct FsBenchArgs {
     dir: PathBuf,
     /// Targets, comma-separated: lib, fuse (the mount as `cairn mount` starts it: FUSE
     /// over io_uring where the kernel offers it), fuse-classic (the mount through
-    /// /dev/fuse reads, `--transport classic`), plain (ext4), xfs, btrfs (fresh
+    /// /dev/fuse reads, `--transport classic`), null (the null FUSE server: cairn's FUSE
+    /// layer answering every request at once, the floor), plain (ext4), xfs, btrfs (fresh
     /// loop-mounted images; see --plain-fs)
     #[arg(long, value_delimiter = ',', default_value = "lib,fuse,plain")]
     targets: Vec<String>,
@@ -340,11 +345,14 @@ fn run_one(
     unsafe { libc::sync() };
     match target {
         "lib" => run_lib(work, phases, data, open_with),
-        "fuse" | "fuse-classic" => run_fuse(target, work, phases, data, extras),
+        "fuse" | "fuse-classic" | "null" => run_fuse(target, work, phases, data, extras),
         "plain" | "xfs" | "btrfs" => run_kernel(target, work, phases, data, extras),
-        other => bail!("unknown target {other:?} (lib, fuse, fuse-classic, plain, xfs, btrfs)"),
+        other => bail!("unknown target {other:?} ({TARGETS})"),
     }
 }
+
+/// The names of the targets.
+const TARGETS: &str = "lib, fuse, fuse-classic, null, plain, xfs, btrfs";
 
 /// The `lib` target: `cairn::fs` in this process, on a store in `work`.
 fn run_lib(work: &Path, phases: &Phases, data: &Data, open_with: OpenWith) -> Result<TargetResult> {
@@ -365,7 +373,9 @@ fn run_lib(work: &Path, phases: &Phases, data: &Data, open_with: OpenWith) -> Re
 }
 
 /// The `fuse` and `fuse-classic` targets: a store in `work` mounted by a child
-/// `cairn mount`; skipped where FUSE is unavailable.
+/// `cairn mount`; `null`: the null FUSE server in a child (`null.rs`; no list, data,
+/// several-process or everyday phases, which need stored files). Skipped where FUSE is
+/// unavailable.
 fn run_fuse(
     target: &str,
     work: &Path,
@@ -373,7 +383,11 @@ fn run_fuse(
     data: &Data,
     extras: &mut Extras,
 ) -> Result<TargetResult> {
-    let transport = if target == "fuse" { "auto" } else { "classic" };
+    let transport = if target == "fuse-classic" {
+        "classic"
+    } else {
+        "auto"
+    };
     let mp = work.join("mnt");
     std::fs::create_dir_all(&mp)?;
     let stats = work.join("fuse-requests");
@@ -381,7 +395,12 @@ fn run_fuse(
         extras.skip(target, format!("FUSE is unavailable here: {why}"));
         return Ok((None, Vec::new()));
     }
-    let m = match ChildMount::start(&work.join("store"), &mp, &stats, transport) {
+    let started = if target == "null" {
+        ChildMount::start_null(&mp, &stats)
+    } else {
+        ChildMount::start(&work.join("store"), &mp, &stats, transport)
+    };
+    let m = match started {
         // Only a refusal for lack of privilege means FUSE can't be used here; any other
         // failure of the mount is a failure of the run.
         Err(e) if cairn_fuse::is_refusal(&format!("{e:#}")) => {
@@ -411,14 +430,23 @@ fn run_fuse(
         })
         .transpose()
         .and_then(|r| {
-            extras.run_on(target, &mp, n)?;
+            if target != "null" {
+                extras.run_on(target, &mp, n)?;
+            }
             Ok(r)
         });
     let t = fsdata::DataTarget::Posix {
         dir: mp.clone(),
         store: Some(work.join("store")),
     };
-    let d = r.and_then(|r| Ok((r, data.run(target, &t)?)));
+    let d = r.and_then(|r| {
+        let runs = if target == "null" {
+            Vec::new()
+        } else {
+            data.run(target, &t)?
+        };
+        Ok((r, runs))
+    });
     let via = s.read();
     drop(m);
     let (mut r, data_runs) = d?;
@@ -571,8 +599,8 @@ impl Plan {
             bail!("--intervals must be at least 1");
         }
         for t in &args.targets {
-            if !["lib", "fuse", "fuse-classic", "plain", "xfs", "btrfs"].contains(&t.as_str()) {
-                bail!("unknown target {t:?} (lib, fuse, fuse-classic, plain, xfs, btrfs)");
+            if !TARGETS.split(", ").any(|k| k == t) {
+                bail!("unknown target {t:?} ({TARGETS})");
             }
         }
         std::fs::create_dir_all(&args.dir)

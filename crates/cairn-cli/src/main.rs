@@ -178,6 +178,9 @@ enum Command {
     /// One client process of `cluster-bench`
     #[command(name = cairn_bench::cluster::CLIENT_COMMAND, hide = true)]
     ClusterBenchClient(cairn_bench::cluster::ClientArgs),
+    /// The null FUSE server of `fs-bench --targets null`, in the foreground
+    #[command(name = cairn_bench::fsbench::NULL_COMMAND, hide = true)]
+    NullMount { mountpoint: PathBuf },
     /// One process of `fs-bench --procs`
     #[command(name = cairn_bench::fsprocs::WORKER_COMMAND, hide = true)]
     FsBenchWorker(cairn_bench::fsprocs::WorkerArgs),
@@ -348,6 +351,9 @@ fn run(cli: Cli, argv: &[OsString]) -> Result<ExitCode> {
         Command::BackupBench(args) => cairn_bench::backupbench::run(&args)?,
         Command::ClusterBenchClient(args) => cairn_bench::cluster::client(&args)?,
         Command::FsBenchWorker(args) => cairn_bench::fsprocs::worker(&args)?,
+        Command::NullMount { mountpoint } => {
+            cairn_bench::fsbench::serve_null(&mountpoint, cairn_fuse::Transport::Auto)?
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

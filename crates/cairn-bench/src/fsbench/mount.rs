@@ -70,12 +70,25 @@ impl ChildMount {
         stats: &Path,
         transport: &str,
     ) -> Result<ChildMount> {
-        let exe = std::env::current_exe()?;
-        let mut child = Command::new(exe)
-            .args(["mount", "--foreground"])
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.args(["mount", "--foreground"])
             .arg(store)
             .arg(mp)
-            .args(["--transport", transport])
+            .args(["--transport", transport]);
+        ChildMount::spawn(cmd, mp, stats)
+    }
+
+    /// Serves the null file system (`super::null`) on `mp` through FUSE over io_uring
+    /// where the kernel offers it, the request counts going to `stats`.
+    pub(super) fn start_null(mp: &Path, stats: &Path) -> Result<ChildMount> {
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.arg(super::NULL_COMMAND).arg(mp);
+        ChildMount::spawn(cmd, mp, stats)
+    }
+
+    /// Runs `cmd` (a mount in the foreground) and waits until `mp` is mounted.
+    fn spawn(mut cmd: Command, mp: &Path, stats: &Path) -> Result<ChildMount> {
+        let mut child = cmd
             .env(cairn_fuse::STATS_ENV, stats)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
