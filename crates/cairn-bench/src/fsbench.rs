@@ -297,7 +297,9 @@ impl Extras {
     /// The everyday tools and the several-process phases on `target`, in new
     /// directories of `root`.
     fn run_on(&mut self, target: &str, root: &Path, n: u64) -> Result<()> {
-        if let Some((tar, files)) = &self.everyday {
+        // The null server stores nothing for the everyday tools to read back.
+        let everyday = self.everyday.as_ref().filter(|_| target != "null");
+        if let Some((tar, files)) = everyday {
             let steps = crate::fseveryday::run(target, root, tar, *files, self.dd_mib)?;
             for s in &steps {
                 println!("{target}, {}: {:.2} s", s.step, s.seconds);
@@ -373,9 +375,8 @@ fn run_lib(work: &Path, phases: &Phases, data: &Data, open_with: OpenWith) -> Re
 }
 
 /// The `fuse` and `fuse-classic` targets: a store in `work` mounted by a child
-/// `cairn mount`; `null`: the null FUSE server in a child (`null.rs`; no list, data,
-/// several-process or everyday phases, which need stored files). Skipped where FUSE is
-/// unavailable.
+/// `cairn mount`; `null`: the null FUSE server in a child (`null.rs`; no list, data
+/// or everyday phases, which need stored files). Skipped where FUSE is unavailable.
 fn run_fuse(
     target: &str,
     work: &Path,
@@ -430,9 +431,7 @@ fn run_fuse(
         })
         .transpose()
         .and_then(|r| {
-            if target != "null" {
-                extras.run_on(target, &mp, n)?;
-            }
+            extras.run_on(target, &mp, n)?;
             Ok(r)
         });
     let t = fsdata::DataTarget::Posix {
