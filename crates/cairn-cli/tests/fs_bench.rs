@@ -276,3 +276,47 @@ fn fs_bench_limits_memory_and_reopen() {
         assert!(err.contains(flag), "{err}");
     }
 }
+
+/// The null FUSE server target: creates, stats and unlinks through cairn's FUSE layer
+/// with nothing stored, from one and two processes; a create costs it the same
+/// requests as the mount's (a LOOKUP answered with a negative entry, a CREATE).
+#[test]
+fn fs_bench_null_target() {
+    if cairn_fuse::unavailable().is_some() {
+        common::skip("fs-bench's null target: FUSE is unavailable here");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (stdout, all) = fs_bench(
+        tmp.path(),
+        &[
+            "--files",
+            "2000",
+            "--intervals",
+            "2",
+            "--procs",
+            "2",
+            "--targets",
+            "null",
+        ],
+    );
+    let runs = all["metadata"].as_array().unwrap();
+    let Some(r) = runs.iter().find(|r| r["target"] == "null") else {
+        assert!(stdout.contains("null: skipped"), "{stdout}");
+        common::skip("fs-bench's null target: the mount was refused here");
+        return;
+    };
+    assert_eq!(r["files"], 2000, "{r}");
+    for f in ["create_rate", "stat_rate", "unlink_rate"] {
+        assert!(r[f].as_f64().unwrap() > 0.0, "{f} of {r}");
+    }
+    let create = &r["fuse_requests"]["create"];
+    assert!(create["CREATE"].as_f64().unwrap() >= 1.0, "{r}");
+    let shared = all["shared_directory"].as_array().unwrap();
+    assert!(
+        shared
+            .iter()
+            .any(|s| s["target"] == "null" && s["files"] == 2000),
+        "{shared:?}"
+    );
+}
