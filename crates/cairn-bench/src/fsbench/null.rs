@@ -6,7 +6,8 @@
 //!
 //! What it answers: a lookup finds nothing (the kernel remembers that, as on a local
 //! store's mount); a create, mkdir, mknod or symlink succeeds with a new inode number;
-//! getattr answers a directory for the root and a regular file for anything else;
+//! getattr answers a directory or a symbolic link for one made so (its number says
+//! it), a regular file for anything else;
 //! unlink, rmdir, rename, opens, releases and fsync succeed; reads return no bytes,
 //! writes take every byte; listings are empty (so the benchmark's list phase does not
 //! apply to it). The kernel keeps entries and attributes as long as on a local store's
@@ -45,10 +46,22 @@ struct NullFs {
     next_ino: AtomicU64,
 }
 
+/// Inode numbers carry their file's type, so that getattr answers the type the kernel
+/// was told at creation without anything being stored (the kernel fails an inode
+/// whose type changes): bit 62 marks a directory, bit 61 a symbolic link.
+const DIR_BIT: u64 = 1 << 62;
+const LINK_BIT: u64 = 1 << 61;
+
 impl NullFs {
     /// Attributes of a new inode of type and mode `mode`.
     fn new_inode(&self, mode: u32) -> Attr {
-        attr(self.next_ino.fetch_add(1, Ordering::Relaxed), mode)
+        let n = self.next_ino.fetch_add(1, Ordering::Relaxed);
+        let ino = match mode & libc::S_IFMT {
+            libc::S_IFDIR => n | DIR_BIT,
+            libc::S_IFLNK => n | LINK_BIT,
+            _ => n,
+        };
+        attr(ino, mode)
     }
 }
 
@@ -69,10 +82,12 @@ fn attr(ino: u64, mode: u32) -> Attr {
     }
 }
 
-/// The attributes getattr answers for `ino`.
+/// The attributes getattr answers for `ino` (its type from its number).
 fn any(ino: u64) -> Attr {
-    if ino == ROOT {
+    if ino == ROOT || ino & DIR_BIT != 0 {
         attr(ino, libc::S_IFDIR | 0o755)
+    } else if ino & LINK_BIT != 0 {
+        attr(ino, libc::S_IFLNK | 0o777)
     } else {
         attr(ino, libc::S_IFREG | 0o644)
     }
