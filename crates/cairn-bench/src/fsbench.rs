@@ -28,8 +28,9 @@ directory and unlink every file. Targets (--targets): lib (cairn::fs in this pro
 fuse (cairn mounted by a child `cairn mount` as a user starts it: FUSE over io_uring
 where the kernel offers it), fuse-classic (the same through /dev/fuse reads), null (a
 null FUSE server: cairn's FUSE layer answering every request at once, storing nothing,
-the floor of any FUSE file system; creates, stats and unlinks only); all three are
-skipped with a message where FUSE is unavailable (no usable /dev/fuse, no privilege to
+the floor of any FUSE file system; creates, stats and unlinks only); bindfs (a fresh
+ext4 image reached through `bindfs`, a FUSE passthrough people use; skipped where bindfs
+or the image is missing); the first three are skipped with a message where FUSE is unavailable (no usable /dev/fuse, no privilege to
 mount, the mount refused with EPERM/EACCES; any other failure of the mount fails the
 run); plain, xfs, btrfs (fresh loop-mounted ext4, XFS and btrfs images made in --dir
 with default options, as root; where that can't be done plain is a directory under
@@ -91,7 +92,8 @@ pub struct FsBenchArgs {
     /// Targets, comma-separated: lib, fuse (the mount as `cairn mount` starts it: FUSE
     /// over io_uring where the kernel offers it), fuse-classic (the mount through
     /// /dev/fuse reads, `--transport classic`), null (the null FUSE server: cairn's FUSE
-    /// layer answering every request at once, the floor), plain (ext4), xfs, btrfs (fresh
+    /// layer answering every request at once, the floor), bindfs (a fresh ext4 image
+    /// through bindfs, a FUSE passthrough), plain (ext4), xfs, btrfs (fresh
     /// loop-mounted images; see --plain-fs)
     #[arg(long, value_delimiter = ',', default_value = "lib,fuse,plain")]
     targets: Vec<String>,
@@ -348,13 +350,13 @@ fn run_one(
     match target {
         "lib" => run_lib(work, phases, data, open_with),
         "fuse" | "fuse-classic" | "null" => run_fuse(target, work, phases, data, extras),
-        "plain" | "xfs" | "btrfs" => run_kernel(target, work, phases, data, extras),
+        "plain" | "xfs" | "btrfs" | "bindfs" => run_kernel(target, work, phases, data, extras),
         other => bail!("unknown target {other:?} ({TARGETS})"),
     }
 }
 
 /// The names of the targets.
-const TARGETS: &str = "lib, fuse, fuse-classic, null, plain, xfs, btrfs";
+const TARGETS: &str = "lib, fuse, fuse-classic, null, plain, xfs, btrfs, bindfs";
 
 /// The `lib` target: `cairn::fs` in this process, on a store in `work`.
 fn run_lib(work: &Path, phases: &Phases, data: &Data, open_with: OpenWith) -> Result<TargetResult> {
@@ -459,7 +461,8 @@ fn run_fuse(
 }
 
 /// The kernel targets `plain`, `xfs` and `btrfs`: a fresh loop-mounted image made in
-/// `work` where one can be made (else, for plain, a directory of `work`'s file system).
+/// `work` where one can be made (else, for plain, a directory of `work`'s file system);
+/// `bindfs`: a fresh ext4 image reached through `bindfs` (skipped without one).
 fn run_kernel(
     target: &str,
     work: &Path,
@@ -469,7 +472,17 @@ fn run_kernel(
 ) -> Result<TargetResult> {
     let n = phases.n;
     let bytes = (data.sizes.iter().sum::<u64>() * 3 / 2 + n * 2048 + (2 << 30)).max(4 << 30);
-    let kind = if target == "plain" { "ext4" } else { target };
+    let kind = match target {
+        "plain" | "bindfs" => "ext4",
+        t => t,
+    };
+    if target == "bindfs" && !has_bindfs() {
+        extras.skip(
+            target,
+            "bindfs is not installed (scripts/install-bench-deps.sh)".into(),
+        );
+        return Ok((None, Vec::new()));
+    }
     let make = || crate::fsimage::FreshImage::make(work, kind, bytes, n);
     let image = match (target, extras.kind.as_str()) {
         ("plain", "dir") => None,
@@ -503,6 +516,11 @@ fn run_kernel(
         extras.others.push((target.to_string(), description));
     }
     let root = image.as_ref().map_or(work, |i| i.path());
+    // bindfs: the fresh image reached through a bindfs mount of it.
+    let bind = (target == "bindfs")
+        .then(|| mount::Bindfs::mount(root, &work.join("bindfs")))
+        .transpose()?;
+    let root = bind.as_ref().map_or(root, |b| b.mp.as_path());
     let d = root.join("d");
     std::fs::create_dir(&d)?;
     let mut t = Posix {
@@ -518,8 +536,19 @@ fn run_kernel(
         store: None,
     };
     let data_runs = data.run(target, &t)?;
+    drop(bind);
     drop(image);
     Ok((r, data_runs))
+}
+
+/// Whether a `bindfs` executable is on the `PATH`.
+fn has_bindfs() -> bool {
+    std::process::Command::new("bindfs")
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// The large-file phase asked for: sizes in bytes (none: no phase), and cold reads.

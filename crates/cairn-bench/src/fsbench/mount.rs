@@ -132,3 +132,44 @@ impl Drop for ChildMount {
         let _ = self.child.wait();
     }
 }
+
+/// `bindfs SOURCE MOUNTPOINT` with its defaults, as people run it (a FUSE passthrough
+/// of another directory, in the background); unmounted on drop.
+pub(super) struct Bindfs {
+    pub(super) mp: PathBuf,
+}
+
+impl Bindfs {
+    /// Mounts `source` on `mp` (created); `bindfs` returns once it is mounted.
+    pub(super) fn mount(source: &Path, mp: &Path) -> Result<Bindfs> {
+        std::fs::create_dir_all(mp)?;
+        let out = Command::new("bindfs")
+            .arg(source)
+            .arg(mp)
+            .stdin(Stdio::null())
+            .output()?;
+        if !out.status.success() || !is_mountpoint(mp) {
+            bail!(
+                "bindfs {} {}: {}",
+                source.display(),
+                mp.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(Bindfs {
+            mp: mp.to_path_buf(),
+        })
+    }
+}
+
+impl Drop for Bindfs {
+    fn drop(&mut self) {
+        if Command::new("umount")
+            .arg(&self.mp)
+            .status()
+            .map_or(true, |s| !s.success())
+        {
+            let _ = Command::new("umount").arg("-l").arg(&self.mp).status();
+        }
+    }
+}
