@@ -30,8 +30,8 @@ where the kernel offers it), fuse-classic (the same through /dev/fuse reads), nu
 null FUSE server: cairn's FUSE layer answering every request at once, storing nothing,
 the floor of any FUSE file system; creates, stats and unlinks only); bindfs (a fresh
 ext4 image reached through `bindfs`, a FUSE passthrough people use; skipped where bindfs
-or the image is missing); the first three are skipped with a message where FUSE is unavailable (no usable /dev/fuse, no privilege to
-mount, the mount refused with EPERM/EACCES; any other failure of the mount fails the
+or the image is missing); the first three are skipped with a message where FUSE is
+unavailable (no usable /dev/fuse, no privilege to mount, the mount refused with EPERM/EACCES; any other failure of the mount fails the
 run); plain, xfs, btrfs (fresh loop-mounted ext4, XFS and btrfs images made in --dir
 with default options, as root; where that can't be done plain is a directory under
 --dir, said in the report, and xfs and btrfs are skipped). Everything is synced to disk

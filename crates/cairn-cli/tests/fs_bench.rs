@@ -279,9 +279,10 @@ fn fs_bench_limits_memory_and_reopen() {
 
 /// The null FUSE server target: creates, stats and unlinks through cairn's FUSE layer
 /// with nothing stored, from one and two processes; a create costs it the same
-/// requests as the mount's (a LOOKUP answered with a negative entry, a CREATE).
+/// requests as the mount's (a LOOKUP answered with a negative entry, a CREATE). And
+/// the bindfs target where bindfs and a fresh image can be had, else its skip.
 #[test]
-fn fs_bench_null_target() {
+fn fs_bench_null_and_bindfs_targets() {
     if cairn_fuse::unavailable().is_some() {
         common::skip("fs-bench's null target: FUSE is unavailable here");
         return;
@@ -297,9 +298,17 @@ fn fs_bench_null_target() {
             "--procs",
             "2",
             "--targets",
-            "null",
+            "null,bindfs",
         ],
     );
+    let runs = all["metadata"].as_array().unwrap();
+    match runs.iter().find(|r| r["target"] == "bindfs") {
+        Some(b) => assert!(b["unlink_rate"].as_f64().unwrap() > 0.0, "{b}"),
+        None => {
+            assert!(stdout.contains("bindfs: skipped"), "{stdout}");
+            common::skip("fs-bench's bindfs target: no bindfs or no fresh image here");
+        }
+    }
     let runs = all["metadata"].as_array().unwrap();
     let Some(r) = runs.iter().find(|r| r["target"] == "null") else {
         assert!(stdout.contains("null: skipped"), "{stdout}");
