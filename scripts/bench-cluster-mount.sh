@@ -16,7 +16,7 @@ $BIN serve --dir $W/s1 --listen 127.0.0.1:$P1 --cluster $W/certs/cluster.toml --
 S1=$!
 sleep 1.5
 mkdir $W/mnt
-$BIN mount --cluster $W/certs/cluster.toml $W/mnt >$W/m.log 2>&1 &
+$BIN mount --foreground --cluster $W/certs/cluster.toml $W/mnt >$W/m.log 2>&1 &
 M=$!
 for i in $(seq 50); do mountpoint -q $W/mnt && break; sleep 0.1; done
 python3 - "$W/mnt" "$N" "$LABEL" <<'PY'

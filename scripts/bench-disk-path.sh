@@ -31,7 +31,7 @@ mb() { echo "$1 / $2 / 1000000" | bc -l | xargs printf '%.0f'; }
 # timed CMD...: runs it, prints the seconds it took
 timed() { local s e; s=$(date +%s.%N); "$@" > /dev/null; e=$(date +%s.%N); echo "$e - $s" | bc -l; }
 mount_cairn() {
-  "$B" mount "$W/db-fs" "$W/mnt" 2>> "$W/mount.log" & MP=$!
+  "$B" mount --foreground "$W/db-fs" "$W/mnt" 2>> "$W/mount.log" & MP=$!
   for _ in $(seq 100); do mountpoint -q "$W/mnt" && return; sleep 0.1; done
   echo "the mount did not come up" >&2; exit 1
 }

@@ -8,11 +8,12 @@
 #   fio              the disk's own bandwidth and fsync latency (else a built-in measurement)
 #   linux-perf       optional, for profiling a benchmark child (`perf record -g -p PID`)
 #   xfsprogs btrfs-progs   `cairn fs-bench --targets xfs,btrfs` (fresh loop-mounted images)
+#   bindfs           `cairn fs-bench --targets bindfs` (a FUSE passthrough over a fresh ext4)
 # LMDB (heed), sled, fjall and redb are pure crates and need nothing from Debian.
 # Idempotent: packages already installed are left as they are.
 set -euo pipefail
 pkgs=(librocksdb-dev libleveldb-dev libsnappy-dev liblz4-dev libzstd-dev libbz2-dev zlib1g-dev
-      libclang-dev clang fio xfsprogs btrfs-progs)
+      libclang-dev clang fio xfsprogs btrfs-progs bindfs)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -18,7 +18,8 @@ list_skips() {
 # turned on for the run where it exists and may be written, as root; set back at the end)
 # and through /dev/fuse reads (`cairn mount --transport classic`, which every mount of
 # these tests is given under CAIRN_TEST_FUSE_TRANSPORT): a local store's mounts (mount,
-# mount_crash) and a cluster's (`cairn mount --cluster`, cluster). fs_bench mounts both
+# mount_crash, mount_helper: `mount -t cairn`, fstab, options) and a cluster's (`cairn
+# mount --cluster`, cluster). fs_bench mounts both
 # transports itself (its fuse and fuse-classic targets).
 switch=/sys/module/fuse/parameters/enable_uring
 was=""
@@ -33,6 +34,7 @@ finish() {
 trap finish EXIT
 CAIRN_TEST_SKIPS=$skips cargo test --workspace --release --locked
 CAIRN_TEST_SKIPS=$skips CAIRN_TEST_FUSE_TRANSPORT=classic \
-  cargo test --release --locked -p cairn-cli --test mount --test mount_crash --test cluster
+  cargo test --release --locked -p cairn-cli --test mount --test mount_crash --test mount_helper \
+  --test cluster
 # The Python package: its wheel built and installed in a venv, then its pytest suite.
 scripts/test-python.sh

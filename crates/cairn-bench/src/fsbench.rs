@@ -26,9 +26,12 @@ Create N zero-length files in one directory (default 1,000,000; --large 10,000,0
 sampling the create rate over the run; then stat every file in random order, list the
 directory and unlink every file. Targets (--targets): lib (cairn::fs in this process),
 fuse (cairn mounted by a child `cairn mount` as a user starts it: FUSE over io_uring
-where the kernel offers it), fuse-classic (the same through /dev/fuse reads); both are
-skipped with a message where FUSE is unavailable (no usable /dev/fuse, no privilege to
-mount, the mount refused with EPERM/EACCES; any other failure of the mount fails the
+where the kernel offers it), fuse-classic (the same through /dev/fuse reads), null (a
+null FUSE server: cairn's FUSE layer answering every request at once, storing nothing,
+the floor of any FUSE file system; creates, stats and unlinks only); bindfs (a fresh
+ext4 image reached through `bindfs`, a FUSE passthrough people use; skipped where bindfs
+or the image is missing); the first three are skipped with a message where FUSE is
+unavailable (no usable /dev/fuse, no privilege to mount, the mount refused with EPERM/EACCES; any other failure of the mount fails the
 run); plain, xfs, btrfs (fresh loop-mounted ext4, XFS and btrfs images made in --dir
 with default options, as root; where that can't be done plain is a directory under
 --dir, said in the report, and xfs and btrfs are skipped). Everything is synced to disk
@@ -61,12 +64,14 @@ targets (which the kernel shrinks when it needs to).";
 
 mod memory;
 mod mount;
+mod null;
 mod phases;
 mod report;
 mod targets;
 
 use memory::Memory;
 use mount::{ChildMount, FuseStats};
+pub use null::{serve_null, NULL_COMMAND};
 use phases::{run_target, Phases};
 use report::markdown;
 use targets::{Lib, Posix, ME};
@@ -86,7 +91,9 @@ pub struct FsBenchArgs {
     dir: PathBuf,
     /// Targets, comma-separated: lib, fuse (the mount as `cairn mount` starts it: FUSE
     /// over io_uring where the kernel offers it), fuse-classic (the mount through
-    /// /dev/fuse reads, `--transport classic`), plain (ext4), xfs, btrfs (fresh
+    /// /dev/fuse reads, `--transport classic`), null (the null FUSE server: cairn's FUSE
+    /// layer answering every request at once, the floor), bindfs (a fresh ext4 image
+    /// through bindfs, a FUSE passthrough), plain (ext4), xfs, btrfs (fresh
     /// loop-mounted images; see --plain-fs)
     #[arg(long, value_delimiter = ',', default_value = "lib,fuse,plain")]
     targets: Vec<String>,
@@ -292,7 +299,9 @@ impl Extras {
     /// The everyday tools and the several-process phases on `target`, in new
     /// directories of `root`.
     fn run_on(&mut self, target: &str, root: &Path, n: u64) -> Result<()> {
-        if let Some((tar, files)) = &self.everyday {
+        // The null server stores nothing for the everyday tools to read back.
+        let everyday = self.everyday.as_ref().filter(|_| target != "null");
+        if let Some((tar, files)) = everyday {
             let steps = crate::fseveryday::run(target, root, tar, *files, self.dd_mib)?;
             for s in &steps {
                 println!("{target}, {}: {:.2} s", s.step, s.seconds);
@@ -340,11 +349,14 @@ fn run_one(
     unsafe { libc::sync() };
     match target {
         "lib" => run_lib(work, phases, data, open_with),
-        "fuse" | "fuse-classic" => run_fuse(target, work, phases, data, extras),
-        "plain" | "xfs" | "btrfs" => run_kernel(target, work, phases, data, extras),
-        other => bail!("unknown target {other:?} (lib, fuse, fuse-classic, plain, xfs, btrfs)"),
+        "fuse" | "fuse-classic" | "null" => run_fuse(target, work, phases, data, extras),
+        "plain" | "xfs" | "btrfs" | "bindfs" => run_kernel(target, work, phases, data, extras),
+        other => bail!("unknown target {other:?} ({TARGETS})"),
     }
 }
+
+/// The names of the targets.
+const TARGETS: &str = "lib, fuse, fuse-classic, null, plain, xfs, btrfs, bindfs";
 
 /// The `lib` target: `cairn::fs` in this process, on a store in `work`.
 fn run_lib(work: &Path, phases: &Phases, data: &Data, open_with: OpenWith) -> Result<TargetResult> {
@@ -365,7 +377,8 @@ fn run_lib(work: &Path, phases: &Phases, data: &Data, open_with: OpenWith) -> Re
 }
 
 /// The `fuse` and `fuse-classic` targets: a store in `work` mounted by a child
-/// `cairn mount`; skipped where FUSE is unavailable.
+/// `cairn mount`; `null`: the null FUSE server in a child (`null.rs`; no list, data
+/// or everyday phases, which need stored files). Skipped where FUSE is unavailable.
 fn run_fuse(
     target: &str,
     work: &Path,
@@ -373,7 +386,11 @@ fn run_fuse(
     data: &Data,
     extras: &mut Extras,
 ) -> Result<TargetResult> {
-    let transport = if target == "fuse" { "auto" } else { "classic" };
+    let transport = if target == "fuse-classic" {
+        "classic"
+    } else {
+        "auto"
+    };
     let mp = work.join("mnt");
     std::fs::create_dir_all(&mp)?;
     let stats = work.join("fuse-requests");
@@ -381,7 +398,12 @@ fn run_fuse(
         extras.skip(target, format!("FUSE is unavailable here: {why}"));
         return Ok((None, Vec::new()));
     }
-    let m = match ChildMount::start(&work.join("store"), &mp, &stats, transport) {
+    let started = if target == "null" {
+        ChildMount::start_null(&mp, &stats)
+    } else {
+        ChildMount::start(&work.join("store"), &mp, &stats, transport)
+    };
+    let m = match started {
         // Only a refusal for lack of privilege means FUSE can't be used here; any other
         // failure of the mount is a failure of the run.
         Err(e) if cairn_fuse::is_refusal(&format!("{e:#}")) => {
@@ -418,7 +440,14 @@ fn run_fuse(
         dir: mp.clone(),
         store: Some(work.join("store")),
     };
-    let d = r.and_then(|r| Ok((r, data.run(target, &t)?)));
+    let d = r.and_then(|r| {
+        let runs = if target == "null" {
+            Vec::new()
+        } else {
+            data.run(target, &t)?
+        };
+        Ok((r, runs))
+    });
     let via = s.read();
     drop(m);
     let (mut r, data_runs) = d?;
@@ -432,7 +461,8 @@ fn run_fuse(
 }
 
 /// The kernel targets `plain`, `xfs` and `btrfs`: a fresh loop-mounted image made in
-/// `work` where one can be made (else, for plain, a directory of `work`'s file system).
+/// `work` where one can be made (else, for plain, a directory of `work`'s file system);
+/// `bindfs`: a fresh ext4 image reached through `bindfs` (skipped without one).
 fn run_kernel(
     target: &str,
     work: &Path,
@@ -442,7 +472,17 @@ fn run_kernel(
 ) -> Result<TargetResult> {
     let n = phases.n;
     let bytes = (data.sizes.iter().sum::<u64>() * 3 / 2 + n * 2048 + (2 << 30)).max(4 << 30);
-    let kind = if target == "plain" { "ext4" } else { target };
+    let kind = match target {
+        "plain" | "bindfs" => "ext4",
+        t => t,
+    };
+    if target == "bindfs" && !has_bindfs() {
+        extras.skip(
+            target,
+            "bindfs is not installed (scripts/install-bench-deps.sh)".into(),
+        );
+        return Ok((None, Vec::new()));
+    }
     let make = || crate::fsimage::FreshImage::make(work, kind, bytes, n);
     let image = match (target, extras.kind.as_str()) {
         ("plain", "dir") => None,
@@ -476,6 +516,11 @@ fn run_kernel(
         extras.others.push((target.to_string(), description));
     }
     let root = image.as_ref().map_or(work, |i| i.path());
+    // bindfs: the fresh image reached through a bindfs mount of it.
+    let bind = (target == "bindfs")
+        .then(|| mount::Bindfs::mount(root, &work.join("bindfs")))
+        .transpose()?;
+    let root = bind.as_ref().map_or(root, |b| b.mp.as_path());
     let d = root.join("d");
     std::fs::create_dir(&d)?;
     let mut t = Posix {
@@ -491,8 +536,19 @@ fn run_kernel(
         store: None,
     };
     let data_runs = data.run(target, &t)?;
+    drop(bind);
     drop(image);
     Ok((r, data_runs))
+}
+
+/// Whether a `bindfs` executable is on the `PATH`.
+fn has_bindfs() -> bool {
+    std::process::Command::new("bindfs")
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// The large-file phase asked for: sizes in bytes (none: no phase), and cold reads.
@@ -571,8 +627,8 @@ impl Plan {
             bail!("--intervals must be at least 1");
         }
         for t in &args.targets {
-            if !["lib", "fuse", "fuse-classic", "plain", "xfs", "btrfs"].contains(&t.as_str()) {
-                bail!("unknown target {t:?} (lib, fuse, fuse-classic, plain, xfs, btrfs)");
+            if !TARGETS.split(", ").any(|k| k == t) {
+                bail!("unknown target {t:?} ({TARGETS})");
             }
         }
         std::fs::create_dir_all(&args.dir)

@@ -721,7 +721,7 @@ fn write_check(out: &mut impl Write, c: &ClusterCheck) -> std::io::Result<()> {
 }
 
 /// `mount --cluster FILE MOUNTPOINT`: a client of the cluster served through FUSE in
-/// the foreground. Refuses to mount when the root directory's server (server 0) does
+/// the foreground; `ready` is called once it serves. Refuses to mount when the root directory's server (server 0) does
 /// not answer, with its error (unreachable, or reading another cluster file); other
 /// servers that are down are reported, and the parts of the namespace they hold fail
 /// with EIO until they are back.
@@ -731,6 +731,7 @@ pub fn mount(
     mountpoint: &Path,
     timeout: Option<f64>,
     opts: &cairn_fuse::MountOptions,
+    ready: impl FnOnce(),
 ) -> Result<()> {
     let cfg = load_client(cluster_file, tls)?;
     let mut copts = ClientOptions::default();
@@ -759,12 +760,12 @@ pub fn mount(
         .with_context(|| format!("connecting to the cluster of {}", cluster_file.display()))?;
     let mount = cairn_fuse::mount_fs(Box::new(client), mountpoint, opts)?;
     eprintln!(
-        "cairn: cluster {} mounted on {} (Ctrl-C or `cairn umount {}` to unmount)",
+        "cairn: cluster {} mounted on {} (`umount {}` or SIGTERM unmounts)",
         cluster_file.display(),
         mountpoint.display(),
         mountpoint.display()
     );
-    mount.run()
+    mount.run_with(ready)
 }
 
 #[cfg(test)]

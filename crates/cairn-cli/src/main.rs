@@ -17,6 +17,7 @@ mod cluster;
 mod demo;
 mod escape;
 mod file;
+mod mount;
 mod replica;
 mod report;
 
@@ -142,10 +143,14 @@ enum Command {
     #[command(long_about = cairn_bench::ABOUT)]
     Bench(cairn_bench::BenchArgs),
     /// Mount the file system of store DIR, or of a cluster, on MOUNTPOINT through FUSE
-    /// (foreground)
-    Mount(MountArgs),
+    /// (in the background; -o options as mount(8) takes them)
+    #[command(long_about = mount::ABOUT)]
+    Mount(mount::MountArgs),
     /// Unmount a `cairn mount`
     Umount(UmountArgs),
+    /// Link /sbin/mount.cairn to this program, so that `mount -t cairn` and fstab lines
+    /// of type `cairn` work
+    InstallMountHelper(mount::InstallHelperArgs),
     /// File-system metadata benchmark: N files in one directory (library, FUSE, plain)
     #[command(long_about = cairn_bench::fsbench::ABOUT)]
     FsBench(cairn_bench::fsbench::FsBenchArgs),
@@ -174,6 +179,9 @@ enum Command {
     /// One client process of `cluster-bench`
     #[command(name = cairn_bench::cluster::CLIENT_COMMAND, hide = true)]
     ClusterBenchClient(cairn_bench::cluster::ClientArgs),
+    /// The null FUSE server of `fs-bench --targets null`, in the foreground
+    #[command(name = cairn_bench::fsbench::NULL_COMMAND, hide = true)]
+    NullMount { mountpoint: PathBuf },
     /// One process of `fs-bench --procs`
     #[command(name = cairn_bench::fsprocs::WORKER_COMMAND, hide = true)]
     FsBenchWorker(cairn_bench::fsprocs::WorkerArgs),
@@ -200,72 +208,6 @@ struct ScanArgs {
     /// Print keys only
     #[arg(long, short = 'k')]
     keys_only: bool,
-}
-
-/// Arguments of `mount`.
-#[derive(Debug, Args)]
-#[command(override_usage = "cairn mount [OPTIONS] DIR MOUNTPOINT\n       \
-                            cairn mount [OPTIONS] --cluster FILE MOUNTPOINT")]
-struct MountArgs {
-    /// Directory of the store (created if needed); with --cluster, the mount point
-    #[arg(value_name = "DIR")]
-    dir: PathBuf,
-    /// Where to mount it (an existing directory)
-    #[arg(value_name = "MOUNTPOINT")]
-    mountpoint: Option<PathBuf>,
-    /// Mount the namespace of the cluster that FILE describes (its cluster file) instead
-    /// of a local store; several mounts of one cluster, on any machines that reach its
-    /// servers, see one namespace
-    #[arg(long, value_name = "FILE")]
-    cluster: Option<PathBuf>,
-    /// With --cluster: seconds an operation may take (retries included) before it fails
-    /// with EIO, such as one on a server that is down (default 10)
-    #[arg(long, value_name = "SECONDS", requires = "cluster")]
-    timeout: Option<f64>,
-    /// With --cluster: how to connect (TLS with the cluster file's client certificate,
-    /// or --cert/--key; plain TCP only with --insecure)
-    #[command(flatten)]
-    tls: cluster::TlsArgs,
-    /// Let other users than the one mounting use the mount (needs root, or
-    /// user_allow_other in /etc/fuse.conf)
-    #[arg(long)]
-    allow_other: bool,
-    /// Let the kernel check permissions (`default_permissions`) even on a mount only
-    /// root uses (by default cairn checks them there, which saves a request per create
-    /// and unlink)
-    #[arg(long)]
-    kernel_permissions: bool,
-    /// How requests travel between the kernel and the mount: `uring` (FUSE over
-    /// io_uring, one queue per CPU; Linux 6.14+ with
-    /// /sys/module/fuse/parameters/enable_uring on), `classic` (/dev/fuse reads) or
-    /// `auto` (uring where the kernel offers it)
-    #[arg(long, value_name = "TRANSPORT", default_value = "auto")]
-    transport: cairn_fuse::Transport,
-    /// Honour setuid and setgid bits of programs run from the mount (the default for a
-    /// local store; a --cluster mount is `nosuid` unless this is given, since a setuid
-    /// file made by one client would run as its owner on every host that mounts it)
-    #[arg(long, overrides_with = "nosuid")]
-    suid: bool,
-    /// Ignore setuid and setgid bits (the default for a --cluster mount)
-    #[arg(long, overrides_with = "suid")]
-    nosuid: bool,
-    /// Let device nodes on the mount be opened as devices (the default for a local
-    /// store; a --cluster mount is `nodev` unless this is given)
-    #[arg(long, overrides_with = "nodev")]
-    dev: bool,
-    /// Refuse to open device nodes as devices (the default for a --cluster mount)
-    #[arg(long, overrides_with = "dev")]
-    nodev: bool,
-}
-
-/// `Some(true)` for `--X`, `Some(false)` for `--noX`, `None` (the mount's default) for
-/// neither; the last one given wins.
-fn flag(on: bool, off: bool) -> Option<bool> {
-    match (on, off) {
-        (true, _) => Some(true),
-        (_, true) => Some(false),
-        _ => None,
-    }
 }
 
 /// Arguments of `umount`.
@@ -305,7 +247,15 @@ fn main() -> ExitCode {
     if log::set_logger(&LOGGER).is_ok() {
         log::set_max_level(log::LevelFilter::Warn);
     }
-    let cli = match Cli::try_parse().and_then(check_args) {
+    let argv = match command_line() {
+        Ok(Some(argv)) => argv,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(usage) => {
+            let _ = writeln!(io::stderr().lock(), "{usage}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let cli = match Cli::try_parse_from(&argv).and_then(check_args) {
         Ok(cli) => cli,
         Err(err) => {
             // Help and version requests go to stdout and succeed; usage errors do not.
@@ -314,47 +264,62 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    match run(cli) {
+    match run(cli, &argv) {
         Ok(code) => code,
         // The reader went away (`cairn scan | head`): nothing left to do, not a failure.
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            let _ = writeln!(io::stderr().lock(), "cairn: {}", error_line(&err));
+            let line = error_line(&err);
+            mount::notify_failure(&line);
+            let _ = writeln!(io::stderr().lock(), "cairn: {line}");
             ExitCode::FAILURE
         }
     }
 }
 
+/// The command line as `cairn` takes it: this process's, or, when it runs as
+/// `mount.cairn` (mount(8)'s helper), the `cairn mount` command line for that one.
+/// `Ok(None)`: nothing to do; `Err`: a usage message.
+fn command_line() -> Result<Option<Vec<OsString>>, String> {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let name = argv
+        .first()
+        .map(Path::new)
+        .and_then(Path::file_name)
+        .unwrap_or_default();
+    if name == mount::HELPER_NAME {
+        return mount::helper_argv(&argv);
+    }
+    Ok(Some(argv))
+}
+
+/// Whether this process runs as root (effective user id 0).
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Usage errors that clap's declarations can't express: `mount` takes DIR MOUNTPOINT,
-/// or MOUNTPOINT alone with --cluster.
-fn check_args(cli: Cli) -> Result<Cli, clap::Error> {
-    if let Command::Mount(m) = &cli.command {
+/// or MOUNTPOINT alone with --cluster, and its -o options must be known ones.
+fn check_args(mut cli: Cli) -> Result<Cli, clap::Error> {
+    if let Command::Mount(m) = &mut cli.command {
         let usage = |msg: &str| {
             let mut cmd = Cli::command();
             let mount = cmd.find_subcommand_mut("mount").map(|c| c.clone());
             match mount {
-                Some(mut c) => c.error(clap::error::ErrorKind::WrongNumberOfValues, msg),
-                None => cmd.error(clap::error::ErrorKind::WrongNumberOfValues, msg),
+                Some(mut c) => c.error(clap::error::ErrorKind::ValueValidation, msg),
+                None => cmd.error(clap::error::ErrorKind::ValueValidation, msg),
             }
         };
-        match (&m.cluster, &m.mountpoint) {
-            (None, None) => return Err(usage("MOUNTPOINT is missing: give DIR MOUNTPOINT")),
-            (Some(_), Some(_)) => return Err(usage(
-                "with --cluster give only MOUNTPOINT (the cluster's namespace is mounted, no DIR)",
-            )),
-            _ => {}
-        }
-        if m.cluster.is_none() && (m.tls.insecure || m.tls.cert.is_some()) {
-            return Err(usage(
-                "--insecure, --cert and --key are for --cluster mounts",
-            ));
-        }
+        m.apply_options().map_err(|e| usage(&e))?;
+        m.check().map_err(|e| usage(&e))?;
     }
     Ok(cli)
 }
 
 /// Runs one command and returns the exit status for success or a reported finding.
-fn run(cli: Cli) -> Result<ExitCode> {
+/// `argv`: the command line (for a background mount to start itself with).
+fn run(cli: Cli, argv: &[OsString]) -> Result<ExitCode> {
     let dir = cli.db.as_path();
     match cli.command {
         Command::Put { key, value } => put(dir, &key, &value)?,
@@ -371,8 +336,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Demo(args) => return demo::run(dir, &args, &mut stdout()),
         Command::Bench(args) => cairn_bench::run(&args, &allocator::describe())?,
         Command::BenchChild { spec } => cairn_bench::child(&spec)?,
-        Command::Mount(args) => mount(&args)?,
+        Command::Mount(args) => return mount::run(&args, argv.get(1..).unwrap_or_default()),
         Command::Umount(args) => cairn_fuse::umount(&args.mountpoint)?,
+        Command::InstallMountHelper(args) => mount::install_helper(&args)?,
         Command::FsBench(args) => cairn_bench::fsbench::run(
             &args,
             &allocator::describe(),
@@ -386,35 +352,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::BackupBench(args) => cairn_bench::backupbench::run(&args)?,
         Command::ClusterBenchClient(args) => cairn_bench::cluster::client(&args)?,
         Command::FsBenchWorker(args) => cairn_bench::fsprocs::worker(&args)?,
+        Command::NullMount { mountpoint } => {
+            cairn_bench::fsbench::serve_null(&mountpoint, cairn_fuse::Transport::Auto)?
+        }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `mount DIR MOUNTPOINT` and `mount --cluster FILE MOUNTPOINT`: serves the mount in
-/// the foreground until it is unmounted or the process gets SIGINT or SIGTERM.
-fn mount(args: &MountArgs) -> Result<()> {
-    let opts = cairn_fuse::MountOptions {
-        allow_other: args.allow_other,
-        kernel_permissions: args.kernel_permissions,
-        cache_ttl: None,
-        transport: args.transport,
-        suid: flag(args.suid, args.nosuid),
-        dev: flag(args.dev, args.nodev),
-    };
-    let Some(mountpoint) = &args.mountpoint else {
-        // With --cluster the only path given is the mount point (see check_args).
-        let file = args.cluster.as_deref().context("no mount point")?;
-        return cluster::mount(file, &args.tls, &args.dir, args.timeout, &opts);
-    };
-    // Huge pages while the store opens (and the mount is set up), off while it serves.
-    let mount = allocator::huge_pages_while(|| cairn_fuse::mount(&args.dir, mountpoint, &opts))?;
-    eprintln!(
-        "cairn: {} mounted on {} (Ctrl-C or `cairn umount {}` to unmount)",
-        args.dir.display(),
-        mountpoint.display(),
-        mountpoint.display()
-    );
-    mount.run()
 }
 
 /// `put KEY VALUE`.

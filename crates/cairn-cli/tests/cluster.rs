@@ -902,7 +902,7 @@ fn a_cluster_file_that_differs_is_a_clear_error() {
     std::fs::create_dir(&mp).unwrap();
     if Mount::fuse_usable() {
         let out = cairn()
-            .args(["mount", "--timeout", "3", "--cluster"])
+            .args(["mount", "--foreground", "--timeout", "3", "--cluster"])
             .arg(&other)
             .arg(&mp)
             .args(common::transport_args())

@@ -276,3 +276,56 @@ fn fs_bench_limits_memory_and_reopen() {
         assert!(err.contains(flag), "{err}");
     }
 }
+
+/// The null FUSE server target: creates, stats and unlinks through cairn's FUSE layer
+/// with nothing stored, from one and two processes; a create costs it the same
+/// requests as the mount's (a LOOKUP answered with a negative entry, a CREATE). And
+/// the bindfs target where bindfs and a fresh image can be had, else its skip.
+#[test]
+fn fs_bench_null_and_bindfs_targets() {
+    if cairn_fuse::unavailable().is_some() {
+        common::skip("fs-bench's null target: FUSE is unavailable here");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (stdout, all) = fs_bench(
+        tmp.path(),
+        &[
+            "--files",
+            "2000",
+            "--intervals",
+            "2",
+            "--procs",
+            "2",
+            "--targets",
+            "null,bindfs",
+        ],
+    );
+    let runs = all["metadata"].as_array().unwrap();
+    match runs.iter().find(|r| r["target"] == "bindfs") {
+        Some(b) => assert!(b["unlink_rate"].as_f64().unwrap() > 0.0, "{b}"),
+        None => {
+            assert!(stdout.contains("bindfs: skipped"), "{stdout}");
+            common::skip("fs-bench's bindfs target: no bindfs or no fresh image here");
+        }
+    }
+    let runs = all["metadata"].as_array().unwrap();
+    let Some(r) = runs.iter().find(|r| r["target"] == "null") else {
+        assert!(stdout.contains("null: skipped"), "{stdout}");
+        common::skip("fs-bench's null target: the mount was refused here");
+        return;
+    };
+    assert_eq!(r["files"], 2000, "{r}");
+    for f in ["create_rate", "stat_rate", "unlink_rate"] {
+        assert!(r[f].as_f64().unwrap() > 0.0, "{f} of {r}");
+    }
+    let create = &r["fuse_requests"]["create"];
+    assert!(create["CREATE"].as_f64().unwrap() >= 1.0, "{r}");
+    let shared = all["shared_directory"].as_array().unwrap();
+    assert!(
+        shared
+            .iter()
+            .any(|s| s["target"] == "null" && s["files"] == 2000),
+        "{shared:?}"
+    );
+}

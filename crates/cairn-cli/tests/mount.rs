@@ -31,6 +31,13 @@ fn everyday_tools_with_kernel_permission_checks() {
     everyday_tools(&["--kernel-permissions"]);
 }
 
+/// The same with the kernel caching writes (`--writeback-cache`): appends, truncates
+/// and renames over files just written must read back as on a plain directory.
+#[test]
+fn everyday_tools_with_writeback_cache() {
+    everyday_tools(&["--writeback-cache"]);
+}
+
 fn everyday_tools(mount_args: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let (store, mp) = (tmp.path().join("store"), tmp.path().join("mnt"));
@@ -373,7 +380,7 @@ fn the_io_uring_transport_serves_the_requests_when_enabled() {
             return;
         }
         let out = cairn()
-            .args(["mount", "--transport", "uring"])
+            .args(["mount", "--foreground", "--transport", "uring"])
             .arg(&store)
             .arg(&mp)
             .output()

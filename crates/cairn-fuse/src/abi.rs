@@ -60,6 +60,8 @@ pub(crate) mod op {
 pub(crate) mod init {
     pub const ASYNC_READ: u64 = 1 << 0;
     pub const BIG_WRITES: u64 = 1 << 5;
+    /// The kernel caches writes and sends them later, in pages.
+    pub const WRITEBACK_CACHE: u64 = 1 << 16;
     pub const MAX_PAGES: u64 = 1 << 22;
     /// The INIT structures carry `flags2`.
     pub const INIT_EXT: u64 = 1 << 30;

@@ -8,7 +8,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use cairn_fs::{Cred, FileSystem, FsResult, SetAttr};
 
@@ -17,6 +16,7 @@ use crate::attr::{cred, fattr, kind, may_access, timeset};
 use crate::reply::{self, Answer, DirBuf, Reply};
 use crate::request::Op;
 use crate::stats::{count, Op as Count};
+use crate::Timeouts;
 
 /// Entries fetched from the store per readdir call.
 const READDIR_BATCH: usize = 256;
@@ -35,8 +35,12 @@ struct DirHandle {
 pub(crate) struct CairnFuse {
     /// Shared with [`crate::Mount`], which closes it once the session is gone.
     fs: SharedFs,
-    /// How long the kernel may cache attributes and entries (see the crate documentation).
-    ttl: Duration,
+    /// How long the kernel may cache entries, attributes and absent names (see the
+    /// crate documentation).
+    times: Timeouts,
+    /// Whether the kernel caches writes (`writeback_cache`): it then reads pages of
+    /// files opened write-only and applies `O_APPEND` itself.
+    writeback: bool,
     /// Whether `fs` checks permissions (else the kernel does).
     fs_checks: bool,
     /// Whether a caller's supplementary groups are read and sent: where `fs` checks
@@ -67,13 +71,21 @@ fn xattr(size: u32, r: FsResult<Vec<u8>>) -> Reply {
 }
 
 impl CairnFuse {
-    /// Serves `fs`; `ttl`: how long the kernel may cache entries and attributes;
-    /// `fs_checks`: whether `fs` checks permissions (else the kernel does); `groups`:
-    /// whether callers' supplementary groups are sent even when the kernel checks.
-    pub(crate) fn new(fs: SharedFs, ttl: Duration, fs_checks: bool, groups: bool) -> CairnFuse {
+    /// Serves `fs`; `times`: how long the kernel may cache entries, attributes and
+    /// absent names; `writeback`: whether the kernel caches writes; `fs_checks`:
+    /// whether `fs` checks permissions (else the kernel does); `groups`: whether
+    /// callers' supplementary groups are sent even when the kernel checks.
+    pub(crate) fn new(
+        fs: SharedFs,
+        times: Timeouts,
+        writeback: bool,
+        fs_checks: bool,
+        groups: bool,
+    ) -> CairnFuse {
         CairnFuse {
             fs,
-            ttl,
+            times,
+            writeback,
             fs_checks,
             groups: groups || fs_checks,
             dirs: Mutex::new(HashMap::new()),
@@ -109,12 +121,38 @@ impl CairnFuse {
     }
 
     fn entry(&self, r: FsResult<cairn_fs::Attr>) -> Reply {
-        r.map(|a| reply::entry(fattr(&a), self.ttl))
+        r.map(|a| reply::entry(fattr(&a), &self.times))
             .map_err(|e| e.0)
     }
 
     fn attr(&self, r: FsResult<cairn_fs::Attr>) -> Reply {
-        r.map(|a| reply::attr(fattr(&a), self.ttl)).map_err(|e| e.0)
+        r.map(|a| reply::attr(fattr(&a), self.times.attr))
+            .map_err(|e| e.0)
+    }
+
+    /// LOOKUP: an absent name is answered as a negative entry the kernel keeps for
+    /// [`Timeouts::negative`] when that is not zero.
+    fn lookup(&self, h: &InHeader, name: &[u8]) -> Reply {
+        match self.fs.lookup(&self.cred(h), h.nodeid, name) {
+            Err(e) if e.0 == libc::ENOENT && !self.times.negative.is_zero() => {
+                Ok(reply::negative_entry(self.times.negative))
+            }
+            r => self.entry(r),
+        }
+    }
+
+    /// The flags a file is opened with: with the kernel caching writes, a write-only
+    /// open may be read (the kernel fills partly written pages) and `O_APPEND` is the
+    /// kernel's to apply (it sends the offset of the end).
+    fn open_flags(&self, flags: u32) -> i32 {
+        let mut f = flags as i32;
+        if self.writeback {
+            if f & libc::O_ACCMODE == libc::O_WRONLY {
+                f = (f & !libc::O_ACCMODE) | libc::O_RDWR;
+            }
+            f &= !libc::O_APPEND;
+        }
+        f
     }
 
     /// Serves one request (not INIT, which the session answers).
@@ -141,7 +179,7 @@ impl CairnFuse {
                 }
                 Ok(Vec::new())
             }
-            Op::Lookup { name } => self.entry(self.fs.lookup(&self.cred(h), ino, name)),
+            Op::Lookup { name } => self.lookup(h, name),
             Op::Getattr => self.attr(self.fs.getattr(ino)),
             Op::Setattr(s) => self.setattr(h, &s),
             Op::Readlink => self.fs.readlink(&self.cred(h), ino).map_err(|e| e.0),
@@ -169,7 +207,7 @@ impl CairnFuse {
             Op::Open { flags } => {
                 let c = self.cred(h);
                 self.fs
-                    .open_file(&c, ino, flags as i32)
+                    .open_file(&c, ino, self.open_flags(flags))
                     .map(|_| reply::open(self.opened(c)))
                     .map_err(|e| e.0)
             }
@@ -259,9 +297,9 @@ impl CairnFuse {
             .create(&c, h.nodeid, name, mode)
             .and_then(|a| {
                 self.fs
-                    .open_created(&c, a.ino, flags as i32 & !libc::O_TRUNC)
+                    .open_created(&c, a.ino, self.open_flags(flags) & !libc::O_TRUNC)
             })
-            .map(|a| reply::create(fattr(&a), self.ttl, self.opened(c)))
+            .map(|a| reply::create(fattr(&a), &self.times, self.opened(c)))
             .map_err(|e| e.0)
     }
 

@@ -41,7 +41,10 @@
 //!   mount tells it about the one change it can't foresee: an access ACL that sets the
 //!   mode). A file system that others change too (a cluster, served by [`mount_fs`])
 //!   is cached for [`SHARED_TTL`] by default, so a change made through another client
-//!   shows within that time ([`MountOptions::cache_ttl`] sets it);
+//!   shows within that time ([`MountOptions::entry_timeout`] and
+//!   [`MountOptions::attr_timeout`] set them). A local store's mount also lets the
+//!   kernel remember absent names ([`MountOptions::negative_timeout`]), so a lookup of
+//!   a missing name (a search path, a `.gitignore` probe) is asked once;
 //! - FLUSH answers ENOSYS, so the kernel stops sending it at every close: writes are
 //!   stored when they are made, there is nothing to flush;
 //! - permissions are checked by the file system when only root uses the mount (a root
@@ -107,10 +110,24 @@ pub struct MountOptions {
     /// uses (by default cairn checks them there, which saves a request per create and
     /// unlink).
     pub kernel_permissions: bool,
-    /// How long the kernel may cache entries and attributes; `None`: [`LOCAL_TTL`] for
-    /// [`mount`], [`SHARED_TTL`] for [`mount_fs`]. Zero makes the kernel ask for every
-    /// lookup and attribute.
-    pub cache_ttl: Option<Duration>,
+    /// How long the kernel may keep a name it looked up (`entry_timeout`); `None`:
+    /// [`LOCAL_TTL`] for [`mount`], [`SHARED_TTL`] for [`mount_fs`]. Zero makes the
+    /// kernel ask for every lookup.
+    pub entry_timeout: Option<Duration>,
+    /// How long the kernel may keep a file's attributes (`attr_timeout`); `None`: as
+    /// for [`MountOptions::entry_timeout`].
+    pub attr_timeout: Option<Duration>,
+    /// How long the kernel may remember that a name does not exist
+    /// (`negative_timeout`); `None`: [`LOCAL_TTL`] for [`mount`] (every create passes
+    /// through the kernel, which replaces what it remembered), zero (not remembered)
+    /// for [`mount_fs`], where another client may create the name.
+    pub negative_timeout: Option<Duration>,
+    /// Let the kernel cache writes and send them later, in pages (`writeback_cache`):
+    /// fewer, larger WRITE requests for small writes, at the price that a write is
+    /// stored only when the kernel sends it (at the latest at close, fsync or unmount).
+    pub writeback_cache: bool,
+    /// Mount read-only (`ro`): the kernel refuses every change with EROFS.
+    pub read_only: bool,
     /// How requests travel between the kernel and the mount.
     pub transport: Transport,
     /// Whether setuid and setgid bits take effect on programs run from the mount
@@ -121,6 +138,35 @@ pub struct MountOptions {
     /// Whether device nodes on the mount may be opened as devices (`dev`/`nodev`);
     /// `None`: yes for [`mount`], no for [`mount_fs`] (as for [`MountOptions::suid`]).
     pub dev: Option<bool>,
+}
+
+/// How long the kernel may cache what a mount told it (FUSE's `entry_valid`,
+/// `attr_valid` and negative entries), as [`MountOptions`] settled them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// A name looked up.
+    pub entry: Duration,
+    /// A file's attributes.
+    pub attr: Duration,
+    /// A name's absence; zero: not remembered.
+    pub negative: Duration,
+}
+
+impl MountOptions {
+    /// The timeouts of a mount made with these options: of a local store's ([`mount`])
+    /// or of a file system others change too ([`mount_fs`], `shared`).
+    pub fn timeouts(&self, shared: bool) -> Timeouts {
+        let default = if shared { SHARED_TTL } else { LOCAL_TTL };
+        Timeouts {
+            entry: self.entry_timeout.unwrap_or(default),
+            attr: self.attr_timeout.unwrap_or(default),
+            negative: self.negative_timeout.unwrap_or(if shared {
+                Duration::ZERO
+            } else {
+                LOCAL_TTL
+            }),
+        }
+    }
 }
 
 /// How requests travel between the kernel and the mount (`cairn mount --transport`).
@@ -164,7 +210,11 @@ fn options(opts: &MountOptions, kernel_checks: bool, shared: bool) -> Vec<MountO
     let mut o = vec![
         MountOption::FSName("cairn".into()),
         MountOption::Subtype("cairn".into()),
-        MountOption::RW,
+        if opts.read_only {
+            MountOption::RO
+        } else {
+            MountOption::RW
+        },
         if dev {
             MountOption::Dev
         } else {
@@ -200,6 +250,7 @@ pub struct Mount {
     mountpoint: PathBuf,
     stats: Option<PathBuf>,
     transport: Transport,
+    writeback: bool,
 }
 
 /// Opens (creating if needed) the store in `store` and mounts its file system on
@@ -210,24 +261,27 @@ pub struct Mount {
 /// request counts; a process can therefore mount once only.
 pub fn mount(store: &Path, mountpoint: &Path, opts: &MountOptions) -> Result<Mount> {
     check_transport(opts)?;
-    let fs = Fs::open(store)
-        .map_err(std::io::Error::from)
+    // The engine's error says why a store does not open (locked by another process,
+    // not a store, damaged); the file system's would be a bare errno.
+    let db = Fs::options()
+        .open(store)
         .with_context(|| format!("opening {}", store.display()))?;
-    let ttl = opts.cache_ttl.unwrap_or(LOCAL_TTL);
-    mount_boxed(Box::new(fs), mountpoint, opts, ttl, false)
+    let fs = Fs::new(db)
+        .map_err(std::io::Error::from)
+        .with_context(|| format!("opening the file system of {}", store.display()))?;
+    mount_boxed(Box::new(fs), mountpoint, opts, false)
 }
 
 /// Mounts `fs` (any file system: a cluster's client, a local `Fs`) on `mountpoint` (an
 /// existing directory). The kernel caches entries and attributes for
-/// [`MountOptions::cache_ttl`], by default [`SHARED_TTL`]; [`Mount::run`] closes `fs`
+/// [`MountOptions::timeouts`], by default [`SHARED_TTL`]; [`Mount::run`] closes `fs`
 /// ([`FileSystem::close`]) once unmounted. Mounted `nosuid,nodev` unless
 /// [`MountOptions::suid`] or [`MountOptions::dev`] say otherwise, and callers'
 /// supplementary groups are always sent (`fs` may check permissions whatever the
 /// kernel does). Signal handlers as for [`mount`].
 pub fn mount_fs(fs: Box<dyn FileSystem>, mountpoint: &Path, opts: &MountOptions) -> Result<Mount> {
     check_transport(opts)?;
-    let ttl = opts.cache_ttl.unwrap_or(SHARED_TTL);
-    mount_boxed(fs, mountpoint, opts, ttl, true)
+    mount_boxed(fs, mountpoint, opts, true)
 }
 
 /// Refuses `Transport::Uring` before anything is opened or mounted where the kernel
@@ -245,7 +299,6 @@ fn mount_boxed(
     fs: Box<dyn FileSystem>,
     mountpoint: &Path,
     opts: &MountOptions,
-    ttl: Duration,
     shared: bool,
 ) -> Result<Mount> {
     // Without allow_other the kernel lets only processes of the mounting user in (real,
@@ -257,7 +310,13 @@ fn mount_boxed(
     fs.set_permission_checks(fs_checks);
     let stats = stats::start_stats()?;
     let fs: SharedFs = std::sync::Arc::new(fs);
-    let fuse = std::sync::Arc::new(CairnFuse::new(fs.clone(), ttl, fs_checks, shared));
+    let fuse = std::sync::Arc::new(CairnFuse::new(
+        fs.clone(),
+        opts.timeouts(shared),
+        opts.writeback_cache,
+        fs_checks,
+        shared,
+    ));
     let mut session = fuser::Session::new(Unserved, mountpoint, &options(opts, !fs_checks, shared))
         .with_context(|| format!("{MOUNTING_ON}{}", mountpoint.display()))?;
     let fd = {
@@ -285,6 +344,7 @@ fn mount_boxed(
         mountpoint: mountpoint.to_path_buf(),
         stats,
         transport: opts.transport,
+        writeback: opts.writeback_cache,
     })
 }
 
@@ -298,6 +358,13 @@ impl Mount {
     /// process gets SIGINT or SIGTERM; then closes the file system (a local store is
     /// flushed and closed), and with [`STATS_ENV`] set writes the request counts.
     pub fn run(self) -> Result<()> {
+        self.run_with(|| {})
+    }
+
+    /// As [`Mount::run`], calling `ready` once the kernel's INIT is answered: from
+    /// then on the mount serves requests (`cairn mount` in the background returns
+    /// then). `ready` is not called when the session ends before.
+    pub fn run_with(self, ready: impl FnOnce()) -> Result<()> {
         let Mount {
             session,
             fd,
@@ -306,10 +373,12 @@ impl Mount {
             mountpoint,
             stats,
             transport,
+            writeback,
         } = self;
         // The store is closed (and its error reported) even when serving failed.
-        let served = session::handshake(&fd, transport)
+        let served = session::handshake(&fd, transport, writeback)
             .and_then(|conn| {
+                ready();
                 bdi::raise_read_ahead_soon(mountpoint.clone());
                 session::run(fd, fuse, &conn)
             })

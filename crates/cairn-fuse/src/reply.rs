@@ -6,6 +6,7 @@ use std::time::Duration;
 use zerocopy::IntoBytes;
 
 use crate::abi::{self, Attr, OutHeader};
+use crate::Timeouts;
 
 /// The answer to a request: the bytes after the reply header, or an errno.
 pub(crate) type Reply = Result<Vec<u8>, i32>;
@@ -72,22 +73,41 @@ fn split(d: Duration) -> (u64, u32) {
     (d.as_secs(), d.subsec_nanos())
 }
 
-pub(crate) fn entry_out(attr: Attr, ttl: Duration) -> abi::EntryOut {
-    let (s, ns) = split(ttl);
+/// An entry the kernel keeps for `t.entry` with its attributes for `t.attr`.
+pub(crate) fn entry_out(attr: Attr, t: &Timeouts) -> abi::EntryOut {
+    let (s, ns) = split(t.entry);
+    let (a, ans) = split(t.attr);
     abi::EntryOut {
         nodeid: attr.ino,
         generation: 0,
         entry_valid: s,
-        attr_valid: s,
+        attr_valid: a,
         entry_valid_nsec: ns,
-        attr_valid_nsec: ns,
+        attr_valid_nsec: ans,
         attr,
     }
 }
 
 /// LOOKUP, MKNOD, MKDIR, SYMLINK, LINK.
-pub(crate) fn entry(attr: Attr, ttl: Duration) -> Vec<u8> {
-    entry_out(attr, ttl).as_bytes().to_vec()
+pub(crate) fn entry(attr: Attr, t: &Timeouts) -> Vec<u8> {
+    entry_out(attr, t).as_bytes().to_vec()
+}
+
+/// A LOOKUP of a name that does not exist, answered so that the kernel remembers its
+/// absence for `ttl` (a negative entry: node id 0) instead of asking again.
+pub(crate) fn negative_entry(ttl: Duration) -> Vec<u8> {
+    let (s, ns) = split(ttl);
+    abi::EntryOut {
+        nodeid: 0,
+        generation: 0,
+        entry_valid: s,
+        attr_valid: 0,
+        entry_valid_nsec: ns,
+        attr_valid_nsec: 0,
+        attr: Attr::default(),
+    }
+    .as_bytes()
+    .to_vec()
 }
 
 /// GETATTR, SETATTR.
@@ -117,8 +137,8 @@ pub(crate) fn open(fh: u64) -> Vec<u8> {
 }
 
 /// CREATE: the new entry, then the open file (handle `fh`).
-pub(crate) fn create(attr: Attr, ttl: Duration, fh: u64) -> Vec<u8> {
-    let mut v = entry(attr, ttl);
+pub(crate) fn create(attr: Attr, t: &Timeouts, fh: u64) -> Vec<u8> {
+    let mut v = entry(attr, t);
     v.extend_from_slice(open_out(fh).as_bytes());
     v
 }

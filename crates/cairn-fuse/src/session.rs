@@ -34,10 +34,11 @@ fn read_buffer_size() -> usize {
 }
 
 /// Reads requests until INIT and answers it: the protocol version, 1 MiB requests,
-/// and io_uring when `transport` allows it and the kernel offers it. Err when the
-/// kernel is too old, the session ends first, or `Transport::Uring` was asked for and
-/// the kernel does not offer it.
-pub(crate) fn handshake(fd: &OwnedFd, transport: Transport) -> io::Result<Conn> {
+/// io_uring when `transport` allows it and the kernel offers it, and the kernel's
+/// write cache when `writeback` asks for it. Err when the kernel is too old, the
+/// session ends first, or `Transport::Uring` was asked for and the kernel does not
+/// offer it.
+pub(crate) fn handshake(fd: &OwnedFd, transport: Transport, writeback: bool) -> io::Result<Conn> {
     let mut buf = vec![0u8; read_buffer_size()];
     loop {
         let n = match read_request(fd, &mut buf)? {
@@ -112,6 +113,9 @@ pub(crate) fn handshake(fd: &OwnedFd, transport: Transport) -> io::Result<Conn> 
         let mut want = init::ASYNC_READ | init::BIG_WRITES | (flags & init::MAX_PAGES);
         if uring {
             want |= init::INIT_EXT | init::OVER_IO_URING;
+        }
+        if writeback {
+            want |= init::WRITEBACK_CACHE;
         }
         let want = want & (flags | init::INIT_EXT);
         let out = abi::InitOut {

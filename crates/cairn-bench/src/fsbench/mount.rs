@@ -70,12 +70,25 @@ impl ChildMount {
         stats: &Path,
         transport: &str,
     ) -> Result<ChildMount> {
-        let exe = std::env::current_exe()?;
-        let mut child = Command::new(exe)
-            .arg("mount")
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.args(["mount", "--foreground"])
             .arg(store)
             .arg(mp)
-            .args(["--transport", transport])
+            .args(["--transport", transport]);
+        ChildMount::spawn(cmd, mp, stats)
+    }
+
+    /// Serves the null file system (`super::null`) on `mp` through FUSE over io_uring
+    /// where the kernel offers it, the request counts going to `stats`.
+    pub(super) fn start_null(mp: &Path, stats: &Path) -> Result<ChildMount> {
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.arg(super::NULL_COMMAND).arg(mp);
+        ChildMount::spawn(cmd, mp, stats)
+    }
+
+    /// Runs `cmd` (a mount in the foreground) and waits until `mp` is mounted.
+    fn spawn(mut cmd: Command, mp: &Path, stats: &Path) -> Result<ChildMount> {
+        let mut child = cmd
             .env(cairn_fuse::STATS_ENV, stats)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -117,5 +130,46 @@ impl Drop for ChildMount {
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = self.child.wait();
+    }
+}
+
+/// `bindfs SOURCE MOUNTPOINT` with its defaults, as people run it (a FUSE passthrough
+/// of another directory, in the background); unmounted on drop.
+pub(super) struct Bindfs {
+    pub(super) mp: PathBuf,
+}
+
+impl Bindfs {
+    /// Mounts `source` on `mp` (created); `bindfs` returns once it is mounted.
+    pub(super) fn mount(source: &Path, mp: &Path) -> Result<Bindfs> {
+        std::fs::create_dir_all(mp)?;
+        let out = Command::new("bindfs")
+            .arg(source)
+            .arg(mp)
+            .stdin(Stdio::null())
+            .output()?;
+        if !out.status.success() || !is_mountpoint(mp) {
+            bail!(
+                "bindfs {} {}: {}",
+                source.display(),
+                mp.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(Bindfs {
+            mp: mp.to_path_buf(),
+        })
+    }
+}
+
+impl Drop for Bindfs {
+    fn drop(&mut self) {
+        if Command::new("umount")
+            .arg(&self.mp)
+            .status()
+            .map_or(true, |s| !s.success())
+        {
+            let _ = Command::new("umount").arg("-l").arg(&self.mp).status();
+        }
     }
 }

@@ -290,7 +290,8 @@ pub(super) fn run_target(
     let t0 = Instant::now();
     let listed = t.list()?;
     let list = t0.elapsed();
-    if listed != n {
+    // The null server lists nothing (it stores no names).
+    if listed != n && label != "null" {
         bail!("{label}: listed {listed} entries, created {n}");
     }
     requests.phase_done("list", n);

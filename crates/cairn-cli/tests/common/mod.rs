@@ -134,7 +134,7 @@ impl Mount {
         let chosen = args.iter().any(|a| a == "--transport");
         let transport = if chosen { Vec::new() } else { transport_args() };
         let child = cairn()
-            .arg("mount")
+            .args(["mount", "--foreground"])
             .args(args)
             .args(&transport)
             .envs(env.iter().map(|(k, v)| (k, v)))
