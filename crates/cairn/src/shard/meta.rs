@@ -76,6 +76,10 @@ pub(crate) struct SegMeta {
     pub hint_size: u64,
     /// Bytes of records superseded by newer ones.
     pub dead: u64,
+    /// Bytes of `dead` that a live snapshot may still read (`versions`): not stale while
+    /// it is live, so compaction leaves the segment alone rather than copy its live
+    /// records out and keep the old file open anyway.
+    pub pinned: u64,
     /// Highest sequence number of a record that superseded one of this segment's (or
     /// an upper bound of it): once the store is durable up to it, dropping the
     /// superseded records loses nothing.
@@ -107,6 +111,7 @@ impl SegMeta {
             size,
             hint_size: 0,
             dead: 0,
+            pinned: 0,
             superseded_seq: 0,
             tomb: 0,
             blocked_tomb: 0,
@@ -128,12 +133,13 @@ impl SegMeta {
     /// Whether, by its accounting, the segment holds nothing live: every record is
     /// superseded or a tombstone that may be droppable.
     pub fn all_stale(&self) -> bool {
-        self.blocked_tomb == 0 && self.dead + self.tomb + SEG_HEADER_LEN >= self.size
+        self.blocked_tomb == 0 && self.pinned == 0 && self.dead + self.tomb + SEG_HEADER_LEN >= self.size
     }
 
-    /// Bytes that compaction would reclaim.
+    /// Bytes that compaction would reclaim: superseded records no snapshot pins, and
+    /// tombstones.
     pub fn stale(&self) -> u64 {
-        self.dead + self.tomb
+        (self.dead + self.tomb).saturating_sub(self.pinned)
     }
 
     /// Stale fraction of the record bytes.
