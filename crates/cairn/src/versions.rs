@@ -423,6 +423,10 @@ impl Versions {
 pub(crate) struct Snapshots {
     oldest: AtomicU64,
     newest: AtomicU64,
+    /// Live snapshots, counted before a new one reads its number: a transaction's
+    /// commit that finds only its own needs no notes of its writes (no snapshot older
+    /// than them but its own, which is done with the store once they are applied).
+    count: AtomicU64,
     /// Live snapshots by number: how many, and when the first was taken.
     live: Mutex<BTreeMap<u64, (u32, Instant)>>,
 }
@@ -432,6 +436,7 @@ impl Default for Snapshots {
         Snapshots {
             oldest: AtomicU64::new(u64::MAX),
             newest: AtomicU64::new(0),
+            count: AtomicU64::new(0),
             live: Mutex::new(BTreeMap::new()),
         }
     }
@@ -441,6 +446,7 @@ impl Snapshots {
     /// Registers a snapshot of everything numbered so far; returns its number.
     pub fn take(&self, seqs: &SeqTracker) -> u64 {
         let mut live = self.live.lock();
+        self.count.fetch_add(1, Ordering::SeqCst);
         self.newest.store(u64::MAX, Ordering::SeqCst);
         let before = seqs.last_assigned();
         self.oldest.fetch_min(before, Ordering::SeqCst);
@@ -462,17 +468,19 @@ impl Snapshots {
         }
         let oldest = live.keys().next().copied().unwrap_or(u64::MAX);
         let newest = live.keys().next_back().copied().unwrap_or(0);
+        self.count.fetch_sub(1, Ordering::SeqCst);
         let was = self.oldest.swap(oldest, Ordering::SeqCst);
         self.newest.store(newest, Ordering::SeqCst);
         (oldest > was).then_some(oldest)
     }
 
     /// The bounds of the live snapshots as a write numbered before this call sees them:
-    /// `None` when there are none.
+    /// `None` when there are none, or when `own` (the commit of a transaction, which
+    /// holds one) finds only its own.
     #[inline]
-    pub fn live(&self) -> Option<Live> {
+    pub fn live(&self, own: bool) -> Option<Live> {
         let oldest = self.oldest.load(Ordering::SeqCst);
-        if oldest == u64::MAX {
+        if oldest == u64::MAX || (own && self.count.load(Ordering::SeqCst) == 1) {
             return None;
         }
         Some(Live {

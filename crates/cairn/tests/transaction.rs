@@ -377,13 +377,12 @@ fn power_run(seed: u64) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("db");
     let power = Arc::new(PowerLoss::new(tmp.path().join("stash")).unwrap());
-    let mut run = 0u64;
-    for cycle in 0..3 {
+    for cycle in 0..3u64 {
         let ctx = format!("seed {seed} cycle {cycle} always={always} log={log} {loss:?}");
         let db = opts(&power).open(&dir).unwrap();
         open_accounts(&db);
         db.flush().unwrap();
-        run += 1;
+        let run = cycle + 1;
         let stop = AtomicBool::new(false);
         let cut_ms = rng.random_range(2..40);
         std::thread::scope(|s| {

@@ -317,7 +317,7 @@ impl Core {
         };
         let seq = self.seqs.assign();
         // Read after the number was taken (`versions::Snapshots`).
-        let live = self.snaps.live();
+        let live = self.snaps.live(w.check.is_some());
         let mut released = Vec::new();
         let mut i = 0;
         for (g, &s) in locks.iter_mut().zip(w.shards) {
