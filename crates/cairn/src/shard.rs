@@ -201,6 +201,7 @@ impl ShardState {
         meta.size += len;
         meta.bytes.add(ns, len);
         meta.max_seq = meta.max_seq.max(seq);
+        meta.appended_from = meta.appended_from.min(seq);
         self.seqs.append(seq, logged);
         let old = match op.kind {
             Kind::Put => {
@@ -233,6 +234,15 @@ impl ShardState {
     /// Notes, for the live snapshots, that the write numbered `seq` superseded `old` of
     /// `key` (`None`: it had no value), pinning the record in its segment.
     fn note_version(&mut self, key: &[u8], old: Option<Loc>, seq: u64, live: Live) {
+        // A version written after the newest live snapshot was taken is seen by none.
+        let unseen = old.is_some_and(|l| {
+            self.segs
+                .get(&l.seg)
+                .is_some_and(|m| m.appended_from > live.newest && m.appended_from != u64::MAX)
+        });
+        if unseen {
+            return;
+        }
         if let Some(l) = self.versions.record(key, old, seq, live) {
             if let Some(m) = self.segs.get_mut(&l.seg) {
                 m.pinned += l.len as u64;
@@ -884,6 +894,8 @@ impl Shard {
         let old_end = st.active.end();
         let rotated = new_file.map(|nf| {
             let mut meta = SegMeta::new(nf.clone(), SEG_HEADER_LEN);
+            // Empty: every record it takes is appended here.
+            meta.appended_from = u64::MAX;
             // A spare was created earlier than now; every record it will hold is
             // numbered from here on.
             meta.created_seq = nf.created_seq.max(core.current_seq());

@@ -177,26 +177,21 @@ impl Versions {
             loc: old.unwrap_or(ABSENT),
             next: NIL,
         };
-        match self.keys.get(key) {
-            Some(h) => {
-                if self.nodes[h.off as usize].by > live.newest {
-                    return None;
-                }
-                let n = self.alloc(node);
-                self.nodes[h.off as usize].next = n;
-                self.keys.set_existing(key, Loc { off: n, ..h });
+        // One search when the key is new (the common case), two when it has notes.
+        let n = self.alloc(node);
+        let fresh = Loc {
+            seg: n,
+            off: n,
+            len: 0,
+        };
+        if let Some(h) = self.keys.insert(key, fresh) {
+            if self.nodes[h.off as usize].by > live.newest {
+                self.keys.set_existing(key, h);
+                self.release_node(n);
+                return None;
             }
-            None => {
-                let n = self.alloc(node);
-                self.keys.insert(
-                    key,
-                    Loc {
-                        seg: n,
-                        off: n,
-                        len: 0,
-                    },
-                );
-            }
+            self.nodes[h.off as usize].next = n;
+            self.keys.set_existing(key, Loc { off: n, ..h });
         }
         self.count += 1;
         self.min_by = self.min_by.min(by);

@@ -92,6 +92,12 @@ pub(crate) struct SegMeta {
     pub blockers: Vec<u32>,
     /// Highest sequence number in the segment.
     pub max_seq: u64,
+    /// Every record of the segment is numbered at least this, when it was created empty
+    /// in this process and holds only records the write path appended (`u64::MAX`
+    /// while it holds none); 0 when not known (a segment found at open, a compaction's
+    /// output). A write that supersedes a record of a segment whose records are all
+    /// newer than every live snapshot notes nothing (`versions`).
+    pub appended_from: u64,
     /// Every record of the segment is numbered at least this (the header's creation
     /// number, or later for a spare that became the active segment later).
     pub created_seq: u64,
@@ -117,6 +123,7 @@ impl SegMeta {
             blocked_tomb: 0,
             blockers: Vec::new(),
             max_seq: 0,
+            appended_from: 0,
             state: SegState::Unsealed,
             bloom: Arc::new(OnceLock::new()),
             bytes: Tally::default(),
