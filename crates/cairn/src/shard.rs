@@ -201,7 +201,9 @@ impl ShardState {
         meta.size += len;
         meta.bytes.add(ns, len);
         meta.max_seq = meta.max_seq.max(seq);
-        meta.appended_from = meta.appended_from.min(seq);
+        if live.is_some_and(|l| l.newest >= meta.mark.1) {
+            meta.mark = (off as u32, seq);
+        }
         self.seqs.append(seq, logged);
         let old = match op.kind {
             Kind::Put => {
@@ -238,7 +240,7 @@ impl ShardState {
         let unseen = old.is_some_and(|l| {
             self.segs
                 .get(&l.seg)
-                .is_some_and(|m| m.appended_from > live.newest && m.appended_from != u64::MAX)
+                .is_some_and(|m| l.off >= m.mark.0 && m.mark.1 > live.newest)
         });
         if unseen {
             return;
@@ -894,8 +896,6 @@ impl Shard {
         let old_end = st.active.end();
         let rotated = new_file.map(|nf| {
             let mut meta = SegMeta::new(nf.clone(), SEG_HEADER_LEN);
-            // Empty: every record it takes is appended here.
-            meta.appended_from = u64::MAX;
             // A spare was created earlier than now; every record it will hold is
             // numbered from here on.
             meta.created_seq = nf.created_seq.max(core.current_seq());

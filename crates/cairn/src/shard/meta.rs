@@ -92,12 +92,12 @@ pub(crate) struct SegMeta {
     pub blockers: Vec<u32>,
     /// Highest sequence number in the segment.
     pub max_seq: u64,
-    /// Every record of the segment is numbered at least this, when it was created empty
-    /// in this process and holds only records the write path appended (`u64::MAX`
-    /// while it holds none); 0 when not known (a segment found at open, a compaction's
-    /// output). A write that supersedes a record of a segment whose records are all
-    /// newer than every live snapshot notes nothing (`versions`).
-    pub appended_from: u64,
+    /// Every record the write path appended to the segment at offset `mark.0` or later
+    /// is numbered at least `mark.1` (appends come in number order). The write path
+    /// moves it to its own record while a live snapshot may be as new as `mark.1`, so
+    /// it soon says "written after every live snapshot": a write that supersedes such a
+    /// record notes nothing (`versions`). `(u32::MAX, 0)`: no mark.
+    pub mark: (u32, u64),
     /// Every record of the segment is numbered at least this (the header's creation
     /// number, or later for a spare that became the active segment later).
     pub created_seq: u64,
@@ -123,7 +123,7 @@ impl SegMeta {
             blocked_tomb: 0,
             blockers: Vec::new(),
             max_seq: 0,
-            appended_from: 0,
+            mark: (u32::MAX, 0),
             state: SegState::Unsealed,
             bloom: Arc::new(OnceLock::new()),
             bytes: Tally::default(),
