@@ -61,17 +61,6 @@ impl Rows {
     /// Applies `batch` atomically; `sync` as for [`Rows::put`].
     #[inline]
     pub(super) fn write(&self, batch: Batch, sync: bool) -> Result<()> {
-        if std::env::var_os("CAIRN_FS_ENGINE_TX").is_some() {
-            let mut tx = self.ks.transaction();
-            for (k, v, new) in batch.1 {
-                match (v, new) {
-                    (Some(v), true) => tx.put_new(k, v)?,
-                    (Some(v), false) => tx.put(k, v)?,
-                    (None, _) => tx.delete(k)?,
-                }
-            }
-            return tx.commit_with(opts(sync));
-        }
         self.ks.write_with(batch.0, opts(sync))
     }
 
@@ -122,19 +111,18 @@ impl Iterator for Scan {
 }
 
 /// Changes of rows, applied atomically by [`Rows::write`].
-pub(super) struct Batch(WriteBatch, Vec<(Vec<u8>, Option<Vec<u8>>, bool)>);
+pub(super) struct Batch(WriteBatch);
 
 impl Batch {
     /// An empty batch.
     pub(super) fn new() -> Batch {
-        Batch(WriteBatch::new(), Vec::new())
+        Batch(WriteBatch::new())
     }
 
     /// Adds a put of row `key`.
     #[inline]
     pub(super) fn put(&mut self, key: &[u8], value: &[u8]) {
         self.0.put(key, value);
-        self.1.push((key.to_vec(), Some(value.to_vec()), false));
     }
 
     /// Adds a put of row `key` that must be new: the write fails with `EEXIST` (and
@@ -142,13 +130,11 @@ impl Batch {
     #[inline]
     pub(super) fn put_new(&mut self, key: &[u8], value: &[u8]) {
         self.0.put_new(key, value);
-        self.1.push((key.to_vec(), Some(value.to_vec()), true));
     }
 
     /// Adds a delete of row `key`.
     #[inline]
     pub(super) fn delete(&mut self, key: &[u8]) {
         self.0.delete(key);
-        self.1.push((key.to_vec(), None, false));
     }
 }
