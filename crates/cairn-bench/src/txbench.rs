@@ -12,7 +12,9 @@
 //!   `OptimisticTransactionDB` (`get_for_update` of both, a snapshot per transaction,
 //!   the options of the bench's `rocksdb` engine); conflicts retried.
 //!
-//! Results: Markdown tables on stdout, and JSON with `--json`.
+//! Results: Markdown tables on stdout, and JSON with `--json`. With `TXB_CPU` set in
+//! the environment, each overwrite phase also prints its wall time and the writer
+//! thread's CPU time on stderr (a phase slower by waiting, not by work, shows there).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -256,7 +258,7 @@ fn snapshot_cost(args: &TxBenchArgs) -> Result<SnapshotCost> {
     for _ in 0..args.rounds.max(1) {
         without.push(overwrites(&db, args.keys, ops, &value, &mut rng)?);
         let anon0 = anon_bytes();
-        let snap = (std::env::var_os("TXB_AA").is_none()).then(|| db.snapshot());
+        let snap = db.snapshot();
         with.push(overwrites(&db, args.keys, ops, &value, &mut rng)?);
         let anon1 = anon_bytes();
         let st = db.stats();
@@ -362,7 +364,13 @@ fn commit_cost(args: &TxBenchArgs) -> Result<Vec<CommitCost>> {
     for c in &out {
         println!(
             "| {} | {:.0} ns | {:.0} ns | {:.2}× | {:.0} ns | {:.0} ns | {:.2}× |",
-            c.writes, c.batch_write_ns, c.tx_commit_ns, c.commit_ratio, c.rmw_batch_ns, c.rmw_tx_ns, c.rmw_ratio
+            c.writes,
+            c.batch_write_ns,
+            c.tx_commit_ns,
+            c.commit_ratio,
+            c.rmw_batch_ns,
+            c.rmw_tx_ns,
+            c.rmw_ratio
         );
     }
     println!();
@@ -387,7 +395,10 @@ fn batch_phase(db: &Db, args: &TxBenchArgs, writes: usize) -> Result<(f64, f64)>
         in_write += w.elapsed();
     }
     let n = args.transactions as f64;
-    Ok((in_write.as_nanos() as f64 / n, t.elapsed().as_nanos() as f64 / n))
+    Ok((
+        in_write.as_nanos() as f64 / n,
+        t.elapsed().as_nanos() as f64 / n,
+    ))
 }
 
 /// The same read-modify-writes as transactions; returns (ns per `commit`, ns per whole
@@ -408,7 +419,10 @@ fn tx_phase(db: &Db, args: &TxBenchArgs, writes: usize) -> Result<(f64, f64)> {
         in_commit += w.elapsed();
     }
     let n = args.transactions as f64;
-    Ok((in_commit.as_nanos() as f64 / n, t.elapsed().as_nanos() as f64 / n))
+    Ok((
+        in_commit.as_nanos() as f64 / n,
+        t.elapsed().as_nanos() as f64 / n,
+    ))
 }
 
 /// One engine's transfer: read accounts `a` and `b`, write both; `Ok(false)` on a
@@ -435,8 +449,13 @@ fn throughput(args: &TxBenchArgs) -> Result<Vec<Throughput>> {
             out.push(mid);
         }
     }
-    println!("## Transfers per second (read two accounts, write both; {} accounts)\n", args.accounts);
-    println!("| engine | threads | transactions | per second | conflicts retried | cairn ÷ engine |");
+    println!(
+        "## Transfers per second (read two accounts, write both; {} accounts)\n",
+        args.accounts
+    );
+    println!(
+        "| engine | threads | transactions | per second | conflicts retried | cairn ÷ engine |"
+    );
     println!("|---|---:|---:|---:|---:|---:|");
     for t in &out {
         let cairn = out
@@ -481,12 +500,19 @@ fn throughput_run(args: &TxBenchArgs, engine: &str, threads: usize) -> Result<Th
         }
         #[cfg(feature = "peers")]
         "rocksdb" => rocks_run(args, threads),
-        other => bail!("tx-bench has no engine {other} in this build (rocksdb needs --features peers)"),
+        other => {
+            bail!("tx-bench has no engine {other} in this build (rocksdb needs --features peers)")
+        }
     }
 }
 
 /// Runs `args.transactions` transfers over `threads` threads; conflicts are retried.
-fn drive(args: &TxBenchArgs, engine: &str, threads: usize, transfer: &Transfer<'_>) -> Result<Throughput> {
+fn drive(
+    args: &TxBenchArgs,
+    engine: &str,
+    threads: usize,
+    transfer: &Transfer<'_>,
+) -> Result<Throughput> {
     let next = AtomicU64::new(0);
     let conflicts = AtomicU64::new(0);
     let t = Instant::now();
@@ -508,7 +534,10 @@ fn drive(args: &TxBenchArgs, engine: &str, threads: usize, transfer: &Transfer<'
             })
             .collect();
         hs.into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| bail!("a transfer thread panicked")))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| bail!("a transfer thread panicked"))
+            })
             .collect()
     });
     let took = t.elapsed();

@@ -76,8 +76,8 @@ mod table_mem;
 mod tally;
 mod transaction;
 mod value;
-mod versions;
 mod verify;
+mod versions;
 mod wake;
 
 pub use batch::WriteBatch;
@@ -96,8 +96,8 @@ pub use options::{Options, SyncPolicy};
 pub use readonly::CatchUp;
 pub use snapshot::Snapshot;
 pub use stats::{ShardStats, SnapshotStats, Stats};
-pub use transaction::{Transaction, TxIter};
 pub use tally::KeyspaceStats;
+pub use transaction::{Transaction, TxIter};
 pub use value::Value;
 pub use verify::VerifyReport;
 

@@ -144,9 +144,9 @@ impl ShardState {
         match self.segs.get(&loc.seg) {
             Some(m) => Ok(Source::File(m.file.clone())),
             // An old version a snapshot reads, in a segment removed since.
-            None if self.versions.retired.contains_key(&loc.seg) => Ok(Source::File(
-                self.versions.retired[&loc.seg].file.clone(),
-            )),
+            None if self.versions.retired.contains_key(&loc.seg) => {
+                Ok(Source::File(self.versions.retired[&loc.seg].file.clone()))
+            }
             None => Err(Error::corruption(
                 format!("segment {}", loc.seg),
                 "index points at a segment that does not exist",

@@ -519,7 +519,8 @@ impl Summary {
         self.count.store(count as u64, Ordering::Relaxed);
         self.min_by.store(min, Ordering::Relaxed);
         self.max_by.store(max, Ordering::Relaxed);
-        self.retired.store(v.retired.len() as u64, Ordering::Relaxed);
+        self.retired
+            .store(v.retired.len() as u64, Ordering::Relaxed);
     }
 
     /// Whether pruning for `oldest` would let go of something.

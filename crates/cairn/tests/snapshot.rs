@@ -130,7 +130,11 @@ fn model_scan(m: &Model, target: &Target, steps: &[bool], forward: bool) -> Vec<
         let k = if s { dq.pop_front() } else { dq.pop_back() };
         out.extend(k.cloned());
     }
-    while let Some(k) = if forward { dq.pop_front() } else { dq.pop_back() } {
+    while let Some(k) = if forward {
+        dq.pop_front()
+    } else {
+        dq.pop_back()
+    } {
         out.push(k.clone());
     }
     out
@@ -255,7 +259,11 @@ fn run(shards: u32, background: bool, ops: &[Op]) -> Result<(), TestCaseError> {
     // Every snapshot still reads what it read when taken, after a full compaction.
     db.compact().unwrap();
     for (s, sm) in &snaps {
-        let all: Vec<(Key, Vec<u8>)> = s.iter().map(|kv| kv.unwrap()).map(|(k, v)| (k, v.to_vec())).collect();
+        let all: Vec<(Key, Vec<u8>)> = s
+            .iter()
+            .map(|kv| kv.unwrap())
+            .map(|(k, v)| (k, v.to_vec()))
+            .collect();
         let want: Vec<(Key, Vec<u8>)> = sm.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         prop_assert_eq!(all, want);
     }
@@ -344,7 +352,10 @@ fn a_snapshot_held_through_heavy_overwrites_pins_what_it_sees_and_gives_it_back(
         assert_eq!(s.snapshots.keys, u64::from(keys / 2));
         let key_bytes = 1 + 11; // keyspace byte + "key" + 8 digits
         let per = s.snapshots.memory_bytes as f64 / s.snapshots.versions as f64;
-        assert!(per <= 64.0 + key_bytes as f64, "{per} bytes of memory a version");
+        assert!(
+            per <= 64.0 + key_bytes as f64,
+            "{per} bytes of memory a version"
+        );
         // The disk it pins is at most the store as it was when it was taken.
         assert!(s.snapshots.pinned_bytes <= before.live_bytes);
     }

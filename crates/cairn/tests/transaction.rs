@@ -49,7 +49,14 @@ fn open_accounts(db: &Db) {
 
 /// One transfer of up to `max` from `from` to `to`, logged as `log/<t>/<n>`. Returns
 /// the amount moved.
-fn transfer(tx: &mut Transaction, from: u32, to: u32, max: u64, t: u64, n: u64) -> cairn::Result<u64> {
+fn transfer(
+    tx: &mut Transaction,
+    from: u32,
+    to: u32,
+    max: u64,
+    t: u64,
+    n: u64,
+) -> cairn::Result<u64> {
     let a = num(&tx.get(acct(from))?.unwrap());
     let b = num(&tx.get(acct(to))?.unwrap());
     let amount = max.min(a);
@@ -73,7 +80,12 @@ fn check_bank(snap: &Snapshot, ctx: &str) -> usize {
     }
     assert_eq!(balances.len(), ACCOUNTS as usize, "{ctx}");
     let total: u64 = balances.values().sum();
-    assert_eq!(total, OPENING * ACCOUNTS as u64, "{ctx}: total at {}", snap.seq());
+    assert_eq!(
+        total,
+        OPENING * ACCOUNTS as u64,
+        "{ctx}: total at {}",
+        snap.seq()
+    );
     let mut want: BTreeMap<Vec<u8>, i64> = (0..ACCOUNTS)
         .map(|i| (acct(i).into_bytes(), OPENING as i64))
         .collect();
@@ -88,7 +100,12 @@ fn check_bank(snap: &Snapshot, ctx: &str) -> usize {
         rows += 1;
     }
     for (k, b) in &balances {
-        assert_eq!(*b as i64, want[k], "{ctx}: {} against the log", String::from_utf8_lossy(k));
+        assert_eq!(
+            *b as i64,
+            want[k],
+            "{ctx}: {} against the log",
+            String::from_utf8_lossy(k)
+        );
     }
     rows
 }
@@ -247,7 +264,12 @@ fn a_scanned_range_conflicts_with_an_insert_into_it() {
     assert!(db.get("count").unwrap().is_none());
     // A delete inside the range too, scanned backwards over part of a range.
     let mut tx = db.transaction();
-    let last: Vec<_> = tx.range("r/".."r/z").rev().take(1).map(|kv| kv.unwrap().0).collect();
+    let last: Vec<_> = tx
+        .range("r/".."r/z")
+        .rev()
+        .take(1)
+        .map(|kv| kv.unwrap().0)
+        .collect();
     assert_eq!(last, vec![b"r/c".to_vec()]);
     tx.put("last", &last[0]).unwrap();
     db.delete("r/a").unwrap();
@@ -328,10 +350,16 @@ fn a_transaction_reads_its_own_writes_over_its_snapshot() {
         .iter()
         .map(|kv| kv.map(|(k, v)| (k, v.to_vec())).unwrap())
         .collect();
-    let want: Vec<(Vec<u8>, Vec<u8>)> = [("a", "old"), ("b", "new"), ("e", "new"), ("g", "old"), ("h", "new")]
-        .iter()
-        .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
-        .collect();
+    let want: Vec<(Vec<u8>, Vec<u8>)> = [
+        ("a", "old"),
+        ("b", "new"),
+        ("e", "new"),
+        ("g", "old"),
+        ("h", "new"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+    .collect();
     assert_eq!(fwd, want);
     let back: Vec<Vec<u8>> = tx.iter().rev().map(|kv| kv.unwrap().0).collect();
     let mut rev: Vec<Vec<u8>> = want.iter().map(|(k, _)| k.clone()).collect();
@@ -370,7 +398,11 @@ fn power_run(seed: u64) {
             .segment_size(16 << 10)
             .compaction_threshold(0.3)
             .compaction_rate(None)
-            .sync(if always { SyncPolicy::Always } else { SyncPolicy::Never })
+            .sync(if always {
+                SyncPolicy::Always
+            } else {
+                SyncPolicy::Never
+            })
             .commit_log_size(log)
             .power_loss(power.clone())
     };
@@ -445,7 +477,11 @@ fn tx_kill_child() {
         .shards(8)
         .segment_size(64 << 10)
         .compaction_threshold(0.3)
-        .sync(if always { SyncPolicy::Always } else { SyncPolicy::Never })
+        .sync(if always {
+            SyncPolicy::Always
+        } else {
+            SyncPolicy::Never
+        })
         .open(&dir)
         .unwrap();
     open_accounts(&db);
@@ -474,10 +510,16 @@ fn tx_kill_child() {
 fn kill_cycle(dir: &Path, always: bool, run_ms: u64) {
     let exe = std::env::current_exe().unwrap();
     let mut cmd = Command::new(exe);
-    cmd.args(["--exact", "tx_kill_child", "--nocapture", "--ignored", "--test-threads=1"])
-        .env(KILL_DIR, dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
+    cmd.args([
+        "--exact",
+        "tx_kill_child",
+        "--nocapture",
+        "--ignored",
+        "--test-threads=1",
+    ])
+    .env(KILL_DIR, dir)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
     if always {
         cmd.env("CAIRN_TX_KILL_ALWAYS", "1");
     }
@@ -487,7 +529,9 @@ fn kill_cycle(dir: &Path, always: bool, run_ms: u64) {
     let start = Instant::now();
     let mut buf = [0u8; 64];
     let mut seen = Vec::new();
-    while !String::from_utf8_lossy(&seen).contains("ready") && start.elapsed() < Duration::from_secs(30) {
+    while !String::from_utf8_lossy(&seen).contains("ready")
+        && start.elapsed() < Duration::from_secs(30)
+    {
         use std::io::Read;
         let n = out.read(&mut buf).unwrap();
         if n == 0 {

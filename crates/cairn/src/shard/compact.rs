@@ -371,8 +371,7 @@ impl Shard {
         if let Some(p) = m.as_ref().filter(|p| p.pinned > 0) {
             // A live snapshot may still read records of it: the file stays open (the
             // caller unlinks it), and its bytes counted, until they are let go.
-            st.versions
-                .retire(seg, p.file.clone(), p.size, p.pinned);
+            st.versions.retire(seg, p.file.clone(), p.size, p.pinned);
             self.notes.publish(&st.versions);
             if let Some(p) = m.as_mut() {
                 p.size = 0;

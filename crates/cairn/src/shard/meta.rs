@@ -140,7 +140,9 @@ impl SegMeta {
     /// Whether, by its accounting, the segment holds nothing live: every record is
     /// superseded or a tombstone that may be droppable.
     pub fn all_stale(&self) -> bool {
-        self.blocked_tomb == 0 && self.pinned == 0 && self.dead + self.tomb + SEG_HEADER_LEN >= self.size
+        self.blocked_tomb == 0
+            && self.pinned == 0
+            && self.dead + self.tomb + SEG_HEADER_LEN >= self.size
     }
 
     /// Bytes that compaction would reclaim: superseded records no snapshot pins, and
