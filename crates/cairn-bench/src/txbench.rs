@@ -16,7 +16,7 @@
 //! the environment, each overwrite phase also prints its wall time and the writer
 //! thread's CPU time on stderr (a phase slower by waiting, not by work, shows there).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -122,6 +122,9 @@ struct Throughput {
 
 /// Runs `tx-bench`.
 pub fn run(args: &TxBenchArgs) -> Result<()> {
+    if args.accounts < 2 || args.keys == 0 || args.transactions == 0 {
+        bail!("tx-bench needs at least 2 --accounts, 1 --keys and 1 --transactions");
+    }
     std::fs::create_dir_all(&args.dir).with_context(|| args.dir.display().to_string())?;
     let wants = |e: &str| args.only.as_ref().is_none_or(|o| o.iter().any(|x| x == e));
     let mut report = Report::default();
@@ -583,7 +586,6 @@ fn rocks_run(args: &TxBenchArgs, threads: usize) -> Result<Throughput> {
     };
     let r = drive(args, "rocksdb", threads, &transfer);
     drop(db);
-    let _ = Path::new(&dir);
     std::fs::remove_dir_all(&dir)?;
     r
 }
