@@ -76,6 +76,7 @@ pub mod replbench;
 mod servers;
 mod synccount;
 mod table;
+pub mod txbench;
 
 use std::fs;
 use std::io::{self, IsTerminal, Write};

@@ -176,6 +176,10 @@ enum Command {
     /// Checkpoints and backups of 1, 10 and 40 GiB stores while writers run
     #[command(long_about = cairn_bench::backupbench::ABOUT)]
     BackupBench(cairn_bench::backupbench::BackupBenchArgs),
+    /// Snapshots and transactions: a live snapshot's cost, commits against batches,
+    /// transfers per second against RocksDB's OptimisticTransactionDB
+    #[command(long_about = cairn_bench::txbench::ABOUT)]
+    TxBench(cairn_bench::txbench::TxBenchArgs),
     /// One client process of `cluster-bench`
     #[command(name = cairn_bench::cluster::CLIENT_COMMAND, hide = true)]
     ClusterBenchClient(cairn_bench::cluster::ClientArgs),
@@ -350,6 +354,7 @@ fn run(cli: Cli, argv: &[OsString]) -> Result<ExitCode> {
         Command::ClusterSim(args) => cairn_bench::clustersim::run(&args)?,
         Command::ReplicationBench(args) => cairn_bench::replbench::run(&args)?,
         Command::BackupBench(args) => cairn_bench::backupbench::run(&args)?,
+        Command::TxBench(args) => cairn_bench::txbench::run(&args)?,
         Command::ClusterBenchClient(args) => cairn_bench::cluster::client(&args)?,
         Command::FsBenchWorker(args) => cairn_bench::fsprocs::worker(&args)?,
         Command::NullMount { mountpoint } => {

@@ -70,6 +70,8 @@ pub(crate) fn compaction_loop(core: &Core) {
         match compaction::compact_one(core, false) {
             Ok(Outcome::Compacted) => {}
             Ok(_) => {
+                // Old versions no snapshot needs any more, in shards no write pruned.
+                core.prune_versions();
                 let mut idle = Vec::new();
                 for (i, sh) in core.shards.iter().enumerate() {
                     let now = sh.state.read().seqs.last_appended();

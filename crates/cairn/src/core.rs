@@ -24,6 +24,8 @@ use crate::{Error, Result};
 
 mod write;
 
+pub(crate) use write::{Check, Range};
+
 /// State that layers above the engine attach to an open store (see
 /// [`crate::Db::extension`]), one value per type.
 pub(crate) type Extensions = Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>;
@@ -212,6 +214,49 @@ impl Core {
             .read()
             .index
             .contains(ikey)
+    }
+
+    /// Registers a snapshot of every write numbered so far; returns its number. Never
+    /// waits for a writer.
+    pub fn take_snapshot(&self) -> u64 {
+        self.snaps.take(&self.seqs)
+    }
+
+    /// Lets go of a snapshot taken at `seq`; when the oldest live one moved up, prunes
+    /// the old versions of the shards where that frees segments, all of a shard's
+    /// notes, or many of them (the others are pruned by their next write, or by
+    /// [`Core::prune_versions`]).
+    pub fn release_snapshot(&self, seq: u64) {
+        let Some(oldest) = self.snaps.release(seq) else {
+            return;
+        };
+        for sh in &self.shards {
+            if sh.notes.worth_pruning(oldest) {
+                self.prune_shard_versions(sh, true);
+            }
+        }
+    }
+
+    /// Prunes every shard's old versions that no live snapshot needs (the compaction
+    /// thread, when idle).
+    pub fn prune_versions(&self) {
+        let oldest = self.snaps.oldest();
+        for sh in &self.shards {
+            if sh.notes.prunable(oldest) {
+                self.prune_shard_versions(sh, true);
+            }
+        }
+    }
+
+    fn prune_shard_versions(&self, sh: &Shard, force: bool) {
+        let released = {
+            let mut st = sh.state.write();
+            // Read under the lock: a snapshot taken meanwhile lowered it.
+            let r = st.prune_versions(self.snaps.oldest(), force);
+            sh.notes.publish(&st.versions);
+            r
+        };
+        self.sub_disk_used(released.bytes);
     }
 
     /// Seals the queued segments now (used by `compact` and the background thread).

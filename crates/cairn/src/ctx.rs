@@ -15,6 +15,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::damage::Damage;
 use crate::fsutil::Fs;
 use crate::seq::SeqTracker;
+use crate::versions::Snapshots;
 use crate::wake::{Request, Wake, Wakeups};
 use crate::{Error, Options, Result};
 
@@ -48,6 +49,8 @@ pub(crate) struct StoreCtx {
     closed: AtomicBool,
     /// Once closing: when the layers' background threads should have returned.
     pub(crate) threads_deadline: OnceLock<Instant>,
+    /// The live snapshots (and transactions).
+    pub snaps: Snapshots,
 }
 
 impl StoreCtx {
@@ -76,6 +79,7 @@ impl StoreCtx {
             shutdown: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             threads_deadline: OnceLock::new(),
+            snaps: Snapshots::default(),
         }
     }
 

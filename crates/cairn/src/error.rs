@@ -60,6 +60,12 @@ pub enum Error {
         /// Length of the key (its bytes are the caller's).
         len: usize,
     },
+    /// A transaction's commit found that something it read — a key, or a range it
+    /// scanned — was written after its snapshot was taken ([`crate::Transaction`]).
+    /// Nothing of the transaction was written; run it again ([`crate::Db::transact`]
+    /// does).
+    #[error("transaction conflict: something it read was written since its snapshot")]
+    Conflict,
     /// An option or argument is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -14,9 +14,32 @@ use std::sync::Arc;
 
 use crate::core::Core;
 use crate::index::Loc;
-use crate::shard::{read_value, Source};
+use crate::shard::{read_value, ShardState, Source};
 use crate::value::Value;
 use crate::Result;
+
+/// A registered snapshot: the number of the last write it sees, let go of when the last
+/// holder (a [`crate::Snapshot`], a transaction, an iterator of either) drops it.
+pub(crate) struct SnapPin {
+    pub core: Arc<Core>,
+    pub seq: u64,
+}
+
+impl SnapPin {
+    /// A snapshot of `core` as it is now.
+    pub fn take(core: &Arc<Core>) -> SnapPin {
+        SnapPin {
+            seq: core.take_snapshot(),
+            core: core.clone(),
+        }
+    }
+}
+
+impl Drop for SnapPin {
+    fn drop(&mut self) {
+        self.core.release_snapshot(self.seq);
+    }
+}
 
 const FIRST_CHUNK: usize = 32;
 const MAX_CHUNK: usize = 512;
@@ -50,6 +73,8 @@ pub struct Iter {
     /// The range may hold numbered rows, which no ordered scan sees
     /// (`Options::numbered_rows`): the first item is an error, and the last.
     refused: Option<(u8, u8)>,
+    /// The snapshot read, if not the present.
+    at: Option<Arc<SnapPin>>,
 }
 
 fn above(k: &[u8], lo: &Bound<Vec<u8>>) -> bool {
@@ -109,7 +134,14 @@ impl Iter {
             done: false,
             strip,
             refused,
+            at: None,
         }
+    }
+
+    /// The same scan of the store as snapshot `at` sees it.
+    pub(crate) fn at(mut self, at: Arc<SnapPin>) -> Iter {
+        self.at = Some(at);
+        self
     }
 
     fn refill(&mut self, shard: usize, forward: bool) -> Result<()> {
@@ -136,21 +168,27 @@ impl Iter {
         // An empty or inverted range fetches nothing.
         let mut entries = Vec::with_capacity(cur.chunk);
         let st = self.core.shards[shard].state.read();
-        if forward {
-            st.index.scan_forward(lo, hi, cur.chunk, &mut entries);
-        } else {
-            st.index.scan_backward(lo, hi, cur.chunk, &mut entries);
-        }
+        let (exhausted, seen) = match &self.at {
+            None => {
+                if forward {
+                    st.index.scan_forward(lo, hi, cur.chunk, &mut entries);
+                } else {
+                    st.index.scan_backward(lo, hi, cur.chunk, &mut entries);
+                }
+                (entries.len() < cur.chunk, None)
+            }
+            Some(at) => scan_at(&st, at.seq, (lo, hi), cur.chunk, forward, &mut entries),
+        };
         let mut items = Vec::with_capacity(entries.len());
         for (key, loc) in entries {
             let src = st.source(loc)?;
             items.push(Item { key, loc, src });
         }
         drop(st);
-        cur.exhausted = items.len() < cur.chunk;
+        cur.exhausted = exhausted;
         cur.chunk = (cur.chunk * 2).min(MAX_CHUNK);
-        if let Some(last) = items.last() {
-            cur.last = Some(last.key.clone());
+        if let Some(last) = seen.or_else(|| items.last().map(|i| i.key.clone())) {
+            cur.last = Some(last);
         }
         cur.buf.extend(items);
         Ok(())
@@ -242,6 +280,82 @@ impl Iter {
             key.drain(..strip.min(key.len()));
             (key, v)
         }))
+    }
+}
+
+/// Up to about `limit` entries of `range` in a shard as a snapshot taken at `seq` sees
+/// them, in the scan's direction, into `out`: the index's entries merged with the keys
+/// the old versions know ([`crate::versions::Versions`]), each resolved. At least one
+/// unless the range is exhausted (returned `true`); else the last key considered, from
+/// which the next fetch resumes (keys past it were not looked at in both sources).
+fn scan_at(
+    st: &ShardState,
+    seq: u64,
+    range: (Bound<&[u8]>, Bound<&[u8]>),
+    limit: usize,
+    forward: bool,
+    out: &mut Vec<(Vec<u8>, Loc)>,
+) -> (bool, Option<Vec<u8>>) {
+    let (mut lo, mut hi) = (range.0.map(<[u8]>::to_vec), range.1.map(<[u8]>::to_vec));
+    let mut cur = Vec::with_capacity(limit);
+    let mut notes = Vec::new();
+    loop {
+        cur.clear();
+        notes.clear();
+        let (l, h) = (as_ref(&lo), as_ref(&hi));
+        if forward {
+            st.index.scan_forward(l, h, limit, &mut cur);
+        } else {
+            st.index.scan_backward(l, h, limit, &mut cur);
+        }
+        st.versions.scan(l, h, limit, forward, &mut notes);
+        // Past the last key of a full fetch, the other source was not read.
+        let ends = [&cur, &notes].map(|v| (v.len() == limit).then(|| v[limit - 1].0.clone()));
+        let first = |a: Vec<u8>, b: Vec<u8>| match forward {
+            true => a.min(b),
+            false => a.max(b),
+        };
+        let end = match ends {
+            [Some(a), Some(b)] => Some(first(a, b)),
+            [a, b] => a.or(b),
+        };
+        let within = |k: &[u8]| {
+            end.as_deref()
+                .is_none_or(|e| if forward { k <= e } else { k >= e })
+        };
+        let before = |a: &[u8], b: &[u8]| if forward { a < b } else { a > b };
+        let (mut i, mut j) = (0, 0);
+        loop {
+            let (c, n) = (cur.get(i), notes.get(j));
+            let key = match (c, n) {
+                (None, None) => break,
+                (Some(c), Some(n)) if before(&n.0, &c.0) => &n.0,
+                (Some(c), _) => &c.0,
+                (None, Some(n)) => &n.0,
+            };
+            if !within(key) {
+                break;
+            }
+            let now = c.filter(|c| &c.0 == key).map(|c| c.1);
+            let noted = n.filter(|n| &n.0 == key).map(|n| n.1);
+            let seen = match noted.and_then(|h| st.versions.resolve(h, seq)) {
+                Some(v) => v,
+                None => now,
+            };
+            if let Some(loc) = seen {
+                out.push((key.clone(), loc));
+            }
+            i += usize::from(now.is_some());
+            j += usize::from(noted.is_some());
+        }
+        match end {
+            None => return (true, None),
+            Some(e) if !out.is_empty() => return (false, Some(e)),
+            Some(e) => match forward {
+                true => lo = Bound::Excluded(e),
+                false => hi = Bound::Excluded(e),
+            },
+        }
     }
 }
 

@@ -70,11 +70,14 @@ mod route;
 mod segment;
 mod seq;
 mod shard;
+mod snapshot;
 mod stats;
 mod table_mem;
 mod tally;
+mod transaction;
 mod value;
 mod verify;
+mod versions;
 mod wake;
 
 pub use batch::WriteBatch;
@@ -91,8 +94,10 @@ pub use iter::Iter;
 pub use keyspace::{Keyspace, WriteOptions};
 pub use options::{Options, SyncPolicy};
 pub use readonly::CatchUp;
-pub use stats::{ShardStats, Stats};
+pub use snapshot::Snapshot;
+pub use stats::{ShardStats, SnapshotStats, Stats};
 pub use tally::KeyspaceStats;
+pub use transaction::{Transaction, TxIter};
 pub use value::Value;
 pub use verify::VerifyReport;
 

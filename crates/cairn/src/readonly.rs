@@ -296,6 +296,13 @@ pub(crate) fn catch_up(core: &Core) -> Result<CatchUp> {
     let Some(f) = &core.follower else {
         return Ok(CatchUp::default());
     };
+    if core.snaps.oldest() != u64::MAX {
+        // The view's changes are not noted for snapshots: it does not move under them.
+        return Err(crate::Error::InvalidArgument(
+            "a read-only view does not catch up while a snapshot or transaction of it is live"
+                .into(),
+        ));
+    }
     let start = Instant::now();
     let mut view = f.view.lock();
     let states: Vec<&RwLock<ShardState>> = core.shards.iter().map(|s| &s.state).collect();

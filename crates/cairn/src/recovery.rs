@@ -783,6 +783,7 @@ pub(crate) fn build(
             write_stuck: false,
             seqs: ShardSeqs::recovered(l.max_seq),
             kept_hint,
+            versions: Default::default(),
         },
         to_seal,
         unsynced,

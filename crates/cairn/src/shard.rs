@@ -22,6 +22,7 @@ use crate::segment::{SegKind, SegmentFile, SEG_HEADER_LEN};
 use crate::seq::{Cover, ShardSeqs, Taken};
 use crate::tally::Tally;
 use crate::value::Value;
+use crate::versions::{Live, Released, Summary, Versions};
 use crate::{Error, Result};
 
 mod compact;
@@ -100,6 +101,8 @@ pub(crate) struct ShardState {
     /// made durable) before the first byte that changes the file; a close that finds it
     /// still here writes none.
     pub kept_hint: Option<u32>,
+    /// The old versions live snapshots may read (`versions`).
+    pub versions: Versions,
 }
 
 /// Where the bytes of a record can be read.
@@ -120,6 +123,7 @@ impl ShardState {
             && self.active.buf.is_empty()
             && self.pending.is_none()
             && Arc::strong_count(&self.active.file) <= 2
+            && self.segs.get(&seg).is_some_and(|m| m.pinned == 0)
     }
 
     /// Finds where the record at `loc` lives right now.
@@ -139,6 +143,10 @@ impl ShardState {
         }
         match self.segs.get(&loc.seg) {
             Some(m) => Ok(Source::File(m.file.clone())),
+            // An old version a snapshot reads, in a segment removed since.
+            None if self.versions.retired.contains_key(&loc.seg) => {
+                Ok(Source::File(self.versions.retired[&loc.seg].file.clone()))
+            }
             None => Err(Error::corruption(
                 format!("segment {}", loc.seg),
                 "index points at a segment that does not exist",
@@ -158,7 +166,8 @@ impl ShardState {
     }
 
     /// Appends one record to the write buffer and updates the index. `logged`: the
-    /// record also goes to the commit log, which makes it durable. Returns the end
+    /// record also goes to the commit log, which makes it durable. `live`: the live
+    /// snapshots, if any, for which the version it supersedes is noted. Returns the end
     /// position of the record.
     pub fn append(
         &mut self,
@@ -166,6 +175,7 @@ impl ShardState {
         seq: u64,
         batch_total: u32,
         logged: bool,
+        live: Option<Live>,
     ) -> (u32, u64) {
         let off = self.active.end();
         let len = record::encode(
@@ -191,25 +201,87 @@ impl ShardState {
         meta.size += len;
         meta.bytes.add(ns, len);
         meta.max_seq = meta.max_seq.max(seq);
+        if live.is_some_and(|l| l.newest >= meta.mark.1) {
+            meta.mark = (off as u32, seq);
+        }
         self.seqs.append(seq, logged);
-        match op.kind {
+        let old = match op.kind {
             Kind::Put => {
                 self.live_bytes += len;
                 self.live_by_ns.add(ns, len);
-                match self.index.insert(op.key, loc) {
+                let old = self.index.insert(op.key, loc);
+                match old {
                     Some(old) => self.mark_dead(ns, old, seq),
                     None => self.keys_by_ns.add(ns, 1),
                 }
+                Some(old)
             }
             Kind::Delete => {
                 meta.tomb += len;
-                if let Some(old) = self.index.remove(op.key) {
+                let old = self.index.remove(op.key);
+                if let Some(old) = old {
                     self.keys_by_ns.sub(ns, 1);
                     self.mark_dead(ns, old, seq);
                 }
+                // A delete of an absent key changed nothing (a batch may keep one).
+                old.map(Some)
             }
+        };
+        if let (Some(live), Some(old)) = (live, old) {
+            self.note_version(op.key, old, seq, live);
         }
         (self.active.id, off + len)
+    }
+
+    /// Notes, for the live snapshots, that the write numbered `seq` superseded `old` of
+    /// `key` (`None`: it had no value), pinning the record in its segment.
+    fn note_version(&mut self, key: &[u8], old: Option<Loc>, seq: u64, live: Live) {
+        // A version written after the newest live snapshot was taken is seen by none.
+        let unseen = old.is_some_and(|l| {
+            self.segs
+                .get(&l.seg)
+                .is_some_and(|m| l.off >= m.mark.0 && m.mark.1 > live.newest)
+        });
+        if unseen {
+            return;
+        }
+        if let Some(l) = self.versions.record(key, old, seq, live) {
+            if let Some(m) = self.segs.get_mut(&l.seg) {
+                m.pinned += l.len as u64;
+            }
+        }
+    }
+
+    /// Lets go of the old versions no live snapshot needs (`oldest`: at most the number
+    /// of every live snapshot, `u64::MAX` when none is); see [`Versions::prune`].
+    pub fn prune_versions(&mut self, oldest: u64, force: bool) -> Released {
+        let mut out = Released::default();
+        let segs = &mut self.segs;
+        self.versions.prune(
+            oldest,
+            force,
+            |l| {
+                if let Some(m) = segs.get_mut(&l.seg) {
+                    m.pinned = m.pinned.saturating_sub(l.len as u64);
+                }
+            },
+            &mut out,
+        );
+        out
+    }
+
+    /// The location a snapshot at `seq` (`None`: the present) sees for `key`: from the
+    /// notes, or the index's (`exact`: its ordered side; else the hash side's guess).
+    pub fn locate(&self, key: &[u8], seq: Option<u64>, exact: bool) -> Option<Loc> {
+        if let Some(s) = seq {
+            if let Some(v) = self.versions.at(key, s) {
+                return v;
+            }
+        }
+        match exact {
+            true => self.index.get(key),
+            false => self.index.candidate(key),
+        }
     }
 
     /// Bytes of all segment and hint files.
@@ -291,6 +363,8 @@ pub(crate) struct Shard {
     compaction_done: Condvar,
     user_bytes: AtomicU64,
     written_bytes: AtomicU64,
+    /// The old versions kept for snapshots, at a glance (published under `state`).
+    pub notes: Summary,
 }
 
 impl Shard {
@@ -312,6 +386,7 @@ impl Shard {
             compaction_done: Condvar::new(),
             user_bytes: AtomicU64::new(0),
             written_bytes: AtomicU64::new(0),
+            notes: Summary::default(),
         }
     }
 
@@ -339,9 +414,15 @@ impl Shard {
     /// when two keys share a hash tag: the record's key is checked (as every read checks
     /// it), and on any mismatch or error the ordered index, which is exact, decides.
     pub fn get(&self, key: &[u8]) -> Result<Option<Value>> {
+        self.get_at(key, None)
+    }
+
+    /// Reads the value of `key` as a snapshot taken at `seq` sees it (`None`: now), as
+    /// [`Shard::get`] does.
+    pub fn get_at(&self, key: &[u8], seq: Option<u64>) -> Result<Option<Value>> {
         let (loc, src) = {
             let st = self.state.read();
-            let Some(loc) = st.index.candidate(key) else {
+            let Some(loc) = st.locate(key, seq, false) else {
                 return Ok(None);
             };
             (loc, st.source(loc)?)
@@ -351,7 +432,7 @@ impl Shard {
             Err(first) => {
                 let (exact, src) = {
                     let st = self.state.read();
-                    let Some(exact) = st.index.get(key) else {
+                    let Some(exact) = st.locate(key, seq, true) else {
                         return Ok(None);
                     };
                     (exact, st.source(exact)?)

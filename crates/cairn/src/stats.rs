@@ -59,6 +59,34 @@ pub struct Stats {
     /// The regions of numbered rows, (keyspace, tag), routed to shards by group
     /// ([`crate::Db::grouped_rows`]).
     pub grouped_rows: Vec<(u8, u8)>,
+    /// What the live snapshots and transactions keep.
+    pub snapshots: SnapshotStats,
+}
+
+/// What live snapshots (and transactions, each of which holds one) keep alive
+/// ([`crate::Snapshot`]): the versions overwritten or deleted after the oldest was
+/// taken, and the segments holding them. All zero again once they are dropped (a shard
+/// lets go of what it kept at its next write, or within a second).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct SnapshotStats {
+    /// Live snapshots (each transaction holds one).
+    pub live: u64,
+    /// Age of the oldest, in seconds (0 when none is live).
+    pub oldest_age_secs: f64,
+    /// Old versions kept (including "had no value" for keys created since).
+    pub versions: u64,
+    /// Keys with old versions kept.
+    pub keys: u64,
+    /// Bytes of the records of those versions, on disk (counted in
+    /// `reclaimable_bytes` too, which compaction will not reclaim while they are kept).
+    pub pinned_bytes: u64,
+    /// Memory of the old versions' index.
+    pub memory_bytes: u64,
+    /// Segment files compaction removed whose records are still read by a snapshot:
+    /// unlinked, kept open (and counted in `disk_bytes`) until it goes.
+    pub retained_segments: u64,
+    /// Bytes of those files.
+    pub retained_bytes: u64,
 }
 
 impl Stats {
@@ -95,6 +123,10 @@ impl ShardStats {
 pub(crate) fn collect(core: &Core) -> Stats {
     let mut total = ShardStats::default();
     let mut shards = Vec::with_capacity(core.shards.len());
+    let mut snapshots = SnapshotStats::default();
+    let (live, age) = core.snaps.count_and_age();
+    snapshots.live = live;
+    snapshots.oldest_age_secs = age.map_or(0.0, |a| a.as_secs_f64());
     let (mut live, mut keys, mut on_disk) = (Tally::default(), Tally::default(), Tally::default());
     for sh in &core.shards {
         let st = sh.state.read();
@@ -103,6 +135,13 @@ pub(crate) fn collect(core: &Core) -> Stats {
             .values()
             .filter_map(|m| m.bloom.get().map(|b| b.memory_bytes()))
             .sum();
+        let fig = st.versions.figures();
+        snapshots.versions += fig.versions;
+        snapshots.keys += fig.keys;
+        snapshots.pinned_bytes += fig.pinned_bytes;
+        snapshots.memory_bytes += fig.memory_bytes;
+        snapshots.retained_segments += fig.retired_segments;
+        snapshots.retained_bytes += fig.retired_bytes;
         let mut records = Tally::default();
         for m in st.segs.values() {
             records.add_all(&m.bytes);
@@ -116,7 +155,7 @@ pub(crate) fn collect(core: &Core) -> Stats {
             keys: st.index.len() as u64,
             live_bytes: st.live_bytes,
             reclaimable_bytes: record_bytes.saturating_sub(st.live_bytes),
-            disk_bytes: st.disk_bytes(),
+            disk_bytes: st.disk_bytes() + fig.retired_bytes,
             segments: st.segs.len() as u64,
             index_bytes: (st.index.memory_bytes() + blooms) as u64,
             user_bytes_written: sh.user_bytes(),
@@ -165,5 +204,6 @@ pub(crate) fn collect(core: &Core) -> Stats {
         commit_log_bytes,
         format_version: core.router.format_version(),
         grouped_rows: core.router.grouped_rows(),
+        snapshots,
     }
 }

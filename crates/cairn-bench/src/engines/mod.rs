@@ -12,7 +12,7 @@ mod lmdb;
 #[cfg(feature = "peers")]
 mod redb;
 #[cfg(feature = "peers")]
-mod rocksdb;
+pub(crate) mod rocksdb;
 #[cfg(feature = "peers")]
 mod sled;
 

@@ -95,10 +95,27 @@ fn cpus() -> i32 {
     std::thread::available_parallelism().map_or(2, |n| n.get() as i32)
 }
 
-fn open(dir: &Path, settings: &Settings, mode: Mode) -> Result<Box<dyn Engine>> {
-    if mode == Mode::NoWal && settings.sync {
-        bail!("rocksdb-nowal cannot make a write durable on its own (its log is off)");
-    }
+/// RocksDB's `OptimisticTransactionDB` with the options of [`SPEC`] (its defaults, a
+/// bloom filter, compression off, the machine's parallelism), and the write options of
+/// its commits (`sync`: each one durable), for `cairn tx-bench`.
+pub(crate) fn open_optimistic(
+    dir: &Path,
+    sync: bool,
+) -> Result<(rocksdb::OptimisticTransactionDB, WriteOptions)> {
+    let settings = Settings {
+        sync,
+        expected_bytes: 0,
+        threads: 1,
+        cache_bytes: 0,
+    };
+    let opts = options(&settings, Mode::Defaults);
+    let db = rocksdb::OptimisticTransactionDB::open(&opts, dir)?;
+    let mut write = WriteOptions::default();
+    write.set_sync(sync);
+    Ok((db, write))
+}
+
+fn options(settings: &Settings, mode: Mode) -> Options {
     let mut opts = Options::default();
     opts.create_if_missing(true);
     opts.increase_parallelism(cpus());
@@ -114,6 +131,14 @@ fn open(dir: &Path, settings: &Settings, mode: Mode) -> Result<Box<dyn Engine>> 
     }
     // After optimize_for_point_lookup, which leaves compression as it was.
     opts.set_compression_type(DBCompressionType::None);
+    opts
+}
+
+fn open(dir: &Path, settings: &Settings, mode: Mode) -> Result<Box<dyn Engine>> {
+    if mode == Mode::NoWal && settings.sync {
+        bail!("rocksdb-nowal cannot make a write durable on its own (its log is off)");
+    }
+    let opts = options(settings, mode);
     let db = DB::open(&opts, dir)?;
     let wal = mode != Mode::NoWal;
     // Made once, not per write (each is a C++ object allocated by the C API).

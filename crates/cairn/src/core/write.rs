@@ -7,6 +7,8 @@
 //! appended (and framed in the commit log, if the write goes there) before the locks go.
 //! Then the caller waits for the durability it asked for (`seq.rs` defines it).
 
+use std::ops::Bound;
+
 use parking_lot::RwLockWriteGuard;
 
 use super::Core;
@@ -16,7 +18,17 @@ use crate::keys::check_value;
 use crate::record::Kind;
 use crate::seq::Need;
 use crate::shard::{Prepared, ShardState};
+use crate::versions::Released;
 use crate::{Error, Result, SyncPolicy, MAX_KEY_LEN};
+
+/// The borrowed form of a bound.
+fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(v) => Bound::Included(v.as_slice()),
+        Bound::Excluded(v) => Bound::Excluded(v.as_slice()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
 
 /// A write's records, grouped by shard, as [`Core::apply`] takes them.
 struct Write<'w, 'k> {
@@ -29,7 +41,24 @@ struct Write<'w, 'k> {
     /// The write frees space though it holds a put (a file remove): it may use the
     /// delete reserve beyond `max_size`, as a write of deletes only may.
     frees: bool,
+    /// A transaction's commit: what it read, which must not have changed since its
+    /// snapshot (`shards` then names the shards of those reads too).
+    check: Option<&'w Check>,
 }
+
+/// What a transaction's commit checks under its shards' write locks: nothing it read
+/// was written after its snapshot, numbered `seq` (which is live: every write after it
+/// noted what it superseded, `versions`).
+pub(crate) struct Check {
+    pub seq: u64,
+    /// The internal keys it read.
+    pub keys: Vec<Vec<u8>>,
+    /// The internal ranges it scanned (they take every shard's lock).
+    pub ranges: Vec<Range>,
+}
+
+/// An internal key range a transaction scanned.
+pub(crate) type Range = (Bound<Vec<u8>>, Bound<Vec<u8>>);
 
 /// Where a write stands in the write order: its number and, if it went to the commit
 /// log, the log position its frames end at.
@@ -83,6 +112,7 @@ impl Core {
             shards: std::slice::from_ref(&shard),
             new_keys: &[],
             frees: false,
+            check: None,
         };
         let written = self.apply(&w, &mut [false], sync)?;
         self.after_write(written, sync, shard)
@@ -92,6 +122,18 @@ impl Core {
     /// batch that frees space though it holds a small put (a file remove): it may use
     /// the delete reserve beyond `max_size`.
     pub fn write_batch_opts(&self, batch: WriteBatch, sync: bool, frees: bool) -> Result<()> {
+        self.write_checked(batch, sync, frees, None)
+    }
+
+    /// [`Core::write_batch_opts`], refused with [`Error::Conflict`] (nothing written)
+    /// when `check` finds a read changed: a transaction's commit.
+    pub fn write_checked(
+        &self,
+        batch: WriteBatch,
+        sync: bool,
+        frees: bool,
+        check: Option<&Check>,
+    ) -> Result<()> {
         if let Some(len) = batch.too_large_key() {
             return Err(Error::KeyTooLarge {
                 len,
@@ -122,6 +164,15 @@ impl Core {
         }
         prepared.sort_by_key(|p| p.0);
         let mut shards: Vec<usize> = prepared.iter().map(|p| p.0).collect();
+        if let Some(c) = check {
+            // The shards of what it read are locked too, so that nothing writes them
+            // between the check and the write.
+            match c.ranges.is_empty() {
+                true => shards.extend(c.keys.iter().map(|k| self.shard_of(k))),
+                false => shards.extend(0..self.shards.len()),
+            }
+            shards.sort_unstable();
+        }
         shards.dedup();
         let new_keys: Vec<&[u8]> = new_keys.iter().map(|&i| &ops[i].1[..]).collect();
         let w = Write {
@@ -129,6 +180,7 @@ impl Core {
             shards: &shards,
             new_keys: &new_keys,
             frees,
+            check,
         };
         let written = self.apply(&w, &mut vec![false; prepared.len()], sync)?;
         self.after_write(written, sync, shards[0])
@@ -176,8 +228,12 @@ impl Core {
             return Ok(None);
         }
         reserved.keep(used);
-        let (written, switched) = self.append_kept(w, locks.all_mut(), keep, kept, sync, used);
+        let (written, switched, released) =
+            self.append_kept(w, locks.all_mut(), keep, kept, sync, used);
         drop(locks);
+        for r in released {
+            self.sub_disk_used(r.bytes);
+        }
         if switched {
             self.want_checkpoint();
         }
@@ -202,6 +258,23 @@ impl Core {
             return Err(Error::ReadOnly(f));
         }
         let state_of = |s: usize| &locks[w.shards.binary_search(&s).unwrap_or(0)];
+        if let Some(c) = w.check {
+            let read_changed = c
+                .keys
+                .iter()
+                .any(|k| state_of(self.shard_of(k)).versions.changed_after(k, c.seq));
+            let range_changed = || {
+                c.ranges.iter().any(|(lo, hi)| {
+                    locks.iter().any(|g| {
+                        g.versions
+                            .range_changed_after(as_ref(lo), as_ref(hi), c.seq)
+                    })
+                })
+            };
+            if read_changed || range_changed() {
+                return Err(Error::Conflict);
+            }
+        }
         // Checked under the locks, so that nothing can create them between the check
         // and the write.
         if let Some(k) = w
@@ -237,20 +310,30 @@ impl Core {
         kept: u32,
         sync: bool,
         used: u64,
-    ) -> (Written, bool) {
+    ) -> (Written, bool, Vec<Released>) {
         let mut log = match &self.log {
             Some(l) if self.logs(sync, used) => Some(l.lock()),
             _ => None,
         };
         let seq = self.seqs.assign();
+        // Read after the number was taken (`versions::Snapshots`).
+        let live = self.snaps.live(w.check.is_some());
+        let mut released = Vec::new();
         let mut i = 0;
         for (g, &s) in locks.iter_mut().zip(w.shards) {
             let start = g.active.buf.len();
             while let Some((_, p)) = w.ops.get(i).filter(|o| o.0 == s) {
                 if keep[i] {
-                    g.append(p, seq, kept, log.is_some());
+                    g.append(p, seq, kept, log.is_some(), live);
                 }
                 i += 1;
+            }
+            if live.is_some() || !g.versions.is_empty() {
+                let r = g.prune_versions(live.map_or(u64::MAX, |l| l.oldest), false);
+                self.shards[s].notes.publish(&g.versions);
+                if !r.is_empty() {
+                    released.push(r);
+                }
             }
             if let Some(l) = log.as_mut() {
                 if g.active.buf.len() > start {
@@ -260,7 +343,7 @@ impl Core {
         }
         let lsn = log.as_ref().map(|l| l.end());
         let switched = log.is_some_and(|l| l.switched());
-        (Written { seq, lsn }, switched)
+        (Written { seq, lsn }, switched, released)
     }
 
     /// Whether this write goes to the commit log: under `SyncPolicy::Always`, a durable

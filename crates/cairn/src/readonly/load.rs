@@ -154,6 +154,7 @@ fn shard_of(dir: &Path, vs: ViewShard, pending: Recs) -> Result<(ShardView, Shar
         write_stuck: false,
         seqs: ShardSeqs::recovered(0),
         kept_hint: None,
+        versions: Default::default(),
     };
     let sv = ShardView {
         segs,

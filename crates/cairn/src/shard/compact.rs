@@ -214,7 +214,7 @@ impl Shard {
                         && id != st.active.id
                         && m.all_stale()
                         && (m.is_sealed() || m.is_unsealed())
-                        && m.drop_memo() != Some((m.dead + m.tomb, retired)))
+                        && m.drop_memo() != Some((m.stale(), retired)))
             })
             .map(|(&id, m)| DropCandidate {
                 id,
@@ -265,7 +265,7 @@ impl Shard {
     pub fn note_judged(&self, seg: u32, retired: u64, listing: Option<Listing>) {
         if let Some(m) = self.state.write().segs.get_mut(&seg) {
             let listing = listing.filter(|_| !m.is_sealed());
-            m.note_judged((m.dead + m.tomb, retired), listing);
+            m.note_judged((m.stale(), retired), listing);
         }
     }
 
@@ -367,7 +367,16 @@ impl Shard {
         // lose.
         self.take_off_unsynced(seg);
         let mut st = self.state.write();
-        let m = st.segs.remove(&seg);
+        let mut m = st.segs.remove(&seg);
+        if let Some(p) = m.as_ref().filter(|p| p.pinned > 0) {
+            // A live snapshot may still read records of it: the file stays open (the
+            // caller unlinks it), and its bytes counted, until they are let go.
+            st.versions.retire(seg, p.file.clone(), p.size, p.pinned);
+            self.notes.publish(&st.versions);
+            if let Some(p) = m.as_mut() {
+                p.size = 0;
+            }
+        }
         for other in st.segs.values_mut() {
             if other.blockers.contains(&seg) {
                 other.tomb += other.blocked_tomb;

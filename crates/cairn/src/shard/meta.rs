@@ -76,6 +76,10 @@ pub(crate) struct SegMeta {
     pub hint_size: u64,
     /// Bytes of records superseded by newer ones.
     pub dead: u64,
+    /// Bytes of `dead` that a live snapshot may still read (`versions`): not stale while
+    /// it is live, so compaction leaves the segment alone rather than copy its live
+    /// records out and keep the old file open anyway.
+    pub pinned: u64,
     /// Highest sequence number of a record that superseded one of this segment's (or
     /// an upper bound of it): once the store is durable up to it, dropping the
     /// superseded records loses nothing.
@@ -88,6 +92,12 @@ pub(crate) struct SegMeta {
     pub blockers: Vec<u32>,
     /// Highest sequence number in the segment.
     pub max_seq: u64,
+    /// Every record the write path appended to the segment at offset `mark.0` or later
+    /// is numbered at least `mark.1` (appends come in number order). The write path
+    /// moves it to its own record while a live snapshot may be as new as `mark.1`, so
+    /// it soon says "written after every live snapshot": a write that supersedes such a
+    /// record notes nothing (`versions`). `(u32::MAX, 0)`: no mark.
+    pub mark: (u32, u64),
     /// Every record of the segment is numbered at least this (the header's creation
     /// number, or later for a spare that became the active segment later).
     pub created_seq: u64,
@@ -107,11 +117,13 @@ impl SegMeta {
             size,
             hint_size: 0,
             dead: 0,
+            pinned: 0,
             superseded_seq: 0,
             tomb: 0,
             blocked_tomb: 0,
             blockers: Vec::new(),
             max_seq: 0,
+            mark: (u32::MAX, 0),
             state: SegState::Unsealed,
             bloom: Arc::new(OnceLock::new()),
             bytes: Tally::default(),
@@ -128,12 +140,15 @@ impl SegMeta {
     /// Whether, by its accounting, the segment holds nothing live: every record is
     /// superseded or a tombstone that may be droppable.
     pub fn all_stale(&self) -> bool {
-        self.blocked_tomb == 0 && self.dead + self.tomb + SEG_HEADER_LEN >= self.size
+        self.blocked_tomb == 0
+            && self.pinned == 0
+            && self.dead + self.tomb + SEG_HEADER_LEN >= self.size
     }
 
-    /// Bytes that compaction would reclaim.
+    /// Bytes that compaction would reclaim: superseded records no snapshot pins, and
+    /// tombstones.
     pub fn stale(&self) -> u64 {
-        self.dead + self.tomb
+        (self.dead + self.tomb).saturating_sub(self.pinned)
     }
 
     /// Stale fraction of the record bytes.

@@ -1,0 +1,539 @@
+//! The old versions a shard keeps for its snapshots ([`Versions`]), and the store's
+//! register of live snapshots ([`Snapshots`]).
+//!
+//! The index names only each key's newest record. While a snapshot is live, every write
+//! also notes, in its shard's [`Versions`] and under the same write lock, what the key
+//! held before it: the record it superseded (or that the key was absent) and the write's
+//! sequence number, `by`. Each key's notes form a chain, oldest first, so what a snapshot
+//! taken at number `s` sees of a key is the first note with `by > s`, or the index's entry
+//! when there is none. A key that changed after `s` has a note with `by > s`: that is
+//! what a transaction's commit checks (DESIGN.md, "Snapshots and transactions").
+//!
+//! A note is kept while some live snapshot may need it: notes with `by` at most the
+//! oldest live snapshot's number go (all of them when no snapshot is live). A write does
+//! not note a version no snapshot can see: when the key's last note says its current
+//! version was written after the newest live snapshot was taken.
+//!
+//! The keys are held in an [`Index`] without a hash side (the key's bytes once, about 20
+//! bytes more), whose locations name the first and last notes of the key's chain in a
+//! slab of 24-byte [`Node`]s.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::index::{Index, Loc};
+use crate::segment::SegmentFile;
+use crate::seq::SeqTracker;
+
+/// No node (the end of a chain, of the free list).
+const NIL: u32 = u32::MAX;
+
+/// The location of "the key had no value" (no record is 0 bytes long).
+const ABSENT: Loc = Loc {
+    seg: 0,
+    off: 0,
+    len: 0,
+};
+
+/// One old version of a key: what the key held until the write numbered `by`.
+#[derive(Clone, Copy)]
+struct Node {
+    by: u64,
+    /// The superseded record, or [`ABSENT`].
+    loc: Loc,
+    /// The next (newer) note of the key, or the next free node.
+    next: u32,
+}
+
+impl Node {
+    fn version(&self) -> Option<Loc> {
+        (self.loc.len != 0).then_some(self.loc)
+    }
+}
+
+/// What the live snapshots are, as a write sees them (read after it took its number).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Live {
+    /// At most the number of every live snapshot.
+    pub oldest: u64,
+    /// At least the number of every live snapshot.
+    pub newest: u64,
+}
+
+/// A segment removed from its shard (compacted, dropped whole) while notes still point
+/// into it: its file stays open, and its bytes counted on disk, until they go.
+pub(crate) struct Retired {
+    pub file: Arc<SegmentFile>,
+    /// Bytes of the segment file, still counted in the store's disk use.
+    pub size: u64,
+    /// Bytes of records notes point at.
+    pub pinned: u64,
+}
+
+/// What pruning let go of, to drop after the shard's lock is released (unmapping and
+/// closing files, freeing a large index) and to take off the disk count.
+#[derive(Default)]
+pub(crate) struct Released {
+    pub files: Vec<Arc<SegmentFile>>,
+    /// Bytes of the files, to take off the store's disk use.
+    pub bytes: u64,
+    garbage: Option<(Index, Vec<Node>)>,
+}
+
+impl Released {
+    /// Whether nothing was let go.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty() && self.garbage.is_none()
+    }
+}
+
+/// The old versions one shard keeps for its live snapshots (see the module
+/// documentation). Behind the shard's state lock.
+pub(crate) struct Versions {
+    /// Each key with notes: `seg` is its first node, `off` its last.
+    keys: Index,
+    nodes: Vec<Node>,
+    /// First free node (linked through `next`).
+    free: u32,
+    /// Nodes in use.
+    count: usize,
+    /// Bytes of the records the nodes point at.
+    pinned: u64,
+    /// At most the lowest `by` of a node in use (`u64::MAX`: none).
+    min_by: u64,
+    /// At least the highest `by` of a node in use.
+    max_by: u64,
+    /// `count` after the last sweep: the next waits until it doubled.
+    swept: usize,
+    /// Segments removed while pinned, by id.
+    pub retired: BTreeMap<u32, Retired>,
+}
+
+impl Default for Versions {
+    fn default() -> Versions {
+        Versions {
+            keys: Index::default(),
+            nodes: Vec::new(),
+            free: NIL,
+            count: 0,
+            pinned: 0,
+            min_by: u64::MAX,
+            max_by: 0,
+            swept: 0,
+            retired: BTreeMap::new(),
+        }
+    }
+}
+
+/// A figure of what one shard's notes hold ([`Versions::figures`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Figures {
+    pub versions: u64,
+    pub keys: u64,
+    pub pinned_bytes: u64,
+    pub memory_bytes: u64,
+    pub retired_segments: u64,
+    pub retired_bytes: u64,
+}
+
+impl Versions {
+    /// Whether no key has notes.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    fn alloc(&mut self, node: Node) -> u32 {
+        if self.free != NIL {
+            let i = self.free;
+            self.free = self.nodes[i as usize].next;
+            self.nodes[i as usize] = node;
+            i
+        } else {
+            self.nodes.push(node);
+            (self.nodes.len() - 1) as u32
+        }
+    }
+
+    fn release_node(&mut self, i: u32) {
+        self.nodes[i as usize] = Node {
+            by: 0,
+            loc: ABSENT,
+            next: self.free,
+        };
+        self.free = i;
+    }
+
+    /// The write numbered `by` superseded `old` (`None`: the key had no value) of `key`.
+    /// Returns the record the note pins, if it took one: none when no live snapshot can
+    /// see `old` (the key's last note says it was written after the newest of them).
+    pub fn record(&mut self, key: &[u8], old: Option<Loc>, by: u64, live: Live) -> Option<Loc> {
+        let node = Node {
+            by,
+            loc: old.unwrap_or(ABSENT),
+            next: NIL,
+        };
+        // One search when the key is new (the common case), two when it has notes.
+        let n = self.alloc(node);
+        let fresh = Loc {
+            seg: n,
+            off: n,
+            len: 0,
+        };
+        if let Some(h) = self.keys.insert(key, fresh) {
+            if self.nodes[h.off as usize].by > live.newest {
+                self.keys.set_existing(key, h);
+                self.release_node(n);
+                return None;
+            }
+            self.nodes[h.off as usize].next = n;
+            self.keys.set_existing(key, Loc { off: n, ..h });
+        }
+        self.count += 1;
+        self.min_by = self.min_by.min(by);
+        self.max_by = self.max_by.max(by);
+        if let Some(l) = old {
+            self.pinned += l.len as u64;
+        }
+        old
+    }
+
+    /// What a snapshot taken at `seq` sees of `key`, if the notes know: `Some(None)`, it
+    /// had no value; `Some(Some(loc))`, the record at `loc`; `None`, what the index says.
+    pub fn at(&self, key: &[u8], seq: u64) -> Option<Option<Loc>> {
+        let h = self.keys.get(key)?;
+        self.first_after(h.seg, seq).map(|n| n.version())
+    }
+
+    /// The first node of the chain from `first` with `by > seq`.
+    fn first_after(&self, first: u32, seq: u64) -> Option<&Node> {
+        let mut i = first;
+        while i != NIL {
+            let n = &self.nodes[i as usize];
+            if n.by > seq {
+                return Some(n);
+            }
+            i = n.next;
+        }
+        None
+    }
+
+    /// Whether `key` was written after `seq` (for a snapshot at `seq` that is live).
+    pub fn changed_after(&self, key: &[u8], seq: u64) -> bool {
+        self.keys
+            .get(key)
+            .is_some_and(|h| self.nodes[h.off as usize].by > seq)
+    }
+
+    /// Whether a key within `lo..hi` was written after `seq` (for a snapshot at `seq`
+    /// that is live): a scan of the noted keys in the range.
+    pub fn range_changed_after(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, seq: u64) -> bool {
+        const CHUNK: usize = 256;
+        let mut from: Option<Vec<u8>> = None;
+        let mut chunk = Vec::with_capacity(CHUNK);
+        loop {
+            chunk.clear();
+            let lower = from.as_deref().map_or(lo, Bound::Excluded);
+            self.keys.scan_forward(lower, hi, CHUNK, &mut chunk);
+            if chunk
+                .iter()
+                .any(|(_, h)| self.nodes[h.off as usize].by > seq)
+            {
+                return true;
+            }
+            match chunk.pop() {
+                Some((last, _)) if chunk.len() + 1 == CHUNK => from = Some(last),
+                _ => return false,
+            }
+        }
+    }
+
+    /// Up to `limit` noted keys within `lo..hi`, forward or backward, with their chains
+    /// (for [`resolve`](Versions::resolve)).
+    pub fn scan(
+        &self,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        limit: usize,
+        forward: bool,
+        out: &mut Vec<(Vec<u8>, Loc)>,
+    ) {
+        if forward {
+            self.keys.scan_forward(lo, hi, limit, out);
+        } else {
+            self.keys.scan_backward(lo, hi, limit, out);
+        }
+    }
+
+    /// What a snapshot at `seq` sees of a key whose chain [`scan`](Versions::scan)
+    /// returned as `h` (as [`at`](Versions::at)).
+    pub fn resolve(&self, h: Loc, seq: u64) -> Option<Option<Loc>> {
+        self.first_after(h.seg, seq).map(|n| n.version())
+    }
+
+    /// Whether pruning for a snapshot register whose oldest is `oldest` would let go of
+    /// anything now.
+    pub fn prunable(&self, oldest: u64) -> bool {
+        self.count > 0 && oldest >= self.min_by
+    }
+
+    /// Lets go of the notes no live snapshot needs (`oldest`: at most the number of
+    /// every live one, `u64::MAX` when there is none): all of them when `oldest` is at
+    /// least every note's `by` (cheap); else, once the notes doubled since the last
+    /// sweep (or `force`), those with `by <= oldest`. Segments removed meanwhile whose
+    /// records no note needs any more are handed to `out`, with what the shard's
+    /// segments pinned (`unpin`: a record of a segment still in the shard).
+    pub fn prune(
+        &mut self,
+        oldest: u64,
+        force: bool,
+        mut unpin: impl FnMut(Loc),
+        out: &mut Released,
+    ) {
+        if !self.prunable(oldest) {
+            return;
+        }
+        if oldest >= self.max_by {
+            self.clear(&mut unpin, out);
+            return;
+        }
+        if !force && self.count < 2 * self.swept + 64 {
+            return;
+        }
+        self.sweep(oldest, &mut unpin, out);
+    }
+
+    /// Lets go of every note.
+    fn clear(&mut self, unpin: &mut impl FnMut(Loc), out: &mut Released) {
+        for n in &self.nodes {
+            if n.loc.len != 0 && !self.retired.contains_key(&n.loc.seg) {
+                unpin(n.loc);
+            }
+        }
+        for (_, r) in std::mem::take(&mut self.retired) {
+            out.bytes += r.size;
+            out.files.push(r.file);
+        }
+        let keys = std::mem::take(&mut self.keys);
+        let nodes = std::mem::take(&mut self.nodes);
+        out.garbage = Some((keys, nodes));
+        *self = Versions::default();
+    }
+
+    /// Lets go of the notes with `by <= oldest`.
+    fn sweep(&mut self, oldest: u64, unpin: &mut impl FnMut(Loc), out: &mut Released) {
+        // (key, new first node or NIL) of the chains that lost nodes.
+        let mut changed: Vec<(Vec<u8>, u32, Loc)> = Vec::new();
+        let mut min_by = u64::MAX;
+        let nodes = &self.nodes;
+        self.keys.for_each(|key, h| {
+            let mut i = h.seg;
+            while i != NIL && nodes[i as usize].by <= oldest {
+                i = nodes[i as usize].next;
+            }
+            if i != NIL {
+                min_by = min_by.min(nodes[i as usize].by);
+            }
+            if i != h.seg {
+                changed.push((key.to_vec(), i, h));
+            }
+        });
+        for (key, first, h) in changed {
+            let mut i = h.seg;
+            while i != first {
+                let n = self.nodes[i as usize];
+                if let Some(l) = n.version() {
+                    self.unpin(l, unpin, out);
+                }
+                self.release_node(i);
+                self.count -= 1;
+                i = n.next;
+            }
+            if first == NIL {
+                self.keys.remove(&key);
+            } else {
+                self.keys.set_existing(&key, Loc { seg: first, ..h });
+            }
+        }
+        self.min_by = min_by;
+        self.swept = self.count;
+    }
+
+    /// A note pinning `l` went.
+    fn unpin(&mut self, l: Loc, unpin: &mut impl FnMut(Loc), out: &mut Released) {
+        self.pinned -= l.len as u64;
+        match self.retired.get_mut(&l.seg) {
+            Some(r) => {
+                r.pinned -= l.len as u64;
+                if r.pinned == 0 {
+                    if let Some(r) = self.retired.remove(&l.seg) {
+                        out.bytes += r.size;
+                        out.files.push(r.file);
+                    }
+                }
+            }
+            None => unpin(l),
+        }
+    }
+
+    /// Keeps segment `seg`, removed from the shard with `pinned` bytes of its records
+    /// still noted, open until they go; `size`: its bytes, still counted on disk.
+    pub fn retire(&mut self, seg: u32, file: Arc<SegmentFile>, size: u64, pinned: u64) {
+        self.retired.insert(seg, Retired { file, size, pinned });
+    }
+
+    /// What the notes hold.
+    pub fn figures(&self) -> Figures {
+        Figures {
+            versions: self.count as u64,
+            keys: self.keys.len() as u64,
+            pinned_bytes: self.pinned,
+            memory_bytes: (self.keys.memory_bytes()
+                + self.nodes.capacity() * std::mem::size_of::<Node>())
+                as u64,
+            retired_segments: self.retired.len() as u64,
+            retired_bytes: self.retired.values().map(|r| r.size).sum(),
+        }
+    }
+
+    /// (count, lowest `by`, highest `by`), for the shard's lock-free summary.
+    pub fn summary(&self) -> (usize, u64, u64) {
+        (self.count, self.min_by, self.max_by)
+    }
+}
+
+/// The store's live snapshots (each a sequence number; several may share one), and the
+/// two bounds every write reads after taking its number ([`Snapshots::live`]).
+///
+/// Taking a snapshot lowers `oldest` to the last number handed out *before* it reads its
+/// own number (the last handed out then, at least as high), and sets `newest` to the
+/// maximum first: a write numbered after the snapshot took its number reads both after
+/// that (all four operations are `SeqCst`), so it notes what it supersedes, and keeps
+/// what the snapshot needs. Registrations and releases are serialised by a mutex that
+/// no writer takes.
+pub(crate) struct Snapshots {
+    oldest: AtomicU64,
+    newest: AtomicU64,
+    /// Live snapshots, counted before a new one reads its number: a transaction's
+    /// commit that finds only its own needs no notes of its writes (no snapshot older
+    /// than them but its own, which is done with the store once they are applied).
+    count: AtomicU64,
+    /// Live snapshots by number: how many, and when the first was taken.
+    live: Mutex<BTreeMap<u64, (u32, Instant)>>,
+}
+
+impl Default for Snapshots {
+    fn default() -> Snapshots {
+        Snapshots {
+            oldest: AtomicU64::new(u64::MAX),
+            newest: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+            live: Mutex::new(BTreeMap::new()),
+        }
+    }
+}
+
+impl Snapshots {
+    /// Registers a snapshot of everything numbered so far; returns its number.
+    pub fn take(&self, seqs: &SeqTracker) -> u64 {
+        let mut live = self.live.lock();
+        self.count.fetch_add(1, Ordering::SeqCst);
+        self.newest.store(u64::MAX, Ordering::SeqCst);
+        let before = seqs.last_assigned();
+        self.oldest.fetch_min(before, Ordering::SeqCst);
+        let seq = seqs.last_assigned();
+        live.entry(seq).or_insert((0, Instant::now())).0 += 1;
+        let newest = live.keys().next_back().copied().unwrap_or(0);
+        self.newest.store(newest, Ordering::SeqCst);
+        seq
+    }
+
+    /// Lets go of a snapshot taken at `seq`. Returns the new `oldest` when it rose.
+    pub fn release(&self, seq: u64) -> Option<u64> {
+        let mut live = self.live.lock();
+        if let Some(e) = live.get_mut(&seq) {
+            e.0 -= 1;
+            if e.0 == 0 {
+                live.remove(&seq);
+            }
+        }
+        let oldest = live.keys().next().copied().unwrap_or(u64::MAX);
+        let newest = live.keys().next_back().copied().unwrap_or(0);
+        self.count.fetch_sub(1, Ordering::SeqCst);
+        let was = self.oldest.swap(oldest, Ordering::SeqCst);
+        self.newest.store(newest, Ordering::SeqCst);
+        (oldest > was).then_some(oldest)
+    }
+
+    /// The bounds of the live snapshots as a write numbered before this call sees them:
+    /// `None` when there are none, or when `own` (the commit of a transaction, which
+    /// holds one) finds only its own.
+    #[inline]
+    pub fn live(&self, own: bool) -> Option<Live> {
+        let oldest = self.oldest.load(Ordering::SeqCst);
+        if oldest == u64::MAX || (own && self.count.load(Ordering::SeqCst) == 1) {
+            return None;
+        }
+        Some(Live {
+            oldest,
+            newest: self.newest.load(Ordering::SeqCst),
+        })
+    }
+
+    /// At most the number of every live snapshot (`u64::MAX`: none).
+    pub fn oldest(&self) -> u64 {
+        self.oldest.load(Ordering::SeqCst)
+    }
+
+    /// How many snapshots are live, and the age of the oldest.
+    pub fn count_and_age(&self) -> (u64, Option<Duration>) {
+        let live = self.live.lock();
+        let n = live.values().map(|e| e.0 as u64).sum();
+        let age = live.values().map(|e| e.1).min().map(|t| t.elapsed());
+        (n, age)
+    }
+}
+
+/// A shard's notes at a glance, readable without its lock: whether letting go of a
+/// snapshot should prune them now ([`Summary::worth_pruning`]).
+#[derive(Default)]
+pub(crate) struct Summary {
+    count: AtomicU64,
+    min_by: AtomicU64,
+    max_by: AtomicU64,
+    retired: AtomicU64,
+}
+
+/// Notes past which a released snapshot sweeps a shard at once rather than leave it to
+/// the shard's next write.
+const SWEEP_ON_RELEASE: u64 = 4096;
+
+impl Summary {
+    /// Publishes `v`'s figures (under the shard's lock, after a change).
+    pub fn publish(&self, v: &Versions) {
+        let (count, min, max) = v.summary();
+        self.count.store(count as u64, Ordering::Relaxed);
+        self.min_by.store(min, Ordering::Relaxed);
+        self.max_by.store(max, Ordering::Relaxed);
+        self.retired
+            .store(v.retired.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Whether pruning for `oldest` would let go of something.
+    pub fn prunable(&self, oldest: u64) -> bool {
+        self.count.load(Ordering::Relaxed) > 0 && oldest >= self.min_by.load(Ordering::Relaxed)
+    }
+
+    /// Whether pruning for `oldest` is worth the shard's lock now: it lets go of every
+    /// note (cheap), of segments kept open, or of many notes.
+    pub fn worth_pruning(&self, oldest: u64) -> bool {
+        self.prunable(oldest)
+            && (oldest >= self.max_by.load(Ordering::Relaxed)
+                || self.retired.load(Ordering::Relaxed) > 0
+                || self.count.load(Ordering::Relaxed) >= SWEEP_ON_RELEASE)
+    }
+}
