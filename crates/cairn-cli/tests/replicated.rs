@@ -139,6 +139,36 @@ impl Group {
         best.1
     }
 
+    /// SIGKILLs process `i` and reaps it.
+    fn kill(&mut self, i: usize) {
+        let mut p = self.procs[i].take().unwrap();
+        p.kill().unwrap();
+        p.wait().unwrap();
+    }
+
+    /// `cairn cluster check` passes, at once or (asked again every 0.5 s) within
+    /// `bound`, while replicas catch up.
+    fn consistent_within(&self, bound: Duration) {
+        let t = Instant::now();
+        loop {
+            let out = cairn()
+                .args(["cluster", "check", "--cluster"])
+                .arg(&self.file)
+                .output()
+                .unwrap();
+            if out.status.success() {
+                return;
+            }
+            assert!(
+                t.elapsed() < bound,
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
     fn client(&self) -> Client {
         let cfg = ClusterConfig::load(&self.file).unwrap();
         let o = ClientOptions {
@@ -162,6 +192,21 @@ fn creates(c: &Client, dir: u64, names: std::ops::Range<u32>) -> Duration {
     longest
 }
 
+/// Directory `dir` holds exactly `f0..f{n-1}` (what [`creates`] made).
+fn holds_creates(c: &Client, dir: u64, n: u32) {
+    let mut names: Vec<Vec<u8>> = c
+        .readdir(&R, dir, None, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .filter(|n| n != b"." && n != b"..")
+        .collect();
+    names.sort();
+    let mut want: Vec<Vec<u8>> = (0..n).map(|i| format!("f{i}").into_bytes()).collect();
+    want.sort();
+    assert_eq!(names, want);
+}
+
 #[test]
 fn a_paused_leader_and_a_killed_replica_cost_a_pause_not_an_error() {
     let mut g = Group::start();
@@ -183,35 +228,13 @@ fn a_paused_leader_and_a_killed_replica_cost_a_pause_not_an_error() {
     // A follower is killed and restarted; it catches up.
     let l2 = g.leader();
     let f = (l2 + 1) % 3;
-    let mut p = g.procs[f].take().unwrap();
-    p.kill().unwrap();
-    p.wait().unwrap();
+    g.kill(f);
     creates(&c, d, 300..400);
     g.spawn(f);
     creates(&c, d, 400..500);
 
-    let mut names: Vec<Vec<u8>> = c
-        .readdir(&R, d, None, usize::MAX)
-        .unwrap()
-        .into_iter()
-        .map(|e| e.name)
-        .filter(|n| n != b"." && n != b"..")
-        .collect();
-    names.sort();
-    let mut want: Vec<Vec<u8>> = (0..500).map(|i| format!("f{i}").into_bytes()).collect();
-    want.sort();
-    assert_eq!(names, want);
-    let out = cairn()
-        .args(["cluster", "check", "--cluster"])
-        .arg(&g.file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    holds_creates(&c, d, 500);
+    g.consistent_within(Duration::ZERO);
 }
 
 /// Runs `cairn cluster replica ARGS` on the group's file: (success, stdout + stderr).
@@ -242,9 +265,7 @@ fn a_dead_replica_is_replaced_while_the_group_serves() {
     // A follower's machine dies: its process and its store are gone.
     let l = g.leader();
     let dead = (l + 1) % 3;
-    let mut p = g.procs[dead].take().unwrap();
-    p.kill().unwrap();
-    p.wait().unwrap();
+    g.kill(dead);
     std::fs::remove_dir_all(g.tmp.path().join(format!("r{dead}"))).unwrap();
     creates(&c, d, 200..300);
 
@@ -322,49 +343,14 @@ fn a_dead_replica_is_replaced_while_the_group_serves() {
     // The new replica counts in the majority: with the leader killed, it and the
     // remaining old one elect a leader and the creates go on.
     let l = g.leader();
-    let mut p = g.procs[l].take().unwrap();
-    p.kill().unwrap();
-    p.wait().unwrap();
+    g.kill(l);
     let c = g.client();
     creates(&c, d, 500..600);
     g.spawn(l);
 
-    let mut names: Vec<Vec<u8>> = c
-        .readdir(&R, d, None, usize::MAX)
-        .unwrap()
-        .into_iter()
-        .map(|e| e.name)
-        .filter(|n| n != b"." && n != b"..")
-        .collect();
-    names.sort();
-    let mut want: Vec<Vec<u8>> = (0..600).map(|i| format!("f{i}").into_bytes()).collect();
-    want.sort();
-    assert_eq!(names, want);
+    holds_creates(&c, d, 600);
     // Every replica the file now lists is up, and holds the same state.
-    let t = Instant::now();
-    loop {
-        let out = cairn()
-            .args(["cluster", "check", "--cluster"])
-            .arg(&g.file)
-            .output()
-            .unwrap();
-        if out.status.success() {
-            break;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
-fn kill(g: &mut Group, i: usize) {
-    let mut p = g.procs[i].take().unwrap();
-    p.kill().unwrap();
-    p.wait().unwrap();
+    g.consistent_within(Duration::from_secs(30));
 }
 
 #[test]
@@ -389,15 +375,15 @@ fn a_cluster_mount_works_with_a_replica_of_each_group_dead() {
         return;
     };
     // Replica 0 of each group (the first leader, as a rule) dies.
-    kill(&mut g, 0);
-    kill(&mut g, 3);
+    g.kill(0);
+    g.kill(3);
     // (In a directory of its own: the workload compares whole trees.)
     c.mkdir(&R, ROOT, b"work", 0o755).unwrap();
     compare_with_plain(tmp.path(), &mp.join("work"), 300);
 
     // Two of group 1's three are dead: what it holds fails with EIO within the
     // client's timeout (4 s, and an election's worth of retries); group 0's works.
-    kill(&mut g, 4);
+    g.kill(4);
     let quick = Client::with_config(
         ClusterConfig::load(&g.file).unwrap(),
         ClientOptions {
@@ -445,22 +431,5 @@ fn a_cluster_mount_works_with_a_replica_of_each_group_dead() {
     drop(m);
     g.spawn(0);
     g.spawn(3);
-    let t = Instant::now();
-    loop {
-        let out = cairn()
-            .args(["cluster", "check", "--cluster"])
-            .arg(&g.file)
-            .output()
-            .unwrap();
-        if out.status.success() {
-            break;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    g.consistent_within(Duration::from_secs(30));
 }
