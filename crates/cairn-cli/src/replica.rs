@@ -287,6 +287,17 @@ fn server_table(doc: &mut toml_edit::DocumentMut, group: u32) -> Result<&mut tom
         .with_context(|| format!("the cluster file has no [[server]] table with id = {group}"))
 }
 
+/// The `[[server.replica]]` tables of server `group`.
+fn replica_tables(
+    doc: &mut toml_edit::DocumentMut,
+    group: u32,
+) -> Result<&mut toml_edit::ArrayOfTables> {
+    server_table(doc, group)?
+        .get_mut("replica")
+        .and_then(toml_edit::Item::as_array_of_tables_mut)
+        .with_context(|| format!("server {group} has no [[server.replica]] tables"))
+}
+
 fn insert_replica(
     doc: &mut toml_edit::DocumentMut,
     group: u32,
@@ -295,11 +306,7 @@ fn insert_replica(
     cert: &str,
     key: &str,
 ) -> Result<()> {
-    let s = server_table(doc, group)?;
-    let list = s
-        .get_mut("replica")
-        .and_then(toml_edit::Item::as_array_of_tables_mut)
-        .with_context(|| format!("server {group} has no [[server.replica]] tables"))?;
+    let list = replica_tables(doc, group)?;
     let mut t = toml_edit::Table::new();
     t.insert(
         "id",
@@ -313,11 +320,7 @@ fn insert_replica(
 }
 
 fn drop_replica(doc: &mut toml_edit::DocumentMut, group: u32, id: u64) -> Result<()> {
-    let s = server_table(doc, group)?;
-    let list = s
-        .get_mut("replica")
-        .and_then(toml_edit::Item::as_array_of_tables_mut)
-        .with_context(|| format!("server {group} has no [[server.replica]] tables"))?;
+    let list = replica_tables(doc, group)?;
     let before = list.len();
     // A table without an id is the replica at its position (the file format's rule).
     let mut pos = 0u64;
