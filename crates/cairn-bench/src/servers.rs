@@ -3,17 +3,17 @@
 //! /proc, killing one and starting it again, and stopping all of them on every way out
 //! ([`Servers`] is a guard); and a guard for client processes ([`Kids`]).
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 
-/// A free loopback port (from the kernel's ephemeral range).
+/// A free loopback port for a server to listen on, below the kernel's ephemeral range
+/// (which outgoing connections draw from: see `cairn_testkit`).
 pub(crate) fn free_port() -> Result<SocketAddr> {
-    let l = TcpListener::bind("127.0.0.1:0").context("finding a free loopback port")?;
-    Ok(l.local_addr()?)
+    Ok(cairn_testkit::loopback_addr())
 }
 
 /// CPU seconds (user + system) a process has used, from /proc/PID/stat.

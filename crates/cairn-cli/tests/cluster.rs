@@ -21,7 +21,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{BufRead, BufReader, Read};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -213,12 +213,12 @@ impl Net {
     }
 }
 
-/// Free TCP ports on 127.0.0.1 (bound, then released).
+/// Free TCP ports on 127.0.0.1, below the ephemeral range (see `cairn_testkit`).
 fn free_ports(n: usize) -> Vec<u16> {
-    let ls: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+    cairn_testkit::loopback_addrs(n)
+        .iter()
+        .map(|a| a.port())
+        .collect()
 }
 
 // ---- the cluster -----------------------------------------------------------------

@@ -8,7 +8,7 @@
 //! [`PROFILE`]; the suite checks the documented behaviour there instead of `Fs`'s.
 
 use std::collections::BTreeSet;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use cairn_cluster::server::{ServerHandle, ServerOptions};
@@ -37,15 +37,11 @@ const RESTRICTED: Profile = Profile {
 /// Entries of a partition above which it splits, in these tests.
 const SPLIT_THRESHOLD: u64 = 200;
 
-/// Free TCP ports on 127.0.0.1 (bound and released: another process could take one
-/// before a server binds it, which `start_cluster` retries).
+/// Free TCP ports on 127.0.0.1, below the ephemeral range (see `cairn_testkit`).
 fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    listeners
+    cairn_testkit::loopback_addrs(n)
         .iter()
-        .map(|l| l.local_addr().unwrap().port())
+        .map(|a| a.port())
         .collect()
 }
 

@@ -323,10 +323,7 @@ struct Server {
 
 impl Server {
     fn start(tmp: &Path) -> Option<Server> {
-        let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
+        let port = cairn_testkit::loopback_addr().port();
         let plain = tmp.join("plain.toml");
         std::fs::write(
             &plain,

@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -60,11 +60,7 @@ impl Group {
     fn start_groups(groups: u32, sync: &'static str) -> Group {
         let tmp = tempfile::tempdir().unwrap();
         let n = 3 * groups as usize;
-        let ls: Vec<TcpListener> = (0..n)
-            .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-            .collect();
-        let addrs: Vec<SocketAddr> = ls.iter().map(|l| l.local_addr().unwrap()).collect();
-        drop(ls);
+        let addrs: Vec<SocketAddr> = cairn_testkit::loopback_addrs(n);
         let servers: Vec<ServerInfo> = (0..groups)
             .map(|g| {
                 let replicas = (0..3)
@@ -272,10 +268,7 @@ fn a_dead_replica_is_replaced_while_the_group_serves() {
     // A new replica on a new address: `add` writes it into the cluster file (a
     // certificate from the CA beside it), then waits for it to catch up; it is started
     // once the file names it, while the creates go on.
-    let new = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let new = cairn_testkit::loopback_addr();
     let mut add = cairn()
         .args([
             "cluster",

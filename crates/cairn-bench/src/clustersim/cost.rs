@@ -7,7 +7,6 @@
 //! `/proc/self/task`) and of the calling thread: everything else (the server's runtime
 //! and blocking threads, the engine's background threads) is the server's.
 
-use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::time::Duration;
 
@@ -104,11 +103,6 @@ fn server_cpu() -> f64 {
     rusage(libc::RUSAGE_SELF) - threads_cpu("cairn-client") - rusage(libc::RUSAGE_THREAD)
 }
 
-fn free_addr() -> Result<SocketAddr> {
-    let l = TcpListener::bind("127.0.0.1:0").context("finding a free loopback port")?;
-    Ok(l.local_addr()?)
-}
-
 /// One server on a new store in `dir` with `threshold`; creates `ops` files in a new
 /// directory from `window` threads over `clients` clients (1 ..= `window`, as
 /// [`measure`] makes it), then looks each up the same way.
@@ -120,7 +114,7 @@ fn one_run(
     how: Creates,
 ) -> Result<Run> {
     let window = window.max(1);
-    let addr = free_addr()?;
+    let addr = crate::servers::free_port()?;
     // Certificates for this run: the server and client talk mutual TLS, the default.
     let servers = ClusterConfig::parse(&format!("[[server]]\nid = 0\naddr = \"{addr}\"\n"))?
         .servers()

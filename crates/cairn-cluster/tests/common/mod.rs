@@ -4,7 +4,7 @@
 
 pub mod groups;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use cairn_cluster::admin;
@@ -21,13 +21,9 @@ pub struct Cluster {
     pub sync: SyncMode,
 }
 
-/// `n` free loopback addresses.
-pub fn free_addrs(n: usize) -> Vec<SocketAddr> {
-    let ls: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    ls.iter().map(|l| l.local_addr().unwrap()).collect()
-}
+/// `n` loopback addresses for servers to listen on (below the ephemeral port range:
+/// see `cairn_testkit`).
+pub use cairn_testkit::loopback_addrs as free_addrs;
 
 /// The test certificates of this process (servers 0..16; clients admin, user, u1000),
 /// and their CA.
