@@ -41,6 +41,11 @@ pub const TAG_INTENT: u8 = b'T';
 pub const TAG_PREPARED: u8 = b'R';
 /// `M server id`: a memo of a directory made for an intent ([`crate::proto::MemoRow`]).
 pub const TAG_MEMO: u8 = b'M';
+/// `Q token`: a client's request (link, unlink, rmdir, rename) this server did, in the
+/// ledger of done requests (`i64` little-endian: when, nanoseconds since the epoch), so
+/// that the request sent again after its reply was lost is answered as done; dropped
+/// after [`crate::server::LEDGER_TTL`].
+pub const TAG_DONE: u8 = b'Q';
 
 /// `Z`: a replica's applied state: the last applied log id and the membership
 /// (bincode of openraft's `(Option<LogId>, StoredMembership)`; replicated servers only).
@@ -138,6 +143,11 @@ pub fn prepared_key(server: u32, id: u64) -> Vec<u8> {
 /// `M server id`.
 pub fn memo_key(server: u32, id: u64) -> Vec<u8> {
     key(TAG_MEMO, &[&server.to_be_bytes(), &id.to_be_bytes()])
+}
+
+/// The ledger row of request `token` ([`TAG_DONE`]).
+pub fn done_key(token: u64) -> Vec<u8> {
+    key(TAG_DONE, &[&token.to_be_bytes()])
 }
 
 /// The big-endian `u64` at `b[at..]`, if there are 8 bytes.

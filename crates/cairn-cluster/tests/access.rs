@@ -219,6 +219,7 @@ async fn call(
                 ino: o.secret,
                 dir: o.private,
                 name: name("linked"),
+                token: 0,
             })
             .await
             .map(|r| errno(r.into_inner().status)),
@@ -228,6 +229,7 @@ async fn call(
                 dir: o.private,
                 name: b"r1".to_vec(),
                 rmdir: false,
+                token: 0,
             })
             .await
             .map(|r| errno(r.into_inner().status)),
@@ -239,6 +241,7 @@ async fn call(
                 new_dir: ROOT,
                 new_name: name("stolen"),
                 flags: 0,
+                token: 0,
             })
             .await
             .map(|r| errno(r.into_inner().status)),

@@ -18,10 +18,13 @@ use crate::transport::Reach;
 /// tries another (for requests safe to repeat): about two elections.
 pub(crate) const ATTEMPT: Duration = Duration::from_secs(3);
 
-/// A token for a create, unique to it (nonzero; a random base per process, then
-/// counted): a copy of the create that reaches a server after the first was made is
-/// answered as made instead of `EEXIST`.
-pub(crate) fn create_token() -> u64 {
+/// A token for a request that changes a name (create, link, unlink, rmdir, rename),
+/// unique to it (nonzero; a random base per process, then counted): a copy of the
+/// request that reaches a server after the first was done is answered as done (the
+/// entry a create made holds its token; the others are in the server's ledger of done
+/// requests) instead of `EEXIST` or `ENOENT`, so the client may send it again after a
+/// lost reply.
+pub(crate) fn request_token() -> u64 {
     use std::hash::BuildHasher;
     static BASE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

@@ -4,9 +4,10 @@
 //! Each call is blocking (the client runs a small tokio runtime of its own) and takes
 //! at most [`ClientOptions::timeout`]: a server that is down, or a name held by an
 //! unfinished operation for longer, gives `EIO`. Requests that are safe to repeat
-//! (reads, attribute changes, writes of the same bytes) are retried after any transport
-//! error; the others only when the connection could not be opened (so the request was
-//! never sent).
+//! (reads, attribute changes, writes of the same bytes, and the changes of names —
+//! create, link, unlink, rmdir, rename — which carry a token the server answers a copy
+//! by) are retried after any transport error; the others only when the connection
+//! could not be opened (so the request was never sent).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -402,7 +403,7 @@ impl Client {
         let (home, n) = (home_of(parent), self.inner.cfg.len());
         // With its token a create is safe to send again (a server answers a copy of
         // one it made as made): after its reply was lost, it goes to another replica.
-        let token = group::create_token();
+        let token = group::request_token();
         let rep = self
             .named(parent, hash, true, d, |mut c, t, i| {
                 let req = proto::MakeReq {
@@ -465,13 +466,16 @@ impl Client {
         let h = self.header(cred);
         let name = name.to_vec();
         let hash = name_hash(&name);
+        // Safe to send again with its token (see `group::request_token`).
+        let token = group::request_token();
         self.block_raw(async {
-            self.named(parent, hash, false, d, |mut c, t, _| {
+            self.named(parent, hash, true, d, |mut c, t, _| {
                 let mut r = tonic::Request::new(proto::RemoveReq {
                     h: h.clone(),
                     dir: parent,
                     name: name.clone(),
                     rmdir,
+                    token,
                 });
                 r.set_timeout(t);
                 async move { c.remove(r).await }
@@ -658,14 +662,17 @@ impl FileSystem for Client {
         let h = self.header(cred);
         let name = newname.to_vec();
         let hash = name_hash(&name);
+        // Safe to send again with its token (see `group::request_token`).
+        let token = group::request_token();
         self.block_raw(async {
             let rep = self
-                .named(newparent, hash, false, d, |mut c, t, _| {
+                .named(newparent, hash, true, d, |mut c, t, _| {
                     let mut r = tonic::Request::new(proto::LinkReq {
                         h: h.clone(),
                         ino,
                         dir: newparent,
                         name: name.clone(),
+                        token,
                     });
                     r.set_timeout(t);
                     async move { c.link(r).await }
@@ -696,8 +703,10 @@ impl FileSystem for Client {
         let h = self.header(cred);
         let (name, newname) = (name.to_vec(), newname.to_vec());
         let hash = name_hash(&name);
+        // Safe to send again with its token (see `group::request_token`).
+        let token = group::request_token();
         self.block_raw(async {
-            self.named(parent, hash, false, d, |mut c, t, _| {
+            self.named(parent, hash, true, d, |mut c, t, _| {
                 let mut r = tonic::Request::new(proto::RenameReq {
                     h: h.clone(),
                     dir: parent,
@@ -705,6 +714,7 @@ impl FileSystem for Client {
                     new_dir: newparent,
                     new_name: newname.clone(),
                     flags,
+                    token,
                 });
                 r.set_timeout(t);
                 async move { c.rename(r).await }

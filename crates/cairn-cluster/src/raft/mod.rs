@@ -89,6 +89,11 @@ pub(crate) fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, String> {
     bincode::serialize(v).map_err(|e| e.to_string())
 }
 
+/// The length of [`encode`]'s bytes for `v` (`usize::MAX` if it cannot be encoded).
+pub(crate) fn encoded_len<T: Serialize>(v: &T) -> usize {
+    bincode::serialized_size(v).map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX))
+}
+
 /// Decodes a serde value written by [`encode`].
 pub(crate) fn decode<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T, String> {
     bincode::deserialize(b).map_err(|e| e.to_string())

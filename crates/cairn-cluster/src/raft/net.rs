@@ -15,11 +15,11 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::BasicNode;
+use openraft::{BasicNode, RaftLogId};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
-use super::{decode, encode, NodeId, Raft, TypeConfig};
+use super::{decode, encode, encoded_len, LogId, NodeId, Raft, TypeConfig};
 use crate::proto;
 use crate::proto::raft_client::RaftClient;
 use crate::tls::Caller;
@@ -137,12 +137,22 @@ impl RaftNetwork<TypeConfig> for Conn {
         openraft::network::Backoff::new(std::iter::repeat(Duration::from_millis(100)))
     }
 
+    /// Sends as many of the entries as fit in [`APPEND_BYTES`] (at least one); when
+    /// some were left out, a success is reported as a partial one up to the last sent,
+    /// and openraft sends the rest next.
     async fn append_entries(
         &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RpcErr> {
-        self.call(Call::Append, &rpc, option.hard_ttl()).await
+        let cut = fit(&mut rpc.entries, APPEND_BYTES);
+        let rep = self.call(Call::Append, &rpc, option.hard_ttl()).await?;
+        Ok(match (rep, cut) {
+            (AppendEntriesResponse::Success, Some(last)) => {
+                AppendEntriesResponse::PartialSuccess(Some(last))
+            }
+            (rep, _) => rep,
+        })
     }
 
     async fn install_snapshot(
@@ -161,6 +171,28 @@ impl RaftNetwork<TypeConfig> for Conn {
     ) -> Result<VoteResponse<NodeId>, RpcErr> {
         self.call(Call::Vote, &rpc, option.hard_ttl()).await
     }
+}
+
+/// Encoded bytes of entries above which an append message takes no more: a quarter of
+/// a message's limit, so that the message with its envelope always fits.
+const APPEND_BYTES: usize = MAX_MESSAGE / 4;
+
+/// Keeps the longest prefix of `entries` (at least one) whose encoded size is within
+/// `budget`; returns the log id of the last kept if any were dropped.
+fn fit(entries: &mut Vec<openraft::Entry<TypeConfig>>, budget: usize) -> Option<LogId> {
+    let mut bytes = 0usize;
+    let keep = entries
+        .iter()
+        .position(|e| {
+            bytes = bytes.saturating_add(encoded_len(e));
+            bytes > budget
+        })
+        .map(|i| i.max(1))?;
+    if keep >= entries.len() {
+        return None;
+    }
+    entries.truncate(keep);
+    entries.last().map(|e| *e.get_log_id())
 }
 
 /// The server side of service `Raft` on one replica.
@@ -236,5 +268,43 @@ impl proto::raft_server::Raft for RaftSvc {
     ) -> Result<Response<proto::RaftMsg>, Status> {
         let r: InstallSnapshotRequest<TypeConfig> = self.open(req)?;
         reply(&self.raft.install_snapshot(r).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+
+    use super::{encoded_len, fit};
+    use crate::raft::Change;
+
+    fn entries(sizes: &[usize]) -> Vec<Entry<super::TypeConfig>> {
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| Entry {
+                log_id: LogId::new(CommittedLeaderId::new(1, 0), i as u64 + 1),
+                payload: EntryPayload::Normal(Change {
+                    term: 1,
+                    seq: i as u64,
+                    rows: vec![(b"k".to_vec(), Some(vec![0; n]))],
+                }),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_append_keeps_what_fits_and_at_least_one_entry() {
+        let one = encoded_len(&entries(&[1000])[0]);
+        let mut e = entries(&[1000, 1000, 1000, 1000]);
+        assert_eq!(fit(&mut e, 10 * one), None);
+        assert_eq!(e.len(), 4);
+        let last = fit(&mut e, 2 * one + one / 2).unwrap();
+        assert_eq!((e.len(), last.index), (2, 2));
+        let mut big = entries(&[5000, 10]);
+        assert_eq!(fit(&mut big, one).map(|l| l.index), Some(1));
+        assert_eq!(big.len(), 1);
+        let mut lone = entries(&[5000]);
+        assert_eq!(fit(&mut lone, one), None);
     }
 }

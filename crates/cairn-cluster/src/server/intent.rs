@@ -64,6 +64,8 @@ impl Drop for Driving {
 pub(crate) enum RmdirStep {
     NeedOwner(u64),
     Intent(u64, u64),
+    /// The request was done before (its reply lost).
+    Done,
 }
 
 /// Whether follow-up `f` releases something another server holds for its intent
@@ -598,7 +600,7 @@ impl Node {
     /// the entry is committed; refused by the home (inode gone, a directory), undone.
     pub(crate) async fn drive_link(self: &NodeRef, id: u64) -> R<Attr> {
         let row = self.intent_row(id)?;
-        let Some(Op::Link(link)) = row.op else {
+        let Some(Op::Link(link)) = row.op.clone() else {
             return errno(libc::EIO);
         };
         let req = proto::LinkRef {
@@ -641,6 +643,7 @@ impl Node {
                 );
                 n.count_entry(&mut m, &mut b, link.dir, idx, true);
                 b.delete(&intent_key(id));
+                m.ledger.record(&mut b, row.token, cairn_fs::now_ns());
                 n.apply(b)?;
                 m.intents.finish(id);
                 m.names.release((n.id, id));
@@ -668,6 +671,7 @@ impl Node {
         cred: Cred,
         dir: u64,
         name: Vec<u8>,
+        token: u64,
     ) -> R<()> {
         rules::check_name(&name)?;
         if name == b"." {
@@ -681,7 +685,7 @@ impl Node {
         for _ in 0..3 {
             let name = name.clone();
             let s = self
-                .blocking(move |n| n.rmdir_begin(checks, &cred, dir, &name, owner))
+                .blocking(move |n| n.rmdir_begin(checks, &cred, dir, &name, owner, token))
                 .await?;
             match s {
                 RmdirStep::NeedOwner(ino) => {
@@ -692,6 +696,7 @@ impl Node {
                     step = Some(s);
                     break;
                 }
+                RmdirStep::Done => return Ok(()),
             }
         }
         let Some(RmdirStep::Intent(id, child)) = step else {
@@ -732,6 +737,7 @@ impl Node {
         let mut b = Batch::new();
         b.delete(&entry_key(dir, &rm.name));
         self.count_entry(&mut m, &mut b, dir, idx, false);
+        m.ledger.record(&mut b, row.token, cairn_fs::now_ns());
         row.set_state(IntentState::Committed);
         let mut f: Vec<proto::FollowUp> = participants
             .iter()
@@ -769,8 +775,12 @@ impl Node {
         dir: u64,
         name: &[u8],
         owner: Option<(u64, u32)>,
+        token: u64,
     ) -> R<RmdirStep> {
         let mut m = self.state();
+        if self.done_before(&m, token)? {
+            return Ok(RmdirStep::Done);
+        }
         self.writable_part(&m, dir, name, None)?;
         let p = self.dir_perms(dir)?;
         rules::check_access(checks, cred, &p, rules::MAY_WRITE | rules::MAY_EXEC)?;
@@ -794,7 +804,7 @@ impl Node {
                 rules::check_sticky(checks, cred, &p, uid)?;
             }
         }
-        let row = proto::IntentRow::new(
+        let mut row = proto::IntentRow::new(
             IntentState::Prepared,
             Op::Rmdir(proto::RmdirIntent {
                 dir,
@@ -803,6 +813,7 @@ impl Node {
                 prepared_on: vec![home_of(e.ino)],
             }),
         );
+        row.token = token;
         let id = self.begin_intent(&mut m, row, None)?;
         drop(m);
         self.durable()?;

@@ -159,6 +159,8 @@ pub(crate) fn from_v1(old: proto::IntentRowV1) -> Option<proto::IntentRow> {
         created_ms: old.created_ms,
         followups: old.followups,
         followups_done: old.followups_done,
+        // Version 1 had no request tokens.
+        token: 0,
         op: Some(op),
     })
 }

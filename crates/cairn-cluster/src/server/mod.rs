@@ -10,6 +10,7 @@ mod house;
 mod inode;
 mod intent;
 mod intent_rows;
+mod ledger;
 mod names;
 pub(crate) mod node;
 mod peer;
@@ -45,6 +46,7 @@ use state::Part;
 pub use embed::{start_embedded, Embedded, PartitionInfo, Probe};
 #[cfg(feature = "test-hooks")]
 pub use hooks::{CrashFn, CrashHook, Hooks, SPLIT_CRASH_POINTS};
+pub use ledger::LEDGER_TTL;
 
 /// When a change is durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -655,6 +657,7 @@ fn recover(node: &Node) -> Result<(), node::Fail> {
         st.names.reserve((node.id, id), &names)?;
         st.intents.put(id, row);
     }
+    st.ledger = node.load_ledger()?;
     for (k, v) in node.scan(&[TAG_PREPARED], None, usize::MAX)? {
         let (Some(s), Some(id)) = (be32(&k, 1), be64(&k, 5)) else {
             return Err(damaged("prepared key"));

@@ -38,6 +38,9 @@ pub(crate) enum UnlinkStep {
 /// What the local part of a link did.
 pub(crate) enum LinkStep {
     Done(Attr),
+    /// The request was done before (its reply lost): answered with the inode's
+    /// attributes as they are now.
+    Answered,
     /// An intent was prepared: the inode's home must add the link.
     Remote(u64),
 }
@@ -212,9 +215,13 @@ impl Node {
         dir: u64,
         name: &[u8],
         owner: Option<(u64, u32)>,
+        token: u64,
     ) -> R<UnlinkStep> {
         rules::check_name(name)?;
         let mut m = self.state();
+        if self.done_before(&m, token)? {
+            return Ok(UnlinkStep::Done(None));
+        }
         let idx = self.writable_part(&m, dir, name, None)?;
         let p = self.dir_perms(dir)?;
         rules::check_access(checks, cred, &p, rules::MAY_WRITE | rules::MAY_EXEC)?;
@@ -244,6 +251,7 @@ impl Node {
         let mut b = Batch::new();
         b.delete(&ek);
         self.count_entry(&mut m, &mut b, dir, idx, false);
+        m.ledger.record(&mut b, token, now);
         let intent = if local {
             self.drop_link_in(&m, &mut b, e.ino, dir, name, now)?;
             None
@@ -257,6 +265,7 @@ impl Node {
                     ino: e.ino,
                 }),
             );
+            row.token = token;
             row.followups = vec![proto::FollowUp {
                 server: home_of(e.ino),
                 call: Some(proto::follow_up::Call::DropLink(proto::LinkRef {
@@ -292,12 +301,16 @@ impl Node {
         ino: u64,
         dir: u64,
         name: &[u8],
+        token: u64,
     ) -> R<(LinkStep, Option<u32>)> {
         rules::check_new_name(name)?;
         if ino == 0 || home_of(ino) >= self.n {
             return errno(libc::ENOENT);
         }
         let mut m = self.state();
+        if self.done_before(&m, token)? {
+            return Ok((LinkStep::Answered, None));
+        }
         let idx = self.writable_part(&m, dir, name, None)?;
         let p = self.dir_perms(dir)?;
         rules::check_access(checks, cred, &p, rules::MAY_WRITE | rules::MAY_EXEC)?;
@@ -318,6 +331,7 @@ impl Node {
                 },
             );
             self.count_entry(&mut m, &mut b, dir, idx, true);
+            m.ledger.record(&mut b, token, now);
             self.apply(b)?;
             self.touch_dir(&mut m, dir, now);
             let split = self.wants_split(&m, dir, idx).then_some(idx);
@@ -326,7 +340,7 @@ impl Node {
             return Ok((LinkStep::Done(a), split));
         }
         let id = self.alloc_intent()?;
-        let row = proto::IntentRow::new(
+        let mut row = proto::IntentRow::new(
             IntentState::Prepared,
             Op::Link(proto::LinkIntent {
                 dir,
@@ -335,6 +349,7 @@ impl Node {
                 time: now,
             }),
         );
+        row.token = token;
         m.names.reserve((self.id, id), &[(dir, name.to_vec())])?;
         let mut b = Batch::new();
         b.put(&intent_key(id), &row);

@@ -137,6 +137,7 @@ impl Node {
         dd: u64,
         d: Vec<u8>,
         flags: u32,
+        token: u64,
     ) -> R<()> {
         if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
             || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
@@ -156,7 +157,9 @@ impl Node {
         for _ in 0..4 {
             let (s2, d2) = (s.clone(), d.clone());
             let step = self
-                .blocking(move |n| n.rename_begin(checks, &cred, sd, &s2, dd, &d2, flags, owner))
+                .blocking(move |n| {
+                    n.rename_begin(checks, &cred, sd, &s2, dd, &d2, flags, owner, token)
+                })
                 .await?;
             match step {
                 RenameStep::Done => return Ok(()),
@@ -230,9 +233,13 @@ impl Node {
         d: &[u8],
         flags: u32,
         owner: Option<(u64, u32)>,
+        token: u64,
     ) -> R<RenameStep> {
         let exchange = flags & RENAME_EXCHANGE != 0;
         let mut m = self.state();
+        if self.done_before(&m, token)? {
+            return Ok(RenameStep::Done);
+        }
         let i1 = self.writable_part(&m, sd, s, None)?;
         let sp = self.dir_perms(sd)?;
         rules::check_access(checks, cred, &sp, rules::MAY_WRITE | rules::MAY_EXEC)?;
@@ -309,49 +316,64 @@ impl Node {
                 && (src.kind != libc::S_IFDIR || sd == dd)
                 && (tino == 0 || (tkind != libc::S_IFDIR && home_of(tino) == self.id));
             if simple {
-                let i2 = self.writable_part(&m, dd, d, None)?;
-                let now = row.time;
-                let mut b = Batch::new();
-                b.delete(&entry_key(sd, s));
-                self.count_entry(&mut m, &mut b, sd, i1, false);
-                b.put(
-                    &entry_key(dd, d),
-                    &proto::EntryRow {
-                        ino: src.ino,
-                        kind: src.kind,
-                        token: 0,
-                    },
-                );
-                if tino == 0 {
-                    self.count_entry(&mut m, &mut b, dd, i2, true);
-                } else {
-                    self.drop_link_in(&m, &mut b, tino, dd, d, now)?;
-                }
-                self.move_link_in(
-                    &mut b,
-                    &proto::MoveLinkReq {
-                        h: None,
-                        ino: src.ino,
-                        old_dir: sd,
-                        old_name: s.to_vec(),
-                        new_dir: dd,
-                        new_name: d.to_vec(),
-                        time: now,
-                    },
-                )?;
-                self.apply(b)?;
-                self.touch_dir(&mut m, sd, now);
-                self.touch_dir(&mut m, dd, now);
+                self.rename_in_one_batch(&mut m, &row, i1, token)?;
                 drop(m);
                 self.ack()?;
                 return Ok(RenameStep::Done);
             }
         }
-        let row = proto::IntentRow::new(IntentState::Prepared, Op::Rename(row));
+        let mut row = proto::IntentRow::new(IntentState::Prepared, Op::Rename(row));
+        row.token = token;
         let id = self.begin_intent(&mut m, row, None)?;
         drop(m);
         self.durable()?;
         Ok(RenameStep::Intent(id))
+    }
+
+    /// A rename whose names, its inode and the entry it replaces (not a directory) are
+    /// all here: one batch, with the request's ledger row.
+    fn rename_in_one_batch(
+        &self,
+        m: &mut State,
+        row: &proto::RenameIntent,
+        i1: u32,
+        token: u64,
+    ) -> R<()> {
+        let (sd, dd, now) = (row.dir, row.new_dir, row.time);
+        let i2 = self.writable_part(m, dd, &row.new_name, None)?;
+        let mut b = Batch::new();
+        b.delete(&entry_key(sd, &row.name));
+        self.count_entry(m, &mut b, sd, i1, false);
+        b.put(
+            &entry_key(dd, &row.new_name),
+            &proto::EntryRow {
+                ino: row.ino,
+                kind: row.kind_bits,
+                token: 0,
+            },
+        );
+        if row.target_ino == 0 {
+            self.count_entry(m, &mut b, dd, i2, true);
+        } else {
+            self.drop_link_in(m, &mut b, row.target_ino, dd, &row.new_name, now)?;
+        }
+        self.move_link_in(
+            &mut b,
+            &proto::MoveLinkReq {
+                h: None,
+                ino: row.ino,
+                old_dir: sd,
+                old_name: row.name.clone(),
+                new_dir: dd,
+                new_name: row.new_name.clone(),
+                time: now,
+            },
+        )?;
+        m.ledger.record(&mut b, token, now);
+        self.apply(b)?;
+        self.touch_dir(m, sd, now);
+        self.touch_dir(m, dd, now);
+        Ok(())
     }
 
     /// Prepares rename intent `id` beyond its source: the destination name (at its
@@ -520,6 +542,7 @@ impl Node {
             }
         }
         let f = rename_followups(&row, &participants, remote, now);
+        m.ledger.record(&mut b, full.token, now);
         full.set_state(IntentState::Committed);
         full.followups = f;
         b.put(&intent_key(id), &full);

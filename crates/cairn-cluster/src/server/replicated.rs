@@ -148,8 +148,10 @@ pub(crate) fn open(
 /// Hands the leader's proposals to Raft in the order they were made. A proposal of a
 /// term that ended is still handed over: Raft appends it in a later term or refuses
 /// it, and the state machine skips an entry whose change's term is not the entry's.
-/// Raft's answers (the entry's log id, or why it was refused) are read by a second
-/// task, in order; the replies waiting for them watch the applied progress instead.
+/// Proposals that queued while Raft took the previous one go as one entry
+/// ([`combine`]). Raft's answers (the entry's log id, or why it was refused) are read
+/// by a second task, in order; the replies waiting for them watch the applied progress
+/// instead.
 async fn propose(raft: Raft, mut rx: tokio::sync::mpsc::UnboundedReceiver<Change>) {
     type Answer = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
     let (answers, mut read) = tokio::sync::mpsc::unbounded_channel::<Answer>();
@@ -158,8 +160,18 @@ async fn propose(raft: Raft, mut rx: tokio::sync::mpsc::UnboundedReceiver<Change
             answer.await;
         }
     });
-    while let Some(c) = rx.recv().await {
-        metrics::counter!("cairn_raft_proposals_total").increment(1);
+    let mut held = None;
+    loop {
+        let first = match held.take() {
+            Some(c) => c,
+            None => match rx.recv().await {
+                Some(c) => c,
+                None => return,
+            },
+        };
+        let (c, n) = combine(first, &mut rx, &mut held);
+        metrics::counter!("cairn_raft_proposals_total").increment(n);
+        metrics::histogram!("cairn_raft_proposals_per_entry").record(n as f64);
         let (term, seq) = (c.term, c.seq);
         match raft.client_write_ff(c).await {
             Ok(rx) => {
@@ -177,6 +189,47 @@ async fn propose(raft: Raft, mut rx: tokio::sync::mpsc::UnboundedReceiver<Change
             }
         }
     }
+}
+
+/// Bytes of rows (keys and values) above which [`combine`] takes no more proposals
+/// into one entry: an entry stays far below a message's limit.
+const ENTRY_BYTES: usize = 1 << 20;
+
+/// `first` and the proposals of the same term queued behind it, as one change: their
+/// rows in order, the number of the last. Applying it is applying them one after the
+/// other (a later row of a key overrides an earlier one), and the leader's overlay
+/// retires each row up to that number. A proposal of another term is left in `held`
+/// for the next entry (the state machine judges each entry by its change's term).
+/// Returns the change and how many proposals it holds.
+fn combine(
+    mut first: Change,
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<Change>,
+    held: &mut Option<Change>,
+) -> (Change, u64) {
+    let mut n = 1;
+    let mut bytes = rows_bytes(&first.rows);
+    while bytes < ENTRY_BYTES {
+        match rx.try_recv() {
+            Ok(c) if c.term == first.term => {
+                bytes += rows_bytes(&c.rows);
+                first.seq = c.seq;
+                first.rows.extend(c.rows);
+                n += 1;
+            }
+            Ok(c) => {
+                *held = Some(c);
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    (first, n)
+}
+
+fn rows_bytes(rows: &[(Vec<u8>, Option<Vec<u8>>)]) -> usize {
+    rows.iter()
+        .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+        .sum()
 }
 
 /// Follows the replica's Raft state: takes up a term it wins, steps down from one it
@@ -317,5 +370,51 @@ pub(crate) async fn change_replicas(
         Err(e @ MemberError::Invalid(_)) => Err(Status::invalid_argument(e.to_string())),
         Err(e @ MemberError::Slow { .. }) => Err(Status::deadline_exceeded(e.to_string())),
         Err(e @ MemberError::Raft(_)) => Err(Status::aborted(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{combine, Change, ENTRY_BYTES};
+
+    fn change(term: u64, seq: u64, key: &str, bytes: usize) -> Change {
+        Change {
+            term,
+            seq,
+            rows: vec![(key.as_bytes().to_vec(), Some(vec![0; bytes]))],
+        }
+    }
+
+    #[test]
+    fn queued_proposals_of_one_term_become_one_entry_in_order() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for (seq, key) in [(11, "b"), (12, "a"), (13, "b")] {
+            tx.send(change(7, seq, key, 10)).unwrap();
+        }
+        tx.send(change(8, 1, "c", 10)).unwrap();
+        tx.send(change(8, 2, "d", 10)).unwrap();
+        let mut held = None;
+        let (c, n) = combine(change(7, 10, "a", 10), &mut rx, &mut held);
+        assert_eq!((c.term, c.seq, n), (7, 13, 4));
+        let keys: Vec<&[u8]> = c.rows.iter().map(|(k, _)| k.as_slice()).collect();
+        assert_eq!(keys, [b"a", b"b", b"a", b"b"]);
+        // The next term's first proposal waits for the next entry, and takes the rest.
+        let next = held.take().unwrap();
+        assert_eq!((next.term, next.seq), (8, 1));
+        let (c, n) = combine(next, &mut rx, &mut held);
+        assert_eq!((c.term, c.seq, n, held), (8, 2, 2, None));
+    }
+
+    #[test]
+    fn an_entry_stops_growing_at_its_size_bound() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for seq in 2..10 {
+            tx.send(change(1, seq, "k", ENTRY_BYTES / 3)).unwrap();
+        }
+        let mut held = None;
+        let (c, n) = combine(change(1, 1, "k", ENTRY_BYTES / 3), &mut rx, &mut held);
+        assert_eq!((n, c.seq), (4, 4));
+        let (c, n) = combine(rx.try_recv().unwrap(), &mut rx, &mut held);
+        assert_eq!((n, c.seq), (4, 8));
     }
 }

@@ -38,6 +38,8 @@ pub(crate) struct State {
     pub times: DirTimes,
     /// Opens of inodes whose home is here.
     pub opens: Opens,
+    /// The requests done here, by their clients' tokens (their rows' order).
+    pub ledger: super::ledger::Ledger,
 }
 
 /// A partition held here, as kept in memory.

@@ -407,13 +407,14 @@ impl Meta for MetaSvc {
         run(&self.0, "link", async move {
             let (dir, name) = (r.dir, r.name.clone());
             let (step, split) = n
-                .op(move |n| n.link_local(checks, &cred, r.ino, r.dir, &r.name))
+                .op(move |n| n.link_local(checks, &cred, r.ino, r.dir, &r.name, r.token))
                 .await?;
             if let Some(idx) = split {
                 n.spawn_split(dir, idx);
             }
             let a = match step {
                 LinkStep::Done(a) => a,
+                LinkStep::Answered => n.attr_anywhere(r.ino).await?,
                 LinkStep::Remote(id) => {
                     let _g = Driving::adopt(&n, id);
                     n.intent_durable().await?;
@@ -437,14 +438,14 @@ impl Meta for MetaSvc {
         let op = if r.rmdir { "rmdir" } else { "unlink" };
         run(&self.0, op, async move {
             if r.rmdir {
-                n.rmdir(checks, cred, r.dir, r.name).await?;
+                n.rmdir(checks, cred, r.dir, r.name, r.token).await?;
                 return Ok(proto::Empty::default());
             }
             let mut owner = None;
             for _ in 0..3 {
                 let name = r.name.clone();
                 let step = n
-                    .op(move |n| n.unlink_local(checks, &cred, r.dir, &name, owner))
+                    .op(move |n| n.unlink_local(checks, &cred, r.dir, &name, owner, r.token))
                     .await?;
                 match step {
                     UnlinkStep::Done(None) => return Ok(proto::Empty::default()),
@@ -476,8 +477,10 @@ impl Meta for MetaSvc {
         let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "rename", async move {
-            n.rename(checks, cred, r.dir, r.name, r.new_dir, r.new_name, r.flags)
-                .await?;
+            n.rename(
+                checks, cred, r.dir, r.name, r.new_dir, r.new_name, r.flags, r.token,
+            )
+            .await?;
             Ok(proto::Empty::default())
         })
         .await

@@ -62,7 +62,12 @@ pub fn endpoint_with(
     identity: Option<(String, String)>,
 ) -> tonic::transport::Endpoint {
     use tonic::transport::{Certificate, ClientTlsConfig, Identity};
-    let id = cfg.servers().iter().find(|s| s.addr == addr).unwrap().id;
+    let id = cfg
+        .servers()
+        .iter()
+        .find(|s| s.addr == addr || s.replicas.iter().any(|r| r.addr == addr))
+        .unwrap()
+        .id;
     let ca = std::fs::read(certs().0.path().join("ca.pem")).unwrap();
     let mut tls = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(ca))
