@@ -2,7 +2,8 @@
 //! server id (mutual TLS, `--sync always`), one of them paused (SIGSTOP) while it leads
 //! and resumed, another SIGKILLed and restarted; a client keeps creating throughout and
 //! must see no error, and afterwards every acknowledged create is there and
-//! `cairn cluster check` finds the namespace consistent. A dead replica replaced while
+//! `cairn cluster check` finds the namespace consistent; renames and unlinks in flight
+//! when a leader pauses are done once and answered. A dead replica replaced while
 //! the group serves (`cairn cluster replica add`, then `remove`). And a cluster mount
 //! of two groups with one replica of each dead: the everyday tools run without an
 //! error; with two of a group's three dead, what that group holds fails with `EIO`
@@ -230,7 +231,55 @@ fn a_paused_leader_and_a_killed_replica_cost_a_pause_not_an_error() {
     creates(&c, d, 400..500);
 
     holds_creates(&c, d, 500);
-    g.consistent_within(Duration::ZERO);
+
+    // Renames and unlinks in flight when the leader pauses: each is sent again to the
+    // next leader with its token and answered as done, never done twice (an unlink
+    // answered ENOENT, a rename refused).
+    let l3 = g.leader();
+    let worker = std::thread::spawn({
+        let c = g.client();
+        move || renames_and_unlinks(&c, d, 0..500)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    signal(g.procs[l3].as_ref().unwrap(), "-STOP");
+    let longest = worker.join().unwrap();
+    signal(g.procs[l3].as_ref().unwrap(), "-CONT");
+    eprintln!("longest rename or unlink across the pause: {longest:?}");
+    let mut names: Vec<Vec<u8>> = c
+        .readdir(&R, d, None, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .filter(|n| n != b"." && n != b"..")
+        .collect();
+    names.sort();
+    let mut want: Vec<Vec<u8>> = (0..500)
+        .filter(|i| i % 2 == 0)
+        .map(|i| format!("r{i}").into_bytes())
+        .collect();
+    want.sort();
+    assert_eq!(names, want);
+    g.consistent_within(Duration::from_secs(20));
+}
+
+/// Renames `f{i}` to `r{i}` for each of `names`, and unlinks the odd ones, each
+/// acknowledged (any error fails the test); the longest one took.
+fn renames_and_unlinks(c: &Client, dir: u64, names: std::ops::Range<u32>) -> Duration {
+    let mut longest = Duration::ZERO;
+    for i in names {
+        let (from, to) = (format!("f{i}"), format!("r{i}"));
+        let t = Instant::now();
+        c.rename(&R, dir, from.as_bytes(), dir, to.as_bytes(), 0)
+            .unwrap_or_else(|e| panic!("rename {from}: {e:?}"));
+        longest = longest.max(t.elapsed());
+        if i % 2 == 1 {
+            let t = Instant::now();
+            c.unlink(&R, dir, to.as_bytes())
+                .unwrap_or_else(|e| panic!("unlink {to}: {e:?}"));
+            longest = longest.max(t.elapsed());
+        }
+    }
+    longest
 }
 
 /// Runs `cairn cluster replica ARGS` on the group's file: (success, stdout + stderr).
