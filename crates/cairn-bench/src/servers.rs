@@ -110,6 +110,15 @@ impl Servers {
             .sum()
     }
 
+    /// CPU seconds the running servers of `slots` used so far.
+    pub(crate) fn cpu_secs_of(&self, slots: &[usize]) -> Result<f64> {
+        slots
+            .iter()
+            .filter_map(|&i| self.children.get(i).and_then(Option::as_ref))
+            .map(|c| cpu_secs(c.id()))
+            .sum()
+    }
+
     /// Kills the server of slot `i` with SIGKILL and reaps it (nothing if it is
     /// stopped already).
     pub(crate) fn kill(&mut self, i: usize) -> Result<()> {

@@ -67,6 +67,13 @@ fn cost_compares_three_replicas_with_one() {
     for c in cells {
         assert!(c["creates"].as_u64().unwrap() > 0, "{c}");
         assert!(c["server_cpu_secs"].as_f64().unwrap() > 0.0, "{c}");
+        let leaders = c["leader_cpu_secs"].as_f64().unwrap();
+        assert!(leaders > 0.0, "{c}");
+        // Read a moment after the servers' total: a clock tick of slack.
+        assert!(
+            leaders <= c["server_cpu_secs"].as_f64().unwrap() + 0.05,
+            "{c}"
+        );
     }
     assert_eq!(json["ratios"].as_array().unwrap().len(), 2, "{json}");
 }

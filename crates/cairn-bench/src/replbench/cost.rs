@@ -2,7 +2,9 @@
 //! creates/s and in creates per server-CPU-second, under `--sync never` and `--sync
 //! always`. Every cell (replicas × sync mode) starts a cluster of its own and runs
 //! `cluster-bench`'s client processes for a fixed time; the cells of a round are
-//! interleaved, and the order alternates from round to round.
+//! interleaved, and the order alternates from round to round. Also the CPU of each
+//! group's leader alone: on one machine the replicas share its CPU, but deployed one to
+//! a machine a group is bound by its busiest replica, the leader.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -67,6 +69,11 @@ struct Cell {
     creates_per_sec: f64,
     server_cpu_secs: f64,
     creates_per_server_cpu_sec: f64,
+    /// CPU seconds of each group's leader (every server, with 1 replica), summed: the
+    /// busiest replica, whose CPU bounds a group when each replica has a machine of
+    /// its own.
+    leader_cpu_secs: f64,
+    creates_per_leader_cpu_sec: f64,
 }
 
 /// One sync mode's comparison: medians over the rounds.
@@ -77,6 +84,8 @@ struct Ratio {
     creates_per_sec: [f64; 3],
     /// Creates per server-CPU-second with 1 and 3 replicas, and 3 ÷ 1.
     per_cpu_sec: [f64; 3],
+    /// Creates per leader-CPU-second with 1 and 3 replicas, and 3 ÷ 1.
+    per_leader_cpu_sec: [f64; 3],
 }
 
 /// The results.
@@ -158,11 +167,12 @@ fn run_cell(
         .join(format!("r{replicas}-{}-{round}", sync.word()));
     std::fs::create_dir(&work).with_context(|| format!("creating {}", work.display()))?;
     let cluster = Cluster::start(exe, &work, (a.groups, replicas), sync.word())?;
+    let mut leaders: Vec<(usize, usize)> = (0..cluster.groups()).map(|g| (g, 0)).collect();
     if replicas > 1 {
         let (ca, cert, key) = cluster.status_tls();
         let prober = Prober::new(&cluster.cfg, (&ca, &cert, &key), Duration::from_secs(1))?;
-        for g in 0..cluster.groups() {
-            prober.wait_leader(g, LEADER_LIMIT)?;
+        for (g, l) in leaders.iter_mut() {
+            l.1 = prober.wait_leader(*g, LEADER_LIMIT)?.0;
         }
     }
     let client = Client::with_config(cluster.cfg.clone(), ClientOptions::default())?;
@@ -171,6 +181,7 @@ fn run_cell(
         .collect::<Result<Vec<u64>>>()?;
     drop(client);
     let cpu0 = cluster.cpu_secs()?;
+    let leader0 = cluster.cpu_secs_of(&leaders)?;
     let mut kids = Kids::default();
     for (k, &dir) in dirs.iter().enumerate() {
         kids.0.push(spawn_client(
@@ -191,6 +202,7 @@ fn run_cell(
     let limit = Duration::from_secs_f64(a.seconds + 120.0);
     let (results, _) = collect_clients(kids, limit)?;
     let cpu = cluster.cpu_secs()? - cpu0;
+    let leader_cpu = cluster.cpu_secs_of(&leaders)? - leader0;
     drop(cluster);
     std::fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
     let creates: u64 = results.iter().map(|r| r.creates).sum();
@@ -204,6 +216,8 @@ fn run_cell(
         creates_per_sec: creates as f64 / secs.max(1e-9),
         server_cpu_secs: cpu,
         creates_per_server_cpu_sec: creates as f64 / cpu.max(1e-9),
+        leader_cpu_secs: leader_cpu,
+        creates_per_leader_cpu_sec: creates as f64 / leader_cpu.max(1e-9),
     })
 }
 
@@ -225,6 +239,7 @@ fn ratio(cells: &[Cell], sync: SyncMode) -> Ratio {
         sync,
         creates_per_sec: both(|c| c.creates_per_sec),
         per_cpu_sec: both(|c| c.creates_per_server_cpu_sec),
+        per_leader_cpu_sec: both(|c| c.creates_per_leader_cpu_sec),
     }
 }
 
@@ -237,38 +252,43 @@ fn markdown(r: &Report) -> String {
         r.groups, r.clients, r.threads, r.seconds
     );
     out.push_str(
-        "| round | replicas | sync | creates | creates/s | server CPU-s | creates per server-CPU-s |\n\
-         |---:|---:|---|---:|---:|---:|---:|\n",
+        "| round | replicas | sync | creates | creates/s | server CPU-s | creates per server-CPU-s | leaders' CPU-s | creates per leader-CPU-s |\n\
+         |---:|---:|---|---:|---:|---:|---:|---:|---:|\n",
     );
     for c in &r.cells {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {:.0} | {:.1} | {:.0} |",
+            "| {} | {} | {} | {} | {:.0} | {:.1} | {:.0} | {:.1} | {:.0} |",
             c.round + 1,
             c.replicas,
             c.sync.word(),
             c.creates,
             c.creates_per_sec,
             c.server_cpu_secs,
-            c.creates_per_server_cpu_sec
+            c.creates_per_server_cpu_sec,
+            c.leader_cpu_secs,
+            c.creates_per_leader_cpu_sec
         );
     }
     out.push_str(
-        "\n| sync | creates/s, 1 replica | 3 replicas | 3 ÷ 1 | creates per server-CPU-s, 1 replica | 3 replicas | 3 ÷ 1 |\n\
-         |---|---:|---:|---:|---:|---:|---:|\n",
+        "\n| sync | creates/s, 1 replica | 3 replicas | 3 ÷ 1 | creates per server-CPU-s, 1 replica | 3 replicas | 3 ÷ 1 | per leader-CPU-s, 1 replica | 3 replicas | 3 ÷ 1 |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for x in &r.ratios {
-        let (c, p) = (x.creates_per_sec, x.per_cpu_sec);
+        let (c, p, l) = (x.creates_per_sec, x.per_cpu_sec, x.per_leader_cpu_sec);
         let _ = writeln!(
             out,
-            "| {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.2} |",
+            "| {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.2} |",
             x.sync.word(),
             c[0],
             c[1],
             c[2],
             p[0],
             p[1],
-            p[2]
+            p[2],
+            l[0],
+            l[1],
+            l[2]
         );
     }
     out.push_str("\n(medians over the rounds; of two, their mean)\n");

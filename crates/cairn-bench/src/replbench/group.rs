@@ -158,6 +158,12 @@ impl Cluster {
         self.servers.cpu_secs()
     }
 
+    /// CPU seconds the running replicas `(group, replica)` used so far.
+    pub(crate) fn cpu_secs_of(&self, replicas: &[(usize, usize)]) -> Result<f64> {
+        let slots: Vec<usize> = replicas.iter().map(|&(g, r)| self.slot(g, r)).collect();
+        self.servers.cpu_secs_of(&slots)
+    }
+
     /// Fails if a server exited on its own (a crash; not one this run stopped).
     pub(crate) fn check_alive(&mut self) -> Result<()> {
         if let Some((i, st)) = self.servers.exited() {
