@@ -180,7 +180,9 @@ impl Mount {
         let _ = Command::new("umount").arg("-l").arg(&self.mp).status();
     }
 
-    /// Waits for the mount process to end; its exit status.
+    /// Waits for the mount process to end (it writes out and syncs what it holds
+    /// first: on a disk busy with other work that can take many seconds); its exit
+    /// status. Killed after two minutes, which loses what it had not written.
     pub fn wait(&mut self) -> std::process::ExitStatus {
         let mut c = self.child.take().unwrap();
         let start = Instant::now();
@@ -188,7 +190,8 @@ impl Mount {
             if let Some(st) = c.try_wait().unwrap() {
                 return st;
             }
-            if start.elapsed() > Duration::from_secs(20) {
+            if start.elapsed() > Duration::from_secs(120) {
+                eprintln!("the mount of {} did not end in 120 s: killed", self.mp.display());
                 let _ = c.kill();
                 return c.wait().unwrap();
             }
