@@ -191,7 +191,10 @@ impl Mount {
                 return st;
             }
             if start.elapsed() > Duration::from_secs(120) {
-                eprintln!("the mount of {} did not end in 120 s: killed", self.mp.display());
+                eprintln!(
+                    "the mount of {} did not end in 120 s: killed",
+                    self.mp.display()
+                );
                 let _ = c.kill();
                 return c.wait().unwrap();
             }
