@@ -1,20 +1,18 @@
 //! `Db`, `Keyspace`, `WriteBatch` and the iterator.
 
 use std::borrow::Cow;
-use std::ops::Bound as Edge;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::types::PyString;
 
 use crate::files::FileStore;
+use crate::read::{read_methods, Iter, Reads, Span};
+use crate::txn::{Snapshot, Transaction};
 use crate::{bytes_of, dict_of, OrRaise};
-
-/// Pairs handed to Python: (key, value) as `bytes`.
-type Pair<'py> = (Bound<'py, PyBytes>, Bound<'py, PyBytes>);
 
 /// A key space of a store (`Db.keyspace(id)`), and the base class of `Db` (keyspace 0):
 /// point reads and writes, atomic batches, ordered scans.
@@ -38,68 +36,44 @@ impl Keyspace {
         .or_raise()
     }
 
+    /// A handle of the keyspace, or `Closed`.
+    fn keyspace(&self) -> PyResult<cairn::Keyspace> {
+        match &*self.ks.read() {
+            Some(ks) => Ok(ks.clone()),
+            None => Err(crate::Closed::new_err("the store is closed")),
+        }
+    }
+
     /// A handle of the store (for operations on the whole store).
     fn db(&self) -> PyResult<cairn::Db> {
-        match &*self.ks.read() {
-            Some(ks) => Ok(ks.db().clone()),
-            None => Err(crate::Closed::new_err("the store is closed")),
-        }
-    }
-
-    fn scan(
-        &self,
-        reverse: bool,
-        f: impl FnOnce(&cairn::Keyspace) -> cairn::Iter,
-    ) -> PyResult<Iter> {
-        match &*self.ks.read() {
-            Some(ks) => Ok(Iter {
-                inner: Mutex::new(f(ks)),
-                reverse,
-            }),
-            None => Err(crate::Closed::new_err("the store is closed")),
-        }
+        Ok(self.keyspace()?.db().clone())
     }
 }
 
-fn edge(b: Option<&Bound<'_, PyAny>>, included: bool) -> PyResult<Edge<Vec<u8>>> {
-    Ok(match b {
-        None => Edge::Unbounded,
-        Some(b) if b.is_none() => Edge::Unbounded,
-        Some(b) => {
-            let v = bytes_of(b)?.into_owned();
-            if included {
-                Edge::Included(v)
-            } else {
-                Edge::Excluded(v)
-            }
-        }
-    })
+impl Reads for Keyspace {
+    fn read(&self, py: Python<'_>, key: &[u8]) -> PyResult<Option<cairn::Value>> {
+        self.with(py, |ks| ks.get(key))
+    }
+
+    fn has(&self, _py: Python<'_>, key: &[u8]) -> PyResult<bool> {
+        // Answered from the in-memory index: the GIL is kept.
+        Ok(self.keyspace()?.contains(key))
+    }
+
+    fn scan(&self, span: Span, reverse: bool) -> PyResult<Iter> {
+        let ks = self.keyspace()?;
+        Ok(match span {
+            Span::Range(lo, hi) => Iter::new(ks.range::<Vec<u8>, _>((lo, hi)), reverse),
+            Span::Prefix(p) => Iter::new(ks.prefix(p), reverse),
+        })
+    }
 }
 
-#[pymethods]
-impl Keyspace {
+read_methods!(Keyspace {
     /// The keyspace number (0 for the `Db` itself).
     #[getter]
     fn id(&self) -> PyResult<u8> {
-        match &*self.ks.read() {
-            Some(ks) => Ok(ks.id()),
-            None => Err(crate::Closed::new_err("the store is closed")),
-        }
-    }
-
-    /// The value of `key`, or `default` if it has none.
-    #[pyo3(signature = (key, default = None))]
-    fn get<'py>(
-        &self,
-        py: Python<'py>,
-        key: &Bound<'py, PyAny>,
-        default: Option<Bound<'py, PyAny>>,
-    ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let key = bytes_of(key)?;
-        match self.with(py, |ks| ks.get(&*key))? {
-            Some(v) => Ok(Some(PyBytes::new(py, &v).into_any())),
-            None => Ok(default),
-        }
+        Ok(self.keyspace()?.id())
     }
 
     /// Sets the value of `key`.
@@ -140,27 +114,6 @@ impl Keyspace {
         self.with(py, |ks| ks.write(b))
     }
 
-    /// Whether `key` has a value (answered from memory).
-    fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let key = bytes_of(key)?;
-        match &*self.ks.read() {
-            Some(ks) => Ok(ks.contains(&*key)),
-            None => Err(crate::Closed::new_err("the store is closed")),
-        }
-    }
-
-    fn __getitem__<'py>(
-        &self,
-        py: Python<'py>,
-        key: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyBytes>> {
-        let k = bytes_of(key)?;
-        match self.with(py, |ks| ks.get(&*k))? {
-            Some(v) => Ok(PyBytes::new(py, &v)),
-            None => Err(PyKeyError::new_err(key.clone().unbind())),
-        }
-    }
-
     fn __setitem__(
         &self,
         py: Python<'_>,
@@ -173,7 +126,7 @@ impl Keyspace {
     /// Removes `key`; `KeyError` if it had no value (checked first: a concurrent put
     /// between the check and the delete is deleted).
     fn __delitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
-        if !self.__contains__(key)? {
+        if !self.has(py, &bytes_of(key)?)? {
             return Err(PyKeyError::new_err(key.clone().unbind()));
         }
         self.delete(py, key)
@@ -185,28 +138,51 @@ impl Keyspace {
         Ok(usize::try_from(n).unwrap_or(usize::MAX))
     }
 
-    /// Every (key, value) pair in key order, lazily.
-    fn __iter__(&self) -> PyResult<Iter> {
-        self.scan(false, cairn::Keyspace::iter)
+    /// The keyspace as it is now, while writes go on: a `Snapshot` with the same read
+    /// methods (a context manager that lets it go at the end of its block).
+    fn snapshot(&self) -> PyResult<Snapshot> {
+        Ok(Snapshot::new(self.keyspace()?.snapshot()))
     }
 
-    /// The pairs with `start <= key < end` (`None`: unbounded), in key order or reverse.
-    #[pyo3(signature = (start = None, end = None, *, reverse = false))]
-    fn range(
-        &self,
-        start: Option<&Bound<'_, PyAny>>,
-        end: Option<&Bound<'_, PyAny>>,
-        reverse: bool,
-    ) -> PyResult<Iter> {
-        let (lo, hi) = (edge(start, true)?, edge(end, false)?);
-        self.scan(reverse, |ks| ks.range::<Vec<u8>, _>((lo, hi)))
+    /// A `Transaction` on this keyspace: reads of a snapshot under its own writes,
+    /// committed atomically only if nothing it read changed meanwhile (else `Conflict`).
+    /// A context manager: commits at the end of a block left normally, rolls back at
+    /// the end of one left by an exception.
+    fn transaction(&self) -> PyResult<Transaction> {
+        Ok(Transaction::new(self.keyspace()?.transaction()))
     }
 
-    /// The pairs whose key starts with `prefix`, in key order or reverse.
-    #[pyo3(signature = (prefix, *, reverse = false))]
-    fn prefix(&self, prefix: &Bound<'_, PyAny>, reverse: bool) -> PyResult<Iter> {
-        let p = bytes_of(prefix)?;
-        self.scan(reverse, |ks| ks.prefix(&*p))
+    /// Runs `fn(tx)` in a transaction and commits it, again in a new transaction as long
+    /// as `fn` or the commit raises `Conflict` (backing off a little more each time, up
+    /// to a millisecond); returns what `fn` returned. Any other exception rolls back and
+    /// ends it. `fn` may run several times.
+    fn transact(&self, py: Python<'_>, f: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let mut attempt: u32 = 0;
+        loop {
+            let tx = Bound::new(py, self.transaction()?)?;
+            let out = f.call1((tx.clone(),)).and_then(|v| {
+                tx.get().commit(py)?;
+                Ok(v.unbind())
+            });
+            tx.get().rollback();
+            match out {
+                Err(e) if e.is_instance_of::<crate::Conflict>(py) => {
+                    attempt = attempt.saturating_add(1);
+                    py.detach(|| backoff(attempt));
+                }
+                other => return other,
+            }
+        }
+    }
+});
+
+/// The pause before a transaction's next attempt: a yield for the first few, then
+/// 2^attempt microseconds up to about a millisecond (as `cairn::Db::transact`).
+fn backoff(attempt: u32) {
+    if attempt < 4 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(1u64 << attempt.min(10)));
     }
 }
 
@@ -370,41 +346,6 @@ impl Db {
 
     fn __repr__(&self) -> String {
         format!("cairn.Db({:?})", self.path)
-    }
-}
-
-/// A lazy iterator of (key, value) pairs (`bytes`, `bytes`): each key at most once,
-/// never skipping a key that exists for the whole scan, whatever writes happen meanwhile.
-#[pyclass(frozen, module = "cairn._cairn")]
-pub struct Iter {
-    inner: Mutex<cairn::Iter>,
-    reverse: bool,
-}
-
-#[pymethods]
-impl Iter {
-    // Python's iterator protocol, not a constructor (clippy reads `__iter__` of `Iter` as one).
-    #[allow(clippy::self_named_constructors)]
-    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
-    }
-
-    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Pair<'py>>> {
-        let next = py.detach(|| {
-            let mut it = self.inner.lock();
-            if self.reverse {
-                it.next_back()
-            } else {
-                it.next()
-            }
-        });
-        match next {
-            None => Ok(None),
-            Some(r) => {
-                let (k, v) = r.or_raise()?;
-                Ok(Some((PyBytes::new(py, &k), PyBytes::new(py, &v))))
-            }
-        }
     }
 }
 

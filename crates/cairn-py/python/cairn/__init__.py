@@ -21,6 +21,7 @@ from ._cairn import (
     MAX_KEY_LEN,
     MAX_VALUE_LEN,
     Closed,
+    Conflict,
     Corruption,
     Error,
     FormatError,
@@ -32,16 +33,19 @@ from ._cairn import (
     KeyTooLarge,
     Locked,
     ReadOnly,
+    Snapshot,
     StorageFull,
+    Transaction,
     ValueTooLarge,
     WriteBatch,
     __version__,
 )
 
 __all__ = [
-    "Db", "Keyspace", "WriteBatch", "Iter", "FileStore", "FileWriter", "FileReader",
+    "Db", "Keyspace", "Snapshot", "Transaction", "WriteBatch", "Iter",
+    "FileStore", "FileWriter", "FileReader",
     "Error", "KeyTooLarge", "ValueTooLarge", "StorageFull", "Locked", "Corruption",
-    "FormatError", "KeyExists", "InvalidArgument", "ReadOnly", "Closed", "IoError",
+    "FormatError", "KeyExists", "InvalidArgument", "ReadOnly", "Closed", "Conflict", "IoError",
     "MAX_KEY_LEN", "MAX_VALUE_LEN", "__version__",
 ]
 
