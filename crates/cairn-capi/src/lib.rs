@@ -19,6 +19,7 @@
 
 mod batch;
 mod db;
+mod files;
 mod guard;
 mod iter;
 mod snapshot;
@@ -34,6 +35,12 @@ pub use db::{
     cairn_options_new, cairn_options_set_background_compaction, cairn_options_set_max_size,
     cairn_options_set_read_only, cairn_options_set_segment_size, cairn_options_set_shards,
     cairn_options_set_sync, cairn_put, cairn_reclaim, cairn_sync_policy,
+};
+pub use files::{
+    cairn_file_abort, cairn_file_commit, cairn_file_create, cairn_file_open, cairn_file_reader,
+    cairn_file_reader_free, cairn_file_reader_read, cairn_file_reader_seek, cairn_file_reader_size,
+    cairn_file_write, cairn_file_writer, cairn_files_put, cairn_files_put_content,
+    cairn_files_read, cairn_files_remove, cairn_files_stats_json, cairn_stats_json,
 };
 #[cfg(feature = "test-hooks")]
 pub use guard::cairn_test_panic_next;
