@@ -1,16 +1,15 @@
 //! `Db`, `Keyspace`, `WriteBatch` and the iterator.
 
-use std::borrow::Cow;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
-use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
 use crate::files::FileStore;
-use crate::read::{read_methods, Iter, Reads, Span};
+use crate::read::{read_methods, Iter, Put, Reads, Span, Writes};
 use crate::txn::{Snapshot, Transaction};
 use crate::{bytes_of, dict_of, OrRaise};
 
@@ -69,67 +68,34 @@ impl Reads for Keyspace {
     }
 }
 
-read_methods!(Keyspace {
+impl Writes for Keyspace {
+    fn write_put(&self, py: Python<'_>, key: &[u8], value: &[u8], kind: Put) -> PyResult<()> {
+        self.with(py, |ks| match kind {
+            Put::Any => ks.put(key, value),
+            Put::New => {
+                let mut b = cairn::WriteBatch::new();
+                b.put_new(key, value);
+                ks.write(b)
+            }
+        })
+    }
+
+    fn write_delete(&self, py: Python<'_>, key: &[u8]) -> PyResult<()> {
+        self.with(py, |ks| ks.delete(key))
+    }
+}
+
+read_methods!(writes Keyspace {
     /// The keyspace number (0 for the `Db` itself).
     #[getter]
     fn id(&self) -> PyResult<u8> {
         Ok(self.keyspace()?.id())
     }
 
-    /// Sets the value of `key`.
-    fn put(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        value: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let (key, value) = (bytes_of(key)?, bytes_of(value)?);
-        self.with(py, |ks| ks.put(&*key, &*value))
-    }
-
-    /// Sets the value of `key` only if it has none; raises `KeyExists` otherwise.
-    fn put_new(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        value: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let (key, value) = (bytes_of(key)?, bytes_of(value)?);
-        self.with(py, |ks| {
-            let mut b = cairn::WriteBatch::new();
-            b.put_new(&*key, &*value);
-            ks.write(b)
-        })
-    }
-
-    /// Removes `key` (nothing happens if it has no value).
-    fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
-        let key = bytes_of(key)?;
-        self.with(py, |ks| ks.delete(&*key))
-    }
-
     /// Applies a `WriteBatch` atomically (and empties it).
     fn write(&self, py: Python<'_>, batch: &WriteBatch) -> PyResult<()> {
         let b = std::mem::take(&mut *batch.b.lock());
         self.with(py, |ks| ks.write(b))
-    }
-
-    fn __setitem__(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        value: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        self.put(py, key, value)
-    }
-
-    /// Removes `key`; `KeyError` if it had no value (checked first: a concurrent put
-    /// between the check and the delete is deleted).
-    fn __delitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
-        if !self.has(py, &bytes_of(key)?)? {
-            return Err(PyKeyError::new_err(key.clone().unbind()));
-        }
-        self.delete(py, key)
     }
 
     /// Live keys in this keyspace (from the store's counters, not a scan).
@@ -356,16 +322,24 @@ pub struct WriteBatch {
     b: Mutex<cairn::WriteBatch>,
 }
 
-fn chain<'a, 'py>(
-    slf: &'a Bound<'py, WriteBatch>,
-    f: impl FnOnce(&mut cairn::WriteBatch, Cow<'_, [u8]>, Option<Cow<'_, [u8]>>),
-    key: &Bound<'_, PyAny>,
-    value: Option<&Bound<'_, PyAny>>,
-) -> PyResult<&'a Bound<'py, WriteBatch>> {
-    let key = bytes_of(key)?;
-    let value = value.map(bytes_of).transpose()?;
-    f(&mut slf.get().b.lock(), key, value);
-    Ok(slf)
+impl WriteBatch {
+    /// Adds a put of `kind` of `key` and `value` to the batch behind `slf`.
+    fn add_put<'py>(
+        slf: Bound<'py, Self>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        kind: Put,
+    ) -> PyResult<Bound<'py, Self>> {
+        let (k, v) = (bytes_of(key)?, bytes_of(value)?);
+        {
+            let mut b = slf.get().b.lock();
+            match kind {
+                Put::Any => b.put(k, v),
+                Put::New => b.put_new(k, v),
+            };
+        }
+        Ok(slf)
+    }
 }
 
 #[pymethods]
@@ -383,15 +357,7 @@ impl WriteBatch {
         key: &Bound<'_, PyAny>,
         value: &Bound<'_, PyAny>,
     ) -> PyResult<Bound<'py, Self>> {
-        chain(
-            &slf,
-            |b, k, v| {
-                b.put(k, v.unwrap_or_default());
-            },
-            key,
-            Some(value),
-        )?;
-        Ok(slf)
+        WriteBatch::add_put(slf, key, value, Put::Any)
     }
 
     /// Adds a put that requires `key` to have no value when the batch is written
@@ -401,27 +367,12 @@ impl WriteBatch {
         key: &Bound<'_, PyAny>,
         value: &Bound<'_, PyAny>,
     ) -> PyResult<Bound<'py, Self>> {
-        chain(
-            &slf,
-            |b, k, v| {
-                b.put_new(k, v.unwrap_or_default());
-            },
-            key,
-            Some(value),
-        )?;
-        Ok(slf)
+        WriteBatch::add_put(slf, key, value, Put::New)
     }
 
     /// Adds a delete.
     fn delete<'py>(slf: Bound<'py, Self>, key: &Bound<'_, PyAny>) -> PyResult<Bound<'py, Self>> {
-        chain(
-            &slf,
-            |b, k, _| {
-                b.delete(k);
-            },
-            key,
-            None,
-        )?;
+        slf.get().b.lock().delete(bytes_of(key)?);
         Ok(slf)
     }
 

@@ -77,6 +77,23 @@ pub(crate) trait Reads {
     }
 }
 
+/// Which kind of put [`Writes::write_put`] makes.
+pub(crate) enum Put {
+    /// Sets the key whatever it held.
+    Any,
+    /// Requires the key to have no value (else `KeyExists`, nothing written).
+    New,
+}
+
+/// Something Python writes a store through (a keyspace, a transaction).
+pub(crate) trait Writes {
+    /// Sets `key` to `value` (as `kind` says).
+    fn write_put(&self, py: Python<'_>, key: &[u8], value: &[u8], kind: Put) -> PyResult<()>;
+
+    /// Removes `key`.
+    fn write_delete(&self, py: Python<'_>, key: &[u8]) -> PyResult<()>;
+}
+
 /// A lazy iterator of (key, value) pairs (`bytes`, `bytes`): each key at most once,
 /// never skipping a key that exists for the whole scan, whatever writes happen meanwhile
 /// (a snapshot's or a transaction's scan sees exactly its snapshot).
@@ -125,8 +142,62 @@ impl Iter {
 }
 
 /// The Python read methods of a [`Reads`] type — `get`, `[]`, `in`, iteration, `range`,
-/// `prefix` — in one `#[pymethods]` block with the type's own methods (`extra`).
+/// `prefix` — in one `#[pymethods]` block with the type's own methods (`extra`); with
+/// `writes`, also the write methods of a [`Writes`] type — `put`, `put_new`, `delete`,
+/// `[]=`, `del`.
 macro_rules! read_methods {
+    (writes $t:ty { $($extra:tt)* }) => {
+        read_methods!($t {
+            /// Sets the value of `key`.
+            fn put(
+                &self,
+                py: Python<'_>,
+                key: &Bound<'_, PyAny>,
+                value: &Bound<'_, PyAny>,
+            ) -> PyResult<()> {
+                let (k, v) = ($crate::bytes_of(key)?, $crate::bytes_of(value)?);
+                $crate::read::Writes::write_put(self, py, &k, &v, $crate::read::Put::Any)
+            }
+
+            /// Sets the value of `key`, which must have none (checked when it is written:
+            /// else `KeyExists`, and nothing is written).
+            fn put_new(
+                &self,
+                py: Python<'_>,
+                key: &Bound<'_, PyAny>,
+                value: &Bound<'_, PyAny>,
+            ) -> PyResult<()> {
+                let (k, v) = ($crate::bytes_of(key)?, $crate::bytes_of(value)?);
+                $crate::read::Writes::write_put(self, py, &k, &v, $crate::read::Put::New)
+            }
+
+            /// Removes `key` (nothing happens if it has no value).
+            fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
+                $crate::read::Writes::write_delete(self, py, &$crate::bytes_of(key)?)
+            }
+
+            fn __setitem__(
+                &self,
+                py: Python<'_>,
+                key: &Bound<'_, PyAny>,
+                value: &Bound<'_, PyAny>,
+            ) -> PyResult<()> {
+                self.put(py, key, value)
+            }
+
+            /// Removes `key`; `KeyError` if it has no value (checked first, as a read: a
+            /// concurrent put between the check and the delete is deleted).
+            fn __delitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
+                let k = $crate::bytes_of(key)?;
+                if !$crate::read::Reads::has(self, py, &k)? {
+                    return Err(pyo3::exceptions::PyKeyError::new_err(key.clone().unbind()));
+                }
+                $crate::read::Writes::write_delete(self, py, &k)
+            }
+
+            $($extra)*
+        });
+    };
     ($t:ty { $($extra:tt)* }) => {
         #[pymethods]
         impl $t {

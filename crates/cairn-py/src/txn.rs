@@ -2,12 +2,11 @@
 //! transactions over one (DESIGN.md, "Snapshots and transactions").
 
 use parking_lot::{Mutex, RwLock};
-use pyo3::exceptions::PyKeyError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::read::{read_methods, Iter, Reads, Span};
-use crate::{bytes_of, OrRaise};
+use crate::read::{read_methods, Iter, Put, Reads, Span, Writes};
+use crate::OrRaise;
 
 /// A keyspace as it was when `snapshot()` was called: every read through it sees
 /// exactly that, while writes, compaction and reclamation go on. The store keeps what it
@@ -169,55 +168,21 @@ impl Reads for Transaction {
     }
 }
 
-read_methods!(Transaction {
-    /// Sets the value of `key` when it commits.
-    fn put(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        value: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let (key, value) = (bytes_of(key)?, bytes_of(value)?);
-        self.open(py, |tx| tx.put(&*key, &*value))
+impl Writes for Transaction {
+    fn write_put(&self, py: Python<'_>, key: &[u8], value: &[u8], kind: Put) -> PyResult<()> {
+        self.open(py, |tx| match kind {
+            Put::Any => tx.put(key, value),
+            Put::New => tx.put_new(key, value),
+        })
     }
 
-    /// Sets `key`, which must have no value when it commits (else the commit raises
-    /// `KeyExists` and writes nothing).
-    fn put_new(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        value: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let (key, value) = (bytes_of(key)?, bytes_of(value)?);
-        self.open(py, |tx| tx.put_new(&*key, &*value))
+    fn write_delete(&self, py: Python<'_>, key: &[u8]) -> PyResult<()> {
+        self.open(py, |tx| tx.delete(key))
     }
+}
 
-    /// Deletes `key` when it commits.
-    fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
-        let key = bytes_of(key)?;
-        self.open(py, |tx| tx.delete(&*key))
-    }
-
-    fn __setitem__(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        value: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        self.put(py, key, value)
-    }
-
-    /// Deletes `key`; `KeyError` if it has no value (a read: it counts for the commit's
-    /// check).
-    fn __delitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
-        let k = bytes_of(key)?;
-        if !self.has(py, &k)? {
-            return Err(PyKeyError::new_err(key.clone().unbind()));
-        }
-        self.open(py, |tx| tx.delete(&*k))
-    }
-
+// Its writes take effect when it commits (`put_new`'s check too).
+read_methods!(writes Transaction {
     /// Applies its writes atomically if nothing it read changed since its snapshot;
     /// else raises `Conflict` (or `KeyExists` for a `put_new`) and writes nothing.
     /// Either way the transaction is over.
