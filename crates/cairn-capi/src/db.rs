@@ -6,7 +6,8 @@ use std::time::Duration;
 use cairn::{Db, Keyspace, Options, SyncPolicy};
 
 use crate::cairn_status;
-use crate::guard::{bytes, call, found, free_handle, get_alloc, get_into, hand_out, Failure};
+use crate::guard::{bytes, call, free_handle, hand_out, Failure};
+use crate::read::{read_alloc, read_has, read_into};
 
 /// An open store, or one keyspace of it (opaque). Thread-safe: any number of threads
 /// may use one at once. Every read and write goes to its keyspace (0 for the handle
@@ -277,12 +278,8 @@ pub unsafe extern "C" fn cairn_get(
     cap: usize,
     len: *mut usize,
 ) -> cairn_status {
-    call(|| {
-        // SAFETY: forwarded promises.
-        let (db, key) = unsafe { (store(db)?, bytes(key, key_len, "key")?) };
-        // SAFETY: forwarded promises.
-        unsafe { get_into(buf, cap, len, || Ok(db.get(key)?)) }
-    })
+    // SAFETY: forwarded promises.
+    unsafe { read_into(|| store(db), (key, key_len), buf, cap, len) }
 }
 
 /// Reads the value of a key into a new buffer stored in `*value` (its length in
@@ -299,12 +296,8 @@ pub unsafe extern "C" fn cairn_get_alloc(
     value: *mut *mut u8,
     len: *mut usize,
 ) -> cairn_status {
-    call(|| {
-        // SAFETY: forwarded promises.
-        let (db, key) = unsafe { (store(db)?, bytes(key, key_len, "key")?) };
-        // SAFETY: forwarded promises.
-        unsafe { get_alloc(value, len, || Ok(db.get(key)?)) }
-    })
+    // SAFETY: forwarded promises.
+    unsafe { read_alloc(|| store(db), (key, key_len), value, len) }
 }
 
 /// Whether a key has a value: `CAIRN_OK` if so, `CAIRN_NOT_FOUND` if not.
@@ -317,11 +310,8 @@ pub unsafe extern "C" fn cairn_contains(
     key: *const u8,
     key_len: usize,
 ) -> cairn_status {
-    call(|| {
-        // SAFETY: forwarded promises.
-        let (db, key) = unsafe { (store(db)?, bytes(key, key_len, "key")?) };
-        Ok(found(db.contains(key)))
-    })
+    // SAFETY: forwarded promises.
+    unsafe { read_has(|| store(db), (key, key_len)) }
 }
 
 /// Sets the value of a key.

@@ -7,6 +7,7 @@ use cairn::Value;
 use crate::cairn_status;
 use crate::db::{cairn_db, store};
 use crate::guard::{bytes, call, free_handle, hand_out, Failure};
+use crate::read::read_scan;
 
 /// The items of a scan, already in the order they are handed out.
 type Items = Box<dyn Iterator<Item = cairn::Result<(Vec<u8>, Value)>> + Send>;
@@ -86,31 +87,6 @@ where
     unsafe { hand_out(out, it) }
 }
 
-/// An iterator of the store's (or keyspace's) `span`.
-///
-/// # Safety
-/// `db` is live; `out` is writable.
-unsafe fn store_iter(
-    db: *const cairn_db,
-    span: impl FnOnce() -> Result<Span, Failure>,
-    reverse: bool,
-    out: *mut *mut cairn_iter,
-) -> cairn_status {
-    call(|| {
-        // SAFETY: forwarded promise.
-        let ks = unsafe { store(db)? };
-        // SAFETY: forwarded promise.
-        unsafe {
-            match span()? {
-                Span::Range(lo, hi) => {
-                    hand_out_iter(ks.range::<Vec<u8>, _>((lo, hi)), reverse, out)
-                }
-                Span::Prefix(p) => hand_out_iter(ks.prefix(p), reverse, out),
-            }
-        }
-    })
-}
-
 /// An iterator over the keys from `start` (inclusive) to `end` (exclusive), in key
 /// order or, if `reverse`, from the end down. A null `start` (or `end`) means no bound
 /// on that side. Stored in `*out`; free it with [`cairn_iter_free`].
@@ -130,8 +106,8 @@ pub unsafe extern "C" fn cairn_iter_range(
 ) -> cairn_status {
     // SAFETY: forwarded promises.
     unsafe {
-        store_iter(
-            db,
+        read_scan(
+            || store(db),
             || range_span((start, start_len), (end, end_len)),
             reverse,
             out,
@@ -153,7 +129,14 @@ pub unsafe extern "C" fn cairn_iter_prefix(
     out: *mut *mut cairn_iter,
 ) -> cairn_status {
     // SAFETY: forwarded promises.
-    unsafe { store_iter(db, || prefix_span(prefix, prefix_len), reverse, out) }
+    unsafe {
+        read_scan(
+            || store(db),
+            || prefix_span(prefix, prefix_len),
+            reverse,
+            out,
+        )
+    }
 }
 
 /// Advances the iterator: `CAIRN_OK` with the next key and value in `*key`/`*key_len`

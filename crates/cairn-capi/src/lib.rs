@@ -22,6 +22,7 @@ mod db;
 mod files;
 mod guard;
 mod iter;
+mod read;
 mod snapshot;
 mod txn;
 

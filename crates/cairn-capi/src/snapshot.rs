@@ -4,8 +4,9 @@ use cairn::Snapshot;
 
 use crate::cairn_status;
 use crate::db::{cairn_db, store};
-use crate::guard::{bytes, call, found, free_handle, get_alloc, get_into, hand_out, Failure};
-use crate::iter::{cairn_iter, hand_out_iter, prefix_span, range_span, Span};
+use crate::guard::{call, free_handle, hand_out, Failure};
+use crate::iter::{cairn_iter, prefix_span, range_span};
+use crate::read::{read_alloc, read_has, read_into, read_scan};
 
 /// The keyspace of a handle as it was when [`cairn_snapshot_new`] took it (opaque):
 /// every read through it sees exactly that, while writes, compaction and reclamation go
@@ -80,13 +81,8 @@ pub unsafe extern "C" fn cairn_snapshot_get(
     cap: usize,
     len: *mut usize,
 ) -> cairn_status {
-    call(|| {
-        // SAFETY: forwarded promises.
-        unsafe {
-            let (s, key) = (live(snap)?, bytes(key, key_len, "key")?);
-            get_into(buf, cap, len, || Ok(s.get(key)?))
-        }
-    })
+    // SAFETY: forwarded promises.
+    unsafe { read_into(|| live(snap), (key, key_len), buf, cap, len) }
 }
 
 /// `cairn_get_alloc` at the snapshot.
@@ -101,13 +97,8 @@ pub unsafe extern "C" fn cairn_snapshot_get_alloc(
     value: *mut *mut u8,
     len: *mut usize,
 ) -> cairn_status {
-    call(|| {
-        // SAFETY: forwarded promises.
-        unsafe {
-            let (s, key) = (live(snap)?, bytes(key, key_len, "key")?);
-            get_alloc(value, len, || Ok(s.get(key)?))
-        }
-    })
+    // SAFETY: forwarded promises.
+    unsafe { read_alloc(|| live(snap), (key, key_len), value, len) }
 }
 
 /// Whether a key had a value at the snapshot: `CAIRN_OK` or `CAIRN_NOT_FOUND`.
@@ -120,33 +111,8 @@ pub unsafe extern "C" fn cairn_snapshot_contains(
     key: *const u8,
     key_len: usize,
 ) -> cairn_status {
-    call(|| {
-        // SAFETY: forwarded promises.
-        let (s, key) = unsafe { (live(snap)?, bytes(key, key_len, "key")?) };
-        Ok(found(s.contains(key)?))
-    })
-}
-
-/// An iterator of the snapshot's `span`.
-///
-/// # Safety
-/// `snap` is live; `out` is writable.
-unsafe fn snapshot_iter(
-    snap: *const cairn_snapshot,
-    span: impl FnOnce() -> Result<Span, Failure>,
-    reverse: bool,
-    out: *mut *mut cairn_iter,
-) -> cairn_status {
-    call(|| {
-        // SAFETY: forwarded promises.
-        unsafe {
-            let s = live(snap)?;
-            match span()? {
-                Span::Range(lo, hi) => hand_out_iter(s.range::<Vec<u8>, _>((lo, hi)), reverse, out),
-                Span::Prefix(p) => hand_out_iter(s.prefix(p), reverse, out),
-            }
-        }
-    })
+    // SAFETY: forwarded promises.
+    unsafe { read_has(|| live(snap), (key, key_len)) }
 }
 
 /// `cairn_iter_range` at the snapshot.
@@ -165,8 +131,8 @@ pub unsafe extern "C" fn cairn_snapshot_iter_range(
 ) -> cairn_status {
     // SAFETY: forwarded promises.
     unsafe {
-        snapshot_iter(
-            snap,
+        read_scan(
+            || live(snap),
             || range_span((start, start_len), (end, end_len)),
             reverse,
             out,
@@ -187,5 +153,12 @@ pub unsafe extern "C" fn cairn_snapshot_iter_prefix(
     out: *mut *mut cairn_iter,
 ) -> cairn_status {
     // SAFETY: forwarded promises.
-    unsafe { snapshot_iter(snap, || prefix_span(prefix, prefix_len), reverse, out) }
+    unsafe {
+        read_scan(
+            || live(snap),
+            || prefix_span(prefix, prefix_len),
+            reverse,
+            out,
+        )
+    }
 }

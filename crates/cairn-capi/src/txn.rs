@@ -5,8 +5,9 @@ use cairn::Transaction;
 
 use crate::cairn_status;
 use crate::db::{cairn_db, store};
-use crate::guard::{bytes, call, found, free_handle, get_alloc, get_into, hand_out, Failure};
-use crate::iter::{cairn_iter, hand_out_iter, prefix_span, range_span, Span};
+use crate::guard::{bytes, call, free_handle, hand_out, Failure};
+use crate::iter::{cairn_iter, prefix_span, range_span};
+use crate::read::{read_alloc, read_has, read_into, read_scan};
 
 /// A transaction (opaque) on the keyspace of the handle it began on: reads see the
 /// snapshot taken when it began, under its own writes; writes are buffered until
@@ -134,13 +135,8 @@ pub unsafe extern "C" fn cairn_txn_get(
     cap: usize,
     len: *mut usize,
 ) -> cairn_status {
-    call(|| {
-        // SAFETY: forwarded promises.
-        unsafe {
-            let (tx, key) = (open(txn)?, bytes(key, key_len, "key")?);
-            get_into(buf, cap, len, || Ok(tx.get(key)?))
-        }
-    })
+    // SAFETY: forwarded promises.
+    unsafe { read_into(|| open(txn), (key, key_len), buf, cap, len) }
 }
 
 /// `cairn_get_alloc` in the transaction.
@@ -155,13 +151,8 @@ pub unsafe extern "C" fn cairn_txn_get_alloc(
     value: *mut *mut u8,
     len: *mut usize,
 ) -> cairn_status {
-    call(|| {
-        // SAFETY: forwarded promises.
-        unsafe {
-            let (tx, key) = (open(txn)?, bytes(key, key_len, "key")?);
-            get_alloc(value, len, || Ok(tx.get(key)?))
-        }
-    })
+    // SAFETY: forwarded promises.
+    unsafe { read_alloc(|| open(txn), (key, key_len), value, len) }
 }
 
 /// Whether a key has a value in the transaction: `CAIRN_OK` or `CAIRN_NOT_FOUND`.
@@ -174,11 +165,8 @@ pub unsafe extern "C" fn cairn_txn_contains(
     key: *const u8,
     key_len: usize,
 ) -> cairn_status {
-    call(|| {
-        // SAFETY: forwarded promises.
-        let (tx, key) = unsafe { (open(txn)?, bytes(key, key_len, "key")?) };
-        Ok(found(tx.contains(key)?))
-    })
+    // SAFETY: forwarded promises.
+    unsafe { read_has(|| open(txn), (key, key_len)) }
 }
 
 /// Runs a write `f` on the open transaction.
@@ -257,31 +245,6 @@ pub unsafe extern "C" fn cairn_txn_delete(
     unsafe { write(txn, |tx| Ok(tx.delete(bytes(key, key_len, "key")?)?)) }
 }
 
-/// An iterator of the transaction's `span` (its writes over its snapshot; the whole
-/// span counts as read).
-///
-/// # Safety
-/// `txn` is live; `out` is writable.
-unsafe fn txn_iter(
-    txn: *mut cairn_txn,
-    span: impl FnOnce() -> Result<Span, Failure>,
-    reverse: bool,
-    out: *mut *mut cairn_iter,
-) -> cairn_status {
-    call(|| {
-        // SAFETY: forwarded promises.
-        unsafe {
-            let tx = open(txn)?;
-            match span()? {
-                Span::Range(lo, hi) => {
-                    hand_out_iter(tx.range::<Vec<u8>, _>((lo, hi)), reverse, out)
-                }
-                Span::Prefix(p) => hand_out_iter(tx.prefix(p), reverse, out),
-            }
-        }
-    })
-}
-
 /// `cairn_iter_range` in the transaction: its writes over its snapshot, as they are
 /// when the iterator is made. The whole range counts as read (an insert into it by
 /// another writer before the commit is a conflict).
@@ -300,8 +263,8 @@ pub unsafe extern "C" fn cairn_txn_iter_range(
 ) -> cairn_status {
     // SAFETY: forwarded promises.
     unsafe {
-        txn_iter(
-            txn,
+        read_scan(
+            || open(txn),
             || range_span((start, start_len), (end, end_len)),
             reverse,
             out,
@@ -322,5 +285,12 @@ pub unsafe extern "C" fn cairn_txn_iter_prefix(
     out: *mut *mut cairn_iter,
 ) -> cairn_status {
     // SAFETY: forwarded promises.
-    unsafe { txn_iter(txn, || prefix_span(prefix, prefix_len), reverse, out) }
+    unsafe {
+        read_scan(
+            || open(txn),
+            || prefix_span(prefix, prefix_len),
+            reverse,
+            out,
+        )
+    }
 }
