@@ -200,7 +200,9 @@ class Db(_cairn.Db):
     Options (keywords): shards, segment_size, sync ('never', 'always' or an interval in
     seconds), max_size, background_compaction, compaction_threshold, read_only.
     Keyspace 0 is the Db's own: `get`, `put`, `put_new`, `delete`, `write`, `range`,
-    `prefix`, iteration of (key, value) pairs, and the mapping operators."""
+    `prefix`, iteration of (key, value) pairs, and the mapping operators; `snapshot()`
+    (the store as it is now, read while writes go on), `transaction()` (optimistic,
+    committed only if nothing it read changed: else `Conflict`) and `transact(fn)`."""
 
     @property
     def files(self) -> FileStore:  # type: ignore[override]
