@@ -50,6 +50,9 @@ typedef enum {
   CAIRN_OUT_OF_MEMORY = 16,
   // An error of a kind this version of the API has no code for.
   CAIRN_OTHER = 17,
+  // A transaction read what another writer changed after its snapshot; its commit
+  // wrote nothing.
+  CAIRN_CONFLICT = 18,
 } cairn_status;
 
 // When writes reach the disk (`cairn_options_set_sync`).
@@ -66,16 +69,45 @@ typedef enum {
 // thread at a time.
 typedef struct cairn_batch cairn_batch;
 
-// An open store (opaque). Thread-safe: any number of threads may use one at once.
+// An open store, or one keyspace of it (opaque). Thread-safe: any number of threads
+// may use one at once. Every read and write goes to its keyspace (0 for the handle
+// `cairn_open` gives, `id` for one from [`cairn_keyspace`]); flush, compaction, stats
+// and the file store are the whole store's.
 typedef struct cairn_db cairn_db;
 
+// A committed version of a file, readable and seekable (opaque); it keeps reading the
+// version it opened even if the file is overwritten or removed meanwhile. One thread at
+// a time.
+typedef struct cairn_file_reader cairn_file_reader;
+
+// A new version of a file, written in a stream (opaque): nothing of it is visible until
+// [`cairn_file_commit`]. One thread at a time.
+typedef struct cairn_file_writer cairn_file_writer;
+
 // An iterator over key-value pairs in key order or reverse (opaque). One thread at a
-// time; it may outlive neither its store nor a `cairn_close` of it. Writes made while
-// it runs are seen or not, key by key, as with `cairn::Db::iter`.
+// time; it may outlive neither its store nor a `cairn_close` of it (it may outlive the
+// snapshot or transaction it was made from). Writes made while a store's iterator runs
+// are seen or not, key by key, as with `cairn::Db::iter`; a snapshot's or a
+// transaction's sees exactly its snapshot (and the transaction's writes made before).
 typedef struct cairn_iter cairn_iter;
 
 // Options for [`cairn_open`] (opaque): the defaults of `cairn::Options` until set.
 typedef struct cairn_options cairn_options;
+
+// The keyspace of a handle as it was when [`cairn_snapshot_new`] took it (opaque):
+// every read through it sees exactly that, while writes, compaction and reclamation go
+// on. The store keeps what it may still read until the snapshot (and every iterator
+// made from it) is freed. Thread-safe, as `cairn_db`; it may not outlive the store's
+// handle.
+typedef struct cairn_snapshot cairn_snapshot;
+
+// A transaction (opaque) on the keyspace of the handle it began on: reads see the
+// snapshot taken when it began, under its own writes; writes are buffered until
+// [`cairn_txn_commit`], which applies them atomically only if nothing it read (keys it
+// got or asked about, ranges it scanned) was written by anyone since — else
+// `CAIRN_CONFLICT`, and nothing is written. One thread at a time; free it with
+// [`cairn_txn_free`] (which rolls back one not committed).
+typedef struct cairn_txn cairn_txn;
 
 #ifdef __cplusplus
 extern "C" {
@@ -193,11 +225,21 @@ cairn_status cairn_options_set_read_only(cairn_options *opts, bool on);
 // `path` is a NUL-terminated string; `opts` is null or live; `out` is writable.
 cairn_status cairn_open(const char *path, const cairn_options *opts, cairn_db **out);
 
-// Closes the store (flushing it) and frees the handle, whatever the status. Null is
-// ignored. No other thread may be using the handle.
+// A handle of keyspace `id` (0 to 255) of the store behind `db`, stored in `*out`: its
+// own keys, the same operations (keyspaces 1 to 3 belong to cairn's own layers; 1 is
+// the file store). Close it with [`cairn_close`], which frees the handle and leaves the
+// store open; it may not outlive the store's own handle.
 //
 // # Safety
-// `db` is null or from [`cairn_open`], not closed before.
+// `db` is live; `out` is writable.
+cairn_status cairn_keyspace(const cairn_db *db, uint8_t id, cairn_db **out);
+
+// Frees the handle, whatever the status; for the handle of `cairn_open`, first closes
+// the store (flushing it; every keyspace handle of it then fails with `CAIRN_CLOSED`).
+// Null is ignored. No other thread may be using the handle.
+//
+// # Safety
+// `db` is null or from [`cairn_open`] / [`cairn_keyspace`], not closed before.
 cairn_status cairn_close(cairn_db *db);
 
 // Reads the value of a key into the caller's buffer `buf` of `cap` bytes, storing its
@@ -267,6 +309,123 @@ cairn_status cairn_compact(const cairn_db *db);
 // `db` is live.
 cairn_status cairn_reclaim(const cairn_db *db);
 
+// The store's size and amplification figures (`cairn::Stats`: totals, shards,
+// keyspaces, snapshots) as a NUL-terminated JSON object in a new buffer at `*json`,
+// freed with `cairn_free`.
+//
+// # Safety
+// `db` is live; `json` is writable.
+cairn_status cairn_stats_json(const cairn_db *db, char **json);
+
+// The file store's totals (`cairn_files::FileStats`) as JSON, as [`cairn_stats_json`].
+//
+// # Safety
+// `db` is live; `json` is writable.
+cairn_status cairn_files_stats_json(const cairn_db *db, char **json);
+
+// Stores `data` as the file `key`, replacing any previous version atomically.
+//
+// # Safety
+// `db` is live; `key` and `data` are valid for their lengths.
+cairn_status cairn_files_put(const cairn_db *db,
+                             const uint8_t *key,
+                             size_t key_len,
+                             const uint8_t *data,
+                             size_t data_len);
+
+// Stores `data` under the hex BLAKE3 hash of its content (stored once however often it
+// is put), and hands that key out NUL-terminated in a new buffer at `*key`, freed with
+// `cairn_free`.
+//
+// # Safety
+// `db` is live; `data` is valid for `data_len` bytes; `key` is writable.
+cairn_status cairn_files_put_content(const cairn_db *db,
+                                     const uint8_t *data,
+                                     size_t data_len,
+                                     char **key);
+
+// The whole content of the file `key` in a new buffer at `*data` (its length in
+// `*len`), freed with `cairn_free`; `CAIRN_NOT_FOUND` (and `*data` null) if there is no
+// such file.
+//
+// # Safety
+// `db` is live; `key` is valid for `key_len` bytes; `data` and `len` are writable.
+cairn_status cairn_files_read(const cairn_db *db,
+                              const uint8_t *key,
+                              size_t key_len,
+                              uint8_t **data,
+                              size_t *len);
+
+// Removes the file `key`: `CAIRN_OK` if it existed, `CAIRN_NOT_FOUND` if not.
+//
+// # Safety
+// `db` is live; `key` is valid for `key_len` bytes.
+cairn_status cairn_files_remove(const cairn_db *db, const uint8_t *key, size_t key_len);
+
+// Begins a new version of the file `key`, stored in `*out`; end it with
+// [`cairn_file_commit`] or [`cairn_file_abort`].
+//
+// # Safety
+// `db` is live; `key` is valid for `key_len` bytes; `out` is writable.
+cairn_status cairn_file_create(const cairn_db *db,
+                               const uint8_t *key,
+                               size_t key_len,
+                               cairn_file_writer **out);
+
+// Appends `data` to the new version.
+//
+// # Safety
+// `w` is live; `data` is valid for `len` bytes.
+cairn_status cairn_file_write(cairn_file_writer *w, const uint8_t *data, size_t len);
+
+// Commits the new version atomically (replacing any earlier one) and frees the writer,
+// whatever the status; on an error nothing of it is visible.
+//
+// # Safety
+// `w` is from [`cairn_file_create`], not ended before.
+cairn_status cairn_file_commit(cairn_file_writer *w);
+
+// Drops what was written and frees the writer. Null is ignored.
+//
+// # Safety
+// `w` is null or from [`cairn_file_create`], not ended before.
+void cairn_file_abort(cairn_file_writer *w);
+
+// Opens the file `key` for reading, stored in `*out` (free it with
+// [`cairn_file_reader_free`]); `CAIRN_NOT_FOUND` if there is no such file.
+//
+// # Safety
+// `db` is live; `key` is valid for `key_len` bytes; `out` is writable.
+cairn_status cairn_file_open(const cairn_db *db,
+                             const uint8_t *key,
+                             size_t key_len,
+                             cairn_file_reader **out);
+
+// Reads up to `cap` bytes at the reader's position into `buf`, the count in `*n` (0 at
+// the end of the file), and moves the position past them.
+//
+// # Safety
+// `r` is live; `buf` is valid for `cap` writable bytes; `n` is writable.
+cairn_status cairn_file_reader_read(cairn_file_reader *r, uint8_t *buf, size_t cap, size_t *n);
+
+// Moves the reader to byte `offset` from the start of the file.
+//
+// # Safety
+// `r` is live.
+cairn_status cairn_file_reader_seek(cairn_file_reader *r, uint64_t offset);
+
+// The size of the file version the reader reads, in bytes (0 for null).
+//
+// # Safety
+// `r` is null or live.
+uint64_t cairn_file_reader_size(const cairn_file_reader *r);
+
+// Frees a reader. Null is ignored.
+//
+// # Safety
+// `r` is null or from [`cairn_file_open`], not freed before.
+void cairn_file_reader_free(cairn_file_reader *r);
+
 // The message of the last error on the calling thread, or null if the last call
 // succeeded (or returned `CAIRN_NOT_FOUND` / `CAIRN_END`). Valid until the thread's
 // next call into cairn; do not free it.
@@ -331,8 +490,185 @@ cairn_status cairn_iter_next(cairn_iter *iter,
 // Frees an iterator. Null is ignored.
 //
 // # Safety
-// `iter` is null or from `cairn_iter_range` / `cairn_iter_prefix`, not freed before.
+// `iter` is null or from one of the `cairn_*iter_*` functions, not freed before.
 void cairn_iter_free(cairn_iter *iter);
+
+// A snapshot of the keyspace of `db` as it is now, stored in `*out` (O(1), never
+// waiting for a writer); free it with [`cairn_snapshot_free`].
+//
+// # Safety
+// `db` is live; `out` is writable.
+cairn_status cairn_snapshot_new(const cairn_db *db, cairn_snapshot **out);
+
+// Frees a snapshot (its iterators go on). Null is ignored.
+//
+// # Safety
+// `snap` is null or from [`cairn_snapshot_new`], not freed before.
+void cairn_snapshot_free(cairn_snapshot *snap);
+
+// The number of the last write the snapshot sees (every write takes the next one); 0
+// for null.
+//
+// # Safety
+// `snap` is null or live.
+uint64_t cairn_snapshot_seq(const cairn_snapshot *snap);
+
+// `cairn_get` at the snapshot.
+//
+// # Safety
+// As `cairn_get`, with `snap` live.
+cairn_status cairn_snapshot_get(const cairn_snapshot *snap,
+                                const uint8_t *key,
+                                size_t key_len,
+                                uint8_t *buf,
+                                size_t cap,
+                                size_t *len);
+
+// `cairn_get_alloc` at the snapshot.
+//
+// # Safety
+// As `cairn_get_alloc`, with `snap` live.
+cairn_status cairn_snapshot_get_alloc(const cairn_snapshot *snap,
+                                      const uint8_t *key,
+                                      size_t key_len,
+                                      uint8_t **value,
+                                      size_t *len);
+
+// Whether a key had a value at the snapshot: `CAIRN_OK` or `CAIRN_NOT_FOUND`.
+//
+// # Safety
+// `snap` is live; `key` is valid for `key_len` bytes.
+cairn_status cairn_snapshot_contains(const cairn_snapshot *snap,
+                                     const uint8_t *key,
+                                     size_t key_len);
+
+// `cairn_iter_range` at the snapshot.
+//
+// # Safety
+// As `cairn_iter_range`, with `snap` live.
+cairn_status cairn_snapshot_iter_range(const cairn_snapshot *snap,
+                                       const uint8_t *start,
+                                       size_t start_len,
+                                       const uint8_t *end,
+                                       size_t end_len,
+                                       bool reverse,
+                                       cairn_iter **out);
+
+// `cairn_iter_prefix` at the snapshot.
+//
+// # Safety
+// As `cairn_iter_prefix`, with `snap` live.
+cairn_status cairn_snapshot_iter_prefix(const cairn_snapshot *snap,
+                                        const uint8_t *prefix,
+                                        size_t prefix_len,
+                                        bool reverse,
+                                        cairn_iter **out);
+
+// Begins a transaction on the keyspace of `db`, stored in `*out`.
+//
+// # Safety
+// `db` is live; `out` is writable.
+cairn_status cairn_txn_begin(const cairn_db *db, cairn_txn **out);
+
+// Frees a transaction, rolling it back if it was not committed. Null is ignored.
+//
+// # Safety
+// `txn` is null or from [`cairn_txn_begin`], not freed before.
+void cairn_txn_free(cairn_txn *txn);
+
+// Applies its writes atomically if nothing it read changed since its snapshot: else
+// `CAIRN_CONFLICT` (or `CAIRN_KEY_EXISTS` for a `cairn_txn_put_new`) and nothing is
+// written. Either way the transaction is over: later calls on it return
+// `CAIRN_CLOSED`; free it with [`cairn_txn_free`].
+//
+// # Safety
+// `txn` is live.
+cairn_status cairn_txn_commit(cairn_txn *txn);
+
+// Drops its writes; the transaction is over (nothing of it is written). Rolling back
+// one that ended does nothing.
+//
+// # Safety
+// `txn` is live.
+cairn_status cairn_txn_rollback(cairn_txn *txn);
+
+// `cairn_get` in the transaction (its own write of the key, else its snapshot's).
+//
+// # Safety
+// As `cairn_get`, with `txn` live.
+cairn_status cairn_txn_get(cairn_txn *txn,
+                           const uint8_t *key,
+                           size_t key_len,
+                           uint8_t *buf,
+                           size_t cap,
+                           size_t *len);
+
+// `cairn_get_alloc` in the transaction.
+//
+// # Safety
+// As `cairn_get_alloc`, with `txn` live.
+cairn_status cairn_txn_get_alloc(cairn_txn *txn,
+                                 const uint8_t *key,
+                                 size_t key_len,
+                                 uint8_t **value,
+                                 size_t *len);
+
+// Whether a key has a value in the transaction: `CAIRN_OK` or `CAIRN_NOT_FOUND`.
+//
+// # Safety
+// `txn` is live; `key` is valid for `key_len` bytes.
+cairn_status cairn_txn_contains(cairn_txn *txn, const uint8_t *key, size_t key_len);
+
+// Sets a key when the transaction commits.
+//
+// # Safety
+// `txn` is live; `key` and `value` are valid for their lengths.
+cairn_status cairn_txn_put(cairn_txn *txn,
+                           const uint8_t *key,
+                           size_t key_len,
+                           const uint8_t *value,
+                           size_t value_len);
+
+// Sets a key that must have no value when the transaction commits (else the commit
+// returns `CAIRN_KEY_EXISTS` and writes nothing).
+//
+// # Safety
+// `txn` is live; `key` and `value` are valid for their lengths.
+cairn_status cairn_txn_put_new(cairn_txn *txn,
+                               const uint8_t *key,
+                               size_t key_len,
+                               const uint8_t *value,
+                               size_t value_len);
+
+// Deletes a key when the transaction commits.
+//
+// # Safety
+// `txn` is live; `key` is valid for `key_len` bytes.
+cairn_status cairn_txn_delete(cairn_txn *txn, const uint8_t *key, size_t key_len);
+
+// `cairn_iter_range` in the transaction: its writes over its snapshot, as they are
+// when the iterator is made. The whole range counts as read (an insert into it by
+// another writer before the commit is a conflict).
+//
+// # Safety
+// As `cairn_iter_range`, with `txn` live.
+cairn_status cairn_txn_iter_range(cairn_txn *txn,
+                                  const uint8_t *start,
+                                  size_t start_len,
+                                  const uint8_t *end,
+                                  size_t end_len,
+                                  bool reverse,
+                                  cairn_iter **out);
+
+// `cairn_iter_prefix` in the transaction (every key with the prefix counts as read).
+//
+// # Safety
+// As `cairn_iter_prefix`, with `txn` live.
+cairn_status cairn_txn_iter_prefix(cairn_txn *txn,
+                                   const uint8_t *prefix,
+                                   size_t prefix_len,
+                                   bool reverse,
+                                   cairn_iter **out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -4,7 +4,7 @@ use cairn::WriteBatch;
 
 use crate::cairn_status;
 use crate::db::{cairn_db, store};
-use crate::guard::{bytes, call, Failure};
+use crate::guard::{bytes, call, free_handle, Failure};
 
 /// A batch of puts and deletes applied atomically by [`cairn_write`] (opaque). One
 /// thread at a time.
@@ -26,10 +26,8 @@ pub extern "C" fn cairn_batch_new() -> *mut cairn_batch {
 /// `batch` is null or from [`cairn_batch_new`], not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn cairn_batch_free(batch: *mut cairn_batch) {
-    if !batch.is_null() {
-        // SAFETY: the caller passes a pointer from cairn_batch_new, once.
-        drop(unsafe { Box::from_raw(batch) });
-    }
+    // SAFETY: the caller passes null or a pointer from cairn_batch_new, once.
+    unsafe { free_handle(batch) }
 }
 
 /// Runs `f` on the batch behind `batch`.
@@ -48,6 +46,40 @@ unsafe fn with(
     })
 }
 
+/// Which kind of put [`add_put`] adds.
+enum Put {
+    /// Sets the key whatever it held.
+    Any,
+    /// Requires the key to have no value when the batch is written.
+    New,
+}
+
+/// Adds a put of `kind` to the batch.
+///
+/// # Safety
+/// `batch` is null or live; `key` and `value` are valid for their lengths.
+unsafe fn add_put(
+    batch: *mut cairn_batch,
+    (key, key_len): (*const u8, usize),
+    (value, value_len): (*const u8, usize),
+    kind: Put,
+) -> cairn_status {
+    // SAFETY: forwarded promises.
+    unsafe {
+        with(batch, |b| {
+            let (k, v) = (
+                bytes(key, key_len, "key")?,
+                bytes(value, value_len, "value")?,
+            );
+            match kind {
+                Put::Any => b.put(k, v),
+                Put::New => b.put_new(k, v),
+            };
+            Ok(())
+        })
+    }
+}
+
 /// Adds a put to the batch (a key over the limit fails the batch's write).
 ///
 /// # Safety
@@ -61,15 +93,7 @@ pub unsafe extern "C" fn cairn_batch_put(
     value_len: usize,
 ) -> cairn_status {
     // SAFETY: forwarded promises.
-    unsafe {
-        with(batch, |b| {
-            b.put(
-                bytes(key, key_len, "key")?,
-                bytes(value, value_len, "value")?,
-            );
-            Ok(())
-        })
-    }
+    unsafe { add_put(batch, (key, key_len), (value, value_len), Put::Any) }
 }
 
 /// Adds a put that requires the key to have no value when the batch is written (else
@@ -86,15 +110,7 @@ pub unsafe extern "C" fn cairn_batch_put_new(
     value_len: usize,
 ) -> cairn_status {
     // SAFETY: forwarded promises.
-    unsafe {
-        with(batch, |b| {
-            b.put_new(
-                bytes(key, key_len, "key")?,
-                bytes(value, value_len, "value")?,
-            );
-            Ok(())
-        })
-    }
+    unsafe { add_put(batch, (key, key_len), (value, value_len), Put::New) }
 }
 
 /// Adds a delete to the batch.

@@ -3,14 +3,27 @@
 use std::ffi::{c_char, CStr};
 use std::time::Duration;
 
-use cairn::{Db, Options, SyncPolicy};
+use cairn::{Db, Keyspace, Options, SyncPolicy};
 
 use crate::cairn_status;
-use crate::guard::{bytes, call, malloc_copy, Failure};
+use crate::guard::{bytes, call, free_handle, hand_out, Failure};
+use crate::read::{read_alloc, read_has, read_into};
 
-/// An open store (opaque). Thread-safe: any number of threads may use one at once.
+/// An open store, or one keyspace of it (opaque). Thread-safe: any number of threads
+/// may use one at once. Every read and write goes to its keyspace (0 for the handle
+/// `cairn_open` gives, `id` for one from [`cairn_keyspace`]); flush, compaction, stats
+/// and the file store are the whole store's.
 pub struct cairn_db {
-    pub(crate) db: Db,
+    pub(crate) ks: Keyspace,
+    role: Role,
+}
+
+/// What closing a handle does.
+enum Role {
+    /// The handle of `cairn_open`: closing it closes the store.
+    Store,
+    /// A keyspace's handle: closing it only frees it.
+    View,
 }
 
 /// Options for [`cairn_open`] (opaque): the defaults of `cairn::Options` until set.
@@ -45,10 +58,8 @@ pub extern "C" fn cairn_options_new() -> *mut cairn_options {
 /// `opts` is null or from [`cairn_options_new`], not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn cairn_options_free(opts: *mut cairn_options) {
-    if !opts.is_null() {
-        // SAFETY: the caller passes a pointer from cairn_options_new, once.
-        drop(unsafe { Box::from_raw(opts) });
-    }
+    // SAFETY: the caller passes null or a pointer from cairn_options_new, once.
+    unsafe { free_handle(opts) }
 }
 
 /// Applies `f` to the options behind `opts`.
@@ -178,35 +189,76 @@ pub unsafe extern "C" fn cairn_open(
         // SAFETY: null or live by the caller's promise.
         let options = unsafe { opts.as_ref() }.map_or_else(Options::new, |o| o.opts.clone());
         let db = options.open(path)?;
-        // SAFETY: `out` is non-null and writable by the caller's promise.
-        unsafe { *out = Box::into_raw(Box::new(cairn_db { db })) };
-        Ok(cairn_status::CAIRN_OK)
+        let handle = cairn_db {
+            ks: db.keyspace(0),
+            role: Role::Store,
+        };
+        // SAFETY: `out` is writable by the caller's promise.
+        unsafe { hand_out(out, handle) }
     })
 }
 
-/// Closes the store (flushing it) and frees the handle, whatever the status. Null is
-/// ignored. No other thread may be using the handle.
+/// A handle of keyspace `id` (0 to 255) of the store behind `db`, stored in `*out`: its
+/// own keys, the same operations (keyspaces 1 to 3 belong to cairn's own layers; 1 is
+/// the file store). Close it with [`cairn_close`], which frees the handle and leaves the
+/// store open; it may not outlive the store's own handle.
 ///
 /// # Safety
-/// `db` is null or from [`cairn_open`], not closed before.
+/// `db` is live; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn cairn_keyspace(
+    db: *const cairn_db,
+    id: u8,
+    out: *mut *mut cairn_db,
+) -> cairn_status {
+    call(|| {
+        // SAFETY: forwarded promises.
+        let ks = unsafe { store(db)? }.db().keyspace(id);
+        // SAFETY: forwarded promise.
+        unsafe {
+            hand_out(
+                out,
+                cairn_db {
+                    ks,
+                    role: Role::View,
+                },
+            )
+        }
+    })
+}
+
+/// Frees the handle, whatever the status; for the handle of `cairn_open`, first closes
+/// the store (flushing it; every keyspace handle of it then fails with `CAIRN_CLOSED`).
+/// Null is ignored. No other thread may be using the handle.
+///
+/// # Safety
+/// `db` is null or from [`cairn_open`] / [`cairn_keyspace`], not closed before.
 #[no_mangle]
 pub unsafe extern "C" fn cairn_close(db: *mut cairn_db) -> cairn_status {
     if db.is_null() {
         return cairn_status::CAIRN_OK;
     }
-    // SAFETY: the caller passes a pointer from cairn_open, once.
+    // SAFETY: the caller passes a pointer from cairn_open or cairn_keyspace, once.
     let handle = unsafe { Box::from_raw(db) };
-    call(move || Ok(handle.db.close().map(|()| cairn_status::CAIRN_OK)?))
+    call(move || match handle.role {
+        Role::Store => Ok(handle
+            .ks
+            .db()
+            .clone()
+            .close()
+            .map(|()| cairn_status::CAIRN_OK)?),
+        Role::View => Ok(cairn_status::CAIRN_OK),
+    })
 }
 
-/// The store behind `db`, or an error if null.
+/// The keyspace behind `db`, or an error if null.
 ///
 /// # Safety
-/// `db` is null or a live handle from [`cairn_open`].
-pub(crate) unsafe fn store<'a>(db: *const cairn_db) -> Result<&'a Db, Failure> {
+/// `db` is null or a live handle from [`cairn_open`] / [`cairn_keyspace`].
+pub(crate) unsafe fn store<'a>(db: *const cairn_db) -> Result<&'a Keyspace, Failure> {
     // SAFETY: the caller's promise.
     unsafe { db.as_ref() }
-        .map(|d| &d.db)
+        .map(|d| &d.ks)
         .ok_or_else(|| Failure::invalid("db is null"))
 }
 
@@ -226,26 +278,8 @@ pub unsafe extern "C" fn cairn_get(
     cap: usize,
     len: *mut usize,
 ) -> cairn_status {
-    call(|| {
-        // SAFETY: forwarded promises.
-        let (db, key) = unsafe { (store(db)?, bytes(key, key_len, "key")?) };
-        if len.is_null() || (buf.is_null() && cap > 0) {
-            return Err(Failure::invalid(
-                "len is null, or buf is null with a capacity",
-            ));
-        }
-        let Some(v) = db.get(key)? else {
-            return Ok(cairn_status::CAIRN_NOT_FOUND);
-        };
-        // SAFETY: `len` is non-null and writable.
-        unsafe { *len = v.len() };
-        if v.len() > cap {
-            return Ok(cairn_status::CAIRN_BUFFER_TOO_SMALL);
-        }
-        // SAFETY: `buf` has `cap >= v.len()` writable bytes, apart from the value's.
-        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), buf, v.len()) };
-        Ok(cairn_status::CAIRN_OK)
-    })
+    // SAFETY: forwarded promises.
+    unsafe { read_into(|| store(db), (key, key_len), buf, cap, len) }
 }
 
 /// Reads the value of a key into a new buffer stored in `*value` (its length in
@@ -262,22 +296,8 @@ pub unsafe extern "C" fn cairn_get_alloc(
     value: *mut *mut u8,
     len: *mut usize,
 ) -> cairn_status {
-    call(|| {
-        // SAFETY: forwarded promises.
-        let (db, key) = unsafe { (store(db)?, bytes(key, key_len, "key")?) };
-        if value.is_null() || len.is_null() {
-            return Err(Failure::invalid("value or len is null"));
-        }
-        // SAFETY: both are non-null and writable.
-        unsafe { *value = std::ptr::null_mut() };
-        let Some(v) = db.get(key)? else {
-            return Ok(cairn_status::CAIRN_NOT_FOUND);
-        };
-        let p = malloc_copy(&v)?;
-        // SAFETY: both are non-null and writable.
-        unsafe { (*value, *len) = (p, v.len()) };
-        Ok(cairn_status::CAIRN_OK)
-    })
+    // SAFETY: forwarded promises.
+    unsafe { read_alloc(|| store(db), (key, key_len), value, len) }
 }
 
 /// Whether a key has a value: `CAIRN_OK` if so, `CAIRN_NOT_FOUND` if not.
@@ -290,15 +310,8 @@ pub unsafe extern "C" fn cairn_contains(
     key: *const u8,
     key_len: usize,
 ) -> cairn_status {
-    call(|| {
-        // SAFETY: forwarded promises.
-        let (db, key) = unsafe { (store(db)?, bytes(key, key_len, "key")?) };
-        Ok(if db.contains(key)? {
-            cairn_status::CAIRN_OK
-        } else {
-            cairn_status::CAIRN_NOT_FOUND
-        })
-    })
+    // SAFETY: forwarded promises.
+    unsafe { read_has(|| store(db), (key, key_len)) }
 }
 
 /// Sets the value of a key.
@@ -352,7 +365,7 @@ pub unsafe extern "C" fn cairn_delete(
 unsafe fn on_store(db: *const cairn_db, f: impl FnOnce(&Db) -> cairn::Result<()>) -> cairn_status {
     call(|| {
         // SAFETY: forwarded promise.
-        f(unsafe { store(db)? })?;
+        f(unsafe { store(db)? }.db())?;
         Ok(cairn_status::CAIRN_OK)
     })
 }

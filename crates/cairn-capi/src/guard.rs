@@ -50,6 +50,9 @@ pub enum cairn_status {
     CAIRN_OUT_OF_MEMORY = 16,
     /// An error of a kind this version of the API has no code for.
     CAIRN_OTHER = 17,
+    /// A transaction read what another writer changed after its snapshot; its commit
+    /// wrote nothing.
+    CAIRN_CONFLICT = 18,
 }
 
 thread_local! {
@@ -85,6 +88,7 @@ impl From<cairn::Error> for Failure {
             E::InvalidArgument(_) => S::CAIRN_INVALID_ARGUMENT,
             E::ReadOnly(_) | E::OpenedReadOnly(_) => S::CAIRN_READ_ONLY,
             E::Closed => S::CAIRN_CLOSED,
+            E::Conflict => S::CAIRN_CONFLICT,
             E::Io { .. } => S::CAIRN_IO,
             _ => S::CAIRN_OTHER,
         };
@@ -170,6 +174,93 @@ pub(crate) fn malloc_copy(data: &[u8]) -> Result<*mut u8, Failure> {
     Ok(p)
 }
 
+/// `CAIRN_OK` if `yes`, else `CAIRN_NOT_FOUND` (the answer of a `contains`).
+pub(crate) fn found(yes: bool) -> cairn_status {
+    if yes {
+        cairn_status::CAIRN_OK
+    } else {
+        cairn_status::CAIRN_NOT_FOUND
+    }
+}
+
+/// A get into the caller's buffer `buf` of `cap` bytes, the length stored in `*len`:
+/// `CAIRN_NOT_FOUND` if `read` finds no value, `CAIRN_BUFFER_TOO_SMALL` (length stored,
+/// nothing copied) if it does not fit. The out pointers are checked before `read` runs.
+///
+/// # Safety
+/// `buf` is valid for `cap` writable bytes (or null with `cap` 0); `len` is writable.
+pub(crate) unsafe fn get_into<V: std::ops::Deref<Target = [u8]>>(
+    buf: *mut u8,
+    cap: usize,
+    len: *mut usize,
+    read: impl FnOnce() -> Result<Option<V>, Failure>,
+) -> Result<cairn_status, Failure> {
+    if len.is_null() || (buf.is_null() && cap > 0) {
+        return Err(Failure::invalid(
+            "len is null, or buf is null with a capacity",
+        ));
+    }
+    let Some(v) = read()? else {
+        return Ok(cairn_status::CAIRN_NOT_FOUND);
+    };
+    // SAFETY: `len` is non-null and writable.
+    unsafe { *len = v.len() };
+    if v.len() > cap {
+        return Ok(cairn_status::CAIRN_BUFFER_TOO_SMALL);
+    }
+    // SAFETY: `buf` has `cap >= v.len()` writable bytes, apart from the value's.
+    unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), buf, v.len()) };
+    Ok(cairn_status::CAIRN_OK)
+}
+
+/// A get into a new buffer stored in `*value` (its length in `*len`), for the caller to
+/// free with `cairn_free`; `CAIRN_NOT_FOUND` (and `*value` null) if `read` finds none.
+///
+/// # Safety
+/// `value` and `len` are writable.
+pub(crate) unsafe fn get_alloc<V: std::ops::Deref<Target = [u8]>>(
+    value: *mut *mut u8,
+    len: *mut usize,
+    read: impl FnOnce() -> Result<Option<V>, Failure>,
+) -> Result<cairn_status, Failure> {
+    if value.is_null() || len.is_null() {
+        return Err(Failure::invalid("value or len is null"));
+    }
+    // SAFETY: non-null and writable.
+    unsafe { *value = std::ptr::null_mut() };
+    let Some(v) = read()? else {
+        return Ok(cairn_status::CAIRN_NOT_FOUND);
+    };
+    let p = malloc_copy(&v)?;
+    // SAFETY: both are non-null and writable.
+    unsafe { (*value, *len) = (p, v.len()) };
+    Ok(cairn_status::CAIRN_OK)
+}
+
+/// Stores a new handle in `*out`.
+///
+/// # Safety
+/// `out` is null (an error) or writable.
+pub(crate) unsafe fn hand_out<T>(out: *mut *mut T, value: T) -> Result<cairn_status, Failure> {
+    if out.is_null() {
+        return Err(Failure::invalid("out is null"));
+    }
+    // SAFETY: non-null and writable by the caller's promise.
+    unsafe { *out = Box::into_raw(Box::new(value)) };
+    Ok(cairn_status::CAIRN_OK)
+}
+
+/// Frees a handle made by [`hand_out`]. Null is ignored.
+///
+/// # Safety
+/// `ptr` is null or from [`hand_out`] for this `T`, not freed before.
+pub(crate) unsafe fn free_handle<T>(ptr: *mut T) {
+    if !ptr.is_null() {
+        // SAFETY: the caller's promise: a Box from hand_out, freed once.
+        drop(unsafe { Box::from_raw(ptr) });
+    }
+}
+
 /// The message of the last error on the calling thread, or null if the last call
 /// succeeded (or returned `CAIRN_NOT_FOUND` / `CAIRN_END`). Valid until the thread's
 /// next call into cairn; do not free it.
@@ -201,6 +292,7 @@ pub extern "C" fn cairn_status_name(status: cairn_status) -> *const c_char {
         S::CAIRN_PANIC => b"CAIRN_PANIC\0",
         S::CAIRN_OUT_OF_MEMORY => b"CAIRN_OUT_OF_MEMORY\0",
         S::CAIRN_OTHER => b"CAIRN_OTHER\0",
+        S::CAIRN_CONFLICT => b"CAIRN_CONFLICT\0",
     };
     name.as_ptr().cast()
 }

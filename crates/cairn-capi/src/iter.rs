@@ -1,35 +1,90 @@
-//! Ordered iteration.
+//! Ordered iteration, of a store, a snapshot or a transaction.
 
 use std::ops::Bound;
 
-use cairn::{Iter, Value};
+use cairn::Value;
 
 use crate::cairn_status;
 use crate::db::{cairn_db, store};
-use crate::guard::{bytes, call, Failure};
+use crate::guard::{bytes, call, free_handle, hand_out, Failure};
+use crate::read::read_scan;
+
+/// The items of a scan, already in the order they are handed out.
+type Items = Box<dyn Iterator<Item = cairn::Result<(Vec<u8>, Value)>> + Send>;
 
 /// An iterator over key-value pairs in key order or reverse (opaque). One thread at a
-/// time; it may outlive neither its store nor a `cairn_close` of it. Writes made while
-/// it runs are seen or not, key by key, as with `cairn::Db::iter`.
+/// time; it may outlive neither its store nor a `cairn_close` of it (it may outlive the
+/// snapshot or transaction it was made from). Writes made while a store's iterator runs
+/// are seen or not, key by key, as with `cairn::Db::iter`; a snapshot's or a
+/// transaction's sees exactly its snapshot (and the transaction's writes made before).
 pub struct cairn_iter {
-    iter: Iter,
-    reverse: bool,
+    items: Items,
     /// The item last handed out, which the pointers given to the caller point into.
     current: Option<(Vec<u8>, Value)>,
 }
 
-fn make(iter: Iter, reverse: bool, out: *mut *mut cairn_iter) -> Result<cairn_status, Failure> {
-    if out.is_null() {
-        return Err(Failure::invalid("out is null"));
-    }
-    let it = Box::new(cairn_iter {
-        iter,
-        reverse,
+/// Which keys a scan covers.
+pub(crate) enum Span {
+    /// From the first bound to the second.
+    Range(Bound<Vec<u8>>, Bound<Vec<u8>>),
+    /// The keys starting with these bytes.
+    Prefix(Vec<u8>),
+}
+
+/// `start..end` from C: a null pointer is no bound on that side.
+///
+/// # Safety
+/// `start` and `end` are null or valid for their lengths.
+pub(crate) unsafe fn range_span(
+    (start, start_len): (*const u8, usize),
+    (end, end_len): (*const u8, usize),
+) -> Result<Span, Failure> {
+    let bound = |p: *const u8, len: usize, what: &str| -> Result<Option<Vec<u8>>, Failure> {
+        if p.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: non-null, valid for `len` bytes by the caller's promise.
+        Ok(Some(unsafe { bytes(p, len, what)? }.to_vec()))
+    };
+    let lo = bound(start, start_len, "start")?.map_or(Bound::Unbounded, Bound::Included);
+    let hi = bound(end, end_len, "end")?.map_or(Bound::Unbounded, Bound::Excluded);
+    Ok(Span::Range(lo, hi))
+}
+
+/// The keys starting with `prefix`, from C.
+///
+/// # Safety
+/// `prefix` is valid for `len` bytes.
+pub(crate) unsafe fn prefix_span(prefix: *const u8, len: usize) -> Result<Span, Failure> {
+    // SAFETY: forwarded promise.
+    Ok(Span::Prefix(
+        unsafe { bytes(prefix, len, "prefix")? }.to_vec(),
+    ))
+}
+
+/// Hands out, in `*out`, an iterator over `items`, forward or from the end back.
+///
+/// # Safety
+/// `out` is writable.
+pub(crate) unsafe fn hand_out_iter<I>(
+    items: I,
+    reverse: bool,
+    out: *mut *mut cairn_iter,
+) -> Result<cairn_status, Failure>
+where
+    I: DoubleEndedIterator<Item = cairn::Result<(Vec<u8>, Value)>> + Send + 'static,
+{
+    let items: Items = if reverse {
+        Box::new(items.rev())
+    } else {
+        Box::new(items)
+    };
+    let it = cairn_iter {
+        items,
         current: None,
-    });
-    // SAFETY: `out` is non-null and writable by the caller's promise.
-    unsafe { *out = Box::into_raw(it) };
-    Ok(cairn_status::CAIRN_OK)
+    };
+    // SAFETY: forwarded promise.
+    unsafe { hand_out(out, it) }
 }
 
 /// An iterator over the keys from `start` (inclusive) to `end` (exclusive), in key
@@ -49,20 +104,15 @@ pub unsafe extern "C" fn cairn_iter_range(
     reverse: bool,
     out: *mut *mut cairn_iter,
 ) -> cairn_status {
-    call(|| {
-        // SAFETY: forwarded promise.
-        let db = unsafe { store(db)? };
-        let bound = |p: *const u8, len: usize, what: &str| -> Result<Option<Vec<u8>>, Failure> {
-            if p.is_null() {
-                return Ok(None);
-            }
-            // SAFETY: non-null, valid for `len` bytes by the caller's promise.
-            Ok(Some(unsafe { bytes(p, len, what)? }.to_vec()))
-        };
-        let lo = bound(start, start_len, "start")?.map_or(Bound::Unbounded, Bound::Included);
-        let hi = bound(end, end_len, "end")?.map_or(Bound::Unbounded, Bound::Excluded);
-        make(db.range::<Vec<u8>, _>((lo, hi)), reverse, out)
-    })
+    // SAFETY: forwarded promises.
+    unsafe {
+        read_scan(
+            || store(db),
+            || range_span((start, start_len), (end, end_len)),
+            reverse,
+            out,
+        )
+    }
 }
 
 /// An iterator over the keys that start with `prefix`, in key order or reverse. Stored
@@ -78,11 +128,15 @@ pub unsafe extern "C" fn cairn_iter_prefix(
     reverse: bool,
     out: *mut *mut cairn_iter,
 ) -> cairn_status {
-    call(|| {
-        // SAFETY: forwarded promises.
-        let (db, prefix) = unsafe { (store(db)?, bytes(prefix, prefix_len, "prefix")?) };
-        make(db.prefix(prefix), reverse, out)
-    })
+    // SAFETY: forwarded promises.
+    unsafe {
+        read_scan(
+            || store(db),
+            || prefix_span(prefix, prefix_len),
+            reverse,
+            out,
+        )
+    }
 }
 
 /// Advances the iterator: `CAIRN_OK` with the next key and value in `*key`/`*key_len`
@@ -106,12 +160,7 @@ pub unsafe extern "C" fn cairn_iter_next(
             return Err(Failure::invalid("an out pointer is null"));
         }
         it.current = None;
-        let next = if it.reverse {
-            it.iter.next_back()
-        } else {
-            it.iter.next()
-        };
-        let Some(item) = next else {
+        let Some(item) = it.items.next() else {
             return Ok(cairn_status::CAIRN_END);
         };
         let (k, v) = it.current.insert(item?);
@@ -127,11 +176,9 @@ pub unsafe extern "C" fn cairn_iter_next(
 /// Frees an iterator. Null is ignored.
 ///
 /// # Safety
-/// `iter` is null or from `cairn_iter_range` / `cairn_iter_prefix`, not freed before.
+/// `iter` is null or from one of the `cairn_*iter_*` functions, not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn cairn_iter_free(iter: *mut cairn_iter) {
-    if !iter.is_null() {
-        // SAFETY: the caller passes a pointer from this API, once.
-        drop(unsafe { Box::from_raw(iter) });
-    }
+    // SAFETY: the caller passes null or a pointer from this API, once.
+    unsafe { free_handle(iter) }
 }

@@ -6,10 +6,11 @@
 //! calling thread. No panic crosses the boundary: each entry point runs its body under
 //! `catch_unwind` and reports a panic as `CAIRN_PANIC`.
 //!
-//! Handles (`cairn_db`, `cairn_options`, `cairn_batch`, `cairn_iter`) are opaque and
-//! owned by the caller, who frees each with its own function. A `cairn_db` is
-//! thread-safe: any number of threads may call it at once (as `cairn::Db`); a batch or an
-//! iterator is used by one thread at a time. Buffers handed out (`cairn_get_alloc`) come
+//! Handles (`cairn_db`, `cairn_options`, `cairn_batch`, `cairn_iter`, `cairn_snapshot`,
+//! `cairn_txn`) are opaque and owned by the caller, who frees each with its own
+//! function. A `cairn_db` (a store, or one keyspace of it) and a `cairn_snapshot` are
+//! thread-safe: any number of threads may call them at once (as `cairn::Db`); a batch,
+//! an iterator or a transaction is used by one thread at a time. Buffers handed out (`cairn_get_alloc`) come
 //! from `malloc` and are freed with [`cairn_free`].
 
 #![deny(missing_docs, clippy::unwrap_used, clippy::expect_used)]
@@ -18,8 +19,12 @@
 
 mod batch;
 mod db;
+mod files;
 mod guard;
 mod iter;
+mod read;
+mod snapshot;
+mod txn;
 
 pub use batch::{
     cairn_batch, cairn_batch_clear, cairn_batch_delete, cairn_batch_free, cairn_batch_len,
@@ -27,12 +32,28 @@ pub use batch::{
 };
 pub use db::{
     cairn_close, cairn_compact, cairn_contains, cairn_db, cairn_delete, cairn_flush, cairn_get,
-    cairn_get_alloc, cairn_open, cairn_options, cairn_options_free, cairn_options_new,
-    cairn_options_set_background_compaction, cairn_options_set_max_size,
+    cairn_get_alloc, cairn_keyspace, cairn_open, cairn_options, cairn_options_free,
+    cairn_options_new, cairn_options_set_background_compaction, cairn_options_set_max_size,
     cairn_options_set_read_only, cairn_options_set_segment_size, cairn_options_set_shards,
     cairn_options_set_sync, cairn_put, cairn_reclaim, cairn_sync_policy,
+};
+pub use files::{
+    cairn_file_abort, cairn_file_commit, cairn_file_create, cairn_file_open, cairn_file_reader,
+    cairn_file_reader_free, cairn_file_reader_read, cairn_file_reader_seek, cairn_file_reader_size,
+    cairn_file_write, cairn_file_writer, cairn_files_put, cairn_files_put_content,
+    cairn_files_read, cairn_files_remove, cairn_files_stats_json, cairn_stats_json,
 };
 #[cfg(feature = "test-hooks")]
 pub use guard::cairn_test_panic_next;
 pub use guard::{cairn_free, cairn_last_error, cairn_status, cairn_status_name, cairn_version};
 pub use iter::{cairn_iter, cairn_iter_free, cairn_iter_next, cairn_iter_prefix, cairn_iter_range};
+pub use snapshot::{
+    cairn_snapshot, cairn_snapshot_contains, cairn_snapshot_free, cairn_snapshot_get,
+    cairn_snapshot_get_alloc, cairn_snapshot_iter_prefix, cairn_snapshot_iter_range,
+    cairn_snapshot_new, cairn_snapshot_seq,
+};
+pub use txn::{
+    cairn_txn, cairn_txn_begin, cairn_txn_commit, cairn_txn_contains, cairn_txn_delete,
+    cairn_txn_free, cairn_txn_get, cairn_txn_get_alloc, cairn_txn_iter_prefix,
+    cairn_txn_iter_range, cairn_txn_put, cairn_txn_put_new, cairn_txn_rollback,
+};

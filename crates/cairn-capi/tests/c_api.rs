@@ -1,7 +1,8 @@
 //! The C API from C: `tests/c/model.c` compiled with gcc against `libcairn.a` (built
 //! with the `test-hooks` feature for `cargo test`) under AddressSanitizer, then run: a
-//! model test with reopens, error codes, two threads, and an injected panic; any
-//! memory error or leak fails it. Skips
+//! model test with reopens, a held snapshot and conflicting transactions, error codes,
+//! two threads, an injected panic, keyspaces, write skew, the file store and the stats;
+//! any memory error or leak fails it. Skips
 //! (reporting itself) where gcc is missing. `CAIRN_CAPI_STEPS` sets the model's steps
 //! (default 1500).
 

@@ -1,20 +1,17 @@
 //! `Db`, `Keyspace`, `WriteBatch` and the iterator.
 
-use std::borrow::Cow;
-use std::ops::Bound as Edge;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
-use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::types::PyString;
 
 use crate::files::FileStore;
+use crate::read::{read_methods, Iter, Put, Reads, Span, Writes};
+use crate::txn::{Snapshot, Transaction};
 use crate::{bytes_of, dict_of, OrRaise};
-
-/// Pairs handed to Python: (key, value) as `bytes`.
-type Pair<'py> = (Bound<'py, PyBytes>, Bound<'py, PyBytes>);
 
 /// A key space of a store (`Db.keyspace(id)`), and the base class of `Db` (keyspace 0):
 /// point reads and writes, atomic batches, ordered scans.
@@ -38,100 +35,61 @@ impl Keyspace {
         .or_raise()
     }
 
+    /// A handle of the keyspace, or `Closed`.
+    fn keyspace(&self) -> PyResult<cairn::Keyspace> {
+        match &*self.ks.read() {
+            Some(ks) => Ok(ks.clone()),
+            None => Err(crate::Closed::new_err("the store is closed")),
+        }
+    }
+
     /// A handle of the store (for operations on the whole store).
     fn db(&self) -> PyResult<cairn::Db> {
-        match &*self.ks.read() {
-            Some(ks) => Ok(ks.db().clone()),
-            None => Err(crate::Closed::new_err("the store is closed")),
-        }
-    }
-
-    fn scan(
-        &self,
-        reverse: bool,
-        f: impl FnOnce(&cairn::Keyspace) -> cairn::Iter,
-    ) -> PyResult<Iter> {
-        match &*self.ks.read() {
-            Some(ks) => Ok(Iter {
-                inner: Mutex::new(f(ks)),
-                reverse,
-            }),
-            None => Err(crate::Closed::new_err("the store is closed")),
-        }
+        Ok(self.keyspace()?.db().clone())
     }
 }
 
-fn edge(b: Option<&Bound<'_, PyAny>>, included: bool) -> PyResult<Edge<Vec<u8>>> {
-    Ok(match b {
-        None => Edge::Unbounded,
-        Some(b) if b.is_none() => Edge::Unbounded,
-        Some(b) => {
-            let v = bytes_of(b)?.into_owned();
-            if included {
-                Edge::Included(v)
-            } else {
-                Edge::Excluded(v)
+impl Reads for Keyspace {
+    fn read(&self, py: Python<'_>, key: &[u8]) -> PyResult<Option<cairn::Value>> {
+        self.with(py, |ks| ks.get(key))
+    }
+
+    fn has(&self, _py: Python<'_>, key: &[u8]) -> PyResult<bool> {
+        // Answered from the in-memory index: the GIL is kept.
+        Ok(self.keyspace()?.contains(key))
+    }
+
+    fn scan(&self, span: Span, reverse: bool) -> PyResult<Iter> {
+        let ks = self.keyspace()?;
+        Ok(match span {
+            Span::Range(lo, hi) => Iter::new(ks.range::<Vec<u8>, _>((lo, hi)), reverse),
+            Span::Prefix(p) => Iter::new(ks.prefix(p), reverse),
+        })
+    }
+}
+
+impl Writes for Keyspace {
+    fn write_put(&self, py: Python<'_>, key: &[u8], value: &[u8], kind: Put) -> PyResult<()> {
+        self.with(py, |ks| match kind {
+            Put::Any => ks.put(key, value),
+            Put::New => {
+                let mut b = cairn::WriteBatch::new();
+                b.put_new(key, value);
+                ks.write(b)
             }
-        }
-    })
-}
-
-#[pymethods]
-impl Keyspace {
-    /// The keyspace number (0 for the `Db` itself).
-    #[getter]
-    fn id(&self) -> PyResult<u8> {
-        match &*self.ks.read() {
-            Some(ks) => Ok(ks.id()),
-            None => Err(crate::Closed::new_err("the store is closed")),
-        }
-    }
-
-    /// The value of `key`, or `default` if it has none.
-    #[pyo3(signature = (key, default = None))]
-    fn get<'py>(
-        &self,
-        py: Python<'py>,
-        key: &Bound<'py, PyAny>,
-        default: Option<Bound<'py, PyAny>>,
-    ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let key = bytes_of(key)?;
-        match self.with(py, |ks| ks.get(&*key))? {
-            Some(v) => Ok(Some(PyBytes::new(py, &v).into_any())),
-            None => Ok(default),
-        }
-    }
-
-    /// Sets the value of `key`.
-    fn put(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        value: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let (key, value) = (bytes_of(key)?, bytes_of(value)?);
-        self.with(py, |ks| ks.put(&*key, &*value))
-    }
-
-    /// Sets the value of `key` only if it has none; raises `KeyExists` otherwise.
-    fn put_new(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        value: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let (key, value) = (bytes_of(key)?, bytes_of(value)?);
-        self.with(py, |ks| {
-            let mut b = cairn::WriteBatch::new();
-            b.put_new(&*key, &*value);
-            ks.write(b)
         })
     }
 
-    /// Removes `key` (nothing happens if it has no value).
-    fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
-        let key = bytes_of(key)?;
-        self.with(py, |ks| ks.delete(&*key))
+    fn write_delete(&self, py: Python<'_>, key: &[u8]) -> PyResult<()> {
+        self.with(py, |ks| ks.delete(key))
+    }
+}
+
+read_methods!(writes Keyspace {
+    /// The keyspace number (0 for the `Db` itself).
+    #[getter]
+    fn id(&self) -> PyResult<u8> {
+        Ok(self.keyspace()?.id())
     }
 
     /// Applies a `WriteBatch` atomically (and empties it).
@@ -140,73 +98,57 @@ impl Keyspace {
         self.with(py, |ks| ks.write(b))
     }
 
-    /// Whether `key` has a value (answered from memory).
-    fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let key = bytes_of(key)?;
-        match &*self.ks.read() {
-            Some(ks) => Ok(ks.contains(&*key)),
-            None => Err(crate::Closed::new_err("the store is closed")),
-        }
-    }
-
-    fn __getitem__<'py>(
-        &self,
-        py: Python<'py>,
-        key: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyBytes>> {
-        let k = bytes_of(key)?;
-        match self.with(py, |ks| ks.get(&*k))? {
-            Some(v) => Ok(PyBytes::new(py, &v)),
-            None => Err(PyKeyError::new_err(key.clone().unbind())),
-        }
-    }
-
-    fn __setitem__(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        value: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        self.put(py, key, value)
-    }
-
-    /// Removes `key`; `KeyError` if it had no value (checked first: a concurrent put
-    /// between the check and the delete is deleted).
-    fn __delitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
-        if !self.__contains__(key)? {
-            return Err(PyKeyError::new_err(key.clone().unbind()));
-        }
-        self.delete(py, key)
-    }
-
     /// Live keys in this keyspace (from the store's counters, not a scan).
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
         let n = self.with(py, |ks| Ok(ks.db().stats().keyspace(ks.id()).keys))?;
         Ok(usize::try_from(n).unwrap_or(usize::MAX))
     }
 
-    /// Every (key, value) pair in key order, lazily.
-    fn __iter__(&self) -> PyResult<Iter> {
-        self.scan(false, cairn::Keyspace::iter)
+    /// The keyspace as it is now, while writes go on: a `Snapshot` with the same read
+    /// methods (a context manager that lets it go at the end of its block).
+    fn snapshot(&self) -> PyResult<Snapshot> {
+        Ok(Snapshot::new(self.keyspace()?.snapshot()))
     }
 
-    /// The pairs with `start <= key < end` (`None`: unbounded), in key order or reverse.
-    #[pyo3(signature = (start = None, end = None, *, reverse = false))]
-    fn range(
-        &self,
-        start: Option<&Bound<'_, PyAny>>,
-        end: Option<&Bound<'_, PyAny>>,
-        reverse: bool,
-    ) -> PyResult<Iter> {
-        let (lo, hi) = (edge(start, true)?, edge(end, false)?);
-        self.scan(reverse, |ks| ks.range::<Vec<u8>, _>((lo, hi)))
+    /// A `Transaction` on this keyspace: reads of a snapshot under its own writes,
+    /// committed atomically only if nothing it read changed meanwhile (else `Conflict`).
+    /// A context manager: commits at the end of a block left normally, rolls back at
+    /// the end of one left by an exception.
+    fn transaction(&self) -> PyResult<Transaction> {
+        Ok(Transaction::new(self.keyspace()?.transaction()))
     }
 
-    /// The pairs whose key starts with `prefix`, in key order or reverse.
-    #[pyo3(signature = (prefix, *, reverse = false))]
-    fn prefix(&self, prefix: &Bound<'_, PyAny>, reverse: bool) -> PyResult<Iter> {
-        let p = bytes_of(prefix)?;
-        self.scan(reverse, |ks| ks.prefix(&*p))
+    /// Runs `fn(tx)` in a transaction and commits it, again in a new transaction as long
+    /// as `fn` or the commit raises `Conflict` (backing off a little more each time, up
+    /// to a millisecond); returns what `fn` returned. Any other exception rolls back and
+    /// ends it. `fn` may run several times.
+    fn transact(&self, py: Python<'_>, f: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let mut attempt: u32 = 0;
+        loop {
+            let tx = Bound::new(py, self.transaction()?)?;
+            let out = f.call1((tx.clone(),)).and_then(|v| {
+                tx.get().commit(py)?;
+                Ok(v.unbind())
+            });
+            tx.get().rollback();
+            match out {
+                Err(e) if e.is_instance_of::<crate::Conflict>(py) => {
+                    attempt = attempt.saturating_add(1);
+                    py.detach(|| backoff(attempt));
+                }
+                other => return other,
+            }
+        }
+    }
+});
+
+/// The pause before a transaction's next attempt: a yield for the first few, then
+/// 2^attempt microseconds up to about a millisecond (as `cairn::Db::transact`).
+fn backoff(attempt: u32) {
+    if attempt < 4 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(1u64 << attempt.min(10)));
     }
 }
 
@@ -373,41 +315,6 @@ impl Db {
     }
 }
 
-/// A lazy iterator of (key, value) pairs (`bytes`, `bytes`): each key at most once,
-/// never skipping a key that exists for the whole scan, whatever writes happen meanwhile.
-#[pyclass(frozen, module = "cairn._cairn")]
-pub struct Iter {
-    inner: Mutex<cairn::Iter>,
-    reverse: bool,
-}
-
-#[pymethods]
-impl Iter {
-    // Python's iterator protocol, not a constructor (clippy reads `__iter__` of `Iter` as one).
-    #[allow(clippy::self_named_constructors)]
-    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
-    }
-
-    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Pair<'py>>> {
-        let next = py.detach(|| {
-            let mut it = self.inner.lock();
-            if self.reverse {
-                it.next_back()
-            } else {
-                it.next()
-            }
-        });
-        match next {
-            None => Ok(None),
-            Some(r) => {
-                let (k, v) = r.or_raise()?;
-                Ok(Some((PyBytes::new(py, &k), PyBytes::new(py, &v))))
-            }
-        }
-    }
-}
-
 /// Puts and deletes applied atomically by `Db.write` (or a keyspace's `write`): all of
 /// them or none. Methods return the batch, for chaining.
 #[pyclass(frozen, module = "cairn._cairn")]
@@ -415,16 +322,24 @@ pub struct WriteBatch {
     b: Mutex<cairn::WriteBatch>,
 }
 
-fn chain<'a, 'py>(
-    slf: &'a Bound<'py, WriteBatch>,
-    f: impl FnOnce(&mut cairn::WriteBatch, Cow<'_, [u8]>, Option<Cow<'_, [u8]>>),
-    key: &Bound<'_, PyAny>,
-    value: Option<&Bound<'_, PyAny>>,
-) -> PyResult<&'a Bound<'py, WriteBatch>> {
-    let key = bytes_of(key)?;
-    let value = value.map(bytes_of).transpose()?;
-    f(&mut slf.get().b.lock(), key, value);
-    Ok(slf)
+impl WriteBatch {
+    /// Adds a put of `kind` of `key` and `value` to the batch behind `slf`.
+    fn add_put<'py>(
+        slf: Bound<'py, Self>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        kind: Put,
+    ) -> PyResult<Bound<'py, Self>> {
+        let (k, v) = (bytes_of(key)?, bytes_of(value)?);
+        {
+            let mut b = slf.get().b.lock();
+            match kind {
+                Put::Any => b.put(k, v),
+                Put::New => b.put_new(k, v),
+            };
+        }
+        Ok(slf)
+    }
 }
 
 #[pymethods]
@@ -442,15 +357,7 @@ impl WriteBatch {
         key: &Bound<'_, PyAny>,
         value: &Bound<'_, PyAny>,
     ) -> PyResult<Bound<'py, Self>> {
-        chain(
-            &slf,
-            |b, k, v| {
-                b.put(k, v.unwrap_or_default());
-            },
-            key,
-            Some(value),
-        )?;
-        Ok(slf)
+        WriteBatch::add_put(slf, key, value, Put::Any)
     }
 
     /// Adds a put that requires `key` to have no value when the batch is written
@@ -460,27 +367,12 @@ impl WriteBatch {
         key: &Bound<'_, PyAny>,
         value: &Bound<'_, PyAny>,
     ) -> PyResult<Bound<'py, Self>> {
-        chain(
-            &slf,
-            |b, k, v| {
-                b.put_new(k, v.unwrap_or_default());
-            },
-            key,
-            Some(value),
-        )?;
-        Ok(slf)
+        WriteBatch::add_put(slf, key, value, Put::New)
     }
 
     /// Adds a delete.
     fn delete<'py>(slf: Bound<'py, Self>, key: &Bound<'_, PyAny>) -> PyResult<Bound<'py, Self>> {
-        chain(
-            &slf,
-            |b, k, _| {
-                b.delete(k);
-            },
-            key,
-            None,
-        )?;
+        slf.get().b.lock().delete(bytes_of(key)?);
         Ok(slf)
     }
 

@@ -10,6 +10,8 @@
 
 mod db;
 mod files;
+mod read;
+mod txn;
 
 use std::borrow::Cow;
 
@@ -78,7 +80,18 @@ create_exception!(
     Error,
     "The store refuses writes (an earlier failed sync, or opened read-only)."
 );
-create_exception!(cairn, Closed, Error, "The store is closed.");
+create_exception!(
+    cairn,
+    Closed,
+    Error,
+    "The store is closed, or the snapshot or transaction used is over."
+);
+create_exception!(
+    cairn,
+    Conflict,
+    Error,
+    "A transaction read what another writer changed since; it wrote nothing."
+);
 create_exception!(cairn, IoError, Error, "An operating-system I/O error.");
 
 /// The Python exception for a cairn error.
@@ -96,6 +109,7 @@ pub(crate) fn to_py(e: cairn::Error) -> PyErr {
         E::InvalidArgument(_) => InvalidArgument::new_err(msg),
         E::ReadOnly(_) | E::OpenedReadOnly(_) => ReadOnly::new_err(msg),
         E::Closed => Closed::new_err(msg),
+        E::Conflict => Conflict::new_err(msg),
         E::Io { .. } => IoError::new_err(msg),
         _ => Error::new_err(msg),
     }
@@ -190,12 +204,15 @@ fn _cairn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ReadOnly", py.get_type::<ReadOnly>())?;
     m.add("Closed", py.get_type::<Closed>())?;
     m.add("IoError", py.get_type::<IoError>())?;
+    m.add("Conflict", py.get_type::<Conflict>())?;
     m.add("MAX_KEY_LEN", cairn::MAX_KEY_LEN)?;
     m.add("MAX_VALUE_LEN", cairn::MAX_VALUE_LEN)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<db::Keyspace>()?;
     m.add_class::<db::Db>()?;
-    m.add_class::<db::Iter>()?;
+    m.add_class::<read::Iter>()?;
+    m.add_class::<txn::Snapshot>()?;
+    m.add_class::<txn::Transaction>()?;
     m.add_class::<db::WriteBatch>()?;
     m.add_class::<files::FileStore>()?;
     m.add_class::<files::RawWriter>()?;

@@ -2,7 +2,9 @@
  * an array of what each key should hold, reopening now and then, every read and scan
  * compared with the model. Then error codes, the caller-buffer protocol, two threads at
  * once, and (built with -DCAIRN_TEST_HOOKS) a panic inside the library coming back as
- * CAIRN_PANIC. Usage: model DIR SEED STEPS. Prints "N passed, 0 failed" at the end. */
+ * CAIRN_PANIC. The model test holds a snapshot and checks it against the model as it was,
+ * and runs transactions, half of them made to conflict. Then keyspaces, write skew,
+ * the stats and the file store. Usage: model DIR SEED STEPS. Prints "N passed, 0 failed" at the end. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,6 +101,103 @@ static void check_scan(cairn_db *db, int lo, int hi, int reverse) {
   cairn_iter_free(it);
 }
 
+/* The snapshot the model test holds, and what the model was when it was taken. */
+static cairn_snapshot *snap;
+static struct slot snap_model[KEYS];
+
+/* Takes a new snapshot, or checks the one held (a get, a contains, a scan) against
+ * the model as it was when taken. */
+static void snapshot_step(cairn_db *db) {
+  if (snap == NULL || next() % 4 == 0) {
+    cairn_snapshot_free(snap);
+    OK(cairn_snapshot_new(db, &snap));
+    memcpy(snap_model, model, sizeof model);
+    return;
+  }
+  int i = next() % KEYS;
+  char k[16];
+  size_t kl = key_of(i, k), len = 0;
+  unsigned char *v = NULL;
+  cairn_status s = cairn_snapshot_get_alloc(snap, (const uint8_t *)k, kl, &v, &len);
+  CHECK(s == (snap_model[i].present ? CAIRN_OK : CAIRN_NOT_FOUND), "snapshot get %s", k);
+  if (s == CAIRN_OK)
+    CHECK(len == snap_model[i].len && !memcmp(v, snap_model[i].val, len), "snapshot value");
+  cairn_free(v);
+  CHECK(cairn_snapshot_contains(snap, (const uint8_t *)k, kl) ==
+            (snap_model[i].present ? CAIRN_OK : CAIRN_NOT_FOUND), "snapshot contains %s", k);
+  cairn_iter *it = NULL;
+  int reverse = next() % 2;
+  OK(cairn_snapshot_iter_prefix(snap, (const uint8_t *)"k", 1, reverse, &it));
+  const uint8_t *ik, *iv;
+  size_t ikl, ivl;
+  int j = reverse ? KEYS - 1 : 0;
+  while ((s = cairn_iter_next(it, &ik, &ikl, &iv, &ivl)) == CAIRN_OK) {
+    while (j >= 0 && j < KEYS && !snap_model[j].present) j += reverse ? -1 : 1;
+    char want[16];
+    size_t wl = key_of(j, want);
+    CHECK(j >= 0 && j < KEYS && ikl == wl && !memcmp(ik, want, wl), "snapshot scan key");
+    CHECK(ivl == snap_model[j].len && !memcmp(iv, snap_model[j].val, ivl), "snapshot scan value");
+    j += reverse ? -1 : 1;
+  }
+  CHECK(s == CAIRN_END, "snapshot scan: %s", cairn_status_name(s));
+  while (j >= 0 && j < KEYS && !snap_model[j].present) j += reverse ? -1 : 1;
+  CHECK(!(j >= 0 && j < KEYS), "snapshot scan missed key %d", j);
+  cairn_iter_free(it);
+}
+
+/* A transaction: reads two keys, writes up to four; half the time another writer puts
+ * one of the keys it read before it commits, which must then fail with
+ * CAIRN_CONFLICT and write nothing. */
+static void txn_step(cairn_db *db) {
+  cairn_txn *tx = NULL;
+  OK(cairn_txn_begin(db, &tx));
+  struct slot after[KEYS];
+  memcpy(after, model, sizeof model);
+  int read[2];
+  for (int r = 0; r < 2; r++) {
+    int i = read[r] = next() % KEYS;
+    char k[16];
+    size_t kl = key_of(i, k);
+    unsigned char buf[MAXV];
+    size_t len = 0;
+    cairn_status s = cairn_txn_get(tx, (const uint8_t *)k, kl, buf, sizeof buf, &len);
+    CHECK(s == (after[i].present ? CAIRN_OK : CAIRN_NOT_FOUND), "txn get %s", k);
+    if (s == CAIRN_OK) CHECK(len == after[i].len && !memcmp(buf, after[i].val, len), "txn value");
+  }
+  int n = 1 + next() % 4;
+  for (int w = 0; w < n; w++) {
+    int x = next() % KEYS;
+    char k[16];
+    size_t kl = key_of(x, k);
+    if (next() % 3 == 0) {
+      OK(cairn_txn_delete(tx, (const uint8_t *)k, kl));
+      after[x].present = 0;
+    } else {
+      unsigned char v[MAXV];
+      size_t len = random_value(v);
+      OK(cairn_txn_put(tx, (const uint8_t *)k, kl, v, len));
+      after[x].present = 1, after[x].len = len, memcpy(after[x].val, v, len);
+    }
+    CHECK(cairn_txn_contains(tx, (const uint8_t *)k, kl) ==
+              (after[x].present ? CAIRN_OK : CAIRN_NOT_FOUND), "txn sees its write");
+  }
+  int clash = next() % 2;
+  if (clash) {
+    int i = read[next() % 2];
+    char k[16];
+    size_t kl = key_of(i, k);
+    unsigned char v[MAXV];
+    size_t len = random_value(v);
+    OK(cairn_put(db, (const uint8_t *)k, kl, v, len));
+    model[i].present = 1, model[i].len = len, memcpy(model[i].val, v, len);
+  }
+  cairn_status s = cairn_txn_commit(tx);
+  CHECK(s == (clash ? CAIRN_CONFLICT : CAIRN_OK), "commit: %s", cairn_status_name(s));
+  if (!clash) memcpy(model, after, sizeof model);
+  CHECK(cairn_txn_put(tx, (const uint8_t *)"x", 1, NULL, 0) == CAIRN_CLOSED, "txn over");
+  cairn_txn_free(tx);
+}
+
 static void model_test(const char *dir, int steps) {
   cairn_db *db = open_db(dir);
   cairn_batch *batch = cairn_batch_new();
@@ -147,9 +246,13 @@ static void model_test(const char *dir, int steps) {
       CHECK(s == (fails ? CAIRN_KEY_EXISTS : CAIRN_OK), "batch: %s", cairn_status_name(s));
       CHECK(cairn_batch_len(batch) == 0, "batch emptied by write");
       if (!fails) memcpy(model, after, sizeof model);
-    } else if (op < 93) {
+    } else if (op < 90) {
       int lo = next() % KEYS, hi = lo + next() % (KEYS - lo + 1);
       check_scan(db, lo, hi, next() % 2);
+    } else if (op < 93) {
+      snapshot_step(db);
+    } else if (op < 96) {
+      txn_step(db);
     } else if (op < 99) {
       /* The caller-buffer protocol. */
       unsigned char small[8];
@@ -160,6 +263,8 @@ static void model_test(const char *dir, int steps) {
         CHECK(s == CAIRN_BUFFER_TOO_SMALL && len == model[i].len, "too small");
       else CHECK(s == CAIRN_OK && len == model[i].len && !memcmp(small, model[i].val, len), "fit");
     } else {
+      cairn_snapshot_free(snap);
+      snap = NULL;
       OK(cairn_close(db));
       db = open_db(dir);
       for (int j = 0; j < KEYS; j++) check_get(db, j);
@@ -167,6 +272,8 @@ static void model_test(const char *dir, int steps) {
   }
   check_scan(db, 0, KEYS, 0);
   check_scan(db, 0, KEYS, 1);
+  cairn_snapshot_free(snap);
+  snap = NULL;
   cairn_batch_free(batch);
   OK(cairn_close(db));
 }
@@ -224,18 +331,155 @@ static void errors_and_threads(const char *dir) {
   cairn_options_free(o);
 }
 
+/* Keyspace handles, write skew between two transactions, a transaction's scan and
+ * rollback, the stats, and the file store (whole files, streams, content keys). */
+static void keyspaces_txns_files(const char *dir) {
+  cairn_db *db = open_db(dir), *ks = NULL;
+  OK(cairn_keyspace(db, 7, &ks));
+  OK(cairn_put(ks, (const uint8_t *)"a", 1, (const uint8_t *)"7", 1));
+  OK(cairn_put(db, (const uint8_t *)"a", 1, (const uint8_t *)"0", 1));
+  unsigned char buf[64];
+  size_t len = 0;
+  OK(cairn_get(ks, (const uint8_t *)"a", 1, buf, sizeof buf, &len));
+  CHECK(len == 1 && buf[0] == '7', "keyspace 7 holds its own a");
+  CHECK(cairn_contains(ks, (const uint8_t *)"b", 1) == CAIRN_NOT_FOUND, "keyspace contains");
+
+  /* Write skew: each reads x and y and zeroes one; exactly one commits. */
+  OK(cairn_put(db, (const uint8_t *)"x", 1, (const uint8_t *)"1", 1));
+  OK(cairn_put(db, (const uint8_t *)"y", 1, (const uint8_t *)"1", 1));
+  cairn_txn *t[2];
+  for (int i = 0; i < 2; i++) {
+    OK(cairn_txn_begin(db, &t[i]));
+    OK(cairn_txn_contains(t[i], (const uint8_t *)"x", 1));
+    OK(cairn_txn_contains(t[i], (const uint8_t *)"y", 1));
+    OK(cairn_txn_put(t[i], (const uint8_t *)(i ? "y" : "x"), 1, (const uint8_t *)"0", 1));
+  }
+  cairn_status s0 = cairn_txn_commit(t[0]), s1 = cairn_txn_commit(t[1]);
+  CHECK(s0 == CAIRN_OK && s1 == CAIRN_CONFLICT, "write skew: %s %s", cairn_status_name(s0),
+        cairn_status_name(s1));
+  CHECK(strstr(cairn_last_error(), "onflict") != NULL, "conflict message");
+  CHECK(cairn_txn_commit(t[0]) == CAIRN_CLOSED, "commit twice");
+  for (int i = 0; i < 2; i++) cairn_txn_free(t[i]);
+
+  /* A transaction in keyspace 7: its scan shows its writes over its snapshot; a rollback
+   * writes nothing; put_new of a present key fails the commit. */
+  cairn_txn *tx = NULL;
+  OK(cairn_txn_begin(ks, &tx));
+  OK(cairn_txn_put(tx, (const uint8_t *)"b", 1, (const uint8_t *)"8", 1));
+  OK(cairn_txn_delete(tx, (const uint8_t *)"a", 1));
+  cairn_iter *it = NULL;
+  OK(cairn_txn_iter_range(tx, NULL, 0, NULL, 0, 1, &it));
+  const uint8_t *k, *v;
+  size_t kl, vl;
+  OK(cairn_iter_next(it, &k, &kl, &v, &vl));
+  CHECK(kl == 1 && k[0] == 'b' && vl == 1 && v[0] == '8', "txn scan");
+  CHECK(cairn_iter_next(it, &k, &kl, &v, &vl) == CAIRN_END, "txn scan end");
+  cairn_iter_free(it);
+  OK(cairn_txn_rollback(tx));
+  CHECK(cairn_txn_get(tx, (const uint8_t *)"a", 1, buf, sizeof buf, &len) == CAIRN_CLOSED,
+        "rolled back");
+  cairn_txn_free(tx);
+  OK(cairn_contains(ks, (const uint8_t *)"a", 1));
+  OK(cairn_txn_begin(ks, &tx));
+  OK(cairn_txn_put_new(tx, (const uint8_t *)"a", 1, (const uint8_t *)"9", 1));
+  CHECK(cairn_txn_commit(tx) == CAIRN_KEY_EXISTS, "put_new in a transaction");
+  cairn_txn_free(tx);
+  cairn_txn_free(NULL);
+
+  /* A snapshot of keyspace 7 keeps seeing "a" after it is deleted. */
+  cairn_snapshot *sn = NULL;
+  OK(cairn_snapshot_new(ks, &sn));
+  CHECK(cairn_snapshot_seq(sn) > 0, "snapshot seq");
+  OK(cairn_delete(ks, (const uint8_t *)"a", 1));
+  OK(cairn_snapshot_get(sn, (const uint8_t *)"a", 1, buf, sizeof buf, &len));
+  CHECK(cairn_get(ks, (const uint8_t *)"a", 1, buf, sizeof buf, &len) == CAIRN_NOT_FOUND, "gone");
+  OK(cairn_snapshot_iter_range(sn, (const uint8_t *)"a", 1, (const uint8_t *)"b", 1, 0, &it));
+  cairn_snapshot_free(sn); /* the iterator keeps it */
+  OK(cairn_iter_next(it, &k, &kl, &v, &vl));
+  CHECK(kl == 1 && k[0] == 'a' && v[0] == '7', "iterator outlives its snapshot");
+  cairn_iter_free(it);
+
+  /* Stats as JSON. */
+  char *json = NULL;
+  OK(cairn_stats_json(ks, &json));
+  CHECK(json[0] == '{' && strstr(json, "\"keyspaces\"") != NULL, "stats: %.80s", json);
+  cairn_free(json);
+
+  /* The file store: a whole file, a streamed one read back with seeks, content keys. */
+  static unsigned char big[300000], back[300000];
+  for (size_t i = 0; i < sizeof big; i++) big[i] = (unsigned char)(i * 7 + i / 1000);
+  OK(cairn_files_put(db, (const uint8_t *)"f/small", 7, (const uint8_t *)"hello", 5));
+  unsigned char *data = NULL;
+  OK(cairn_files_read(db, (const uint8_t *)"f/small", 7, &data, &len));
+  CHECK(len == 5 && !memcmp(data, "hello", 5), "file read");
+  cairn_free(data);
+  cairn_file_writer *w = NULL;
+  OK(cairn_file_create(db, (const uint8_t *)"f/big", 5, &w));
+  for (size_t off = 0; off < sizeof big; off += 70000) {
+    size_t n = sizeof big - off < 70000 ? sizeof big - off : 70000;
+    OK(cairn_file_write(w, big + off, n));
+  }
+  CHECK(cairn_files_read(db, (const uint8_t *)"f/big", 5, &data, &len) == CAIRN_NOT_FOUND,
+        "not visible before commit");
+  OK(cairn_file_commit(w));
+  OK(cairn_file_create(db, (const uint8_t *)"f/big", 5, &w));
+  OK(cairn_file_write(w, (const uint8_t *)"junk", 4));
+  cairn_file_abort(w); /* the committed version stays */
+  cairn_file_reader *r = NULL;
+  OK(cairn_file_open(db, (const uint8_t *)"f/big", 5, &r));
+  CHECK(cairn_file_reader_size(r) == sizeof big, "file size");
+  size_t got = 0, n = 0;
+  do {
+    OK(cairn_file_reader_read(r, back + got, 50001, &n));
+    got += n;
+  } while (n > 0 && got < sizeof big);
+  CHECK(got == sizeof big && !memcmp(back, big, got), "streamed file read back");
+  OK(cairn_file_reader_seek(r, 123456));
+  OK(cairn_file_reader_read(r, back, 10, &n));
+  CHECK(n == 10 && !memcmp(back, big + 123456, 10), "read after seek");
+  OK(cairn_file_reader_seek(r, sizeof big));
+  OK(cairn_file_reader_read(r, back, 10, &n));
+  CHECK(n == 0, "read at the end");
+  OK(cairn_files_remove(db, (const uint8_t *)"f/big", 5));
+  OK(cairn_file_reader_read(r, back, 0, &n)); /* the open version is still readable */
+  OK(cairn_file_reader_seek(r, 0));
+  OK(cairn_file_reader_read(r, back, 10, &n));
+  CHECK(n == 10 && !memcmp(back, big, 10), "reader keeps its version");
+  cairn_file_reader_free(r);
+  CHECK(cairn_files_remove(db, (const uint8_t *)"f/big", 5) == CAIRN_NOT_FOUND, "removed");
+  CHECK(cairn_file_open(db, (const uint8_t *)"f/big", 5, &r) == CAIRN_NOT_FOUND, "open gone");
+  char *key1 = NULL, *key2 = NULL;
+  OK(cairn_files_put_content(db, big, 1000, &key1));
+  OK(cairn_files_put_content(db, big, 1000, &key2));
+  CHECK(strlen(key1) == 64 && !strcmp(key1, key2), "content key %s", key1);
+  OK(cairn_files_read(db, (const uint8_t *)key1, strlen(key1), &data, &len));
+  CHECK(len == 1000 && !memcmp(data, big, 1000), "content read");
+  cairn_free(data);
+  cairn_free(key1);
+  cairn_free(key2);
+  OK(cairn_files_stats_json(db, &json));
+  CHECK(strstr(json, "\"files\":2") != NULL, "file stats: %s", json);
+  cairn_free(json);
+
+  OK(cairn_close(ks)); /* a keyspace handle: the store stays open */
+  OK(cairn_get(db, (const uint8_t *)"a", 1, buf, sizeof buf, &len));
+  OK(cairn_close(db));
+}
+
 int main(int argc, char **argv) {
   if (argc != 4) {
     fprintf(stderr, "usage: %s DIR SEED STEPS\n", argv[0]);
     return 2;
   }
-  char a[4096], b[4096];
+  char a[4096], b[4096], c[4096];
   snprintf(a, sizeof a, "%s/model", argv[1]);
   snprintf(b, sizeof b, "%s/errors", argv[1]);
+  snprintf(c, sizeof c, "%s/more", argv[1]);
   rng = strtoull(argv[2], NULL, 10) * 2654435761u + 1;
   printf("cairn %s, seed %s\n", cairn_version(), argv[2]);
   model_test(a, atoi(argv[3]));
   errors_and_threads(b);
+  keyspaces_txns_files(c);
   printf("%d passed, 0 failed\n", checks);
   return 0;
 }

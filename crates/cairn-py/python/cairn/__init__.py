@@ -21,6 +21,7 @@ from ._cairn import (
     MAX_KEY_LEN,
     MAX_VALUE_LEN,
     Closed,
+    Conflict,
     Corruption,
     Error,
     FormatError,
@@ -32,16 +33,19 @@ from ._cairn import (
     KeyTooLarge,
     Locked,
     ReadOnly,
+    Snapshot,
     StorageFull,
+    Transaction,
     ValueTooLarge,
     WriteBatch,
     __version__,
 )
 
 __all__ = [
-    "Db", "Keyspace", "WriteBatch", "Iter", "FileStore", "FileWriter", "FileReader",
+    "Db", "Keyspace", "Snapshot", "Transaction", "WriteBatch", "Iter",
+    "FileStore", "FileWriter", "FileReader",
     "Error", "KeyTooLarge", "ValueTooLarge", "StorageFull", "Locked", "Corruption",
-    "FormatError", "KeyExists", "InvalidArgument", "ReadOnly", "Closed", "IoError",
+    "FormatError", "KeyExists", "InvalidArgument", "ReadOnly", "Closed", "Conflict", "IoError",
     "MAX_KEY_LEN", "MAX_VALUE_LEN", "__version__",
 ]
 
@@ -196,7 +200,9 @@ class Db(_cairn.Db):
     Options (keywords): shards, segment_size, sync ('never', 'always' or an interval in
     seconds), max_size, background_compaction, compaction_threshold, read_only.
     Keyspace 0 is the Db's own: `get`, `put`, `put_new`, `delete`, `write`, `range`,
-    `prefix`, iteration of (key, value) pairs, and the mapping operators."""
+    `prefix`, iteration of (key, value) pairs, and the mapping operators; `snapshot()`
+    (the store as it is now, read while writes go on), `transaction()` (optimistic,
+    committed only if nothing it read changed: else `Conflict`) and `transact(fn)`."""
 
     @property
     def files(self) -> FileStore:  # type: ignore[override]
