@@ -172,7 +172,7 @@ fn run_cell(
         let (ca, cert, key) = cluster.status_tls();
         let prober = Prober::new(&cluster.cfg, (&ca, &cert, &key), Duration::from_secs(1))?;
         for (g, l) in leaders.iter_mut() {
-            l.1 = prober.wait_leader(*g, LEADER_LIMIT)?.0;
+            *l = prober.wait_leader(*g, LEADER_LIMIT)?.0;
         }
     }
     let client = Client::with_config(cluster.cfg.clone(), ClientOptions::default())?;
