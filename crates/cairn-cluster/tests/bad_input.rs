@@ -575,7 +575,12 @@ fn a_create_sent_again_is_opened_once() {
     };
     let mut ino = 0;
     for _ in 0..2 {
-        let b = raw_call(&c.cfg, home, "/cairn.cluster.v1.Meta/Make", req.encode_to_vec());
+        let b = raw_call(
+            &c.cfg,
+            home,
+            "/cairn.cluster.v1.Meta/Make",
+            req.encode_to_vec(),
+        );
         let rep = proto::EntryReply::decode(b.unwrap().as_slice()).unwrap();
         assert!(rep.status.is_none() && rep.opened, "{rep:?}");
         assert!(ino == 0 || ino == rep.ino, "{rep:?}");

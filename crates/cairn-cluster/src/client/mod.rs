@@ -107,11 +107,6 @@ const MAX_REDIRECTS: usize = 32;
 const IO_CHUNK: usize = 4 << 20;
 /// Entries asked for per listing call.
 const READDIR_PAGE: usize = 1024;
-/// Threads of a client's runtime (its connections' I/O, TLS, HTTP/2). One, as a
-/// server's: a request and its reply then never cross between the runtime's threads
-/// (with two, each request of a mount's lone caller woke both, the one waiting in
-/// epoll and the one parked, as a profile of a stat showed).
-const RUNTIME_THREADS: usize = 1;
 /// Directories whose bitmaps are cached (the cache is emptied beyond).
 const BITMAP_CACHE: usize = 100_000;
 
@@ -166,7 +161,7 @@ impl Client {
     /// servers that are down are connected to later, when needed.
     pub fn with_config(cfg: ClusterConfig, opts: ClientOptions) -> Result<Client, ClientError> {
         let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(RUNTIME_THREADS)
+            .worker_threads(2)
             .enable_all()
             .thread_name("cairn-client")
             .build()
