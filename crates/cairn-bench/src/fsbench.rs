@@ -28,9 +28,12 @@ directory and unlink every file. Targets (--targets): lib (cairn::fs in this pro
 fuse (cairn mounted by a child `cairn mount` as a user starts it: FUSE over io_uring
 where the kernel offers it), fuse-classic (the same through /dev/fuse reads), null (a
 null FUSE server: cairn's FUSE layer answering every request at once, storing nothing,
-the floor of any FUSE file system; creates, stats and unlinks only); bindfs (a fresh
+the floor of any FUSE file system; creates, stats and unlinks only); cluster (three
+`cairn serve` on loopback with their defaults, TLS and --sync always, mounted by a child
+`cairn mount --cluster`; the requests the mount sent to the servers per operation are
+reported too); bindfs (a fresh
 ext4 image reached through `bindfs`, a FUSE passthrough people use; skipped where bindfs
-or the image is missing); the first three are skipped with a message where FUSE is
+or the image is missing); fuse, fuse-classic, null and cluster are skipped with a message where FUSE is
 unavailable (no usable /dev/fuse, no privilege to mount, the mount refused with EPERM/EACCES; any other failure of the mount fails the
 run); plain, xfs, btrfs (fresh loop-mounted ext4, XFS and btrfs images made in --dir
 with default options, as root; where that can't be done plain is a directory under
@@ -62,6 +65,7 @@ line per target, log scale), create-rate-by-files.png (against files created), a
 about an hour and 25 GB of free memory for the kernel's caches of the fuse and kernel
 targets (which the kernel shrinks when it needs to).";
 
+mod cluster;
 mod memory;
 mod mount;
 mod null;
@@ -92,9 +96,10 @@ pub struct FsBenchArgs {
     /// Targets, comma-separated: lib, fuse (the mount as `cairn mount` starts it: FUSE
     /// over io_uring where the kernel offers it), fuse-classic (the mount through
     /// /dev/fuse reads, `--transport classic`), null (the null FUSE server: cairn's FUSE
-    /// layer answering every request at once, the floor), bindfs (a fresh ext4 image
-    /// through bindfs, a FUSE passthrough), plain (ext4), xfs, btrfs (fresh
-    /// loop-mounted images; see --plain-fs)
+    /// layer answering every request at once, the floor), cluster (three `cairn serve`
+    /// with their defaults on loopback, mounted with `cairn mount --cluster`), bindfs
+    /// (a fresh ext4 image through bindfs, a FUSE passthrough), plain (ext4), xfs,
+    /// btrfs (fresh loop-mounted images; see --plain-fs)
     #[arg(long, value_delimiter = ',', default_value = "lib,fuse,plain")]
     targets: Vec<String>,
     /// Rate samples over the create phase
@@ -239,6 +244,10 @@ struct TargetRun {
     /// fuse: FUSE requests per file by phase and kind (`create` → `LOOKUP` → 1.0).
     #[serde(skip_serializing_if = "Option::is_none")]
     fuse_requests: Option<BTreeMap<String, BTreeMap<String, f64>>>,
+    /// cluster: the requests the mount sent to the servers per file, by phase and
+    /// kind (`create` → `MAKE` → 1.0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sent_requests: Option<BTreeMap<String, BTreeMap<String, f64>>>,
     /// fuse: how the requests travelled: `io_uring` when the mount served most of
     /// them through its rings, else `/dev/fuse`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -349,14 +358,16 @@ fn run_one(
     unsafe { libc::sync() };
     match target {
         "lib" => run_lib(work, phases, data, open_with),
-        "fuse" | "fuse-classic" | "null" => run_fuse(target, work, phases, data, extras),
+        "fuse" | "fuse-classic" | "null" | "cluster" => {
+            run_fuse(target, work, phases, data, extras)
+        }
         "plain" | "xfs" | "btrfs" | "bindfs" => run_kernel(target, work, phases, data, extras),
         other => bail!("unknown target {other:?} ({TARGETS})"),
     }
 }
 
 /// The names of the targets.
-const TARGETS: &str = "lib, fuse, fuse-classic, null, plain, xfs, btrfs, bindfs";
+const TARGETS: &str = "lib, fuse, fuse-classic, null, cluster, plain, xfs, btrfs, bindfs";
 
 /// The `lib` target: `cairn::fs` in this process, on a store in `work`.
 fn run_lib(work: &Path, phases: &Phases, data: &Data, open_with: OpenWith) -> Result<TargetResult> {
@@ -398,10 +409,16 @@ fn run_fuse(
         extras.skip(target, format!("FUSE is unavailable here: {why}"));
         return Ok((None, Vec::new()));
     }
-    let started = if target == "null" {
-        ChildMount::start_null(&mp, &stats)
-    } else {
-        ChildMount::start(&work.join("store"), &mp, &stats, transport)
+    // The cluster target's servers outlive its mount (dropped after it).
+    let mut servers = None;
+    let started = match target {
+        "null" => ChildMount::start_null(&mp, &stats),
+        "cluster" => cluster::start(work).and_then(|c| {
+            let m = ChildMount::start_cluster(&c.file, &mp, &stats);
+            servers = Some(c);
+            m
+        }),
+        _ => ChildMount::start(&work.join("store"), &mp, &stats, transport),
     };
     let m = match started {
         // Only a refusal for lack of privilege means FUSE can't be used here; any other
@@ -438,7 +455,7 @@ fn run_fuse(
         });
     let t = fsdata::DataTarget::Posix {
         dir: mp.clone(),
-        store: Some(work.join("store")),
+        store: servers.is_none().then(|| work.join("store")),
     };
     let d = r.and_then(|r| {
         let runs = if target == "null" {
@@ -450,6 +467,7 @@ fn run_fuse(
     });
     let via = s.read();
     drop(m);
+    drop(servers);
     let (mut r, data_runs) = d?;
     if let (Some(r), Some(c)) = (r.as_mut(), via) {
         let get = |k: &str| c.get(&format!("{}{k}", cairn_fuse::TRANSPORT_PREFIX));
@@ -910,6 +928,7 @@ mod tests {
             list_secs: 1.0,
             unlink_secs: 1.0,
             fuse_requests: None,
+            sent_requests: None,
             transport: None,
             memory_after_create: None,
             index_bytes_per_file: None,

@@ -329,3 +329,50 @@ fn fs_bench_null_and_bindfs_targets() {
         "{shared:?}"
     );
 }
+
+/// The cluster target: three `cairn serve` and `cairn mount --cluster`, and the requests
+/// the mount sent to the servers per operation. A create is the kernel's LOOKUP of the
+/// new name and its CREATE, which goes as one `MAKE` that opens the file too (no
+/// `OPEN`), then the RELEASE at close; an unlink is one `REMOVE`.
+#[test]
+fn fs_bench_cluster_counts_requests() {
+    if cairn_fuse::unavailable().is_some() {
+        common::skip("fs-bench's cluster target: FUSE is unavailable here");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (stdout, all) = fs_bench(
+        tmp.path(),
+        &["--files", "300", "--intervals", "2", "--targets", "cluster"],
+    );
+    let runs = all["metadata"].as_array().unwrap();
+    let Some(r) = runs.iter().find(|r| r["target"] == "cluster") else {
+        assert!(stdout.contains("cluster: skipped"), "{stdout}");
+        common::skip("fs-bench's cluster target: the mount was refused here");
+        return;
+    };
+    assert_eq!(r["files"], 300, "{r}");
+    for f in ["create_rate", "stat_rate", "unlink_rate"] {
+        assert!(r[f].as_f64().unwrap() > 0.0, "{f} of {r}");
+    }
+    let sent = &r["sent_requests"];
+    let per = |phase: &str, kind: &str| sent[phase][kind].as_f64().unwrap_or(0.0);
+    // (A stray retry may add a little; a second request per file may not.)
+    let near = |v: f64, want: f64| (want..want + 0.05).contains(&v);
+    assert!(near(per("create", "MAKE"), 1.0), "{sent}");
+    assert!(near(per("create", "LOOKUP"), 1.0), "{sent}");
+    assert!(near(per("create", "RELEASE"), 1.0), "{sent}");
+    assert_eq!(per("create", "OPEN"), 0.0, "{sent}");
+    assert!(near(per("unlink", "REMOVE"), 1.0), "{sent}");
+    let total: f64 = sent["create"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_f64().unwrap())
+        .sum();
+    assert!(near(total, 3.0), "{sent}");
+    assert!(
+        stdout.contains("cluster: server requests per file, create: 3."),
+        "{stdout}"
+    );
+}

@@ -555,6 +555,45 @@ fn clients_survive_restarts() {
     c.shutdown();
 }
 
+/// A create that opens (`MakeReq.open`) sent twice with one token, as after a lost
+/// reply: both answered as made and open, the file opened once, so that one release of
+/// it unlinked frees it.
+#[test]
+fn a_create_sent_again_is_opened_once() {
+    let c = Cluster::start(2, 8192);
+    let fs = c.client();
+    let home = c.cfg.servers()[cairn_cluster::giga::home_of(ROOT) as usize].addr;
+    let req = proto::MakeReq {
+        h: header(&c),
+        dir: ROOT,
+        name: b"f".to_vec(),
+        mode: libc::S_IFREG | 0o644,
+        token: 77,
+        open: true,
+        open_flags: libc::O_RDWR,
+        ..Default::default()
+    };
+    let mut ino = 0;
+    for _ in 0..2 {
+        let b = raw_call(
+            &c.cfg,
+            home,
+            "/cairn.cluster.v1.Meta/Make",
+            req.encode_to_vec(),
+        );
+        let rep = proto::EntryReply::decode(b.unwrap().as_slice()).unwrap();
+        assert!(rep.status.is_none() && rep.opened, "{rep:?}");
+        assert!(ino == 0 || ino == rep.ino, "{rep:?}");
+        ino = rep.ino;
+    }
+    fs.unlink(&R, ROOT, b"f").unwrap();
+    assert_eq!(fs.getattr(ino).unwrap().nlink, 0);
+    fs.release(&R, ino).unwrap();
+    assert_eq!(fs.getattr(ino).unwrap_err().0, libc::ENOENT);
+    c.check();
+    c.shutdown();
+}
+
 /// `MakeBatch` from a raw client: more items than allowed is refused whole; bad items
 /// (an over-long name, a directory, a name that exists, a missing directory) get their
 /// own errors while the good ones in the same batch are made; an item with another

@@ -476,6 +476,49 @@ fn unlink_rmdir_link() {
     assert_consistent(fs);
 }
 
+/// The requests a client sent so far, by kind.
+fn sent(fs: &dyn FileSystem) -> std::collections::BTreeMap<&'static str, u64> {
+    fs.requests_sent().into_iter().collect()
+}
+
+/// A create that opens (the mount's CREATE) is one request, and the file it returns is
+/// open in its creator's name: opened as `open(2)` with `O_CREAT` opens it (a mode
+/// without write permission does not stop it), unlinked it lives until that release.
+#[test]
+fn create_open_is_one_request() {
+    let (_d, fs) = fresh();
+    let fs = &fs;
+    let d = fs.mkdir(&R, ROOT, b"d", 0o777).unwrap();
+    let before = sent(&**fs);
+    let f = fs
+        .create_open(&ALICE, d.ino, b"ro", 0o444, libc::O_RDWR)
+        .unwrap();
+    let after = sent(&**fs);
+    let grew: Vec<_> = after
+        .iter()
+        .filter(|(k, v)| before[*k] != **v)
+        .map(|(k, v)| (*k, v - before[*k]))
+        .collect();
+    assert_eq!(grew, vec![("MAKE", 1)]);
+    assert_eq!((f.mode & 0o7777, f.uid), (0o444, ALICE.uid));
+    // Any other open is checked against the mode.
+    assert_eq!(e(fs.open_file(&ALICE, f.ino, libc::O_RDWR)), libc::EACCES);
+    assert_eq!(fs.write(&ALICE, f.ino, 0, b"abc").unwrap(), 3);
+    fs.unlink(&ALICE, d.ino, b"ro").unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().nlink, 0);
+    assert_eq!(fs.read(&ALICE, f.ino, 0, 3).unwrap(), b"abc".to_vec());
+    fs.release(&ALICE, f.ino).unwrap();
+    assert_eq!(e(fs.getattr(f.ino)), libc::ENOENT);
+    // A name taken, a directory without write permission: as create.
+    fs.create(&R, d.ino, b"taken", 0o644).unwrap();
+    let taken = fs.create_open(&ALICE, d.ino, b"taken", 0o644, libc::O_RDWR);
+    assert_eq!(e(taken), libc::EEXIST);
+    let closed = fs.mkdir(&R, ROOT, b"closed", 0o755).unwrap();
+    let denied = fs.create_open(&ALICE, closed.ino, b"x", 0o644, libc::O_RDWR);
+    assert_eq!(e(denied), libc::EACCES);
+    assert_consistent(fs);
+}
+
 #[test]
 fn symlinks() {
     let (_d, fs) = fresh();

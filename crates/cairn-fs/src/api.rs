@@ -79,6 +79,22 @@ pub trait FileSystem: Send + Sync {
     /// owner may open it so; anyone else is checked as by [`FileSystem::open_file`].
     fn open_created(&self, cred: &Cred, ino: u64, flags: i32) -> FsResult<Attr>;
 
+    /// Creates file `name` in `parent` and opens it as `open(2)` with `O_CREAT` does
+    /// ([`FileSystem::create`], then [`FileSystem::open_created`] with `flags`): the
+    /// attributes after the open. A file system that can do both in one step (a
+    /// cluster's client, in one request) overrides it.
+    fn create_open(
+        &self,
+        cred: &Cred,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        flags: i32,
+    ) -> FsResult<Attr> {
+        let a = self.create(cred, parent, name, mode)?;
+        self.open_created(cred, a.ino, flags)
+    }
+
     /// Closes one open of `ino` that `cred` made.
     fn release(&self, cred: &Cred, ino: u64) -> FsResult<()>;
 
@@ -139,6 +155,13 @@ pub trait FileSystem: Send + Sync {
 
     /// Whether the file system checks permissions itself (else the kernel does).
     fn set_permission_checks(&self, on: bool);
+
+    /// The requests this file system has sent to others to serve the calls so far, by
+    /// kind (a cluster's client: its requests to the servers, such as `("LOOKUP", 12)`);
+    /// empty for one that serves its calls itself, as [`Fs`] does.
+    fn requests_sent(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 
     /// Closes the file system, writing what it deferred, and returns the first error
     /// (a drop can only log it).

@@ -293,12 +293,9 @@ impl CairnFuse {
 
     fn create(&self, h: &InHeader, name: &[u8], mode: u32, flags: u32) -> Reply {
         let c = self.cred(h);
+        let flags = self.open_flags(flags) & !libc::O_TRUNC;
         self.fs
-            .create(&c, h.nodeid, name, mode)
-            .and_then(|a| {
-                self.fs
-                    .open_created(&c, a.ino, self.open_flags(flags) & !libc::O_TRUNC)
-            })
+            .create_open(&c, h.nodeid, name, mode, flags)
             .map(|a| reply::create(fattr(&a), &self.times, self.opened(c)))
             .map_err(|e| e.0)
     }

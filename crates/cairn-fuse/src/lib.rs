@@ -90,7 +90,7 @@ use cairn_fs::{FileSystem, Fs};
 
 use crate::filesystem::{CairnFuse, SharedFs};
 pub use crate::session::URING_SWITCH;
-pub use crate::stats::{parse_counts, STATS_ENV, TRANSPORT_PREFIX};
+pub use crate::stats::{parse_counts, SENT_PREFIX, STATS_ENV, TRANSPORT_PREFIX};
 
 /// How long the kernel keeps entries and attributes of a local store's mount ([`mount`]):
 /// a day, since every change passes through this mount.
@@ -308,8 +308,8 @@ fn mount_boxed(
     let fs_checks =
         !opts.allow_other && !opts.kernel_permissions && unsafe { libc::geteuid() } == 0;
     fs.set_permission_checks(fs_checks);
-    let stats = stats::start_stats()?;
     let fs: SharedFs = std::sync::Arc::new(fs);
+    let stats = stats::start_stats(std::sync::Arc::downgrade(&fs))?;
     let fuse = std::sync::Arc::new(CairnFuse::new(
         fs.clone(),
         opts.timeouts(shared),
@@ -389,6 +389,7 @@ impl Mount {
             log::set_max_level(log::LevelFilter::Off);
         }
         drop(session); // unmounts if still mounted
+        let sent = fs.requests_sent();
         let closed = match std::sync::Arc::try_unwrap(fs) {
             // What the file system deferred written, the store closed: errors reported.
             Ok(fs) => fs
@@ -402,7 +403,7 @@ impl Mount {
         served?;
         closed?;
         if let Some(p) = stats {
-            stats::write_counts(&p).with_context(|| format!("writing {}", p.display()))?;
+            stats::write_counts(&p, &sent).with_context(|| format!("writing {}", p.display()))?;
         }
         Ok(())
     }

@@ -1,14 +1,18 @@
 //! Request counts by kind, for `CAIRN_FUSE_STATS` ([`STATS_ENV`]): with
 //! `CAIRN_FUSE_STATS=FILE` in its environment a mount counts the requests it serves by
 //! kind and writes them to FILE (`KIND COUNT` lines, see [`parse_counts`]) at SIGUSR1 and
-//! at unmount; `cairn fs-bench` uses it to report requests per operation.
+//! at unmount; `cairn fs-bench` uses it to report requests per operation. The requests
+//! the file system sent on to others to serve them (a cluster's client: its requests to
+//! the servers, [`cairn_fs::FileSystem::requests_sent`]) follow, prefixed [`SENT_PREFIX`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Weak;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use cairn_fs::FileSystem;
 
 /// The environment variable that names the file a mount writes its request counts to.
 pub const STATS_ENV: &str = "CAIRN_FUSE_STATS";
@@ -97,6 +101,10 @@ static VIA: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
 /// (`VIA_URING`, `VIA_DEV`).
 pub const TRANSPORT_PREFIX: &str = "VIA_";
 
+/// The prefix of the lines that count the requests the file system sent on, by kind
+/// (`SENT_LOOKUP`: a cluster's client's `Lookup` requests to its servers).
+pub const SENT_PREFIX: &str = "SENT_";
+
 /// Counts one request served through io_uring (`uring`) or a `/dev/fuse` read.
 pub(crate) fn count_via(uring: bool) {
     VIA[usize::from(uring)].fetch_add(1, Ordering::Relaxed);
@@ -107,9 +115,9 @@ pub(crate) fn count(op: Op) {
     COUNTS[op as usize].fetch_add(1, Ordering::Relaxed);
 }
 
-/// Writes the request counts to `path` (through a temporary file and a rename, so a
-/// reader never sees half of them).
-pub(crate) fn write_counts(path: &Path) -> std::io::Result<()> {
+/// Writes the request counts to `path`, and those the file system sent on (`sent`),
+/// through a temporary file and a rename, so a reader never sees half of them.
+pub(crate) fn write_counts(path: &Path, sent: &[(&str, u64)]) -> std::io::Result<()> {
     let mut text = String::new();
     for (name, c) in OP_NAMES.iter().zip(&COUNTS) {
         text.push_str(&format!("{name} {}\n", c.load(Ordering::Relaxed)));
@@ -117,6 +125,9 @@ pub(crate) fn write_counts(path: &Path) -> std::io::Result<()> {
     for (name, c) in ["DEV", "URING"].iter().zip(&VIA) {
         let n = c.load(Ordering::Relaxed);
         text.push_str(&format!("{TRANSPORT_PREFIX}{name} {n}\n"));
+    }
+    for (name, n) in sent {
+        text.push_str(&format!("{SENT_PREFIX}{name} {n}\n"));
     }
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
@@ -132,8 +143,9 @@ extern "C" fn on_sigusr1(_: libc::c_int) {
 }
 
 /// With `CAIRN_FUSE_STATS=FILE`: writes the request counts to FILE whenever the process
-/// gets SIGUSR1 (a thread checks every 5 ms); returns FILE, to be written at the end too.
-pub(crate) fn start_stats() -> Result<Option<PathBuf>> {
+/// gets SIGUSR1 (a thread checks every 5 ms), with the requests `fs` sent on while it
+/// lives; returns FILE, to be written at the end too.
+pub(crate) fn start_stats(fs: Weak<Box<dyn FileSystem>>) -> Result<Option<PathBuf>> {
     let Some(path) = std::env::var_os(STATS_ENV).map(PathBuf::from) else {
         return Ok(None);
     };
@@ -151,7 +163,8 @@ pub(crate) fn start_stats() -> Result<Option<PathBuf>> {
         .spawn(move || loop {
             std::thread::sleep(Duration::from_millis(5));
             if DUMP.swap(false, Ordering::Relaxed) {
-                if let Err(e) = write_counts(&p) {
+                let sent = fs.upgrade().map(|f| f.requests_sent()).unwrap_or_default();
+                if let Err(e) = write_counts(&p, &sent) {
                     eprintln!("cairn: writing {}: {e}", p.display());
                 }
             }
@@ -185,10 +198,11 @@ mod tests {
         let path = dir.join("counts");
         count(Op::Lookup);
         count(Op::Create);
-        write_counts(&path).unwrap();
+        write_counts(&path, &[("LOOKUP", 7)]).unwrap();
         let counts = parse_counts(&std::fs::read_to_string(&path).unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(counts.len(), OP_NAMES.len() + 2);
+        assert_eq!(counts.len(), OP_NAMES.len() + 3);
+        assert_eq!(counts["SENT_LOOKUP"], 7);
         assert!(counts["LOOKUP"] >= 1 && counts["CREATE"] >= 1);
         assert_eq!(
             parse_counts("LOOKUP 3\nbad\nGETATTR x\n"),

@@ -32,18 +32,25 @@ impl FuseStats {
     }
 }
 
-/// Requests per file between two counts (kinds that occurred only).
+/// Requests per file between two counts (kinds that occurred only): with `sent` false
+/// the FUSE requests the mount served, with `sent` true the requests it sent on to
+/// serve them (a cluster mount's to its servers), by kind without the prefix.
 pub(super) fn per_file(
     before: &BTreeMap<String, u64>,
     after: &BTreeMap<String, u64>,
     n: u64,
+    sent: bool,
 ) -> BTreeMap<String, f64> {
     after
         .iter()
-        .filter(|(k, _)| !k.starts_with(cairn_fuse::TRANSPORT_PREFIX))
         .filter_map(|(k, v)| {
+            let kind = match k.strip_prefix(cairn_fuse::SENT_PREFIX) {
+                Some(kind) if sent => kind,
+                None if !sent && !k.starts_with(cairn_fuse::TRANSPORT_PREFIX) => k,
+                _ => return None,
+            };
             let d = v.saturating_sub(before.get(k).copied().unwrap_or(0));
-            (d > 0).then(|| (k.clone(), d as f64 / n as f64))
+            (d > 0).then(|| (kind.to_string(), d as f64 / n as f64))
         })
         .collect()
 }
@@ -75,6 +82,20 @@ impl ChildMount {
             .arg(store)
             .arg(mp)
             .args(["--transport", transport]);
+        ChildMount::spawn(cmd, mp, stats)
+    }
+
+    /// Mounts the cluster of `cluster_file` on `mp` (`cairn mount --cluster`, its
+    /// defaults), the request counts going to `stats`.
+    pub(super) fn start_cluster(
+        cluster_file: &Path,
+        mp: &Path,
+        stats: &Path,
+    ) -> Result<ChildMount> {
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.args(["mount", "--foreground", "--cluster"])
+            .arg(cluster_file)
+            .arg(mp);
         ChildMount::spawn(cmd, mp, stats)
     }
 

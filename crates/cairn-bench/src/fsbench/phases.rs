@@ -131,6 +131,9 @@ pub(super) struct Phases {
     pub(super) phase_limit: Option<Duration>,
 }
 
+/// Phase → request → count per file.
+type PerPhase = BTreeMap<String, BTreeMap<String, f64>>;
+
 /// The FUSE requests of each phase, per file, from the mount's counts.
 struct Requests<'a> {
     stats: Option<&'a FuseStats>,
@@ -138,6 +141,8 @@ struct Requests<'a> {
     counts: Option<BTreeMap<String, u64>>,
     /// Phase → request → count per file.
     per_phase: BTreeMap<String, BTreeMap<String, f64>>,
+    /// The same for the requests the mount sent on (a cluster mount's).
+    sent_per_phase: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
 impl<'a> Requests<'a> {
@@ -146,6 +151,7 @@ impl<'a> Requests<'a> {
             stats,
             counts: stats.and_then(FuseStats::read),
             per_phase: BTreeMap::new(),
+            sent_per_phase: BTreeMap::new(),
         }
     }
 
@@ -154,15 +160,22 @@ impl<'a> Requests<'a> {
         if let (Some(s), Some(before)) = (self.stats, self.counts.as_ref()) {
             if let Some(after) = s.read() {
                 self.per_phase
-                    .insert(phase.to_string(), per_file(before, &after, k));
+                    .insert(phase.to_string(), per_file(before, &after, k, false));
+                self.sent_per_phase
+                    .insert(phase.to_string(), per_file(before, &after, k, true));
                 self.counts = Some(after);
             }
         }
     }
 
-    /// The requests per phase, for a FUSE target.
-    fn result(self) -> Option<BTreeMap<String, BTreeMap<String, f64>>> {
-        self.stats.map(|_| self.per_phase)
+    /// The FUSE requests per phase, for a FUSE target, and the requests sent on per
+    /// phase, for one that sent any.
+    fn result(self) -> (Option<PerPhase>, Option<PerPhase>) {
+        let sent = self.sent_per_phase.values().any(|k| !k.is_empty());
+        (
+            self.stats.map(|_| self.per_phase),
+            sent.then_some(self.sent_per_phase),
+        )
     }
 }
 
@@ -302,6 +315,7 @@ pub(super) fn run_target(
     })?;
     requests.phase_done("unlink", unlinks_done.max(1));
 
+    let (fuse_requests, sent_requests) = requests.result();
     Ok(TargetRun {
         target: label.to_string(),
         files: n,
@@ -319,7 +333,8 @@ pub(super) fn run_target(
         stat_secs: stat.as_secs_f64(),
         list_secs: list.as_secs_f64(),
         unlink_secs: unlink.as_secs_f64(),
-        fuse_requests: requests.result(),
+        fuse_requests,
+        sent_requests,
         transport: None,
         memory_after_create,
         index_bytes_per_file,

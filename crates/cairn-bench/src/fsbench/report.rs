@@ -41,24 +41,15 @@ pub(super) fn markdown(n: u64, runs: &[TargetRun], plain_fs: &str, allocator: &s
     }
     s.push_str(&format!("- allocator: {allocator}\n"));
     for r in runs {
-        if let Some(req) = &r.fuse_requests {
+        let sets = [("FUSE", &r.fuse_requests), ("server", &r.sent_requests)];
+        for (what, req) in sets {
+            let Some(req) = req else { continue };
             s.push('\n');
             for (phase, kinds) in req {
-                // (Kinds below 0.005 per file, such as the first FLUSH, left out.)
-                let k: Vec<String> = kinds
-                    .iter()
-                    .filter(|(_, v)| **v >= 0.005)
-                    .map(|(k, v)| format!("{k} {v:.2}"))
-                    .collect();
-                let total: f64 = kinds.values().fold(0.0, |a, b| a + b);
-                let detail = if k.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", k.join(", "))
-                };
                 s.push_str(&format!(
-                    "{} requests per file, {phase}: {total:.2}{detail}\n",
-                    r.target
+                    "{}: {what} requests per file, {phase}: {}\n",
+                    r.target,
+                    per_kind(kinds)
                 ));
             }
         }
@@ -77,6 +68,22 @@ pub(super) fn markdown(n: u64, runs: &[TargetRun], plain_fs: &str, allocator: &s
         ));
     }
     s
+}
+
+/// Requests per file of one phase: the total, then by kind (kinds below 0.005 per
+/// file, such as the first FLUSH, left out).
+fn per_kind(kinds: &std::collections::BTreeMap<String, f64>) -> String {
+    let k: Vec<String> = kinds
+        .iter()
+        .filter(|(_, v)| **v >= 0.005)
+        .map(|(k, v)| format!("{k} {v:.2}"))
+        .collect();
+    let total: f64 = kinds.values().fold(0.0, |a, b| a + b);
+    if k.is_empty() {
+        format!("{total:.2}")
+    } else {
+        format!("{total:.2} ({})", k.join(", "))
+    }
 }
 
 /// The report's lines for targets asked for and not run (`(target, why)`): a row that

@@ -29,12 +29,16 @@ use crate::batch::Batcher;
 use crate::config::ClusterConfig;
 use crate::convert::{cred_msg, msg_attr};
 use crate::error::ClientError;
-use crate::giga::{home_of, name_hash, rev, rev_range, server_of, Bitmap};
+use crate::giga::{name_hash, rev, rev_range, Bitmap};
 use crate::proto;
 use crate::stream::Streams;
 use crate::transport::{Dialer, Reach};
+use count::{Counts, Rpc};
+use make::What;
 
+mod count;
 pub(crate) mod group;
+mod make;
 mod route;
 
 /// How a client behaves.
@@ -120,6 +124,8 @@ struct Inner {
     batcher: Arc<Batcher>,
     /// Streams of creates, one per server (`crate::stream`).
     streams: Arc<Streams>,
+    /// Requests sent, by kind.
+    sent: Counts,
 }
 
 impl Drop for Inner {
@@ -181,6 +187,7 @@ impl Client {
                 checks: AtomicBool::new(true),
                 batcher,
                 streams,
+                sent: Counts::default(),
             }),
         };
         c.probe()?;
@@ -231,6 +238,7 @@ impl Client {
                 checks: AtomicBool::new(true),
                 batcher,
                 streams,
+                sent: Counts::default(),
             }),
         })
     }
@@ -310,25 +318,9 @@ impl Client {
         }
     }
 
-    /// OPEN of `ino` (`created`: by the caller's own create, see [`proto::OpenReq`]).
+    /// OPEN of `ino`, blocking (`created`: by the caller's own create).
     fn open_as(&self, cred: &Cred, ino: u64, flags: i32, created: bool) -> FsResult<Attr> {
-        let d = self.deadline();
-        let h = self.header(cred);
-        self.block_raw(async {
-            let rep = self
-                .at_home(ino, false, d, |mut c, t| {
-                    let mut r = tonic::Request::new(proto::OpenReq {
-                        h: h.clone(),
-                        ino,
-                        flags,
-                        created,
-                    });
-                    r.set_timeout(t);
-                    async move { c.open(r).await }
-                })
-                .await?;
-            rep.attr.as_ref().map(msg_attr).ok_or(Errno(libc::EIO))
-        })
+        self.block_raw(self.open_async(cred, ino, flags, created))
     }
 
     fn header(&self, cred: &Cred) -> Option<proto::Header> {
@@ -346,7 +338,7 @@ impl Client {
     async fn getattr_async(&self, ino: u64, deadline: Instant) -> FsResult<Attr> {
         let h = self.header(&Cred::ROOT);
         let rep = self
-            .at_home(ino, true, deadline, |mut c, t| {
+            .at_home(Rpc::GetAttr, ino, true, deadline, |mut c, t| {
                 let mut r = tonic::Request::new(proto::InoReq { h: h.clone(), ino });
                 r.set_timeout(t);
                 async move { c.get_attr(r).await }
@@ -367,122 +359,6 @@ impl Client {
             Some(a) => Ok(msg_attr(a)),
             None => self.getattr_async(rep.ino, deadline).await,
         }
-    }
-
-    fn make(
-        &self,
-        cred: &Cred,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        rdev: u32,
-        target: &[u8],
-    ) -> FsResult<Attr> {
-        self.block_raw(self.make_async(cred, parent, name, mode, rdev, target))
-    }
-
-    async fn make_async(
-        &self,
-        cred: &Cred,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        rdev: u32,
-        target: &[u8],
-    ) -> FsResult<Attr> {
-        let d = self.deadline();
-        let h = self.header(cred);
-        let (name, target) = (name.to_vec(), target.to_vec());
-        let hash = name_hash(&name);
-        // Everything but a mkdir may go on a stream or in a batch.
-        let how = if mode & libc::S_IFMT == libc::S_IFDIR {
-            Creates::Single
-        } else {
-            self.inner.opts.creates
-        };
-        let (home, n) = (home_of(parent), self.inner.cfg.len());
-        // With its token a create is safe to send again (a server answers a copy of
-        // one it made as made): after its reply was lost, it goes to another replica.
-        let token = group::request_token();
-        let rep = self
-            .named(parent, hash, true, d, |mut c, t, i| {
-                let req = proto::MakeReq {
-                    token,
-                    h: h.clone(),
-                    dir: parent,
-                    name: name.clone(),
-                    mode,
-                    rdev,
-                    target: target.clone(),
-                };
-                let (b, st) = (self.inner.batcher.clone(), self.inner.streams.clone());
-                let s = server_of(home, i, n);
-                async move {
-                    match how {
-                        // A server without streams answers "busy" once: the retry comes
-                        // back here and goes as a batch.
-                        Creates::Stream if st.supported(s) => st.make(s, &c, req, t).await,
-                        Creates::Stream | Creates::Batch => b.make(s, c, req, t).await,
-                        Creates::Single => {
-                            let mut r = tonic::Request::new(req);
-                            r.set_timeout(t);
-                            c.make(r).await
-                        }
-                    }
-                }
-            })
-            .await?;
-        self.entry_attr(rep, d).await
-    }
-
-    /// [`FileSystem::create`] from inside a tokio runtime (a client made by
-    /// [`Client::in_runtime`]).
-    pub async fn create_async(
-        &self,
-        cred: &Cred,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-    ) -> FsResult<Attr> {
-        self.make_async(cred, parent, name, libc::S_IFREG | (mode & 0o7777), 0, &[])
-            .await
-    }
-
-    /// [`FileSystem::mkdir`] from inside a tokio runtime (a client made by
-    /// [`Client::in_runtime`]).
-    pub async fn mkdir_async(
-        &self,
-        cred: &Cred,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-    ) -> FsResult<Attr> {
-        self.make_async(cred, parent, name, libc::S_IFDIR | (mode & 0o7777), 0, &[])
-            .await
-    }
-
-    fn remove(&self, cred: &Cred, parent: u64, name: &[u8], rmdir: bool) -> FsResult<()> {
-        let d = self.deadline();
-        let h = self.header(cred);
-        let name = name.to_vec();
-        let hash = name_hash(&name);
-        // Safe to send again with its token (see `group::request_token`).
-        let token = group::request_token();
-        self.block_raw(async {
-            self.named(parent, hash, true, d, |mut c, t, _| {
-                let mut r = tonic::Request::new(proto::RemoveReq {
-                    h: h.clone(),
-                    dir: parent,
-                    name: name.clone(),
-                    rmdir,
-                    token,
-                });
-                r.set_timeout(t);
-                async move { c.remove(r).await }
-            })
-            .await
-            .map(drop)
-        })
     }
 
     fn xattr_call(
@@ -506,7 +382,7 @@ impl Client {
         self.block_raw(async {
             match op {
                 0 => self
-                    .at_home(ino, true, d, |mut c, t| {
+                    .at_home(Rpc::GetXattr, ino, true, d, |mut c, t| {
                         let mut r = tonic::Request::new(req.clone());
                         r.set_timeout(t);
                         async move { c.get_xattr(r).await }
@@ -514,7 +390,7 @@ impl Client {
                     .await
                     .map(|r| r.data),
                 1 => self
-                    .at_home(ino, true, d, |mut c, t| {
+                    .at_home(Rpc::SetXattr, ino, true, d, |mut c, t| {
                         let mut r = tonic::Request::new(req.clone());
                         r.set_timeout(t);
                         async move { c.set_xattr(r).await }
@@ -522,7 +398,7 @@ impl Client {
                     .await
                     .map(|_| Vec::new()),
                 _ => self
-                    .at_home(ino, false, d, |mut c, t| {
+                    .at_home(Rpc::RemoveXattr, ino, false, d, |mut c, t| {
                         let mut r = tonic::Request::new(req.clone());
                         r.set_timeout(t);
                         async move { c.remove_xattr(r).await }
@@ -542,7 +418,7 @@ impl Client {
             let mut futs = Vec::new();
             for s in 0..n {
                 let h = h.clone();
-                futs.push(self.call(s, true, d, move |mut c, t| {
+                futs.push(self.call(Rpc::Fsync, s, true, d, move |mut c, t| {
                     let mut r = tonic::Request::new(proto::InoReq {
                         h: h.clone(),
                         ino: 0,
@@ -580,18 +456,25 @@ impl FileSystem for Client {
                 name: name.clone(),
             };
             let rep = if name == b"." || name == b".." {
-                self.at_home(parent, true, d, |mut c, t| {
+                self.at_home(Rpc::Lookup, parent, true, d, |mut c, t| {
                     let mut r = tonic::Request::new(req.clone());
                     r.set_timeout(t);
                     async move { c.lookup(r).await }
                 })
                 .await?
             } else {
-                self.named(parent, name_hash(&name), true, d, |mut c, t, _| {
-                    let mut r = tonic::Request::new(req.clone());
-                    r.set_timeout(t);
-                    async move { c.lookup(r).await }
-                })
+                self.named(
+                    Rpc::Lookup,
+                    parent,
+                    name_hash(&name),
+                    true,
+                    d,
+                    |mut c, t, _| {
+                        let mut r = tonic::Request::new(req.clone());
+                        r.set_timeout(t);
+                        async move { c.lookup(r).await }
+                    },
+                )
                 .await?
             };
             self.entry_attr(rep, d).await
@@ -616,7 +499,7 @@ impl FileSystem for Client {
         };
         self.block_raw(async {
             let rep = self
-                .at_home(ino, true, d, |mut c, t| {
+                .at_home(Rpc::SetAttr, ino, true, d, |mut c, t| {
                     let mut r = tonic::Request::new(req.clone());
                     r.set_timeout(t);
                     async move { c.set_attr(r).await }
@@ -627,27 +510,60 @@ impl FileSystem for Client {
     }
 
     fn create(&self, cred: &Cred, parent: u64, name: &[u8], mode: u32) -> FsResult<Attr> {
-        self.make(cred, parent, name, libc::S_IFREG | (mode & 0o7777), 0, &[])
+        self.make(
+            cred,
+            parent,
+            name,
+            What::node(libc::S_IFREG | (mode & 0o7777)),
+        )
+    }
+
+    fn create_open(
+        &self,
+        cred: &Cred,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        flags: i32,
+    ) -> FsResult<Attr> {
+        let what = What {
+            open: Some(flags),
+            ..What::node(libc::S_IFREG | (mode & 0o7777))
+        };
+        self.make(cred, parent, name, what)
     }
 
     fn mknod(&self, cred: &Cred, parent: u64, name: &[u8], mode: u32, rdev: u32) -> FsResult<Attr> {
         let t = rules::mknod_type(self.inner.checks.load(Ordering::Relaxed), cred, mode)?;
-        self.make(cred, parent, name, t | (mode & 0o7777), rdev, &[])
+        let what = What {
+            rdev,
+            ..What::node(t | (mode & 0o7777))
+        };
+        self.make(cred, parent, name, what)
     }
 
     fn mkdir(&self, cred: &Cred, parent: u64, name: &[u8], mode: u32) -> FsResult<Attr> {
-        self.make(cred, parent, name, libc::S_IFDIR | (mode & 0o7777), 0, &[])
+        self.make(
+            cred,
+            parent,
+            name,
+            What::node(libc::S_IFDIR | (mode & 0o7777)),
+        )
     }
 
     fn symlink(&self, cred: &Cred, parent: u64, name: &[u8], target: &[u8]) -> FsResult<Attr> {
-        self.make(cred, parent, name, libc::S_IFLNK | 0o777, 0, target)
+        let what = What {
+            target,
+            ..What::node(libc::S_IFLNK | 0o777)
+        };
+        self.make(cred, parent, name, what)
     }
 
     fn readlink(&self, cred: &Cred, ino: u64) -> FsResult<Vec<u8>> {
         let d = self.deadline();
         let h = self.header(cred);
         self.block_raw(async {
-            self.at_home(ino, true, d, |mut c, t| {
+            self.at_home(Rpc::Readlink, ino, true, d, |mut c, t| {
                 let mut r = tonic::Request::new(proto::InoReq { h: h.clone(), ino });
                 r.set_timeout(t);
                 async move { c.readlink(r).await }
@@ -666,7 +582,7 @@ impl FileSystem for Client {
         let token = group::request_token();
         self.block_raw(async {
             let rep = self
-                .named(newparent, hash, true, d, |mut c, t, _| {
+                .named(Rpc::Link, newparent, hash, true, d, |mut c, t, _| {
                     let mut r = tonic::Request::new(proto::LinkReq {
                         h: h.clone(),
                         ino,
@@ -706,7 +622,7 @@ impl FileSystem for Client {
         // Safe to send again with its token (see `group::request_token`).
         let token = group::request_token();
         self.block_raw(async {
-            self.named(parent, hash, true, d, |mut c, t, _| {
+            self.named(Rpc::Rename, parent, hash, true, d, |mut c, t, _| {
                 let mut r = tonic::Request::new(proto::RenameReq {
                     h: h.clone(),
                     dir: parent,
@@ -728,7 +644,7 @@ impl FileSystem for Client {
         let d = self.deadline();
         let h = self.header(cred);
         self.block_raw(async {
-            self.at_home(ino, true, d, |mut c, t| {
+            self.at_home(Rpc::OpenDir, ino, true, d, |mut c, t| {
                 let mut r = tonic::Request::new(proto::InoReq { h: h.clone(), ino });
                 r.set_timeout(t);
                 async move { c.open_dir(r).await }
@@ -763,19 +679,26 @@ impl FileSystem for Client {
                 let want = (limit - out.len()).min(READDIR_PAGE) as u32;
                 let (prev, name) = (pos.0, pos.1.clone());
                 let rep = self
-                    .named(ino, pos.0.reverse_bits(), true, d, |mut c, t, i| {
-                        let mut r = tonic::Request::new(proto::ReadDirReq {
-                            h: h.clone(),
-                            dir: ino,
-                            partition: i,
-                            after_rev: prev,
-                            after_name: name.clone(),
-                            limit: want,
-                            from_start: first,
-                        });
-                        r.set_timeout(t);
-                        async move { c.read_dir(r).await }
-                    })
+                    .named(
+                        Rpc::ReadDir,
+                        ino,
+                        pos.0.reverse_bits(),
+                        true,
+                        d,
+                        |mut c, t, i| {
+                            let mut r = tonic::Request::new(proto::ReadDirReq {
+                                h: h.clone(),
+                                dir: ino,
+                                partition: i,
+                                after_rev: prev,
+                                after_name: name.clone(),
+                                limit: want,
+                                from_start: first,
+                            });
+                            r.set_timeout(t);
+                            async move { c.read_dir(r).await }
+                        },
+                    )
                     .await?;
                 first = false;
                 let last = rep.entries.last().map(|e| e.name.clone());
@@ -816,7 +739,7 @@ impl FileSystem for Client {
         let d = self.deadline();
         let h = self.header(&Cred::ROOT);
         self.block_raw(async {
-            self.at_home(ino, true, d, |mut c, t| {
+            self.at_home(Rpc::ParentOf, ino, true, d, |mut c, t| {
                 let mut r = tonic::Request::new(proto::InoReq { h: h.clone(), ino });
                 r.set_timeout(t);
                 async move { c.parent_of(r).await }
@@ -838,7 +761,7 @@ impl FileSystem for Client {
         let d = self.deadline();
         let h = self.header(cred);
         self.block_raw(async {
-            self.at_home(ino, false, d, |mut c, t| {
+            self.at_home(Rpc::Release, ino, false, d, |mut c, t| {
                 let mut r = tonic::Request::new(proto::InoReq { h: h.clone(), ino });
                 r.set_timeout(t);
                 async move { c.release(r).await }
@@ -858,7 +781,7 @@ impl FileSystem for Client {
             loop {
                 let want = left.min(IO_CHUNK);
                 let rep = self
-                    .at_home(ino, true, d, |mut c, t| {
+                    .at_home(Rpc::Read, ino, true, d, |mut c, t| {
                         let mut r = tonic::Request::new(proto::ReadReq {
                             h: h.clone(),
                             ino,
@@ -887,7 +810,7 @@ impl FileSystem for Client {
             if data.is_empty() {
                 // Still checks the inode (and extends nothing).
                 let rep = self
-                    .at_home(ino, true, d, |mut c, t| {
+                    .at_home(Rpc::Write, ino, true, d, |mut c, t| {
                         let mut r = tonic::Request::new(proto::WriteReq {
                             h: h.clone(),
                             ino,
@@ -904,7 +827,7 @@ impl FileSystem for Client {
             for chunk in data.chunks(IO_CHUNK) {
                 let off = offset.checked_add(done as u64).ok_or(Errno(libc::EFBIG))?;
                 let rep = self
-                    .at_home(ino, true, d, |mut c, t| {
+                    .at_home(Rpc::Write, ino, true, d, |mut c, t| {
                         let mut r = tonic::Request::new(proto::WriteReq {
                             h: h.clone(),
                             ino,
@@ -944,7 +867,7 @@ impl FileSystem for Client {
         let d = self.deadline();
         let h = self.header(cred);
         self.block_raw(async {
-            self.at_home(ino, true, d, |mut c, t| {
+            self.at_home(Rpc::ListXattr, ino, true, d, |mut c, t| {
                 let mut r = tonic::Request::new(proto::InoReq { h: h.clone(), ino });
                 r.set_timeout(t);
                 async move { c.list_xattr(r).await }
@@ -966,7 +889,7 @@ impl FileSystem for Client {
             let mut sum: Option<StatFs> = None;
             for s in 0..n {
                 let r = self
-                    .call(s, true, d, |mut c, t| {
+                    .call(Rpc::StatFs, s, true, d, |mut c, t| {
                         let mut r = tonic::Request::new(proto::StatFsReq { h: h.clone() });
                         r.set_timeout(t);
                         async move { c.stat_fs(r).await }
@@ -994,6 +917,10 @@ impl FileSystem for Client {
 
     fn set_permission_checks(&self, on: bool) {
         self.inner.checks.store(on, Ordering::Relaxed);
+    }
+
+    fn requests_sent(&self) -> Vec<(&'static str, u64)> {
+        self.inner.sent.get()
     }
 
     fn close(self: Box<Self>) -> FsResult<()> {

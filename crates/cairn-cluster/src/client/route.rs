@@ -11,6 +11,7 @@ use tonic::transport::Channel;
 
 use cairn_fs::{Errno, FsResult};
 
+use super::count::Rpc;
 use super::{Client, BITMAP_CACHE, MAX_REDIRECTS};
 use crate::giga::{home_of, server_of};
 use crate::proto;
@@ -93,10 +94,11 @@ fn not_sent(s: &tonic::Status) -> bool {
 }
 
 impl Client {
-    /// One request to server `s`, retried while the server is busy or (for requests
+    /// One request (of kind `kind`, counted per attempt) to server `s`, retried while the server is busy or (for requests
     /// safe to repeat, or never sent) unreachable, until `deadline`.
     pub(super) async fn call<R, F, Fut>(
         &self,
+        kind: Rpc,
         s: u32,
         idem: bool,
         deadline: Instant,
@@ -126,6 +128,7 @@ impl Client {
             } else {
                 left
             };
+            self.inner.sent.add(kind);
             match f(conn, attempt).await {
                 Ok(rep) => {
                     let rep = rep.into_inner();
@@ -207,6 +210,7 @@ impl Client {
     /// (following redirects). `f` gets the partition the client routes to.
     pub(super) async fn named<R, F, Fut>(
         &self,
+        kind: Rpc,
         dir: u64,
         h: u64,
         idem: bool,
@@ -225,7 +229,7 @@ impl Client {
         for _ in 0..=MAX_REDIRECTS {
             let i = self.route(dir, h);
             let s = server_of(home_of(dir), i, n);
-            match self.call(s, idem, deadline, |c, t| f(c, t, i)).await {
+            match self.call(kind, s, idem, deadline, |c, t| f(c, t, i)).await {
                 Ok(r) => return Ok(r),
                 Err(CallErr::Redirect(d, parts)) => {
                     // Another request of this client may have learnt the same split
@@ -247,6 +251,7 @@ impl Client {
     /// A request about inode `ino`, sent to its home.
     pub(super) async fn at_home<R, F, Fut>(
         &self,
+        kind: Rpc,
         ino: u64,
         idem: bool,
         deadline: Instant,
@@ -260,7 +265,7 @@ impl Client {
         if ino == 0 || home_of(ino) >= self.inner.cfg.len() {
             return Err(Errno(libc::ENOENT));
         }
-        self.call(home_of(ino), idem, deadline, f)
+        self.call(kind, home_of(ino), idem, deadline, f)
             .await
             .map_err(Errno::from)
     }

@@ -19,6 +19,18 @@ use crate::rows::{
 /// Most entries one listing call returns.
 pub(crate) const READDIR_MAX: usize = 4096;
 
+/// What a create made.
+pub(crate) struct Made {
+    /// The new entry's attributes (after the open, when opened).
+    pub(crate) attr: Attr,
+    /// Its partition should now split (at this index).
+    pub(crate) split: Option<u32>,
+    /// It was made before: a copy of a create whose reply was lost.
+    pub(crate) again: bool,
+    /// The create's caller has the file open ([`proto::MakeReq`]'s `open`).
+    pub(crate) opened: bool,
+}
+
 /// What a lookup found.
 pub(crate) struct Found {
     pub ino: u64,
@@ -104,28 +116,36 @@ impl Node {
         })
     }
 
-    /// Creates a file, node or symbolic link `name` in `dir` (type in `mode`; a
-    /// directory goes through [`Node::mkdir`]). Returns its attributes and whether its
-    /// partition should now split.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn make_local(
-        &self,
-        checks: bool,
-        cred: &Cred,
-        dir: u64,
-        name: &[u8],
-        mode: u32,
-        rdev: u32,
-        target: &[u8],
-        token: u64,
-    ) -> R<(Attr, Option<u32>)> {
-        let made = self.make_applied(checks, cred, dir, name, mode, rdev, target, token)?;
-        self.ack()?;
+    /// The create of request `r` ([`Node::make_applied`], so not synced yet); with
+    /// `r.open` the new file is opened too, as [`Node::open`] with `created` opens it.
+    /// A create sent again is not opened again (its first copy was), and is answered as
+    /// open. An open that fails leaves the file made and unopened: the reply says so,
+    /// and the client's `Open` then meets the error.
+    pub(crate) fn make_req(&self, checks: bool, cred: &Cred, r: &proto::MakeReq) -> R<Made> {
+        let mut made = self.make_applied(
+            checks, cred, r.dir, &r.name, r.mode, r.rdev, &r.target, r.token,
+        )?;
+        if r.open && made.attr.mode & libc::S_IFMT == libc::S_IFREG {
+            if made.again {
+                made.opened = true;
+            } else {
+                match self.open(checks, cred, made.attr.ino, r.open_flags, true) {
+                    Ok(a) => {
+                        made.attr = a;
+                        made.opened = true;
+                    }
+                    Err(Fail::Crashed) => return Err(Fail::Crashed),
+                    Err(_) => {}
+                }
+            }
+        }
         Ok(made)
     }
 
-    /// [`Node::make_local`] without the sync of `SyncMode::Always`: the caller makes it
-    /// durable ([`Node::ack`]) before it replies (a batch syncs once for all its items).
+    /// Creates a file, node or symbolic link `name` in `dir` (type in `mode`; a
+    /// directory goes through [`Node::mkdir`]), without the sync of `SyncMode::Always`:
+    /// the caller makes it durable ([`Node::ack`]) before it replies (a batch syncs once
+    /// for all its items).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn make_applied(
         &self,
@@ -137,7 +157,7 @@ impl Node {
         rdev: u32,
         target: &[u8],
         token: u64,
-    ) -> R<(Attr, Option<u32>)> {
+    ) -> R<Made> {
         let mode = match mode & libc::S_IFMT {
             libc::S_IFLNK => {
                 if target.is_empty() {
@@ -160,7 +180,12 @@ impl Node {
         if let Some(ino) = self.made_before(dir, name, token)? {
             // The same create sent again after its reply was lost: made already.
             let attr = self.local_attr(&m, ino)?.ok_or(Fail::Errno(libc::EIO))?;
-            return Ok((attr, None));
+            return Ok(Made {
+                attr,
+                split: None,
+                again: true,
+                opened: false,
+            });
         }
         let ino = self.alloc_ino()?;
         let now = cairn_fs::now_ns();
@@ -203,7 +228,12 @@ impl Node {
         self.touch_dir(&mut m, dir, now);
         let attr = row_attr(ino, &row);
         let split = self.wants_split(&m, dir, idx).then_some(idx);
-        Ok((attr, split))
+        Ok(Made {
+            attr,
+            split,
+            again: false,
+            opened: false,
+        })
     }
 
     /// The local part of unlink: removes the entry; the link at the inode's home goes

@@ -198,6 +198,15 @@ impl Node {
         }
     }
 
+    /// Runs a client's operation `f` that only reads (a lookup, a getattr) on the
+    /// calling worker thread under either sync mode: it never waits for a sync, and a
+    /// hand-off to the blocking pool and back costs two thread wake-ups, more than the
+    /// read (whose store reads are of the page cache, or a disk read as under
+    /// `SyncMode::Never`).
+    pub(crate) fn read_op<T>(&self, f: impl FnOnce(&Node) -> R<T>) -> R<T> {
+        f(self)
+    }
+
     /// Makes an intent just applied (and everything before it) durable before it is
     /// driven, on a thread that may block: a peer must never learn of a change that
     /// a crash of this server could undo (a permissions version reused after a crash

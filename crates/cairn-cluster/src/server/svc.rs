@@ -152,9 +152,7 @@ pub(crate) async fn make_items(
                     // A directory takes the path across servers: never batched.
                     errno(libc::EINVAL)
                 } else {
-                    n.make_applied(
-                        checks, &cred, r.dir, &r.name, r.mode, r.rdev, &r.target, r.token,
-                    )
+                    n.make_req(checks, &cred, &r)
                 };
                 match res {
                     Err(Fail::Crashed) => return Err(Fail::Crashed),
@@ -172,11 +170,14 @@ pub(crate) async fn make_items(
     let mut splits = std::collections::BTreeSet::new();
     for (dir, res) in made {
         out.push(match res {
-            Ok((a, split)) => {
-                if let Some(idx) = split {
+            Ok(m) => {
+                if let Some(idx) = m.split {
                     splits.insert((dir, idx));
                 }
-                entry_reply(&a)
+                proto::EntryReply {
+                    opened: m.opened,
+                    ..entry_reply(&m.attr)
+                }
             }
             Err(f) => proto::EntryReply {
                 status: Some(f.to_status()),
@@ -237,6 +238,7 @@ fn entry_reply(a: &cairn_fs::Attr) -> proto::EntryReply {
         ino: a.ino,
         kind: a.mode & libc::S_IFMT,
         attr: Some(attr_msg(a)),
+        opened: false,
     }
 }
 
@@ -257,14 +259,13 @@ impl Meta for MetaSvc {
         let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "lookup", async move {
-            let f = n
-                .op(move |n| n.lookup(checks, &cred, r.dir, &r.name))
-                .await?;
+            let f = n.read_op(|n| n.lookup(checks, &cred, r.dir, &r.name))?;
             Ok(proto::EntryReply {
                 status: None,
                 ino: f.ino,
                 kind: f.kind,
                 attr: f.attr.as_ref().map(attr_msg),
+                opened: false,
             })
         })
         .await
@@ -278,7 +279,7 @@ impl Meta for MetaSvc {
         self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         run(&self.0, "getattr", async move {
-            n.op(move |n| n.getattr(r.ino)).await.map(attr_reply)
+            n.read_op(|n| n.getattr(r.ino)).map(attr_reply)
         })
         .await
     }
@@ -328,17 +329,21 @@ impl Meta for MetaSvc {
                 n.mkdir(checks, cred, r.dir, r.name, r.mode, r.token)
                     .await?
             } else {
-                let (a, split) = n
+                let dir = r.dir;
+                let m = n
                     .op(move |n| {
-                        n.make_local(
-                            checks, &cred, r.dir, &r.name, r.mode, r.rdev, &r.target, r.token,
-                        )
+                        let m = n.make_req(checks, &cred, &r)?;
+                        n.ack()?;
+                        Ok(m)
                     })
                     .await?;
-                if let Some(idx) = split {
-                    n.spawn_split(r.dir, idx);
+                if let Some(idx) = m.split {
+                    n.spawn_split(dir, idx);
                 }
-                a
+                return Ok(proto::EntryReply {
+                    opened: m.opened,
+                    ..entry_reply(&m.attr)
+                });
             };
             Ok(entry_reply(&a))
         })
