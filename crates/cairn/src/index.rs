@@ -431,18 +431,6 @@ impl Index {
         self.leaves.insert(sep, right);
     }
 
-    /// Sets the location of `key`, which has an entry, in an index kept without a hash
-    /// side or numbered rows (the snapshots' notes, `versions`): one search, nothing else
-    /// to keep in step. Does nothing when `key` has no entry.
-    pub fn set_existing(&mut self, key: &[u8], loc: Loc) {
-        debug_assert!(self.hashes.is_none() && self.numbered.is_empty());
-        if let Some(leaf) = self.leaf_mut(key) {
-            if let Ok(i) = leaf.search(key) {
-                leaf.locs[i] = loc;
-            }
-        }
-    }
-
     /// Removes; returns the previous location.
     pub fn remove(&mut self, key: &[u8]) -> Option<Loc> {
         if let Some((table, t)) = self.numbered_mut(key) {

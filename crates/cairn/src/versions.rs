@@ -14,9 +14,15 @@
 //! not note a version no snapshot can see: when the key's last note says its current
 //! version was written after the newest live snapshot was taken.
 //!
-//! The keys are held in an [`Index`] without a hash side (the key's bytes once, about 20
-//! bytes more), whose locations name the first and last notes of the key's chain in a
-//! slab of 24-byte [`Node`]s.
+//! Noted keys are found by hash: a [`HashTable`] of key numbers, each naming an
+//! [`Entry`] (where its bytes start in one byte arena, the first and last notes of its
+//! chain in a slab of 24-byte [`Node`]s). A write's note thus costs a hash probe, and
+//! appends when the key is new; it never searches or shifts an ordered structure. The
+//! order scans need ([`Versions::scan`], [`Versions::range_changed_after`]) is an
+//! [`Index`] of the noted keys kept behind a lock of its own and brought up to date by
+//! the reads that need it (keys are numbered in the order they were first noted, so the
+//! ones it lacks are the numbers from its `upto` on), or rebuilt when it lacks most of
+//! them: a store whose snapshots never scan never builds it.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -24,9 +30,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use hashbrown::HashTable;
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use crate::index::{Index, Loc};
+use crate::index::{BulkBuffers, Index, Loc, Shape};
 use crate::segment::SegmentFile;
 use crate::seq::SeqTracker;
 
@@ -39,6 +47,23 @@ const ABSENT: Loc = Loc {
     off: 0,
     len: 0,
 };
+
+/// Seed of the notes' key hash: the plain xxh3 of a key chooses its shard by its low
+/// bits, which the keys of one shard thus share.
+const HASH_SEED: u64 = 0x6e6f_7465_735f_6b65;
+
+fn hash(key: &[u8]) -> u64 {
+    xxh3_64_with_seed(key, HASH_SEED)
+}
+
+/// Makes room in `v` for `extra` more items, growing it by a quarter rather than
+/// doubling it: the notes' memory a version stays within a quarter of what they use
+/// (the copies cost about four moves an item, once).
+fn room<T>(v: &mut Vec<T>, extra: usize) {
+    if v.len() + extra > v.capacity() {
+        v.reserve_exact((v.len() / 4).max(extra).max(64));
+    }
+}
 
 /// One old version of a key: what the key held until the write numbered `by`.
 #[derive(Clone, Copy)]
@@ -53,6 +78,111 @@ struct Node {
 impl Node {
     fn version(&self) -> Option<Loc> {
         (self.loc.len != 0).then_some(self.loc)
+    }
+}
+
+/// A noted key: where its bytes start in the arena (they end where the next key's
+/// start, or at the arena's end), and the first and last nodes of its chain.
+#[derive(Clone, Copy)]
+struct Entry {
+    start: u64,
+    first: u32,
+    last: u32,
+}
+
+/// The noted keys: their bytes, entries, and the table finding them by hash. A key's
+/// number is its entry's position; keys are only appended, between sweeps.
+#[derive(Default)]
+struct Keys {
+    arena: Vec<u8>,
+    entries: Vec<Entry>,
+    table: HashTable<u32>,
+}
+
+impl Keys {
+    fn key(&self, id: u32) -> &[u8] {
+        let i = id as usize;
+        let end = self
+            .entries
+            .get(i + 1)
+            .map_or(self.arena.len(), |e| e.start as usize);
+        &self.arena[self.entries[i].start as usize..end]
+    }
+
+    fn find(&self, key: &[u8]) -> Option<u32> {
+        self.table
+            .find(hash(key), |&id| self.key(id) == key)
+            .copied()
+    }
+
+    /// Appends `key` (not noted yet) with a chain of the one node `n`; returns its number.
+    fn push(&mut self, key: &[u8], h: u64, n: u32) -> u32 {
+        let id = self.entries.len() as u32;
+        room(&mut self.entries, 1);
+        room(&mut self.arena, key.len());
+        self.entries.push(Entry {
+            start: self.arena.len() as u64,
+            first: n,
+            last: n,
+        });
+        self.arena.extend_from_slice(key);
+        let Keys {
+            arena,
+            entries,
+            table,
+        } = self;
+        let key_of = |id: u32| {
+            let i = id as usize;
+            let end = entries.get(i + 1).map_or(arena.len(), |e| e.start as usize);
+            &arena[entries[i].start as usize..end]
+        };
+        table.insert_unique(h, id, |&id| hash(key_of(id)));
+        id
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.arena.capacity()
+            + self.entries.capacity() * std::mem::size_of::<Entry>()
+            + self.table.allocation_size()
+    }
+}
+
+/// The noted keys in order, as far as the reads that needed it brought it: every key
+/// numbered below `upto`, each mapped to `Loc { seg: its number, .. }`.
+#[derive(Default)]
+struct Order {
+    index: Index,
+    upto: usize,
+}
+
+impl Order {
+    /// Adds the keys numbered from `upto` on: one by one when they are few, else by
+    /// rebuilding from all of them sorted.
+    fn catch_up(&mut self, keys: &Keys) {
+        let n = keys.len();
+        let loc = |id: u32| Loc {
+            seg: id,
+            off: 0,
+            len: 0,
+        };
+        if n - self.upto > self.upto {
+            let mut ids: Vec<u32> = (0..n as u32).collect();
+            ids.sort_unstable_by(|&a, &b| keys.key(a).cmp(keys.key(b)));
+            self.index = Index::from_sorted_in(
+                ids.into_iter().map(|id| (keys.key(id), loc(id))),
+                &Shape::default(),
+                &mut BulkBuffers::default(),
+            );
+        } else {
+            for id in self.upto..n {
+                self.index.insert(keys.key(id as u32), loc(id as u32));
+            }
+        }
+        self.upto = n;
     }
 }
 
@@ -76,13 +206,13 @@ pub(crate) struct Retired {
 }
 
 /// What pruning let go of, to drop after the shard's lock is released (unmapping and
-/// closing files, freeing a large index) and to take off the disk count.
+/// closing files, freeing large tables) and to take off the disk count.
 #[derive(Default)]
 pub(crate) struct Released {
     pub files: Vec<Arc<SegmentFile>>,
     /// Bytes of the files, to take off the store's disk use.
     pub bytes: u64,
-    garbage: Option<(Index, Vec<Node>)>,
+    garbage: Option<(Keys, Order, Vec<Node>)>,
 }
 
 impl Released {
@@ -95,8 +225,9 @@ impl Released {
 /// The old versions one shard keeps for its live snapshots (see the module
 /// documentation). Behind the shard's state lock.
 pub(crate) struct Versions {
-    /// Each key with notes: `seg` is its first node, `off` its last.
-    keys: Index,
+    keys: Keys,
+    /// The noted keys in order, for scans; brought up to date by them.
+    order: RwLock<Order>,
     nodes: Vec<Node>,
     /// First free node (linked through `next`).
     free: u32,
@@ -117,7 +248,8 @@ pub(crate) struct Versions {
 impl Default for Versions {
     fn default() -> Versions {
         Versions {
-            keys: Index::default(),
+            keys: Keys::default(),
+            order: RwLock::new(Order::default()),
             nodes: Vec::new(),
             free: NIL,
             count: 0,
@@ -154,6 +286,7 @@ impl Versions {
             self.nodes[i as usize] = node;
             i
         } else {
+            room(&mut self.nodes, 1);
             self.nodes.push(node);
             (self.nodes.len() - 1) as u32
         }
@@ -177,21 +310,26 @@ impl Versions {
             loc: old.unwrap_or(ABSENT),
             next: NIL,
         };
-        // One search when the key is new (the common case), two when it has notes.
-        let n = self.alloc(node);
-        let fresh = Loc {
-            seg: n,
-            off: n,
-            len: 0,
-        };
-        if let Some(h) = self.keys.insert(key, fresh) {
-            if self.nodes[h.off as usize].by > live.newest {
-                self.keys.set_existing(key, h);
-                self.release_node(n);
-                return None;
+        let h = hash(key);
+        match self
+            .keys
+            .table
+            .find(h, |&id| self.keys.key(id) == key)
+            .copied()
+        {
+            Some(id) => {
+                let last = self.keys.entries[id as usize].last;
+                if self.nodes[last as usize].by > live.newest {
+                    return None;
+                }
+                let n = self.alloc(node);
+                self.nodes[last as usize].next = n;
+                self.keys.entries[id as usize].last = n;
             }
-            self.nodes[h.off as usize].next = n;
-            self.keys.set_existing(key, Loc { off: n, ..h });
+            None => {
+                let n = self.alloc(node);
+                self.keys.push(key, h, n);
+            }
         }
         self.count += 1;
         self.min_by = self.min_by.min(by);
@@ -205,8 +343,12 @@ impl Versions {
     /// What a snapshot taken at `seq` sees of `key`, if the notes know: `Some(None)`, it
     /// had no value; `Some(Some(loc))`, the record at `loc`; `None`, what the index says.
     pub fn at(&self, key: &[u8], seq: u64) -> Option<Option<Loc>> {
-        let h = self.keys.get(key)?;
-        self.first_after(h.seg, seq).map(|n| n.version())
+        if self.count == 0 {
+            return None;
+        }
+        let id = self.keys.find(key)?;
+        self.first_after(self.keys.entries[id as usize].first, seq)
+            .map(|n| n.version())
     }
 
     /// The first node of the chain from `first` with `by > seq`.
@@ -222,27 +364,49 @@ impl Versions {
         None
     }
 
+    /// Whether the key numbered `id` was written after `seq`.
+    fn id_changed_after(&self, id: u32, seq: u64) -> bool {
+        self.nodes[self.keys.entries[id as usize].last as usize].by > seq
+    }
+
     /// Whether `key` was written after `seq` (for a snapshot at `seq` that is live).
     pub fn changed_after(&self, key: &[u8], seq: u64) -> bool {
-        self.keys
-            .get(key)
-            .is_some_and(|h| self.nodes[h.off as usize].by > seq)
+        self.count > 0
+            && self
+                .keys
+                .find(key)
+                .is_some_and(|id| self.id_changed_after(id, seq))
+    }
+
+    /// The noted keys in order, brought up to date.
+    fn ordered(&self) -> RwLockReadGuard<'_, Order> {
+        let order = self.order.read();
+        if order.upto == self.keys.len() {
+            return order;
+        }
+        drop(order);
+        let mut order = self.order.write();
+        if order.upto != self.keys.len() {
+            order.catch_up(&self.keys);
+        }
+        RwLockWriteGuard::downgrade(order)
     }
 
     /// Whether a key within `lo..hi` was written after `seq` (for a snapshot at `seq`
     /// that is live): a scan of the noted keys in the range.
     pub fn range_changed_after(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, seq: u64) -> bool {
         const CHUNK: usize = 256;
+        if self.count == 0 {
+            return false;
+        }
+        let order = self.ordered();
         let mut from: Option<Vec<u8>> = None;
         let mut chunk = Vec::with_capacity(CHUNK);
         loop {
             chunk.clear();
             let lower = from.as_deref().map_or(lo, Bound::Excluded);
-            self.keys.scan_forward(lower, hi, CHUNK, &mut chunk);
-            if chunk
-                .iter()
-                .any(|(_, h)| self.nodes[h.off as usize].by > seq)
-            {
+            order.index.scan_forward(lower, hi, CHUNK, &mut chunk);
+            if chunk.iter().any(|(_, h)| self.id_changed_after(h.seg, seq)) {
                 return true;
             }
             match chunk.pop() {
@@ -252,8 +416,8 @@ impl Versions {
         }
     }
 
-    /// Up to `limit` noted keys within `lo..hi`, forward or backward, with their chains
-    /// (for [`resolve`](Versions::resolve)).
+    /// Up to `limit` noted keys within `lo..hi`, forward or backward, each with a handle
+    /// for [`resolve`](Versions::resolve).
     pub fn scan(
         &self,
         lo: Bound<&[u8]>,
@@ -262,17 +426,22 @@ impl Versions {
         forward: bool,
         out: &mut Vec<(Vec<u8>, Loc)>,
     ) {
+        if self.count == 0 {
+            return;
+        }
+        let order = self.ordered();
         if forward {
-            self.keys.scan_forward(lo, hi, limit, out);
+            order.index.scan_forward(lo, hi, limit, out);
         } else {
-            self.keys.scan_backward(lo, hi, limit, out);
+            order.index.scan_backward(lo, hi, limit, out);
         }
     }
 
-    /// What a snapshot at `seq` sees of a key whose chain [`scan`](Versions::scan)
-    /// returned as `h` (as [`at`](Versions::at)).
+    /// What a snapshot at `seq` sees of a key [`scan`](Versions::scan) returned with
+    /// handle `h` (as [`at`](Versions::at)).
     pub fn resolve(&self, h: Loc, seq: u64) -> Option<Option<Loc>> {
-        self.first_after(h.seg, seq).map(|n| n.version())
+        self.first_after(self.keys.entries[h.seg as usize].first, seq)
+            .map(|n| n.version())
     }
 
     /// Whether pruning for a snapshot register whose oldest is `oldest` would let go of
@@ -318,33 +487,19 @@ impl Versions {
             out.bytes += r.size;
             out.files.push(r.file);
         }
-        let keys = std::mem::take(&mut self.keys);
-        let nodes = std::mem::take(&mut self.nodes);
-        out.garbage = Some((keys, nodes));
-        *self = Versions::default();
+        let old = std::mem::take(self);
+        out.garbage = Some((old.keys, old.order.into_inner(), old.nodes));
     }
 
-    /// Lets go of the notes with `by <= oldest`.
+    /// Lets go of the notes with `by <= oldest`. The keys left are numbered anew (in
+    /// tables of their own), and the ordered side is rebuilt by the next read needing it.
     fn sweep(&mut self, oldest: u64, unpin: &mut impl FnMut(Loc), out: &mut Released) {
-        // (key, new first node or NIL) of the chains that lost nodes.
-        let mut changed: Vec<(Vec<u8>, u32, Loc)> = Vec::new();
+        let old = std::mem::take(&mut self.keys);
         let mut min_by = u64::MAX;
-        let nodes = &self.nodes;
-        self.keys.for_each(|key, h| {
-            let mut i = h.seg;
-            while i != NIL && nodes[i as usize].by <= oldest {
-                i = nodes[i as usize].next;
-            }
-            if i != NIL {
-                min_by = min_by.min(nodes[i as usize].by);
-            }
-            if i != h.seg {
-                changed.push((key.to_vec(), i, h));
-            }
-        });
-        for (key, first, h) in changed {
-            let mut i = h.seg;
-            while i != first {
+        for id in 0..old.len() as u32 {
+            let e = old.entries[id as usize];
+            let mut i = e.first;
+            while i != NIL && self.nodes[i as usize].by <= oldest {
                 let n = self.nodes[i as usize];
                 if let Some(l) = n.version() {
                     self.unpin(l, unpin, out);
@@ -353,12 +508,15 @@ impl Versions {
                 self.count -= 1;
                 i = n.next;
             }
-            if first == NIL {
-                self.keys.remove(&key);
-            } else {
-                self.keys.set_existing(&key, Loc { seg: first, ..h });
+            if i != NIL {
+                min_by = min_by.min(self.nodes[i as usize].by);
+                let key = old.key(id);
+                let kept = self.keys.push(key, hash(key), i);
+                self.keys.entries[kept as usize].last = e.last;
             }
         }
+        let order = std::mem::take(self.order.get_mut());
+        out.garbage = Some((old, order, Vec::new()));
         self.min_by = min_by;
         self.swept = self.count;
     }
@@ -393,6 +551,7 @@ impl Versions {
             keys: self.keys.len() as u64,
             pinned_bytes: self.pinned,
             memory_bytes: (self.keys.memory_bytes()
+                + self.order.read().index.memory_bytes()
                 + self.nodes.capacity() * std::mem::size_of::<Node>())
                 as u64,
             retired_segments: self.retired.len() as u64,

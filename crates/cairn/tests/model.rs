@@ -13,7 +13,6 @@
 //!
 //! `PROPTEST_CASES` overrides the number of cases (per property).
 
-use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 use std::path::Path;
 use std::time::Duration;
@@ -23,29 +22,11 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::TestCaseError;
 
-type Key = Vec<u8>;
-type Model = BTreeMap<Key, Vec<u8>>;
+mod scan_model;
+use scan_model::{check_both_ways, in_range, ok, run_scan, Key, Model, Scan, Target};
 
 /// Key bytes: few, and including both ends of the byte range.
 const ALPHABET: [u8; 5] = [0x00, b'a', b'b', b'c', 0xff];
-
-#[derive(Clone, Debug)]
-enum Target {
-    All,
-    Range(Bound<Key>, Bound<Key>),
-    Prefix(Key),
-}
-
-#[derive(Clone, Debug)]
-struct Scan {
-    target: Target,
-    /// Steps taken first, one at a time: `true` = `next()`, `false` = `next_back()`.
-    steps: Vec<bool>,
-    /// Then the rest is drained in this direction ...
-    drain_forward: bool,
-    /// ... up to this many items (`None`: all, then the iterator must stay exhausted).
-    limit: Option<usize>,
-}
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -134,36 +115,14 @@ fn value() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
-fn bound() -> impl Strategy<Value = Bound<Key>> {
-    prop_oneof![
-        2 => short_key().prop_map(Bound::Included),
-        2 => short_key().prop_map(Bound::Excluded),
-        1 => Just(Bound::Unbounded),
-    ]
-}
-
 fn scan() -> impl Strategy<Value = Scan> {
     let target = prop_oneof![
         1 => Just(Target::All),
-        4 => (bound(), bound()).prop_map(|(lo, hi)| Target::Range(lo, hi)),
+        4 => (scan_model::bound(short_key), scan_model::bound(short_key))
+            .prop_map(|(lo, hi)| Target::Range(lo, hi)),
         2 => short_key().prop_map(Target::Prefix),
     ];
-    let limit = prop_oneof![
-        2 => Just(None),
-        1 => (0usize..20).prop_map(Some),
-    ];
-    (
-        target,
-        prop::collection::vec(any::<bool>(), 0..12),
-        any::<bool>(),
-        limit,
-    )
-        .prop_map(|(target, steps, drain_forward, limit)| Scan {
-            target,
-            steps,
-            drain_forward,
-            limit,
-        })
+    scan_model::scan(target, 12, 20)
 }
 
 fn batch() -> impl Strategy<Value = Vec<(Key, Option<Vec<u8>>, bool)>> {
@@ -241,120 +200,10 @@ fn config() -> impl Strategy<Value = Config> {
         )
 }
 
-fn ok<T>(r: cairn::Result<T>, what: &str) -> Result<T, TestCaseError> {
-    r.map_err(|e| TestCaseError::fail(format!("{what}: unexpected error: {e}")))
-}
-
-fn in_range(k: &[u8], lo: &Bound<Key>, hi: &Bound<Key>) -> bool {
-    let above = match lo {
-        Bound::Included(b) => k >= b.as_slice(),
-        Bound::Excluded(b) => k > b.as_slice(),
-        Bound::Unbounded => true,
-    };
-    let below = match hi {
-        Bound::Included(b) => k <= b.as_slice(),
-        Bound::Excluded(b) => k < b.as_slice(),
-        Bound::Unbounded => true,
-    };
-    above && below
-}
-
-fn expected(model: &Model, target: &Target) -> VecDeque<(Key, Vec<u8>)> {
-    model
-        .iter()
-        .filter(|(k, _)| match target {
-            Target::All => true,
-            Target::Range(lo, hi) => in_range(k, lo, hi),
-            Target::Prefix(p) => k.starts_with(p),
-        })
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
-}
-
-type Item = Option<cairn::Result<(Key, cairn::Value)>>;
-
-fn owned(item: Item, what: &str) -> Result<Option<(Key, Vec<u8>)>, TestCaseError> {
-    match item {
-        None => Ok(None),
-        Some(r) => ok(r, what).map(|(k, v)| Some((k, v.into_vec()))),
-    }
-}
-
-fn run_scan(db: &Db, model: &Model, s: &Scan) -> Result<(), TestCaseError> {
-    let mut want = expected(model, &s.target);
-    let mut it = match &s.target {
-        Target::All => db.iter(),
-        Target::Range(lo, hi) => db.range((lo.clone(), hi.clone())),
-        Target::Prefix(p) => db.prefix(p),
-    };
-    for (i, &fwd) in s.steps.iter().enumerate() {
-        let (got, exp) = if fwd {
-            (it.next(), want.pop_front())
-        } else {
-            (it.next_back(), want.pop_back())
-        };
-        let got = owned(got, "scan step")?;
-        prop_assert_eq!(
-            got,
-            exp,
-            "scan {:?}: step {} ({})",
-            s.target,
-            i,
-            if fwd { "next" } else { "next_back" }
-        );
-    }
-    let limit = s.limit.unwrap_or(usize::MAX);
-    let got: Vec<(Key, Vec<u8>)> = if s.drain_forward {
-        let mut v = Vec::new();
-        for item in it.by_ref().take(limit) {
-            v.push(owned(Some(item), "scan drain")?.expect("Some"));
-        }
-        v
-    } else {
-        let mut v = Vec::new();
-        for item in it.by_ref().rev().take(limit) {
-            v.push(owned(Some(item), "scan drain")?.expect("Some"));
-        }
-        v
-    };
-    let exp: Vec<(Key, Vec<u8>)> = if s.drain_forward {
-        want.iter().take(limit).cloned().collect()
-    } else {
-        want.iter().rev().take(limit).cloned().collect()
-    };
-    prop_assert_eq!(
-        got,
-        exp,
-        "scan {:?}: drain (forward {}) after {} steps",
-        s.target,
-        s.drain_forward,
-        s.steps.len()
-    );
-    if s.limit.is_none() {
-        // Exhausted from one end means exhausted from both; and it stays so.
-        prop_assert!(owned(it.next(), "after end")?.is_none(), "next() after end");
-        prop_assert!(
-            owned(it.next_back(), "after end")?.is_none(),
-            "next_back() after end"
-        );
-    }
-    Ok(())
-}
-
-/// Every key and value, forwards and backwards, equals the model.
+/// Every key and value, forwards and backwards, equals the model, and so does the
+/// store's count of keys.
 fn check_all(db: &Db, model: &Model, when: &str) -> Result<(), TestCaseError> {
-    let want: Vec<(Key, Vec<u8>)> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    let mut fwd = Vec::new();
-    for item in db.iter() {
-        fwd.push(owned(Some(item), when)?.expect("Some"));
-    }
-    prop_assert_eq!(&fwd, &want, "forward scan {}", when);
-    let mut rev = Vec::new();
-    for item in db.iter().rev() {
-        rev.push(owned(Some(item), when)?.expect("Some"));
-    }
-    rev.reverse();
-    prop_assert_eq!(&rev, &want, "reverse scan {}", when);
+    check_both_ways(db, model, when)?;
     prop_assert_eq!(
         db.stats().total.keys,
         model.len() as u64,
@@ -548,36 +397,14 @@ fn wide_key() -> impl Strategy<Value = Key> {
     ]
 }
 
-fn wide_bound() -> impl Strategy<Value = Bound<Key>> {
-    prop_oneof![
-        2 => wide_key().prop_map(Bound::Included),
-        2 => wide_key().prop_map(Bound::Excluded),
-        1 => Just(Bound::Unbounded),
-    ]
-}
-
 fn wide_scan() -> impl Strategy<Value = Scan> {
     let target = prop_oneof![
         1 => Just(Target::All),
-        4 => (wide_bound(), wide_bound()).prop_map(|(lo, hi)| Target::Range(lo, hi)),
+        4 => (scan_model::bound(wide_key), scan_model::bound(wide_key))
+            .prop_map(|(lo, hi)| Target::Range(lo, hi)),
         2 => wide_key().prop_map(|mut k| { k.truncate(3); Target::Prefix(k) }),
     ];
-    let limit = prop_oneof![
-        2 => Just(None),
-        1 => (0usize..200).prop_map(Some),
-    ];
-    (
-        target,
-        prop::collection::vec(any::<bool>(), 0..80),
-        any::<bool>(),
-        limit,
-    )
-        .prop_map(|(target, steps, drain_forward, limit)| Scan {
-            target,
-            steps,
-            drain_forward,
-            limit,
-        })
+    scan_model::scan(target, 80, 200)
 }
 
 fn wide_op() -> impl Strategy<Value = Op> {
@@ -589,7 +416,7 @@ fn wide_op() -> impl Strategy<Value = Op> {
         6 => (0u16..1500, 1u16..400, 0usize..40, any::<bool>()).prop_map(
             |(start, count, value_len, batched)| Op::Fill { start, count, value_len, batched }
         ),
-        4 => (wide_bound(), wide_bound(), any::<bool>())
+        4 => (scan_model::bound(wide_key), scan_model::bound(wide_key), any::<bool>())
             .prop_map(|(lo, hi, batched)| Op::Clear { lo, hi, batched }),
         6 => (wide_key(), small_value).prop_map(|(k, v)| Op::Put(k, v)),
         4 => wide_key().prop_map(Op::Delete),

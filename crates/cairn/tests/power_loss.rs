@@ -29,23 +29,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn::fault::{seeds, Loss, PowerLoss};
+use cairn::fault::{Loss, PowerLoss};
 use cairn::{Db, Error, Options, SyncPolicy, WriteBatch, WriteOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+mod power_cut;
+use power_cut::{each_seed, PowerCuts};
 
-/// Runs `f(seed)` for each seed, naming the seed of a failure.
-fn each_seed(base: u64, default: u64, f: impl Fn(u64)) {
-    for seed in seeds(base, default) {
-        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(seed)));
-        if let Err(e) = res {
-            eprintln!("power-loss run failed: replay with CAIRN_POWER_SEED={seed}");
-            std::panic::resume_unwind(e);
-        }
-    }
-}
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn key(k: u32) -> Vec<u8> {
     format!("k{k:02}").into_bytes()
@@ -653,31 +645,11 @@ fn highest(db: &Db, t: u64) -> Option<u64> {
 
 fn threads_run(seed: u64) {
     const THREADS: u64 = 3;
-    let mut rng = StdRng::seed_from_u64(seed);
-    let always = rng.random_bool(0.5);
-    let loss = [Loss::Unsynced, Loss::Prefix, Loss::Torn][rng.random_range(0..3)];
-    let log = [0, 16 << 10, 64 << 20][rng.random_range(0..3)];
-    let opts = |power: &Arc<PowerLoss>| {
-        Options::new()
-            .shards(8)
-            .write_buffer(1 << 10)
-            .segment_size(16 << 10)
-            .compaction_threshold(0.3)
-            .compaction_rate(None)
-            .sync(if always {
-                SyncPolicy::Always
-            } else {
-                SyncPolicy::Never
-            })
-            .commit_log_size(log)
-            .power_loss(power.clone())
-    };
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("db");
-    let power = Arc::new(PowerLoss::new(tmp.path().join("stash")).unwrap());
+    let mut pc = PowerCuts::new(seed, &[0, 16 << 10, 64 << 20]);
+    let always = pc.always;
     for cycle in 0..3 {
-        let ctx = format!("seed {seed} cycle {cycle} always={always} log={log} {loss:?}");
-        let db = opts(&power).open(&dir).unwrap();
+        let ctx = pc.context(cycle);
+        let db = pc.open();
         let starts: Vec<u64> = (0..THREADS)
             .map(|t| highest(&db, t).map_or(0, |m| m + 1))
             .collect();
@@ -685,7 +657,6 @@ fn threads_run(seed: u64) {
         let acked: Vec<AtomicU64> = starts.iter().map(|&s| AtomicU64::new(s)).collect();
         let floor: Vec<AtomicU64> = starts.iter().map(|&s| AtomicU64::new(s)).collect();
         let stop = AtomicBool::new(false);
-        let cut_ms = rng.random_range(2..40);
         std::thread::scope(|s| {
             for t in 0..THREADS {
                 let (db, acked, stop) = (&db, &acked, &stop);
@@ -731,10 +702,7 @@ fn threads_run(seed: u64) {
                     }
                 });
             }
-            std::thread::sleep(Duration::from_millis(cut_ms));
-            power.cut();
-            std::thread::sleep(Duration::from_millis(5));
-            stop.store(true, Ordering::SeqCst);
+            pc.cut_soon(&stop);
         });
         if always {
             for (f, a) in floor.iter().zip(&acked) {
@@ -742,9 +710,9 @@ fn threads_run(seed: u64) {
             }
         }
         drop(db);
-        let restart = power.restart(loss, rng.random()).unwrap();
+        let restart = pc.restart();
         let ctx = format!("{ctx}: {restart} {:#?}", restart.detail);
-        let db = opts(&power).open(&dir).unwrap();
+        let db = pc.open();
         assert!(db.open_damage().is_empty(), "{ctx}: {:?}", db.open_damage());
         for t in 0..THREADS {
             let m = highest(&db, t);

@@ -11,37 +11,21 @@
 //!
 //! `PROPTEST_CASES` overrides the number of cases.
 
-use std::collections::BTreeMap;
-use std::ops::{Bound, RangeBounds};
-
 use cairn::{Db, Options, Snapshot, WriteBatch};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::TestCaseError;
 
-type Key = Vec<u8>;
-type Model = BTreeMap<Key, Vec<u8>>;
+mod scan_model;
+use scan_model::{check_both_ways, run_scan, Key, Model, Scan, Target};
 
 const ALPHABET: [u8; 4] = [0x00, b'a', b'b', 0xff];
-
-#[derive(Clone, Debug)]
-enum Target {
-    All,
-    Range(Bound<Key>, Bound<Key>),
-    Prefix(Key),
-}
 
 #[derive(Clone, Debug)]
 enum Read {
     Get(Key),
     Contains(Key),
-    /// A scan: `steps` taken one at a time (`true` = `next()`), then drained in
-    /// `forward`'s direction.
-    Scan {
-        target: Target,
-        steps: Vec<bool>,
-        forward: bool,
-    },
+    Scan(Scan),
 }
 
 #[derive(Clone, Debug)]
@@ -69,25 +53,17 @@ fn value() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
-fn bound() -> impl Strategy<Value = Bound<Key>> {
-    prop_oneof![
-        2 => key().prop_map(Bound::Included),
-        2 => key().prop_map(Bound::Excluded),
-        1 => Just(Bound::Unbounded),
-    ]
-}
-
 fn read() -> impl Strategy<Value = Read> {
     let target = prop_oneof![
         1 => Just(Target::All),
-        3 => (bound(), bound()).prop_map(|(lo, hi)| Target::Range(lo, hi)),
+        3 => (scan_model::bound(key), scan_model::bound(key))
+            .prop_map(|(lo, hi)| Target::Range(lo, hi)),
         2 => key().prop_map(Target::Prefix),
     ];
     prop_oneof![
         3 => key().prop_map(Read::Get),
         1 => key().prop_map(Read::Contains),
-        3 => (target, prop::collection::vec(any::<bool>(), 0..8), any::<bool>())
-            .prop_map(|(target, steps, forward)| Read::Scan { target, steps, forward }),
+        3 => scan_model::scan(target, 8, 20).prop_map(Read::Scan),
     ]
 }
 
@@ -115,31 +91,6 @@ fn options(shards: u32, background: bool) -> Options {
         .compaction_rate(None)
 }
 
-fn model_scan(m: &Model, target: &Target, steps: &[bool], forward: bool) -> Vec<Key> {
-    let keys: Vec<&Key> = match target {
-        Target::All => m.keys().collect(),
-        Target::Range(lo, hi) => m
-            .keys()
-            .filter(|k| (lo.as_ref(), hi.as_ref()).contains(*k))
-            .collect(),
-        Target::Prefix(p) => m.keys().filter(|k| k.starts_with(p)).collect(),
-    };
-    let mut dq: std::collections::VecDeque<&Key> = keys.into();
-    let mut out = Vec::new();
-    for &s in steps {
-        let k = if s { dq.pop_front() } else { dq.pop_back() };
-        out.extend(k.cloned());
-    }
-    while let Some(k) = if forward {
-        dq.pop_front()
-    } else {
-        dq.pop_back()
-    } {
-        out.push(k.clone());
-    }
-    out
-}
-
 /// Reads `r` through `snap` and checks it against `m`.
 fn check(snap: &Snapshot, m: &Model, r: &Read) -> Result<(), TestCaseError> {
     match r {
@@ -150,37 +101,7 @@ fn check(snap: &Snapshot, m: &Model, r: &Read) -> Result<(), TestCaseError> {
         Read::Contains(k) => {
             prop_assert_eq!(snap.contains(k).unwrap(), m.contains_key(k));
         }
-        Read::Scan {
-            target,
-            steps,
-            forward,
-        } => {
-            let mut it = match target {
-                Target::All => snap.iter(),
-                Target::Range(lo, hi) => snap.range::<Key, _>((lo.clone(), hi.clone())),
-                Target::Prefix(p) => snap.prefix(p),
-            };
-            let mut got = Vec::new();
-            for &s in steps {
-                let kv = if s { it.next() } else { it.next_back() };
-                if let Some(kv) = kv {
-                    got.push(kv.unwrap());
-                }
-            }
-            loop {
-                let kv = if *forward { it.next() } else { it.next_back() };
-                match kv {
-                    Some(kv) => got.push(kv.unwrap()),
-                    None => break,
-                }
-            }
-            let want = model_scan(m, target, steps, *forward);
-            let keys: Vec<Key> = got.iter().map(|(k, _)| k.clone()).collect();
-            prop_assert_eq!(&keys, &want, "scan {:?} at {}", target, snap.seq());
-            for (k, v) in &got {
-                prop_assert_eq!(Some(&v.to_vec()), m.get(k));
-            }
-        }
+        Read::Scan(scan) => run_scan(snap, m, scan)?,
     }
     Ok(())
 }
@@ -259,13 +180,7 @@ fn run(shards: u32, background: bool, ops: &[Op]) -> Result<(), TestCaseError> {
     // Every snapshot still reads what it read when taken, after a full compaction.
     db.compact().unwrap();
     for (s, sm) in &snaps {
-        let all: Vec<(Key, Vec<u8>)> = s
-            .iter()
-            .map(|kv| kv.unwrap())
-            .map(|(k, v)| (k, v.to_vec()))
-            .collect();
-        let want: Vec<(Key, Vec<u8>)> = sm.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        prop_assert_eq!(all, want);
+        check_both_ways(s, sm, "after a compaction")?;
     }
     snaps.clear();
     let st = db.stats();

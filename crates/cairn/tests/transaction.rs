@@ -16,13 +16,14 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn::fault::{seeds, Loss, PowerLoss};
 use cairn::{Db, Error, Options, Snapshot, SyncPolicy, Transaction};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+
+mod power_cut;
+use power_cut::{each_seed, PowerCuts};
 
 const ACCOUNTS: u32 = 100;
 const OPENING: u64 = 1000;
@@ -387,36 +388,14 @@ fn a_transaction_reads_its_own_writes_over_its_snapshot() {
 // ---- Power cuts ----
 
 fn power_run(seed: u64) {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let always = rng.random_bool(0.5);
-    let loss = [Loss::Unsynced, Loss::Prefix, Loss::Torn][rng.random_range(0..3)];
-    let log = [0, 64 << 20][rng.random_range(0..2)];
-    let opts = |power: &Arc<PowerLoss>| {
-        Options::new()
-            .shards(8)
-            .write_buffer(1 << 10)
-            .segment_size(16 << 10)
-            .compaction_threshold(0.3)
-            .compaction_rate(None)
-            .sync(if always {
-                SyncPolicy::Always
-            } else {
-                SyncPolicy::Never
-            })
-            .commit_log_size(log)
-            .power_loss(power.clone())
-    };
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("db");
-    let power = Arc::new(PowerLoss::new(tmp.path().join("stash")).unwrap());
+    let mut pc = PowerCuts::new(seed, &[0, 64 << 20]);
     for cycle in 0..3u64 {
-        let ctx = format!("seed {seed} cycle {cycle} always={always} log={log} {loss:?}");
-        let db = opts(&power).open(&dir).unwrap();
+        let ctx = pc.context(cycle);
+        let db = pc.open();
         open_accounts(&db);
         db.flush().unwrap();
         let run = cycle + 1;
         let stop = AtomicBool::new(false);
-        let cut_ms = rng.random_range(2..40);
         std::thread::scope(|s| {
             for t in 0..3u64 {
                 let (db, stop) = (&db, &stop);
@@ -435,15 +414,11 @@ fn power_run(seed: u64) {
                     }
                 });
             }
-            std::thread::sleep(Duration::from_millis(cut_ms));
-            power.cut();
-            std::thread::sleep(Duration::from_millis(5));
-            stop.store(true, Ordering::SeqCst);
+            pc.cut_soon(&stop);
         });
         drop(db);
-        let restart = power.restart(loss, rng.random()).unwrap();
-        let ctx = format!("{ctx}: {restart}");
-        let db = opts(&power).open(&dir).unwrap();
+        let ctx = format!("{ctx}: {}", pc.restart());
+        let db = pc.open();
         check_bank(&db.snapshot(), &ctx);
         db.close().unwrap();
     }
@@ -451,13 +426,7 @@ fn power_run(seed: u64) {
 
 #[test]
 fn transfers_stay_whole_through_power_cuts() {
-    for seed in seeds(7_000, 12) {
-        let res = std::panic::catch_unwind(|| power_run(seed));
-        if let Err(e) = res {
-            eprintln!("replay with CAIRN_POWER_SEED={seed}");
-            std::panic::resume_unwind(e);
-        }
-    }
+    each_seed(7_000, 12, power_run);
 }
 
 // ---- SIGKILL ----
