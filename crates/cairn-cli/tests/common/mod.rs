@@ -13,6 +13,8 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod groups;
+pub mod linear;
 pub mod net;
 
 use std::collections::BTreeMap;
