@@ -35,7 +35,7 @@ use cairn_fs::{Cred, Errno, FileSystem, ROOT};
 use common::cluster::Rng;
 use common::groups::Groups;
 use common::linear::{
-    self, DataIn, DataModel, DataOut, NameIn, NameModel, NameOut, Op, Verdict, VALUE_LEN,
+    self, DataIn, DataModel, DataOut, Keyed, NameIn, NameModel, NameOut, Op, Verdict, VALUE_LEN,
 };
 
 const R: Cred = Cred::ROOT;
@@ -256,8 +256,8 @@ struct Counts {
 /// What one client did.
 #[derive(Default)]
 struct History {
-    names: BTreeMap<String, Vec<Op<NameIn, NameOut>>>,
-    data: BTreeMap<String, Vec<Op<DataIn, DataOut>>>,
+    names: Keyed<NameIn, NameOut>,
+    data: Keyed<DataIn, DataOut>,
     counts: BTreeMap<&'static str, Counts>,
     /// Errors no outcome of the operation explains.
     unexpected: Vec<String>,

@@ -52,6 +52,9 @@ pub struct Op<I, O> {
     pub input: I,
 }
 
+/// A history: each key's operations.
+pub type Keyed<I, O> = BTreeMap<String, Vec<Op<I, O>>>;
+
 /// Why a history is not linearizable, or could not be decided.
 #[derive(Debug)]
 pub enum Verdict {
@@ -249,10 +252,7 @@ fn tag(i: u64) -> u128 {
 }
 
 /// Checks every key of `history` (key → its operations) with `model`.
-pub fn check<M: Model>(
-    model: &M,
-    history: &BTreeMap<String, Vec<Op<M::Input, M::Output>>>,
-) -> Verdict {
+pub fn check<M: Model>(model: &M, history: &Keyed<M::Input, M::Output>) -> Verdict {
     for (key, ops) in history {
         match check_key(model, ops, BUDGET) {
             Some(true) => {}
