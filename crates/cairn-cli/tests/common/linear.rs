@@ -24,7 +24,7 @@ pub trait Model {
     /// The key's state.
     type State: Clone + Eq + Hash + std::fmt::Debug;
     /// What an operation asks.
-    type Input: std::fmt::Debug;
+    type Input: std::fmt::Debug + PartialEq;
     /// What it answered.
     type Output: std::fmt::Debug;
     /// The state before any operation.
@@ -62,8 +62,8 @@ pub enum Verdict {
     Linearizable,
     /// The history of `key` is not; `ops` is its history in call order.
     Violation { key: String, ops: Vec<String> },
-    /// The search of `key` went over its budget.
-    TooBig { key: String, ops: usize },
+    /// The search of `key` went over its budget; `ops` as for a violation.
+    TooBig { key: String, ops: Vec<String> },
 }
 
 /// An event of the search's list: the call or the return of operation `op`.
@@ -144,6 +144,23 @@ pub fn check_key<M: Model>(
     let mut seen: HashSet<(u128, M::State)> = HashSet::new();
     // (operation linearized, the state before it)
     let mut stack: Vec<(usize, M::State)> = Vec::new();
+    // Operations of unknown outcome that ask the same are interchangeable, the one
+    // called first the more so (it may go anywhere the other may): one is linearized
+    // only after every such one called before it (else the search would try each
+    // subset of them, 2^k orders where k + 1 do).
+    let mut unknown: Vec<usize> = (0..ops.len()).filter(|&i| ops[i].ret.is_none()).collect();
+    unknown.sort_by_key(|&i| (ops[i].call, i));
+    let mut before_me = vec![usize::MAX; ops.len()];
+    for (k, &i) in unknown.iter().enumerate() {
+        if let Some(&j) = unknown[..k]
+            .iter()
+            .rev()
+            .find(|&&j| ops[j].input == ops[i].input)
+        {
+            before_me[i] = j;
+        }
+    }
+    let mut linearized = vec![false; ops.len()];
     let mut state = model.init();
     let mut at = ev[0].next;
     let mut steps = 0u64;
@@ -160,6 +177,7 @@ pub fn check_key<M: Model>(
             let Some((op, before)) = stack.pop() else {
                 return Some(false);
             };
+            linearized[op] = false;
             at = undo(
                 &mut ev,
                 &mut done,
@@ -175,6 +193,11 @@ pub fn check_key<M: Model>(
         let e = ev[at];
         if !e.ret {
             let op = &ops[e.op];
+            let first = before_me[e.op];
+            if first != usize::MAX && !linearized[first] {
+                at = e.next;
+                continue;
+            }
             let with = done ^ tags[e.op];
             let next = model
                 .step(&state, &op.input, op.ret.as_ref().map(|(_, o)| o))
@@ -184,6 +207,7 @@ pub fn check_key<M: Model>(
                 Some(s) => {
                     seen.insert((with, s.clone()));
                     stack.push((e.op, std::mem::replace(&mut state, s)));
+                    linearized[e.op] = true;
                     done = with;
                     unlink(&mut ev, call_at[e.op]);
                     if ret_at[e.op] != usize::MAX {
@@ -199,6 +223,7 @@ pub fn check_key<M: Model>(
             let Some((op, before)) = stack.pop() else {
                 return Some(false);
             };
+            linearized[op] = false;
             at = undo(
                 &mut ev,
                 &mut done,
@@ -256,7 +281,7 @@ pub fn check<M: Model>(model: &M, history: &Keyed<M::Input, M::Output>) -> Verdi
     for (key, ops) in history {
         match check_key(model, ops, BUDGET) {
             Some(true) => {}
-            Some(false) => {
+            verdict => {
                 let mut sorted: Vec<&Op<M::Input, M::Output>> = ops.iter().collect();
                 sorted.sort_by_key(|o| o.call);
                 let ops = sorted
@@ -272,16 +297,11 @@ pub fn check<M: Model>(model: &M, history: &Keyed<M::Input, M::Output>) -> Verdi
                         ),
                     })
                     .collect();
-                return Verdict::Violation {
-                    key: key.clone(),
-                    ops,
+                let key = key.clone();
+                return match verdict {
+                    Some(_) => Verdict::Violation { key, ops },
+                    None => Verdict::TooBig { key, ops },
                 };
-            }
-            None => {
-                return Verdict::TooBig {
-                    key: key.clone(),
-                    ops: ops.len(),
-                }
             }
         }
     }
@@ -300,7 +320,7 @@ pub enum Entry {
 
 /// What an operation does to one name. A rename is two: `MoveOut` at its source,
 /// `MoveIn` at its destination.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NameIn {
     /// create or mkdir
     Make,
@@ -361,7 +381,7 @@ impl Model for NameModel {
 }
 
 /// What an operation does to a file's first [`VALUE_LEN`] bytes.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DataIn {
     /// write of these bytes at offset 0 (always `VALUE_LEN` of them)
     Write(Vec<u8>),
