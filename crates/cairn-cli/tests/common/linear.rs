@@ -78,13 +78,9 @@ struct Event {
 /// Steps of the search for one key past which it gives up.
 pub const BUDGET: u64 = 50_000_000;
 
-/// Whether the history of one key is linearizable: `Some(true)`, `Some(false)`, or
-/// `None` past `budget` steps.
-pub fn check_key<M: Model>(
-    model: &M,
-    ops: &[Op<M::Input, M::Output>],
-    budget: u64,
-) -> Option<bool> {
+/// The events of `ops` as a doubly linked list (head sentinel at 0), and where each
+/// operation's call and return are in it (`usize::MAX`: no return).
+fn events<I, O>(ops: &[Op<I, O>]) -> (Vec<Event>, Vec<usize>, Vec<usize>) {
     // Events in time order, a call before a return at the same time (the permissive
     // choice); an unknown outcome has no return: it may be linearized anywhere after
     // its call, or not at all.
@@ -121,6 +117,35 @@ pub fn check_key<M: Model>(
             call_at[i] = at;
         }
     }
+    (ev, call_at, ret_at)
+}
+
+/// For each operation of unknown outcome, the one called last before it that asks the
+/// same (`usize::MAX`: none, or a known outcome).
+fn alike_before<I: PartialEq, O>(ops: &[Op<I, O>]) -> Vec<usize> {
+    let mut unknown: Vec<usize> = (0..ops.len()).filter(|&i| ops[i].ret.is_none()).collect();
+    unknown.sort_by_key(|&i| (ops[i].call, i));
+    let mut before_me = vec![usize::MAX; ops.len()];
+    for (k, &i) in unknown.iter().enumerate() {
+        if let Some(&j) = unknown[..k]
+            .iter()
+            .rev()
+            .find(|&&j| ops[j].input == ops[i].input)
+        {
+            before_me[i] = j;
+        }
+    }
+    before_me
+}
+
+/// Whether the history of one key is linearizable: `Some(true)`, `Some(false)`, or
+/// `None` past `budget` steps.
+pub fn check_key<M: Model>(
+    model: &M,
+    ops: &[Op<M::Input, M::Output>],
+    budget: u64,
+) -> Option<bool> {
+    let (mut ev, call_at, ret_at) = events(ops);
     let unlink = |ev: &mut Vec<Event>, at: usize| {
         let (p, nx) = (ev[at].prev, ev[at].next);
         ev[p].next = nx;
@@ -148,18 +173,7 @@ pub fn check_key<M: Model>(
     // called first the more so (it may go anywhere the other may): one is linearized
     // only after every such one called before it (else the search would try each
     // subset of them, 2^k orders where k + 1 do).
-    let mut unknown: Vec<usize> = (0..ops.len()).filter(|&i| ops[i].ret.is_none()).collect();
-    unknown.sort_by_key(|&i| (ops[i].call, i));
-    let mut before_me = vec![usize::MAX; ops.len()];
-    for (k, &i) in unknown.iter().enumerate() {
-        if let Some(&j) = unknown[..k]
-            .iter()
-            .rev()
-            .find(|&&j| ops[j].input == ops[i].input)
-        {
-            before_me[i] = j;
-        }
-    }
+    let before_me = alike_before(ops);
     let mut linearized = vec![false; ops.len()];
     let mut state = model.init();
     let mut at = ev[0].next;
