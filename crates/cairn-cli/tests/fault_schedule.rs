@@ -33,6 +33,7 @@ use cairn_cluster::Client;
 use cairn_fs::{Cred, Errno, FileSystem, ROOT};
 
 use common::cluster::Rng;
+use common::faults::{inject, schedule, Fault, KINDS};
 use common::groups::Groups;
 use common::linear::{
     self, DataIn, DataModel, DataOut, Keyed, NameIn, NameModel, NameOut, Op, Verdict, VALUE_LEN,
@@ -48,157 +49,6 @@ const SNAPSHOT_EVERY: u64 = 256;
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Client threads of the workload.
 const CLIENTS: usize = 4;
-
-// ---- the schedule ---------------------------------------------------------------
-
-/// One fault. Targets are drawn with the schedule; which replica leads is seen when
-/// the fault is injected.
-#[derive(Clone, Copy, Debug)]
-enum Fault {
-    /// SIGKILL the leader of the group, restart it after the hold.
-    KillLeader { group: usize },
-    /// SIGKILL a follower (the `pick`-th), restart it after the hold.
-    KillFollower { group: usize, pick: usize },
-    /// SIGSTOP the leader, SIGCONT after the hold.
-    PauseLeader { group: usize },
-    /// Cut the leader from its followers both ways; clients still reach it.
-    IsolateLeader { group: usize },
-    /// Cut replica `picks[g]` of each group from the clients (their answers are lost).
-    CutClients { picks: [usize; GROUPS] },
-    /// SIGKILL a follower, delete its store, restart it empty at once.
-    WipeFollower { group: usize, pick: usize },
-}
-
-const KINDS: u64 = 6;
-
-impl Fault {
-    fn draw(kind: u64, rng: &mut Rng) -> Fault {
-        let group = rng.below(GROUPS as u64) as usize;
-        let pick = rng.below(REPLICAS as u64 - 1) as usize;
-        match kind {
-            0 => Fault::KillLeader { group },
-            1 => Fault::KillFollower { group, pick },
-            2 => Fault::PauseLeader { group },
-            3 => Fault::IsolateLeader { group },
-            4 => Fault::CutClients {
-                picks: std::array::from_fn(|_| rng.below(REPLICAS as u64) as usize),
-            },
-            _ => Fault::WipeFollower { group, pick },
-        }
-    }
-
-    fn name(&self) -> &'static str {
-        match self {
-            Fault::KillLeader { .. } => "kill-leader",
-            Fault::KillFollower { .. } => "kill-follower",
-            Fault::PauseLeader { .. } => "pause-leader",
-            Fault::IsolateLeader { .. } => "isolate-leader",
-            Fault::CutClients { .. } => "cut-clients",
-            Fault::WipeFollower { .. } => "wipe-follower",
-        }
-    }
-
-    fn needs_partitions(&self) -> bool {
-        matches!(self, Fault::IsolateLeader { .. } | Fault::CutClients { .. })
-    }
-}
-
-/// `cycles` faults with their holds (ms): the first `KINDS` cover every kind once in
-/// a drawn order, the others are drawn freely.
-fn schedule(rng: &mut Rng, cycles: usize) -> Vec<(Fault, u64)> {
-    let mut kinds: Vec<u64> = (0..KINDS).collect();
-    for i in (1..kinds.len()).rev() {
-        kinds.swap(i, rng.below(i as u64 + 1) as usize);
-    }
-    (0..cycles)
-        .map(|c| {
-            let kind = kinds.get(c).copied().unwrap_or_else(|| rng.below(KINDS));
-            let fault = Fault::draw(kind, rng);
-            // Pauses and cuts of a leader outlast an election timeout (1 s).
-            let hold = match fault {
-                Fault::PauseLeader { .. } | Fault::IsolateLeader { .. } => 1500 + rng.below(2000),
-                _ => 300 + rng.below(1700),
-            };
-            (fault, hold)
-        })
-        .collect()
-}
-
-/// The followers of group `g` when `leader` leads it.
-fn followers(g: usize, leader: usize) -> Vec<usize> {
-    (REPLICAS * g..REPLICAS * (g + 1))
-        .filter(|&i| i != leader)
-        .collect()
-}
-
-/// Injects `fault`, holds it `hold`, heals it. Returns what it did, for the log, and
-/// (for a wiped replica) the replica and the leader's applied index when it was wiped.
-fn inject(
-    groups: &mut Groups,
-    fault: Fault,
-    hold: Duration,
-    rng: &mut Rng,
-) -> (String, Option<(usize, u64)>) {
-    let leader_of = |groups: &Groups, g: usize, rng: &mut Rng| {
-        groups
-            .leader(g)
-            .unwrap_or_else(|| REPLICAS * g + rng.below(REPLICAS as u64) as usize)
-    };
-    match fault {
-        Fault::KillLeader { group } | Fault::KillFollower { group, .. } => {
-            let l = leader_of(groups, group, rng);
-            let victim = match fault {
-                Fault::KillFollower { pick, .. } => followers(group, l)[pick],
-                _ => l,
-            };
-            groups.kill(victim);
-            std::thread::sleep(hold);
-            groups.spawn(victim);
-            (format!("SIGKILL replica {victim} (leader {l})"), None)
-        }
-        Fault::PauseLeader { group } => {
-            let l = leader_of(groups, group, rng);
-            groups.pause(l);
-            std::thread::sleep(hold);
-            groups.resume(l);
-            (format!("SIGSTOP/SIGCONT leader {l}"), None)
-        }
-        Fault::IsolateLeader { group } => {
-            let l = leader_of(groups, group, rng);
-            for f in followers(group, l) {
-                groups.net.cut(Some(l), Some(f)).unwrap();
-                groups.net.cut(Some(f), Some(l)).unwrap();
-            }
-            std::thread::sleep(hold);
-            groups.net.heal().unwrap();
-            (format!("leader {l} cut from its followers"), None)
-        }
-        Fault::CutClients { picks } => {
-            let cut: Vec<usize> = (0..GROUPS).map(|g| REPLICAS * g + picks[g]).collect();
-            for &i in &cut {
-                groups.net.cut(Some(i), None).unwrap();
-            }
-            std::thread::sleep(hold);
-            groups.net.heal().unwrap();
-            (format!("replicas {cut:?} cut from the clients"), None)
-        }
-        Fault::WipeFollower { group, pick } => {
-            let l = leader_of(groups, group, rng);
-            let applied = groups.status().servers[group]
-                .leader()
-                .map_or(0, |r| r.applied);
-            let victim = followers(group, l)[pick];
-            groups.kill(victim);
-            std::fs::remove_dir_all(groups.store(victim)).unwrap();
-            groups.spawn(victim);
-            std::thread::sleep(hold);
-            (
-                format!("replica {victim} wiped and restarted empty (leader {l} at {applied})"),
-                Some((victim, applied)),
-            )
-        }
-    }
-}
 
 // ---- the workload ---------------------------------------------------------------
 
@@ -735,7 +585,8 @@ fn run_faults(
     clock: Instant,
 ) -> Vec<Cycle> {
     let mut done = Vec::new();
-    for (cycle, &(fault, hold)) in plan.iter().enumerate() {
+    for (cycle, (fault, hold)) in plan.iter().enumerate() {
+        let hold = *hold;
         let fault = if fault.needs_partitions() && !groups.net.can_cut() {
             common::skip(
                 "fault schedule: partitions (servers on loopback), a follower killed instead",
@@ -745,11 +596,11 @@ fn run_faults(
                 pick: 0,
             }
         } else {
-            fault
+            fault.clone()
         };
         let t = Instant::now();
         let from = clock.elapsed().as_nanos() as u64;
-        let (what, wiped) = inject(groups, fault, Duration::from_millis(hold), rng);
+        let (what, wiped) = inject(groups, &fault, Duration::from_millis(hold), rng);
         let healthy = groups.wait_healthy(Duration::from_secs(120));
         println!(
             "cycle {cycle} at {:.1} s: {}: {what}; held {hold} ms, healthy {healthy:.1?} later ({:.1?} in all)",
@@ -799,7 +650,7 @@ fn a_fault_schedule_under_a_mixed_workload() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(KINDS as usize);
     let mut rng = Rng::from_env("CAIRN_FAULT_SEED");
-    let plan = schedule(&mut rng, cycles);
+    let plan = schedule(&mut rng, cycles, (GROUPS, REPLICAS));
     println!("schedule of {cycles} cycles: {plan:?}");
     let snapshot_every = SNAPSHOT_EVERY.to_string();
     let args = [

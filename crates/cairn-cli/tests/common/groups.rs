@@ -93,6 +93,11 @@ impl Groups {
         g
     }
 
+    /// Replicas of each group.
+    pub fn replicas(&self) -> usize {
+        self.replicas
+    }
+
     pub fn store(&self, i: usize) -> PathBuf {
         self.tmp.path().join(format!("r{i}"))
     }

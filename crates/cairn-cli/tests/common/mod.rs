@@ -13,6 +13,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod faults;
 pub mod groups;
 pub mod linear;
 pub mod net;
