@@ -56,8 +56,8 @@ const CLIENTS: usize = 4;
 /// each epoch `E` of `EPOCH_SECS` seconds. New names every epoch keep each name's
 /// history short, and with it the number of operations of unknown outcome the checker
 /// must place (its search grows exponentially with them).
-const FILE_NAMES: u64 = 6;
-const DIR_NAMES: u64 = 3;
+const FILE_NAMES: u64 = 8;
+const DIR_NAMES: u64 = 4;
 const EPOCH_SECS: u64 = 5;
 /// Files whose contents are written and read, in each group's directory (`wK`).
 const DATA_FILES: usize = 2;
@@ -160,8 +160,8 @@ struct Worker<'a> {
     seq: u64,
     /// Unique names of the big directory this worker created (acknowledged).
     mine: Vec<String>,
-    /// Whether it writes every data file, not only its own.
-    shared_writers: bool,
+    /// Whether it changes every name and writes every data file, not only its own.
+    shared: bool,
     h: History,
 }
 
@@ -232,20 +232,23 @@ impl Worker<'_> {
         });
     }
 
-    /// A name of group `g`'s directory: a file's (`fK`) or a directory's (`mK`).
-    fn pick_name(&mut self, dir: bool) -> (usize, String) {
+    /// A name of group `g`'s directory: a file's (`fK`) or a directory's (`mK`); to
+    /// change (`mine`), one this client owns (K = me mod CLIENTS) unless names are
+    /// shared.
+    fn pick_name(&mut self, dir: bool, mine: bool) -> (usize, String) {
         let g = self.rng.below(GROUPS as u64) as usize;
         let epoch = self.clock.elapsed().as_secs() / EPOCH_SECS;
-        let k = if dir {
-            format!("m{}.{epoch}", self.rng.below(DIR_NAMES))
+        let count = if dir { DIR_NAMES } else { FILE_NAMES };
+        let k = if mine && !self.shared {
+            self.me as u64 + CLIENTS as u64 * self.rng.below(count / CLIENTS as u64)
         } else {
-            format!("f{}.{epoch}", self.rng.below(FILE_NAMES))
+            self.rng.below(count)
         };
-        (g, k)
+        (g, format!("{}{k}.{epoch}", if dir { 'm' } else { 'f' }))
     }
 
     fn make(&mut self, dir: bool) {
-        let (g, name) = self.pick_name(dir);
+        let (g, name) = self.pick_name(dir, true);
         let d = self.layout.dirs[g];
         let (call, ret, out) = self.run(
             if dir { "mkdir" } else { "create" },
@@ -266,7 +269,7 @@ impl Worker<'_> {
     }
 
     fn remove(&mut self, dir: bool) {
-        let (g, name) = self.pick_name(dir);
+        let (g, name) = self.pick_name(dir, true);
         let d = self.layout.dirs[g];
         let (call, ret, out) = self.run(
             if dir { "rmdir" } else { "unlink" },
@@ -284,7 +287,7 @@ impl Worker<'_> {
 
     fn lookup(&mut self) {
         let dir = self.rng.below(3) == 0;
-        let (g, name) = self.pick_name(dir);
+        let (g, name) = self.pick_name(dir, false);
         let d = self.layout.dirs[g];
         let (call, ret, out) = self.run("lookup", |c| c.lookup(&R, d, name.as_bytes()), found);
         // A lookup that failed changed nothing: left out.
@@ -302,8 +305,8 @@ impl Worker<'_> {
     /// A rename to another name of the same kind, in the other group's directory as a
     /// rule (across groups), else in the same.
     fn rename(&mut self, dir: bool) {
-        let (g, name) = self.pick_name(dir);
-        let (mut g2, name2) = self.pick_name(dir);
+        let (g, name) = self.pick_name(dir, true);
+        let (mut g2, name2) = self.pick_name(dir, true);
         if self.rng.below(4) != 0 {
             g2 = (g + 1) % GROUPS;
         }
@@ -344,10 +347,10 @@ impl Worker<'_> {
     }
 
     /// A write of a new value to a data file: one this client owns (file `i` is client
-    /// `i % CLIENTS`'s), or any file with `CAIRN_FAULT_SHARED_WRITERS=1`.
+    /// `i % CLIENTS`'s), or any file with `CAIRN_FAULT_SHARED=1`.
     fn write(&mut self) {
         let n = self.layout.data.len() as u64;
-        let i = if self.shared_writers {
+        let i = if self.shared {
             self.rng.below(n)
         } else {
             let mine = n
@@ -664,9 +667,11 @@ fn a_fault_schedule_under_a_mixed_workload() {
     let mut groups = Groups::start(GROUPS, REPLICAS, &args);
     groups.wait_healthy(Duration::from_secs(120));
     let layout = setup(&groups);
-    // A write retried by the client after its first copy took effect can undo a
-    // concurrent client's write (seen with shared writers): off unless asked.
-    let shared_writers = std::env::var("CAIRN_FAULT_SHARED_WRITERS").is_ok_and(|v| v == "1");
+    // Each name is changed, and each file written, by one client (all read them), unless
+    // CAIRN_FAULT_SHARED=1: a request the client sent again after its first copy took
+    // effect can then undo or misreport another client's change (see DESIGN.md).
+    let shared = std::env::var("CAIRN_FAULT_SHARED").is_ok_and(|v| v == "1");
+    println!("names and files shared by the clients: {shared}");
     let clock = Instant::now();
     let stop = AtomicBool::new(false);
     // Every cycle ends within its hold and a wait for health (at most 120 s each).
@@ -680,7 +685,7 @@ fn a_fault_schedule_under_a_mixed_workload() {
             layout: &layout,
             seq: 0,
             mine: Vec::new(),
-            shared_writers,
+            shared,
             h: History::default(),
         })
         .collect();
