@@ -2,7 +2,8 @@
 //! on this machine ([`skip`]), and the helpers of the mounted tests (tests/mount.rs on a
 //! local store, tests/cluster.rs on a cluster): a `cairn mount` child undone on drop,
 //! shell scripts, and the everyday-tools workload compared between a mount and a plain
-//! directory.
+//! directory. The cluster tests' network (`net`: servers in network namespaces, or on
+//! loopback; partitions) and cluster of `cairn serve` processes (`cluster`).
 //!
 //! Mounts skip (the helpers return `None`, the skip reported through [`skip`]) where FUSE
 //! can't be used, as `cairn_fuse::unavailable` and `cairn_fuse::is_refusal` judge it: no
@@ -10,6 +11,12 @@
 //! (containers without the capability). Any other failure of a mount fails the test.
 
 #![allow(dead_code)]
+
+pub mod cluster;
+pub mod faults;
+pub mod groups;
+pub mod linear;
+pub mod net;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
