@@ -5,8 +5,9 @@
 # `cargo test --workspace --release` builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=${CAIRN_PY_VENV:-${CARGO_TARGET_DIR:-target}/py-venv}
-wheels=${CARGO_TARGET_DIR:-target}/wheels
+# Absolute paths: the tests run from their own folder below.
+venv=$(realpath -m "${CAIRN_PY_VENV:-${CARGO_TARGET_DIR:-target}/py-venv}")
+wheels=$(realpath -m "${CARGO_TARGET_DIR:-target}/wheels")
 rm -f "$wheels"/cairn_store-*.whl
 "$venv/bin/maturin" build --release --locked -q -m crates/cairn-py/Cargo.toml
 "$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps \

@@ -25,5 +25,6 @@ def cairn_bin() -> pathlib.Path:
     if os.environ.get("CAIRN_BIN"):
         return pathlib.Path(os.environ["CAIRN_BIN"])
     root = pathlib.Path(__file__).resolve().parents[3]
-    target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", root / "target"))
+    # Cargo reads a relative CARGO_TARGET_DIR from where it runs: the repository's root.
+    target = root / os.environ.get("CARGO_TARGET_DIR", "target")
     return target / "release" / "cairn"
