@@ -47,6 +47,10 @@ pub const TAG_MEMO: u8 = b'M';
 /// after [`crate::server::LEDGER_TTL`].
 pub const TAG_DONE: u8 = b'Q';
 
+/// `F group`: the highest Raft term of a leader of `group` that called this server
+/// (`u64` little-endian); calls from that group in an earlier term are refused.
+pub const TAG_FENCE: u8 = b'F';
+
 /// `Z`: a replica's applied state: the last applied log id and the membership
 /// (bincode of openraft's `(Option<LogId>, StoredMembership)`; replicated servers only).
 pub const TAG_APPLIED: u8 = b'Z';
@@ -148,6 +152,11 @@ pub fn memo_key(server: u32, id: u64) -> Vec<u8> {
 /// The ledger row of request `token` ([`TAG_DONE`]).
 pub fn done_key(token: u64) -> Vec<u8> {
     key(TAG_DONE, &[&token.to_be_bytes()])
+}
+
+/// The fence row of calls from group `group` ([`TAG_FENCE`]).
+pub fn fence_key(group: u32) -> Vec<u8> {
+    key(TAG_FENCE, &[&group.to_be_bytes()])
 }
 
 /// The big-endian `u64` at `b[at..]`, if there are 8 bytes.

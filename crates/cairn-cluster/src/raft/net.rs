@@ -213,6 +213,33 @@ fn refuse(why: &str) -> Status {
 }
 
 impl RaftSvc {
+    /// A replica whose log is empty (nothing from a leader yet: a new group's, or one
+    /// whose store was lost and that restarted empty) votes only for a candidate
+    /// forming a new group (a log of at most the first membership). Were it to vote
+    /// for a candidate with a longer log, the entries it had acknowledged before its
+    /// store was lost — possibly counted for a majority — and the vote it had cast in
+    /// that term would count for nothing: a candidate lacking committed entries, or a
+    /// second leader of one term, could be elected. It votes normally once a leader
+    /// has sent it the log or a snapshot. The refusal (not granted, with its own vote)
+    /// is what a candidate gets from a replica whose log is longer than its own.
+    fn refuse_while_empty(&self, r: &VoteRequest<NodeId>) -> Option<VoteResponse<NodeId>> {
+        let m = self.raft.metrics().borrow().clone();
+        let empty = m.last_log_index.unwrap_or(0) == 0
+            && m.last_applied.is_none_or(|l| l.index == 0)
+            && m.snapshot.is_none();
+        let forming = r.last_log_id.is_none_or(|l| l.index == 0);
+        if !empty || forming || m.vote == r.vote {
+            return None;
+        }
+        metrics::counter!("cairn_raft_votes_refused_while_empty_total").increment(1);
+        tracing::info!(
+            group = self.group,
+            "vote for {} refused: this replica has no log yet (a leader must send it first)",
+            r.vote
+        );
+        Some(VoteResponse::new(m.vote, None, false))
+    }
+
     /// Checks who sent `req` and that it is for this group, and decodes its body.
     fn open<T: serde::de::DeserializeOwned>(
         &self,
@@ -259,6 +286,9 @@ impl proto::raft_server::Raft for RaftSvc {
 
     async fn vote(&self, req: Request<proto::RaftMsg>) -> Result<Response<proto::RaftMsg>, Status> {
         let r: VoteRequest<NodeId> = self.open(req)?;
+        if let Some(refused) = self.refuse_while_empty(&r) {
+            return reply(&Ok::<_, RaftError<NodeId>>(refused));
+        }
         reply(&self.raft.vote(r).await)
     }
 

@@ -4,6 +4,7 @@
 //! servers with durable intents, and finishes them after a crash.
 
 mod embed;
+mod fence;
 #[cfg(feature = "test-hooks")]
 mod hooks;
 mod house;
@@ -654,16 +655,31 @@ fn recover(node: &Node) -> Result<(), node::Fail> {
         let id = be64(&k, 1).ok_or_else(|| damaged("intent key"))?;
         let row = proto::IntentRow::decode(&v[..]).map_err(|_| damaged("intent"))?;
         let names = node.intent_names(&row);
-        st.names.reserve((node.id, id), &names)?;
+        if let Err(e) = st.names.reserve((node.id, id), &names) {
+            tracing::error!(
+                "intent {id} holds a name already held: {:?}",
+                held_by(&st, &names)
+            );
+            return Err(e);
+        }
         st.intents.put(id, row);
     }
     st.ledger = node.load_ledger()?;
+    node.load_fences()?;
     for (k, v) in node.scan(&[TAG_PREPARED], None, usize::MAX)? {
         let (Some(s), Some(id)) = (be32(&k, 1), be64(&k, 5)) else {
             return Err(damaged("prepared key"));
         };
         let p = proto::PreparedRow::decode(&v[..]).map_err(|_| damaged("prepared"))?;
-        st.names.reserve((s, id), &[(p.new_dir, p.new_name)])?;
+        let names = [(p.new_dir, p.new_name)];
+        if let Err(e) = st.names.reserve((s, id), &names) {
+            tracing::error!(
+                "the rename destination prepared for intent {id} of server {s} is held \
+                 already: {:?}",
+                held_by(&st, &names)
+            );
+            return Err(e);
+        }
     }
     if node.id == 0 && node.inode(cairn_fs::ROOT)?.is_none() {
         let t = cairn_fs::now_ns();
@@ -702,6 +718,20 @@ fn recover(node: &Node) -> Result<(), node::Fail> {
     drop(st);
     node.durable()?;
     Ok(())
+}
+
+/// Who holds each of `names` (a recovery's report of rows that disagree).
+fn held_by(st: &state::State, names: &[(u64, Vec<u8>)]) -> Vec<String> {
+    names
+        .iter()
+        .map(|(d, n)| {
+            format!(
+                "{d:#x}/{} by {:?}",
+                String::from_utf8_lossy(n),
+                st.names.holder(*d, n)
+            )
+        })
+        .collect()
 }
 
 /// Runs a server until SIGTERM or SIGINT, then drains it (stop accepting, finish what

@@ -40,6 +40,9 @@ pub(crate) enum Fail {
     /// This replica does not lead its group (any more): nothing was done, or — for a
     /// change already proposed — the next leader decides whether it stands.
     NotLeader,
+    /// The call came from a leader its group has replaced (a later one called here
+    /// already): refused, nothing done.
+    Superseded,
 }
 
 impl Fail {
@@ -58,7 +61,7 @@ impl Fail {
                 }),
                 ..Default::default()
             },
-            Fail::Down(_) | Fail::Crashed | Fail::NotLeader => proto::Status {
+            Fail::Down(_) | Fail::Crashed | Fail::NotLeader | Fail::Superseded => proto::Status {
                 errno: libc::EIO as u32,
                 ..Default::default()
             },
@@ -185,6 +188,9 @@ pub(crate) struct Node {
     pub rename_lock: RenameLock,
     /// Directory bitmaps learnt from peers' redirects (for a rename's destination).
     pub bitmaps: LearntBitmaps,
+    /// The highest term seen from each group's leaders (calls of earlier ones are
+    /// refused: `super::fence`).
+    pub fences: super::fence::Fences,
     /// Where its rows are: its own store, or its group's replicated state.
     rows: RowStore,
     /// What the server keeps in memory (see [`State`]).
@@ -272,6 +278,7 @@ impl Node {
             counters: Counters::default(),
             rename_lock: RenameLock::default(),
             bitmaps: LearntBitmaps::default(),
+            fences: super::fence::Fences::default(),
             rows,
             state: Mutex::new(State::default()),
             leases: Mutex::new(Leases::default()),

@@ -251,6 +251,7 @@ impl Node {
             }),
             cred: cred.map(|(c, _)| cred_msg(c)),
             no_checks: cred.is_some_and(|(_, checks)| !checks),
+            term: self.leading_term(),
         })
     }
 

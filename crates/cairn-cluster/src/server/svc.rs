@@ -76,6 +76,9 @@ async fn run<Rep: Reply + Send + 'static>(
     match res {
         Ok(Ok(rep)) => Ok(Response::new(rep)),
         Ok(Err(Fail::Crashed)) => Err(Status::unavailable("server stopping")),
+        Ok(Err(Fail::Superseded)) => Err(Status::failed_precondition(
+            "the calling server no longer leads its group: a later leader called already",
+        )),
         Ok(Err(Fail::NotLeader)) => Err(Status::unavailable(
             "the replica lost the lead of its group during the operation: it may or may not have been done",
         )),
@@ -789,8 +792,13 @@ macro_rules! peer_service {
                 async fn $method(&self, req: Request<$req>) -> Result<Response<$rep>, Status> {
                     let (who, r) = who(req);
                     self.hdr(&who, r.h.as_ref())?;
+                    let (from, term) = r.h.as_ref().map_or((0, 0), |h| (h.from, h.term));
                     let n = self.0.clone();
-                    run(&self.0, $op, async move { n.$local(r).await }).await
+                    run(&self.0, $op, async move {
+                        let _fence = n.fence_enter(from, term).await?;
+                        n.$local(r).await
+                    })
+                    .await
                 }
             )*
 
@@ -813,8 +821,16 @@ macro_rules! peer_service {
                         break;
                     }
                 }
+                let (from, term) = chunks
+                    .first()
+                    .and_then(|c| c.h.as_ref())
+                    .map_or((0, 0), |h| (h.from, h.term));
                 let n = self.0.clone();
-                run(&self.0, "peer_accept", async move { n.p_accept_partition(chunks).await }).await
+                run(&self.0, "peer_accept", async move {
+                    let _fence = n.fence_enter(from, term).await?;
+                    n.p_accept_partition(chunks).await
+                })
+                .await
             }
         }
     };
