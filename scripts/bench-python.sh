@@ -2,7 +2,7 @@
 # cairn from Python against plyvel (LevelDB), lmdb and rocksdict (RocksDB), and the cost
 # of the binding against the Rust API (docs/benchmarks/python.md). Installs the peers
 # (pinned, from PyPI) in a venv of their own with the release wheel of crates/cairn-py,
-# builds the engine's quickbench example, then runs crates/cairn-py/bench/peers.py with
+# builds the engine's keylist example, then runs crates/cairn-py/bench/peers.py with
 # the arguments given (default: 1M records, 3 repetitions, in the current directory).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,6 +17,6 @@ rm -f "$target"/wheels/cairn_store-*.whl
 (cd "$root" && "$venv/bin/maturin" build --release --locked -q -m crates/cairn-py/Cargo.toml)
 "$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps \
   "$target"/wheels/cairn_store-*.whl
-(cd "$root" && cargo build --release --locked -q -p cairn --example quickbench)
+(cd "$root" && cargo build --release --locked -q -p cairn --example keylist)
 "$venv/bin/python" "$root/crates/cairn-py/bench/peers.py" \
-  --rust-bin "$target/release/examples/quickbench" "$@"
+  --rust-bin "$target/release/examples/keylist" "$@"

@@ -1,10 +1,12 @@
 """cairn from Python against plyvel (LevelDB), lmdb and rocksdict (RocksDB), and against
 cairn's own Rust API: HaloDB's workload (N records, 8-byte keys, 100-byte values): a fill
 in random key order, then N point reads at random keys, one thread, one call per
-operation, nothing synced until the fill's end. Engines run interleaved, each repetition
-in a fresh directory. `scripts/bench-python.sh` installs the peers and runs this.
+operation, nothing synced until the fill's end; then the same reads in calls of 64
+keys through each engine's batched read where it has one (cairn `get_many`, lmdb
+`Cursor.getmulti`, rocksdict's `get` of a list: RocksDB's `MultiGet`). Engines run
+interleaved, each repetition in a fresh directory. `scripts/bench-python.sh` installs the peers and runs this.
 
-usage: peers.py [--records N] [--reps R] [--dir D] [--rust-bin quickbench] [--engines ...]
+usage: peers.py [--records N] [--reps R] [--dir D] [--rust-bin keylist] [--engines ...]
 """
 
 import argparse
@@ -19,18 +21,21 @@ import time
 VALUE = bytes(random.Random(7).randrange(256) for _ in range(100))
 
 
+BATCH = 64  # keys per call of the batched reads
+
+
 def cairn_engine(path):
     import cairn
 
     db = cairn.Db(path)
-    return db.put, db.get, db.flush, db.close
+    return db.put, db.get, db.get_many, db.flush, db.close
 
 
 def plyvel_engine(path):
     import plyvel
 
     db = plyvel.DB(path, create_if_missing=True)
-    return db.put, db.get, (lambda: None), db.close
+    return db.put, db.get, None, (lambda: None), db.close
 
 
 def lmdb_engine(path):
@@ -42,7 +47,7 @@ def lmdb_engine(path):
         with env.begin(write=True) as txn:
             txn.put(k, v)
 
-    reader = [None]
+    reader = [None, None]
 
     def get(k):
         # One read transaction for the whole read phase, as lmdb users read.
@@ -50,19 +55,26 @@ def lmdb_engine(path):
             reader[0] = env.begin()
         return reader[0].get(k)
 
+    def get_many(keys):
+        # lmdb's own batched read: `Cursor.getmulti`, (key, value) pairs of those found.
+        if reader[1] is None:
+            reader[1] = env.begin().cursor()
+        return [v for _, v in reader[1].getmulti(keys)]
+
     def close():
         if reader[0] is not None:
             reader[0].abort()
         env.close()
 
-    return put, get, env.sync, close
+    return put, get, get_many, env.sync, close
 
 
 def rocksdict_engine(path):
     import rocksdict
 
     db = rocksdict.Rdict(path)
-    return db.put, db.get, db.flush, db.close
+    # `get` of a list is RocksDB's `MultiGet`.
+    return db.put, db.get, db.get, db.flush, db.close
 
 
 ENGINES = {"cairn": cairn_engine, "plyvel": plyvel_engine, "lmdb": lmdb_engine,
@@ -70,7 +82,7 @@ ENGINES = {"cairn": cairn_engine, "plyvel": plyvel_engine, "lmdb": lmdb_engine,
 
 
 def run(name, path, keys, reads):
-    put, get, flush, close = ENGINES[name](path)
+    put, get, get_many, flush, close = ENGINES[name](path)
     t = time.perf_counter()
     for k in keys:
         put(k, VALUE)
@@ -81,20 +93,30 @@ def run(name, path, keys, reads):
         if get(k) is None:
             raise AssertionError(f"{name}: missing key")
     read = len(reads) / (time.perf_counter() - t)
+    many = None
+    if get_many is not None:
+        t = time.perf_counter()
+        for i in range(0, len(reads), BATCH):
+            values = get_many(reads[i:i + BATCH])
+            if len(values) != len(reads[i:i + BATCH]) or None in values:
+                raise AssertionError(f"{name}: missing key in a batch")
+        many = len(reads) / (time.perf_counter() - t)
     close()
-    return fill, read
+    return fill, read, many
 
 
 def rust(binary, records, cwd):
-    """quickbench (crates/cairn/examples) on one thread: its fill and read rates."""
-    out = subprocess.run([binary, str(records), "100", "1"], cwd=cwd, capture_output=True,
-                         text=True, check=True).stdout
+    """The keylist example (crates/cairn/examples): the same fill, then gets and batched
+    gets walking a list of key objects, as this loop does: its three rates."""
+    out = subprocess.run([binary, str(records), str(BATCH), "1"], cwd=cwd,
+                         capture_output=True, text=True, check=True).stdout
     rates = {}
     for line in out.splitlines():
-        for label, name in [("fill random", "fill"), ("random read x1", "read")]:
-            if line.startswith(label):
+        for label, name in [("fill random", "fill"), ("get list", "read"),
+                            ("get_many list", "many")]:
+            if line.startswith(label + " "):
                 rates[name] = float(line.split("ops/s")[0].split()[-1])
-    return rates["fill"], rates["read"]
+    return rates["fill"], rates["read"], rates["many"]
 
 
 def main():
@@ -123,15 +145,18 @@ def main():
                 r = run(name, path, keys, reads)
             shutil.rmtree(path, ignore_errors=True)
             results[name].append(r)
-            print(f"rep {rep + 1} {name:<17} puts/s {r[0]:>10,.0f}  gets/s {r[1]:>10,.0f}",
-                  flush=True)
+            many = f"{r[2]:>10,.0f}" if r[2] else f"{'-':>10}"
+            print(f"rep {rep + 1} {name:<17} puts/s {r[0]:>10,.0f}  gets/s {r[1]:>10,.0f}  "
+                  f"batched gets/s {many}", flush=True)
     print(f"\nmedian of {a.reps}, {a.records:,} records, 8-byte keys, 100-byte values, "
           f"Python {sys.version.split()[0]}")
-    print(f"{'engine':<17} {'puts/s':>10} {'gets/s':>10}")
+    print(f"{'engine':<17} {'puts/s':>10} {'gets/s':>10} {'batched':>10}")
     for name, rs in results.items():
         fill = statistics.median(r[0] for r in rs)
         read = statistics.median(r[1] for r in rs)
-        print(f"{name:<17} {fill:>10,.0f} {read:>10,.0f}")
+        many = [r[2] for r in rs if r[2]]
+        many = f"{statistics.median(many):>10,.0f}" if many else f"{'-':>10}"
+        print(f"{name:<17} {fill:>10,.0f} {read:>10,.0f} {many}")
 
 
 if __name__ == "__main__":

@@ -80,6 +80,9 @@ def test_random_operations_match_a_dict(path, seed):
                     with pytest.raises(KeyError):
                         db[k]
                     assert db.get(k, b"default") == b"default"
+                if rng.random() < 0.3:
+                    ks = [rng.choice(KEYS) for _ in range(rng.randrange(0, 6))]
+                    assert db.get_many(ks) == [model.get(x) for x in ks]
             elif op < 0.9:
                 lo, hi = sorted([rng.choice(KEYS), rng.choice(KEYS)])
                 lo = None if rng.random() < 0.2 else lo
@@ -103,6 +106,18 @@ def test_random_operations_match_a_dict(path, seed):
         check(db, model)
     finally:
         db.close()
+
+
+def test_get_many(db):
+    db.put(b"a", b"1")
+    db.keyspace(3).put(b"b", b"3")
+    long_key = b"x" * (cairn.MAX_KEY_LEN + 1)
+    got = db.get_many(iter([b"a", memoryview(b"b"), bytearray(b"a"), long_key, b""]))
+    assert got == [b"1", None, b"1", None, None]
+    assert db.keyspace(3).get_many((b"a", b"b")) == [None, b"3"]
+    assert db.get_many([]) == []
+    with pytest.raises(TypeError):
+        db.get_many([b"a", "a"])
 
 
 def test_keyspaces_are_separate(db):

@@ -104,7 +104,7 @@ fn home(tag: u32, n: usize) -> usize {
 
 /// Asks the CPU to bring the cache line at `p` in (x86-64; elsewhere nothing).
 #[inline]
-fn prefetch_line(p: *const u8) {
+pub(crate) fn prefetch_line(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint: it never faults and reads nothing architecturally,
     // whatever the address.

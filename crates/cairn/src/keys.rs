@@ -18,6 +18,21 @@ pub(crate) fn ikey(ns: u8, key: &[u8]) -> Vec<u8> {
     v
 }
 
+/// Runs `f` on the internal key of `key` in keyspace `ns`, built on the stack when it
+/// is short, so that a point read of a short key allocates nothing.
+#[inline]
+pub(crate) fn with_ikey<R>(ns: u8, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
+    const SHORT: usize = 64;
+    if key.len() < SHORT {
+        let mut buf = [0u8; SHORT];
+        buf[0] = ns;
+        buf[1..=key.len()].copy_from_slice(key);
+        f(&buf[..=key.len()])
+    } else {
+        f(&ikey(ns, key))
+    }
+}
+
 /// Internal bounds covering the user bounds `lo..hi` within namespace `ns`.
 pub(crate) fn ns_bounds(
     ns: u8,

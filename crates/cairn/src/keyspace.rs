@@ -8,7 +8,7 @@ use std::ops::RangeBounds;
 use crate::batch::WriteBatch;
 use crate::db::Db;
 use crate::iter::Iter;
-use crate::keys::{as_bytes, check_key, check_value, ikey, ns_bounds, ns_prefix_bounds};
+use crate::keys::{as_bytes, check_key, check_value, ikey, ns_bounds, ns_prefix_bounds, with_ikey};
 use crate::value::Value;
 use crate::{Result, MAX_KEY_LEN};
 
@@ -136,13 +136,18 @@ impl Keyspace {
         if k.len() > MAX_KEY_LEN {
             return Ok(None);
         }
-        self.db.core().get(&self.ikey(k))
+        with_ikey(self.id, k, |ik| self.db.core().get(ik))
+    }
+
+    /// Reads the values of `keys`, in their order, as [`crate::Db::get_many`] does.
+    pub fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Value>>> {
+        crate::many::get_many_in(self.db.core(), self.id, keys)
     }
 
     /// Whether `key` has a value (answered from memory, no disk read).
     pub fn contains(&self, key: impl AsRef<[u8]>) -> bool {
         let k = key.as_ref();
-        k.len() <= MAX_KEY_LEN && self.db.core().contains(&self.ikey(k))
+        k.len() <= MAX_KEY_LEN && with_ikey(self.id, k, |ik| self.db.core().contains(ik))
     }
 
     /// Sets `key` to `value`.

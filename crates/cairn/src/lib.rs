@@ -57,6 +57,7 @@ mod keys;
 mod keyspace;
 mod loc;
 mod manifest;
+mod many;
 mod numbered;
 mod open;
 mod options;

@@ -47,6 +47,9 @@ pub struct SegmentFile {
 /// Records spanning more pages than this are always read with `pread`.
 pub const MAP_MAX_PAGES: u64 = 4;
 
+/// One read of a record in this many is timed ([`SegmentFile::read_timer`]).
+pub const READ_SAMPLE: u64 = 8;
+
 /// A read slower than this went to the disk (a warm one takes a few microseconds, a
 /// disk read 20 or more even when the device has it cached).
 pub const COLD_READ: std::time::Duration = std::time::Duration::from_micros(20);
@@ -261,11 +264,27 @@ impl SegmentFile {
         }
     }
 
-    /// Records how long a read of a record took: longer than [`COLD_READ`] means it went
-    /// to the disk. Keeps a moving share of cold reads (about the last 32) that
-    /// [`SegmentFile::prefer_pread`] consults.
-    pub fn note_read(&self, took: std::time::Duration) {
-        let sample = if took > COLD_READ { 1u32 << 16 } else { 0 };
+    /// Starts timing the read of the record at `off` if it is one of the reads
+    /// [`SegmentFile::note_read`] samples: about one in [`READ_SAMPLE`], chosen by a hash
+    /// of the offset (reads at random places sample at random), so that most reads pay
+    /// no clock reads at all.
+    #[inline]
+    pub fn read_timer(off: u64) -> Option<std::time::Instant> {
+        let h = off.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+        h.is_multiple_of(READ_SAMPLE).then(std::time::Instant::now)
+    }
+
+    /// Records how long a sampled read of a record took (`timer` from
+    /// [`SegmentFile::read_timer`]; `None`: not sampled): longer than [`COLD_READ`] means
+    /// it went to the disk. Keeps a moving share of cold reads (about the last 32
+    /// sampled, some 256 reads) that [`SegmentFile::prefer_pread`] consults.
+    pub fn note_read(&self, timer: Option<std::time::Instant>) {
+        let Some(t) = timer else { return };
+        let sample = if t.elapsed() > COLD_READ {
+            1u32 << 16
+        } else {
+            0
+        };
         let old = self.cold_reads.load(Ordering::Relaxed);
         // Lossy under races, which only blurs the average.
         let new = old - old / 32 + sample / 32;

@@ -420,13 +420,31 @@ impl Shard {
     /// Reads the value of `key` as a snapshot taken at `seq` sees it (`None`: now), as
     /// [`Shard::get`] does.
     pub fn get_at(&self, key: &[u8], seq: Option<u64>) -> Result<Option<Value>> {
-        let (loc, src) = {
-            let st = self.state.read();
-            let Some(loc) = st.locate(key, seq, false) else {
-                return Ok(None);
-            };
-            (loc, st.source(loc)?)
-        };
+        match self.candidate(key, seq)? {
+            Some((loc, src)) => self.read_candidate(key, seq, loc, src),
+            None => Ok(None),
+        }
+    }
+
+    /// The first half of [`Shard::get_at`]: where `key`'s record probably is (from the
+    /// index's hash side), and where its bytes can be read; `None` if `key` has no value.
+    pub(crate) fn candidate(&self, key: &[u8], seq: Option<u64>) -> Result<Option<(Loc, Source)>> {
+        let st = self.state.read();
+        match st.locate(key, seq, false) {
+            Some(loc) => Ok(Some((loc, st.source(loc)?))),
+            None => Ok(None),
+        }
+    }
+
+    /// The second half of [`Shard::get_at`]: reads the record a [`Shard::candidate`]
+    /// found, and asks the exact index if it is not `key`'s.
+    pub(crate) fn read_candidate(
+        &self,
+        key: &[u8],
+        seq: Option<u64>,
+        loc: Loc,
+        src: Source,
+    ) -> Result<Option<Value>> {
         match read_value(src, loc, key) {
             Ok(value) => Ok(Some(value)),
             Err(first) => {
@@ -973,40 +991,32 @@ impl Shard {
 
 /// Reads and checks the record at `loc` from `src`, expecting a put of `key`.
 pub(crate) fn read_value(src: Source, loc: Loc, key: &[u8]) -> Result<Value> {
+    let f = match src {
+        Source::Bytes(buf) => {
+            let start = check_record(&buf, loc, key, || PathBuf::from("<write buffer>"))?;
+            return Ok(Value::new(buf, start));
+        }
+        Source::File(f) => f,
+    };
     // A sealed segment serves the value through its map (no copy) or with one `pread`
     // (one disk request for the whole record): `SegmentFile::prefer_pread` decides.
-    if let Source::File(f) = &src {
-        if let Some(m) = f.mapped() {
-            let (off, len) = (loc.off as u64, loc.len as u64);
-            let t = std::time::Instant::now();
-            let value = if f.prefer_pread(off, len) {
-                let buf = f.pread_at(off, len as usize)?;
-                let start = check_record(&buf, loc, key, || f.path.clone())?;
-                Some(Value::new(buf, start))
-            } else if let Some(bytes) = m.get(off as usize..(off + len) as usize) {
-                let start = check_record(bytes, loc, key, || f.path.clone())?;
-                Some(Value::mapped(
-                    f.clone(),
-                    off as usize + start,
-                    (off + len) as usize,
-                ))
-            } else {
-                None
-            };
-            if let Some(v) = value {
-                f.note_read(t.elapsed());
-                return Ok(v);
-            }
+    if let Some(m) = f.mapped() {
+        let (off, len) = (loc.off as u64, loc.len as u64);
+        let timer = SegmentFile::read_timer(off);
+        if f.prefer_pread(off, len) {
+            let buf = f.pread_at(off, len as usize)?;
+            let start = check_record(&buf, loc, key, || f.path.clone())?;
+            f.note_read(timer);
+            return Ok(Value::new(buf, start));
+        }
+        if let Some(bytes) = m.get(off as usize..(off + len) as usize) {
+            let start = check_record(bytes, loc, key, || f.path.clone())?;
+            f.note_read(timer);
+            return Ok(Value::mapped(f, off as usize + start, (off + len) as usize));
         }
     }
-    let (buf, path) = match src {
-        Source::Bytes(b) => (b, None),
-        Source::File(f) => (f.read_at(loc.off as u64, loc.len as usize)?, Some(f)),
-    };
-    let start = check_record(&buf, loc, key, || match &path {
-        Some(f) => f.path.clone(),
-        None => PathBuf::from("<write buffer>"),
-    })?;
+    let buf = f.read_at(loc.off as u64, loc.len as usize)?;
+    let start = check_record(&buf, loc, key, || f.path.clone())?;
     Ok(Value::new(buf, start))
 }
 

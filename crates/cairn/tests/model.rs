@@ -37,6 +37,8 @@ enum Op {
     /// repeat inside a batch; the last operation wins.
     Batch(Vec<(Key, Option<Vec<u8>>, bool)>),
     Get(Key),
+    /// `Db::get_many` of these keys (repeats allowed).
+    GetMany(Vec<Key>),
     Scan(Scan),
     Flush,
     Compact,
@@ -154,6 +156,7 @@ fn op() -> impl Strategy<Value = Op> {
         10 => key().prop_map(Op::Delete),
         6 => batch().prop_map(Op::Batch),
         12 => key().prop_map(Op::Get),
+        4 => prop::collection::vec(key(), 0..8).prop_map(Op::GetMany),
         12 => scan().prop_map(Op::Scan),
         2 => Just(Op::Flush),
         3 => Just(Op::Compact),
@@ -296,6 +299,14 @@ fn run(cfg: &Config, ops: &[Op]) -> Result<(), TestCaseError> {
                 prop_assert_eq!(got.as_ref(), model.get(k), "get {}", when);
                 let has = ok(db.contains(k), &when)?;
                 prop_assert_eq!(has, model.contains_key(k), "contains {}", when);
+            }
+            Op::GetMany(keys) => {
+                let got = ok(db.get_many(keys), &when)?;
+                prop_assert_eq!(got.len(), keys.len());
+                for (k, v) in keys.iter().zip(got) {
+                    let v = v.map(|v| v.into_vec());
+                    prop_assert_eq!(v.as_ref(), model.get(k), "get_many {}", when);
+                }
             }
             Op::Scan(s) => run_scan(&db, &model, s)?,
             Op::Flush => ok(db.flush(), &when)?,
