@@ -233,12 +233,21 @@ impl Peer {
     }
 }
 
-/// The open-file limit a child can be given: as root the kernel's ceiling
-/// (`/proc/sys/fs/nr_open`), else this process's hard limit.
+/// The open-file limit a child can be given: with `CAP_SYS_RESOURCE` the kernel's
+/// ceiling (`/proc/sys/fs/nr_open`), else this process's hard limit (a container's
+/// root may lack the capability).
 fn fd_limit() -> u64 {
+    const CAP_SYS_RESOURCE: u32 = 24;
     let hard = rlimit_nofile().1;
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    let raises = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_RESOURCE) != 0);
+    if !raises {
         return hard;
     }
     std::fs::read_to_string("/proc/sys/fs/nr_open")
