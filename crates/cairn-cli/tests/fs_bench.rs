@@ -372,7 +372,10 @@ fn fs_bench_passthrough_hp_target() {
         "{shared:?}"
     );
     let md = std::fs::read_to_string(tmp.path().join("out/results.md")).unwrap();
-    assert!(md.contains("passthrough_hp") && md.contains("open-file limit"), "{md}");
+    assert!(
+        md.contains("passthrough_hp") && md.contains("open-file limit"),
+        "{md}"
+    );
 }
 
 /// The cluster target: three `cairn serve` and `cairn mount --cluster`, and the requests

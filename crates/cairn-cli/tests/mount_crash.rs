@@ -207,7 +207,8 @@ fn killed_mount_keeps_what_the_periodic_write_out_wrote() {
     let n = done.len();
     let p = fsmodel::check_prefix(&start, &done, &got, 0, false, "after the kill");
     assert_eq!(
-        p, n,
+        p,
+        n,
         "the store holds {p} of the {n} operations made {}s before the kill",
         3 * interval.as_secs()
     );

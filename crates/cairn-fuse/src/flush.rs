@@ -94,7 +94,11 @@ mod tests {
         f.stop();
         let after = calls.load(Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(100));
-        assert_eq!(calls.load(Ordering::SeqCst), after, "a write-out after stop");
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            after,
+            "a write-out after stop"
+        );
     }
 
     #[test]
@@ -128,7 +132,10 @@ mod tests {
         .unwrap();
         let start = Instant::now();
         while calls.load(Ordering::SeqCst) < 5 {
-            assert!(start.elapsed() < Duration::from_secs(10), "stopped after a failure");
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "stopped after a failure"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         f.stop();
