@@ -503,8 +503,10 @@ fn run_kernel(
         t => t,
     };
     let peer = mount::Peer::of(target);
-    // The everyday tree's files need descriptors too.
-    let everyday = extras.everyday.as_ref().map_or(0, |(_, files)| *files);
+    // The everyday tree's inodes need descriptors too: its files, and as many loose
+    // objects once `git add -A` has run (over the limit, passthrough_hp's closes fail
+    // with EBADF and git with them).
+    let everyday = extras.everyday.as_ref().map_or(0, |(_, files)| 2 * *files);
     if let Some(why) = peer.and_then(|p| p.unavailable(n.max(everyday))) {
         extras.skip(target, why);
         return Ok((None, Vec::new()));
