@@ -33,7 +33,9 @@ the floor of any FUSE file system; creates, stats and unlinks only); cluster (th
 `cairn mount --cluster`; the requests the mount sent to the servers per operation are
 reported too); bindfs (a fresh
 ext4 image reached through `bindfs`, a FUSE passthrough people use; skipped where bindfs
-or the image is missing); fuse, fuse-classic, null and cluster are skipped with a message where FUSE is
+or the image is missing); passthrough_hp (the same through libfuse's passthrough_hp over
+io_uring, built by scripts/build-peers.sh --passthrough-hp; it keeps a descriptor per
+inode, so it is skipped where --files passes the open-file limit it can be given); fuse, fuse-classic, null and cluster are skipped with a message where FUSE is
 unavailable (no usable /dev/fuse, no privilege to mount, the mount refused with EPERM/EACCES; any other failure of the mount fails the
 run); plain, xfs, btrfs (fresh loop-mounted ext4, XFS and btrfs images made in --dir
 with default options, as root; where that can't be done plain is a directory under
@@ -98,7 +100,8 @@ pub struct FsBenchArgs {
     /// /dev/fuse reads, `--transport classic`), null (the null FUSE server: cairn's FUSE
     /// layer answering every request at once, the floor), cluster (three `cairn serve`
     /// with their defaults on loopback, mounted with `cairn mount --cluster`), bindfs
-    /// (a fresh ext4 image through bindfs, a FUSE passthrough), plain (ext4), xfs,
+    /// (a fresh ext4 image through bindfs, a FUSE passthrough), passthrough_hp (the
+    /// same through libfuse's passthrough_hp over io_uring), plain (ext4), xfs,
     /// btrfs (fresh loop-mounted images; see --plain-fs)
     #[arg(long, value_delimiter = ',', default_value = "lib,fuse,plain")]
     targets: Vec<String>,
@@ -361,13 +364,16 @@ fn run_one(
         "fuse" | "fuse-classic" | "null" | "cluster" => {
             run_fuse(target, work, phases, data, extras)
         }
-        "plain" | "xfs" | "btrfs" | "bindfs" => run_kernel(target, work, phases, data, extras),
+        "plain" | "xfs" | "btrfs" | "bindfs" | "passthrough_hp" => {
+            run_kernel(target, work, phases, data, extras)
+        }
         other => bail!("unknown target {other:?} ({TARGETS})"),
     }
 }
 
 /// The names of the targets.
-const TARGETS: &str = "lib, fuse, fuse-classic, null, cluster, plain, xfs, btrfs, bindfs";
+const TARGETS: &str =
+    "lib, fuse, fuse-classic, null, cluster, plain, xfs, btrfs, bindfs, passthrough_hp";
 
 /// The `lib` target: `cairn::fs` in this process, on a store in `work`.
 fn run_lib(work: &Path, phases: &Phases, data: &Data, open_with: OpenWith) -> Result<TargetResult> {
@@ -480,7 +486,9 @@ fn run_fuse(
 
 /// The kernel targets `plain`, `xfs` and `btrfs`: a fresh loop-mounted image made in
 /// `work` where one can be made (else, for plain, a directory of `work`'s file system);
-/// `bindfs`: a fresh ext4 image reached through `bindfs` (skipped without one).
+/// `bindfs` and `passthrough_hp`: a fresh ext4 image reached through that FUSE
+/// passthrough (skipped without it, or, for passthrough_hp, with more files than the
+/// open-file limit allows it: it keeps a descriptor per inode).
 fn run_kernel(
     target: &str,
     work: &Path,
@@ -491,14 +499,16 @@ fn run_kernel(
     let n = phases.n;
     let bytes = (data.sizes.iter().sum::<u64>() * 3 / 2 + n * 2048 + (2 << 30)).max(4 << 30);
     let kind = match target {
-        "plain" | "bindfs" => "ext4",
+        "plain" | "bindfs" | "passthrough_hp" => "ext4",
         t => t,
     };
-    if target == "bindfs" && !has_bindfs() {
-        extras.skip(
-            target,
-            "bindfs is not installed (scripts/install-bench-deps.sh)".into(),
-        );
+    let peer = mount::Peer::of(target);
+    // The everyday tree's inodes need descriptors too: its files, and as many loose
+    // objects once `git add -A` has run (over the limit, passthrough_hp's closes fail
+    // with EBADF and git with them).
+    let everyday = extras.everyday.as_ref().map_or(0, |(_, files)| 2 * *files);
+    if let Some(why) = peer.and_then(|p| p.unavailable(n.max(everyday))) {
+        extras.skip(target, why);
         return Ok((None, Vec::new()));
     }
     let make = || crate::fsimage::FreshImage::make(work, kind, bytes, n);
@@ -531,12 +541,13 @@ fn run_kernel(
     if target == "plain" {
         extras.description = Some(description);
     } else {
-        extras.others.push((target.to_string(), description));
+        let d = peer.map_or(description.clone(), |p| p.describe(&description));
+        extras.others.push((target.to_string(), d));
     }
     let root = image.as_ref().map_or(work, |i| i.path());
-    // bindfs: the fresh image reached through a bindfs mount of it.
-    let bind = (target == "bindfs")
-        .then(|| mount::Bindfs::mount(root, &work.join("bindfs")))
+    // bindfs, passthrough_hp: the fresh image reached through a mount of it.
+    let bind = peer
+        .map(|p| mount::PeerMount::mount(p, root, &work.join(target)))
         .transpose()?;
     let root = bind.as_ref().map_or(root, |b| b.mp.as_path());
     let d = root.join("d");
@@ -557,16 +568,6 @@ fn run_kernel(
     drop(bind);
     drop(image);
     Ok((r, data_runs))
-}
-
-/// Whether a `bindfs` executable is on the `PATH`.
-fn has_bindfs() -> bool {
-    std::process::Command::new("bindfs")
-        .arg("--version")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 /// The large-file phase asked for: sizes in bytes (none: no phase), and cold reads.

@@ -330,6 +330,54 @@ fn fs_bench_null_and_bindfs_targets() {
     );
 }
 
+/// The passthrough_hp target (libfuse's example over a fresh ext4 image, over io_uring)
+/// where scripts/build-peers.sh --passthrough-hp built it: creates, stats, lists and
+/// unlinks, from one and two processes, through its mount; the report says which open-file
+/// limit it ran under. Else its skip, with the reason.
+#[test]
+fn fs_bench_passthrough_hp_target() {
+    if cairn_fuse::unavailable().is_some() {
+        common::skip("fs-bench's passthrough_hp target: FUSE is unavailable here");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (stdout, all) = fs_bench(
+        tmp.path(),
+        &[
+            "--files",
+            "2000",
+            "--intervals",
+            "2",
+            "--procs",
+            "2",
+            "--targets",
+            "passthrough_hp",
+        ],
+    );
+    let runs = all["metadata"].as_array().unwrap();
+    let Some(r) = runs.iter().find(|r| r["target"] == "passthrough_hp") else {
+        assert!(stdout.contains("passthrough_hp: skipped"), "{stdout}");
+        common::skip("fs-bench's passthrough_hp target: not built here, or no fresh image");
+        return;
+    };
+    assert_eq!(r["files"], 2000, "{r}");
+    for f in ["create_rate", "stat_rate", "list_rate", "unlink_rate"] {
+        assert!(r[f].as_f64().unwrap() > 0.0, "{f} of {r}");
+    }
+    let shared = all["shared_directory"].as_array().unwrap();
+    assert!(
+        shared
+            .iter()
+            .any(|s| s["target"] == "passthrough_hp" && s["files"] == 2000),
+        "{shared:?}"
+    );
+    let md = std::fs::read_to_string(tmp.path().join("out/results.md")).unwrap();
+    assert!(
+        md.contains("passthrough_hp") && md.contains("open-file limit"),
+        "{md}"
+    );
+}
+
 /// The cluster target: three `cairn serve` and `cairn mount --cluster`, and the requests
 /// the mount sent to the servers per operation. A create is the kernel's LOOKUP of the
 /// new name and its CREATE, which goes as one `MAKE` that opens the file too (no

@@ -10,6 +10,10 @@
 //! at a 4 KiB boundary (the kernel splits a `pwrite` into several FUSE requests). The
 //! next mount must show that state.
 //!
+//! A second test kills a mount that made no fsync at all, some time after the last
+//! operation: the periodic write-out (`-o flush_interval`) must have put every
+//! operation in the store.
+//!
 //! Skips where FUSE can't be used, like tests/mount.rs (reported through
 //! `common::skip`, a failure with `CAIRN_TEST_NO_SKIP=1`).
 
@@ -166,4 +170,47 @@ fn killed_mount_keeps_a_prefix_of_the_operations() {
         fs.close().unwrap();
     }
     println!("{kept} kills kept every operation, {lost} lost unsynced ones");
+}
+
+/// The periodic write-out: a mount killed with SIGKILL, with no fsync made, more than
+/// the write-out interval after its last operation keeps every operation (with the
+/// interval 0, none of them reaches the store's files in such a short run).
+#[test]
+fn killed_mount_keeps_what_the_periodic_write_out_wrote() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, mp) = (tmp.path().join("store"), tmp.path().join("mnt"));
+    std::fs::create_dir(&mp).unwrap();
+    let interval = Duration::from_secs(1);
+    let opt = format!("flush_interval={}", interval.as_secs());
+    let Some(m) = Mount::with_args(&store, &mp, &["-o", &opt]) else {
+        return;
+    };
+    let start = Model::from_canon(&Canon::new());
+    let mut model = start.clone();
+    let mut g = Gen(9_000);
+    let mut done: Vec<Op> = Vec::new();
+    for i in 0..400 {
+        let op = model.next_op(&mut g, i);
+        if matches!(op, Op::Fsync) {
+            continue;
+        }
+        model.apply(&op);
+        fsmodel::apply_posix(&mp, &op).unwrap_or_else(|e| panic!("{op:?}: {e}"));
+        done.push(op);
+    }
+    std::thread::sleep(3 * interval);
+    m.kill();
+    let fs = cairn_fs::Fs::open(&store).unwrap();
+    let report = fs.check().unwrap();
+    assert!(report.is_empty(), "{report:#?}");
+    let got = fsmodel::snapshot_fs(&fs).unwrap();
+    let n = done.len();
+    let p = fsmodel::check_prefix(&start, &done, &got, 0, false, "after the kill");
+    assert_eq!(
+        p,
+        n,
+        "the store holds {p} of the {n} operations made {}s before the kill",
+        3 * interval.as_secs()
+    );
+    fs.close().unwrap();
 }

@@ -30,7 +30,9 @@
 //!
 //! A mount runs in the foreground until it is unmounted ([`umount`], `cairn umount`,
 //! `umount`, `fusermount3 -u`) or the process gets SIGINT or SIGTERM, which unmount it
-//! cleanly; the store is flushed and closed either way.
+//! cleanly; the store is flushed and closed either way. While it serves, a local store's
+//! mount writes out what the store holds every [`DEFAULT_FLUSH_INTERVAL`]
+//! ([`MountOptions::flush_interval`]), which bounds what a killed mount loses.
 //!
 //! Requests per operation are kept few, since each one is a round trip through the kernel
 //! that costs more than the operation itself (a create of a new file is a LOOKUP, a
@@ -63,8 +65,8 @@
 //! and `reply` encodes its answer, `filesystem` answers the requests with the file
 //! system, `attr` converts between `cairn_fs` and FUSE, `session` makes the INIT
 //! handshake and runs a transport (`devfuse`: `/dev/fuse`; `uring`: io_uring queues),
-//! `bdi` raises the mount's read-ahead, `stats` counts requests; this file mounts and
-//! unmounts.
+//! `bdi` raises the mount's read-ahead, `stats` counts requests, `flush` writes the file
+//! system out periodically; this file mounts and unmounts.
 
 #![deny(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
@@ -73,6 +75,7 @@ mod attr;
 mod bdi;
 mod devfuse;
 mod filesystem;
+mod flush;
 mod reply;
 mod request;
 mod session;
@@ -89,6 +92,7 @@ use fuser::MountOption;
 use cairn_fs::{FileSystem, Fs};
 
 use crate::filesystem::{CairnFuse, SharedFs};
+pub use crate::flush::DEFAULT_FLUSH_INTERVAL;
 pub use crate::session::URING_SWITCH;
 pub use crate::stats::{parse_counts, SENT_PREFIX, STATS_ENV, TRANSPORT_PREFIX};
 
@@ -138,6 +142,14 @@ pub struct MountOptions {
     /// Whether device nodes on the mount may be opened as devices (`dev`/`nodev`);
     /// `None`: yes for [`mount`], no for [`mount_fs`] (as for [`MountOptions::suid`]).
     pub dev: Option<bool>,
+    /// How often the mount asks the file system to make what it holds durable
+    /// ([`FileSystem::fsync`] of the root: a local store's buffered rows and deferred
+    /// directory times written to its files and synced), so that a killed mount or a
+    /// power loss loses at most the writes of about this long; `None`:
+    /// [`DEFAULT_FLUSH_INTERVAL`] for [`mount`], never for [`mount_fs`] (a cluster's
+    /// client holds no writes: each is on the servers when it returns). Zero: never
+    /// (only at fsync and unmount). Ignored on a read-only mount.
+    pub flush_interval: Option<Duration>,
 }
 
 /// How long the kernel may cache what a mount told it (FUSE's `entry_valid`,
@@ -153,6 +165,18 @@ pub struct Timeouts {
 }
 
 impl MountOptions {
+    /// How often a mount made with these options writes out what the file system
+    /// holds (see [`MountOptions::flush_interval`]); `None`: never. `shared` as for
+    /// [`MountOptions::timeouts`].
+    pub fn flush_every(&self, shared: bool) -> Option<Duration> {
+        let every = match self.flush_interval {
+            Some(d) => d,
+            None if shared => Duration::ZERO,
+            None => DEFAULT_FLUSH_INTERVAL,
+        };
+        (!every.is_zero() && !self.read_only).then_some(every)
+    }
+
     /// The timeouts of a mount made with these options: of a local store's ([`mount`])
     /// or of a file system others change too ([`mount_fs`], `shared`).
     pub fn timeouts(&self, shared: bool) -> Timeouts {
@@ -251,6 +275,9 @@ pub struct Mount {
     stats: Option<PathBuf>,
     transport: Transport,
     writeback: bool,
+    /// How often the file system is written out while the mount serves
+    /// ([`MountOptions::flush_every`]).
+    flush_every: Option<Duration>,
 }
 
 /// Opens (creating if needed) the store in `store` and mounts its file system on
@@ -345,6 +372,7 @@ fn mount_boxed(
         stats,
         transport: opts.transport,
         writeback: opts.writeback_cache,
+        flush_every: opts.flush_every(shared),
     })
 }
 
@@ -374,13 +402,26 @@ impl Mount {
             stats,
             transport,
             writeback,
+            flush_every,
         } = self;
         // The store is closed (and its error reported) even when serving failed.
         let served = session::handshake(&fd, transport, writeback)
             .and_then(|conn| {
+                let flusher = match flush_every {
+                    Some(every) => {
+                        let fs = fs.clone();
+                        let write_out = move || fs.fsync(abi::ROOT_ID).map_err(|e| e.to_string());
+                        Some(flush::Flusher::start(every, write_out)?)
+                    }
+                    None => None,
+                };
                 ready();
                 bdi::raise_read_ahead_soon(mountpoint.clone());
-                session::run(fd, fuse, &conn)
+                let served = session::run(fd, fuse, &conn);
+                if let Some(f) = flusher {
+                    f.stop();
+                }
+                served
             })
             .map_err(|e| anyhow::anyhow!("serving the mount: {e}"));
         if !is_mountpoint(&mountpoint) {

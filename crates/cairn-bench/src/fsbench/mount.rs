@@ -1,8 +1,10 @@
 //! The fuse targets' mount: a child `cairn mount` as a user starts it ([`ChildMount`]),
-//! and the FUSE request counts it keeps ([`FuseStats`]).
+//! and the FUSE request counts it keeps ([`FuseStats`]); the FUSE passthroughs measured
+//! beside it ([`Peer`], mounted by [`PeerMount`]).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -154,36 +156,165 @@ impl Drop for ChildMount {
     }
 }
 
-/// `bindfs SOURCE MOUNTPOINT` with its defaults, as people run it (a FUSE passthrough
-/// of another directory, in the background); unmounted on drop.
-pub(super) struct Bindfs {
+/// A FUSE passthrough people run over another directory, measured beside cairn's mount
+/// (`--targets bindfs,passthrough_hp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Peer {
+    /// Debian's `bindfs` with its defaults.
+    Bindfs,
+    /// libfuse's `example/passthrough_hp` (scripts/build-peers.sh --passthrough-hp),
+    /// over FUSE over io_uring (`-o io_uring`) with its defaults otherwise.
+    PassthroughHp,
+}
+
+/// Descriptors a passthrough_hp run keeps beside one per file: the root, its
+/// directories, the io_uring queues, the process's own.
+const SPARE_FDS: u64 = 4096;
+
+impl Peer {
+    /// The peer that target `name` measures, if any.
+    pub(super) fn of(name: &str) -> Option<Peer> {
+        match name {
+            "bindfs" => Some(Peer::Bindfs),
+            "passthrough_hp" => Some(Peer::PassthroughHp),
+            _ => None,
+        }
+    }
+
+    /// The program: a name looked up on the `PATH`.
+    fn program(self) -> &'static str {
+        match self {
+            Peer::Bindfs => "bindfs",
+            Peer::PassthroughHp => "passthrough_hp",
+        }
+    }
+
+    /// Why the peer can't serve a run of `files` files here (it is not installed, or,
+    /// for passthrough_hp, which keeps a descriptor open per inode the kernel knows,
+    /// the run would pass the open-file limit it can have); `None`: it can.
+    pub(super) fn unavailable(self, files: u64) -> Option<String> {
+        let installed = Command::new(self.program())
+            .arg(match self {
+                Peer::Bindfs => "--version",
+                Peer::PassthroughHp => "--help",
+            })
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !installed {
+            return Some(match self {
+                Peer::Bindfs => "bindfs is not installed (scripts/install-bench-deps.sh)".into(),
+                Peer::PassthroughHp => "passthrough_hp is not on the PATH (scripts/build-peers.sh \
+                                        --passthrough-hp builds it)"
+                    .into(),
+            });
+        }
+        let limit = fd_limit();
+        (self == Peer::PassthroughHp && files + SPARE_FDS > limit).then(|| {
+            format!(
+                "passthrough_hp keeps a descriptor per file: {files} files (+{SPARE_FDS}) pass \
+                 the open-file limit it can have here, {limit}"
+            )
+        })
+    }
+
+    /// How the report names what the peer serves: the fresh image `image` reached
+    /// through it.
+    pub(super) fn describe(self, image: &str) -> String {
+        match self {
+            Peer::Bindfs => format!("{image} reached through bindfs (its defaults)"),
+            Peer::PassthroughHp => format!(
+                "{image} reached through libfuse's passthrough_hp (-o io_uring, its defaults \
+                 otherwise: a descriptor per inode, open-file limit {})",
+                fd_limit()
+            ),
+        }
+    }
+}
+
+/// The open-file limit a child can be given: with `CAP_SYS_RESOURCE` the kernel's
+/// ceiling (`/proc/sys/fs/nr_open`), else this process's hard limit (a container's
+/// root may lack the capability).
+fn fd_limit() -> u64 {
+    const CAP_SYS_RESOURCE: u32 = 24;
+    let hard = rlimit_nofile().1;
+    let raises = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_RESOURCE) != 0);
+    if !raises {
+        return hard;
+    }
+    std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .map_or(hard, |n: u64| n.max(hard))
+}
+
+/// This process's open-file limits (soft, hard).
+fn rlimit_nofile() -> (u64, u64) {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills the struct it is given, which outlives the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return (1024, 1024);
+    }
+    (r.rlim_cur, r.rlim_max)
+}
+
+/// A [`Peer`] serving a directory on a mount point, in the background (both return
+/// once mounted); unmounted on drop.
+pub(super) struct PeerMount {
     pub(super) mp: PathBuf,
 }
 
-impl Bindfs {
-    /// Mounts `source` on `mp` (created); `bindfs` returns once it is mounted.
-    pub(super) fn mount(source: &Path, mp: &Path) -> Result<Bindfs> {
+impl PeerMount {
+    /// Mounts `source` on `mp` (created) through `peer`.
+    pub(super) fn mount(peer: Peer, source: &Path, mp: &Path) -> Result<PeerMount> {
         std::fs::create_dir_all(mp)?;
-        let out = Command::new("bindfs")
-            .arg(source)
-            .arg(mp)
-            .stdin(Stdio::null())
-            .output()?;
+        let mut cmd = Command::new(peer.program());
+        cmd.arg(source).arg(mp).stdin(Stdio::null());
+        if peer == Peer::PassthroughHp {
+            cmd.args(["-o", "io_uring"]);
+            let limit = fd_limit();
+            // SAFETY: setrlimit is async-signal-safe and touches no memory of this
+            // process but the struct on the child's stack; called before exec only.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let r = libc::rlimit {
+                        rlim_cur: limit,
+                        rlim_max: limit,
+                    };
+                    // Failing, passthrough_hp runs with the limit it inherits.
+                    libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+                    Ok(())
+                });
+            }
+        }
+        let out = cmd.output()?;
         if !out.status.success() || !is_mountpoint(mp) {
             bail!(
-                "bindfs {} {}: {}",
+                "{} {} {}: {}",
+                peer.program(),
                 source.display(),
                 mp.display(),
                 String::from_utf8_lossy(&out.stderr).trim()
             );
         }
-        Ok(Bindfs {
+        Ok(PeerMount {
             mp: mp.to_path_buf(),
         })
     }
 }
 
-impl Drop for Bindfs {
+impl Drop for PeerMount {
     fn drop(&mut self) {
         if Command::new("umount")
             .arg(&self.mp)
