@@ -301,7 +301,7 @@ impl Meta for MetaSvc {
         let n = self.0.clone();
         run(&self.0, "setattr", async move {
             let (a, intent) = n
-                .op(move |n| n.setattr_full(checks, &cred, r.ino, &s))
+                .op(move |n| n.setattr_full(checks, &cred, r.ino, &s, r.token))
                 .await?;
             if let Some(id) = intent {
                 n.intent_durable().await?;
@@ -604,7 +604,7 @@ impl Meta for MetaSvc {
                 return errno(libc::EFBIG);
             }
             let written = n
-                .op(move |n| n.write(checks, &cred, r.ino, r.offset, &r.data))
+                .op(move |n| n.write(checks, &cred, r.ino, r.offset, &r.data, r.token))
                 .await?;
             Ok(proto::WriteReply {
                 status: None,
