@@ -325,7 +325,10 @@ fn a_create_sent_again_after_others_changed_the_name_is_answered_as_made() {
     let dir2 = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap().ino;
     assert_eq!(raw.make(ROOT, "d", libc::S_IFDIR | 0o755, 94), (0, dir));
     assert_eq!(fs.lookup(&R, ROOT, b"d").unwrap().ino, dir2);
-    assert_eq!(raw.make(ROOT, "d", libc::S_IFDIR | 0o755, 95).0, libc::EEXIST);
+    assert_eq!(
+        raw.make(ROOT, "d", libc::S_IFDIR | 0o755, 95).0,
+        libc::EEXIST
+    );
     drop(raw);
     c.check();
 }

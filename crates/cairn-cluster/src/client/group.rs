@@ -132,7 +132,8 @@ impl<T: Clone> Replicas<T> {
     /// ago, if any.
     fn silent(&self) -> Option<usize> {
         let s = self.silent.lock();
-        s.filter(|(_, t)| t.elapsed() < FIRST_ATTEMPT).map(|(j, _)| j)
+        s.filter(|(_, t)| t.elapsed() < FIRST_ATTEMPT)
+            .map(|(j, _)| j)
     }
 
     /// Replica `i` failed: the next one is tried (unless another request moved on

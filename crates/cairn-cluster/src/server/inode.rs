@@ -68,7 +68,10 @@ impl Node {
         let mut m = self.state();
         if let Some(then) = self.done_with(&m, token)? {
             let current = self.inode(ino)?.map(|i| self.attr_of(&m, ino, &i));
-            return current.or(then).map(|a| (a, None)).ok_or(Fail::Errno(libc::ENOENT));
+            return current
+                .or(then)
+                .map(|a| (a, None))
+                .ok_or(Fail::Errno(libc::ENOENT));
         }
         let mut i = self.inode_or_enoent(ino)?;
         self.fold_times(&mut m, ino, &mut i);

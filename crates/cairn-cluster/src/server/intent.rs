@@ -579,7 +579,8 @@ impl Node {
             },
         );
         self.count_entry(&mut m, &mut b, dir, idx, true);
-        m.ledger.record_attr(&mut b, mk.token, cairn_fs::now_ns(), made);
+        m.ledger
+            .record_attr(&mut b, mk.token, cairn_fs::now_ns(), made);
         row.set_state(IntentState::Committed);
         row.followups = vec![
             proto::FollowUp {

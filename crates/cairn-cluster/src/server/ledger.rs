@@ -127,7 +127,8 @@ impl Node {
                 .map(|a| msg_attr(&a));
             return Ok(Seen::Done(attr));
         }
-        let mkdir_of = |r: &proto::IntentRow| matches!(&r.op, Some(Op::Mkdir(mk)) if mk.token == token);
+        let mkdir_of =
+            |r: &proto::IntentRow| matches!(&r.op, Some(Op::Mkdir(mk)) if mk.token == token);
         if m.intents.any(|r| r.token == token || mkdir_of(r)) {
             return Ok(Seen::Pending);
         }
