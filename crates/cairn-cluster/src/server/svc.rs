@@ -76,9 +76,7 @@ async fn run<Rep: Reply + Send + 'static>(
     match res {
         Ok(Ok(rep)) => Ok(Response::new(rep)),
         Ok(Err(Fail::Crashed)) => Err(Status::unavailable("server stopping")),
-        Ok(Err(Fail::NotLeader)) => Err(Status::unavailable(
-            "the replica lost the lead of its group during the operation: it may or may not have been done",
-        )),
+        Ok(Err(Fail::NotLeader)) => Err(lost_lead()),
         Ok(Err(f)) => {
             if let Fail::Down(why) = &f {
                 tracing::info!(server = node.id, "{op}: {why}");
@@ -92,6 +90,14 @@ async fn run<Rep: Reply + Send + 'static>(
             Err(Status::internal("request task failed"))
         }
     }
+}
+
+/// The reply of a replica that lost the lead of its group while a request was being
+/// done (UNAVAILABLE without `cairn-leader`): it may or may not have been done.
+pub(crate) fn lost_lead() -> Status {
+    Status::unavailable(
+        "the replica lost the lead of its group during the operation: it may or may not have been done",
+    )
 }
 
 /// The refusal of a replica that does not lead its group: nothing was done; the
@@ -155,7 +161,10 @@ pub(crate) async fn make_items(
                     n.make_req(checks, &cred, &r)
                 };
                 match res {
-                    Err(Fail::Crashed) => return Err(Fail::Crashed),
+                    // Lost the lead (or stopping) with items proposed: the group may
+                    // or may not have been done, said for all of it (each item's copy
+                    // is answered by its token), never as an item's `EIO`.
+                    Err(f @ (Fail::Crashed | Fail::NotLeader)) => return Err(f),
                     res => made.push((r.dir, res)),
                 }
             }
