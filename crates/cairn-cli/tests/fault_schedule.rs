@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use cairn_cluster::Client;
+use cairn_cluster::{Client, Creates};
 use cairn_fs::{Cred, Errno, FileSystem, ROOT};
 
 use common::cluster::Rng;
@@ -347,7 +347,7 @@ impl Worker<'_> {
     }
 
     /// A write of a new value to a data file: one this client owns (file `i` is client
-    /// `i % CLIENTS`'s), or any file with `CAIRN_FAULT_SHARED=1`.
+    /// `i % CLIENTS`'s) with `CAIRN_FAULT_SHARED=0`, else any file.
     fn write(&mut self) {
         let n = self.layout.data.len() as u64;
         let i = if self.shared {
@@ -667,11 +667,20 @@ fn a_fault_schedule_under_a_mixed_workload() {
     let mut groups = Groups::start(GROUPS, REPLICAS, &args);
     groups.wait_healthy(Duration::from_secs(120));
     let layout = setup(&groups);
-    // Each name is changed, and each file written, by one client (all read them), unless
-    // CAIRN_FAULT_SHARED=1: a request the client sent again after its first copy took
-    // effect can then undo or misreport another client's change (see DESIGN.md).
-    let shared = std::env::var("CAIRN_FAULT_SHARED").is_ok_and(|v| v == "1");
+    // Every client changes every name and writes every file (a request sent again
+    // after its first copy took effect is answered from the ledger, so it neither
+    // undoes nor misreports another client's later change); CAIRN_FAULT_SHARED=0 gives
+    // each name and file one client that changes it (all read them).
+    let shared = std::env::var("CAIRN_FAULT_SHARED").map_or(true, |v| v != "0");
     println!("names and files shared by the clients: {shared}");
+    // How the clients send creates (CAIRN_FAULT_CREATES=stream|batch|single; stream
+    // by default, as a mount does).
+    let creates = match std::env::var("CAIRN_FAULT_CREATES").as_deref() {
+        Ok("batch") => Creates::Batch,
+        Ok("single") => Creates::Single,
+        _ => Creates::Stream,
+    };
+    println!("creates sent as: {}", creates.word());
     let clock = Instant::now();
     let stop = AtomicBool::new(false);
     // Every cycle ends within its hold and a wait for health (at most 120 s each).
@@ -679,7 +688,7 @@ fn a_fault_schedule_under_a_mixed_workload() {
     let workers: Vec<Worker> = (0..CLIENTS)
         .map(|me| Worker {
             me,
-            client: groups.client(CLIENT_TIMEOUT),
+            client: groups.client_with(CLIENT_TIMEOUT, creates),
             rng: Rng(rng.next() ^ me as u64),
             clock,
             layout: &layout,

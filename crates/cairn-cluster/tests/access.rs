@@ -295,6 +295,7 @@ async fn call(
                 ino: o.secret,
                 offset: 0,
                 data: b"owned".to_vec(),
+                token: 0,
             })
             .await
             .map(|r| errno(r.into_inner().status)),

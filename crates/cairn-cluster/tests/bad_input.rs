@@ -215,6 +215,7 @@ fn malformed_oversized_and_unknown() {
         ino: f,
         offset: 0,
         data: vec![1; 17 << 20],
+        token: 0,
     };
     let e = raw_call(
         &c.cfg,

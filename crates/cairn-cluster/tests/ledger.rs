@@ -1,8 +1,11 @@
-//! The ledger of done requests: a link, unlink, rmdir or rename sent again with its
-//! token — its reply lost — is answered as done, not done twice and not refused
-//! (`ENOENT`, `EEXIST`); on one server and through an intent across servers, after a
-//! restart, and by a new leader after its group's leader died. Without a token (or
-//! with another one) the request is judged anew.
+//! The ledger of done requests: a link, unlink, rmdir, rename, create, mkdir, write or
+//! attribute change sent again with its token — its reply lost — is answered as done,
+//! not done twice and not refused (`ENOENT`, `EEXIST`); on one server and through an
+//! intent across servers, after a restart, and by a new leader after its group's
+//! leader died. A write or truncate sent again after another client's later write
+//! leaves that write; a create sent again after others removed and made the name again
+//! is answered with what it made. Without a token (or with another one) the request is
+//! judged anew.
 
 mod common;
 
@@ -73,6 +76,47 @@ impl Raw {
         };
         let r = self.rt.block_on(self.m.rename(req)).unwrap();
         errno(r.into_inner().status)
+    }
+
+    /// The errno of a write and the count it answered.
+    fn write(&mut self, ino: u64, data: &[u8], token: u64) -> (i32, u64) {
+        let req = proto::WriteReq {
+            h: self.h(),
+            ino,
+            offset: 0,
+            data: data.to_vec(),
+            token,
+        };
+        let r = self.rt.block_on(self.m.write(req)).unwrap().into_inner();
+        (errno(r.status), r.written)
+    }
+
+    /// The errno of a truncate to `size` and the size it answered.
+    fn truncate(&mut self, ino: u64, size: u64, token: u64) -> (i32, u64) {
+        let req = proto::SetAttrReq {
+            h: self.h(),
+            ino,
+            size: Some(size),
+            token,
+            ..Default::default()
+        };
+        let r = self.rt.block_on(self.m.set_attr(req)).unwrap().into_inner();
+        (errno(r.status), r.attr.map_or(0, |a| a.size))
+    }
+
+    /// The errno of a create (`mode` with its type; a directory is a mkdir) and the
+    /// inode it answered.
+    fn make(&mut self, dir: u64, name: &str, mode: u32, token: u64) -> (i32, u64) {
+        let req = proto::MakeReq {
+            h: self.h(),
+            dir,
+            name: name.into(),
+            mode,
+            token,
+            ..Default::default()
+        };
+        let r = self.rt.block_on(self.m.make(req)).unwrap().into_inner();
+        (errno(r.status), r.ino)
     }
 
     /// The errno of a link and the inode it answered.
@@ -178,10 +222,14 @@ fn a_new_leader_answers_what_the_dead_leader_did() {
     for n in ["a", "b"] {
         fs.create(&R, ROOT, n.as_bytes(), 0o644).unwrap();
     }
+    let w = fs.create(&R, ROOT, b"w", 0o644).unwrap().ino;
     let l = g.leader(0);
     let mut raw = Raw::to(&g.cfg, g.addrs[0][l]);
     assert_eq!(raw.remove(ROOT, "a", false, 61), 0);
     assert_eq!(raw.rename(ROOT, "b", ROOT, "b2", 62), 0);
+    assert_eq!(raw.write(w, b"first", 64), (0, 5));
+    let (e, made) = raw.make(ROOT, "c", libc::S_IFREG | 0o644, 65);
+    assert_eq!(e, 0);
     drop(raw);
     // The leader dies after answering (as if the answer was lost on the way): the
     // copies reach the next leader.
@@ -192,7 +240,95 @@ fn a_new_leader_answers_what_the_dead_leader_did() {
     assert_eq!(raw.remove(ROOT, "a", false, 61), 0);
     assert_eq!(raw.rename(ROOT, "b", ROOT, "b2", 62), 0);
     assert_eq!(raw.remove(ROOT, "a", false, 63), libc::ENOENT);
+    // Another client's write and unlink come between a request and its copy.
+    fs.write(&R, w, 0, b"other").unwrap();
+    fs.unlink(&R, ROOT, b"c").unwrap();
+    assert_eq!(raw.write(w, b"first", 64), (0, 5));
+    assert_eq!(raw.make(ROOT, "c", libc::S_IFREG | 0o644, 65), (0, made));
+    assert_eq!(fs.read(&R, w, 0, 16).unwrap(), b"other");
+    assert_eq!(common::e(fs.lookup(&R, ROOT, b"c")), libc::ENOENT);
     drop(raw);
     assert_eq!(common::e(fs.lookup(&R, ROOT, b"b")), libc::ENOENT);
     fs.lookup(&R, ROOT, b"b2").unwrap();
+}
+
+#[test]
+fn a_write_or_truncate_sent_again_leaves_a_later_write() {
+    let mut c = Cluster::start(1, 100_000);
+    let fs = c.client();
+    let f = fs.create(&R, ROOT, b"f", 0o644).unwrap().ino;
+    let s0 = c.cfg.servers()[0].addr;
+    let mut raw = Raw::to(&c.cfg, s0);
+    let read = |fs: &cairn_cluster::Client| fs.read(&R, f, 0, 64).unwrap();
+    // A write, another client's later write, then the first write's copy: answered
+    // as done, not written again over the later one.
+    assert_eq!(raw.write(f, b"first", 71), (0, 5));
+    fs.write(&R, f, 0, b"other").unwrap();
+    assert_eq!(raw.write(f, b"first", 71), (0, 5));
+    assert_eq!(read(&fs), b"other");
+    // Another token is a new write.
+    assert_eq!(raw.write(f, b"third", 72), (0, 5));
+    assert_eq!(read(&fs), b"third");
+    // A truncate's copy after a later write: answered with the size as it is now.
+    assert_eq!(raw.truncate(f, 2, 81), (0, 2));
+    fs.write(&R, f, 0, b"longer data").unwrap();
+    assert_eq!(raw.truncate(f, 2, 81), (0, 11));
+    assert_eq!(read(&fs), b"longer data");
+    // The ledger is rows: after a restart the copies are still answered as done.
+    drop(raw);
+    c.kill(0);
+    c.restart(0, None);
+    let fs = c.client();
+    let mut raw = Raw::to(&c.cfg, s0);
+    assert_eq!(raw.write(f, b"first", 71), (0, 5));
+    assert_eq!(raw.truncate(f, 2, 81), (0, 11));
+    assert_eq!(read(&fs), b"longer data");
+    // The file gone, a copy is answered as done (a truncate with the size it made);
+    // a new request is refused.
+    fs.unlink(&R, ROOT, b"f").unwrap();
+    assert_eq!(raw.write(f, b"first", 71), (0, 5));
+    assert_eq!(raw.truncate(f, 2, 81), (0, 2));
+    assert_eq!(raw.write(f, b"x", 73).0, libc::ENOENT);
+    drop(raw);
+    c.check();
+}
+
+#[test]
+fn a_create_sent_again_after_others_changed_the_name_is_answered_as_made() {
+    let c = Cluster::start(2, 100_000);
+    let fs = c.client();
+    let s0 = c.cfg.servers()[0].addr;
+    let mut raw = Raw::to(&c.cfg, s0);
+    let file = libc::S_IFREG | 0o644;
+    // Made; another client removes the name and makes it again; the copy is answered
+    // with the inode it made, not EEXIST, and makes nothing.
+    let (e, first) = raw.make(ROOT, "n", file, 91);
+    assert_eq!(e, 0);
+    fs.unlink(&R, ROOT, b"n").unwrap();
+    let second = fs.create(&R, ROOT, b"n", 0o644).unwrap().ino;
+    assert_eq!(raw.make(ROOT, "n", file, 91), (0, first));
+    assert_eq!(fs.lookup(&R, ROOT, b"n").unwrap().ino, second);
+    // Another token is a new create: EEXIST.
+    assert_eq!(raw.make(ROOT, "n", file, 92).0, libc::EEXIST);
+    // Made, then renamed away: the copy makes no second file.
+    let (e, moved) = raw.make(ROOT, "m", file, 93);
+    assert_eq!(e, 0);
+    fs.rename(&R, ROOT, b"m", ROOT, b"m2", 0).unwrap();
+    assert_eq!(raw.make(ROOT, "m", file, 93), (0, moved));
+    assert_eq!(common::e(fs.lookup(&R, ROOT, b"m")), libc::ENOENT);
+    assert_eq!(fs.lookup(&R, ROOT, b"m2").unwrap().ino, moved);
+    // A symbolic link's and a directory's (an intent; its inode on either server)
+    // copies after others removed and made the name again.
+    let (e, dir) = raw.make(ROOT, "d", libc::S_IFDIR | 0o755, 94);
+    assert_eq!(e, 0);
+    fs.rmdir(&R, ROOT, b"d").unwrap();
+    let dir2 = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap().ino;
+    assert_eq!(raw.make(ROOT, "d", libc::S_IFDIR | 0o755, 94), (0, dir));
+    assert_eq!(fs.lookup(&R, ROOT, b"d").unwrap().ino, dir2);
+    assert_eq!(
+        raw.make(ROOT, "d", libc::S_IFDIR | 0o755, 95).0,
+        libc::EEXIST
+    );
+    drop(raw);
+    c.check();
 }

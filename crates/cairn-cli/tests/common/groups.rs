@@ -211,8 +211,14 @@ impl Groups {
     }
 
     pub fn client(&self, timeout: Duration) -> Client {
+        self.client_with(timeout, cairn_cluster::Creates::default())
+    }
+
+    /// A client with timeout `timeout` that sends creates as `creates` says.
+    pub fn client_with(&self, timeout: Duration, creates: cairn_cluster::Creates) -> Client {
         let opts = ClientOptions {
             timeout,
+            creates,
             ..ClientOptions::default()
         };
         Client::with_config(self.cfg.clone(), opts).unwrap()

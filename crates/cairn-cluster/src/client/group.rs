@@ -8,22 +8,34 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
+// tokio's clock: real time, or virtual time in the simulation (turmoil pauses it).
+use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use crate::config::ServerInfo;
 use crate::proto::meta_client::MetaClient;
 use crate::transport::Reach;
 
-/// Longest one attempt at a replicated group's replica may take before the client
-/// tries another (for requests safe to repeat): about two elections.
-pub(crate) const ATTEMPT: Duration = Duration::from_secs(3);
+/// Longest the first attempt of a request safe to repeat may take at a replicated
+/// group's replica before the client tries another: the servers' election timeout E
+/// (`--election-timeout`, 1 s by default). A leader silent that long is one whose
+/// followers are electing another (they stand after E to 1.2 E without a word from it),
+/// while a live leader answers in milliseconds. Each further attempt of the same
+/// request may take twice as long as the one before ([`attempt`]), so a leader that is
+/// only slow still gets to answer.
+pub(crate) const FIRST_ATTEMPT: Duration = Duration::from_secs(1);
 
-/// A token for a request that changes a name (create, link, unlink, rmdir, rename),
-/// unique to it (nonzero; a random base per process, then counted): a copy of the
-/// request that reaches a server after the first was done is answered as done (the
-/// entry a create made holds its token; the others are in the server's ledger of done
-/// requests) instead of `EEXIST` or `ENOENT`, so the client may send it again after a
-/// lost reply.
+/// The longest attempt number `n` (from 0) of a request safe to repeat may take at a
+/// replicated group's replica: [`FIRST_ATTEMPT`] doubled `n` times.
+pub(crate) fn attempt(n: u32) -> Duration {
+    FIRST_ATTEMPT.saturating_mul(1 << n.min(16))
+}
+
+/// A token for a request that changes something (create, link, unlink, rmdir, rename,
+/// write, attribute change), unique to it (nonzero; a random base per process, then
+/// counted): a copy of the request that reaches a server after the first was done is
+/// answered as done from the server's ledger of done requests, instead of `EEXIST` or
+/// `ENOENT` or done twice, so the client may send it again after a lost reply.
 pub(crate) fn request_token() -> u64 {
     use std::hash::BuildHasher;
     static BASE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
@@ -63,6 +75,11 @@ pub(crate) struct Replicas<T> {
     list: RwLock<Vec<(SocketAddr, T)>>,
     /// The replica requests go to.
     at: AtomicUsize,
+    /// The replica that last left a request unanswered, and when: for
+    /// [`FIRST_ATTEMPT`] after, a follower that still names it as leader is not
+    /// followed back to it (its followers have not yet elected another; the client
+    /// tries the others until one has).
+    silent: parking_lot::Mutex<Option<(usize, Instant)>>,
 }
 
 impl<T: Clone> Replicas<T> {
@@ -86,6 +103,7 @@ impl<T: Clone> Replicas<T> {
             make,
             list: RwLock::new(list),
             at: AtomicUsize::new(0),
+            silent: parking_lot::Mutex::new(None),
         })
     }
 
@@ -110,18 +128,40 @@ impl<T: Clone> Replicas<T> {
         self.read()[0].1.clone()
     }
 
+    /// The replica marked silent ([`Replicas::silenced`]) less than [`FIRST_ATTEMPT`]
+    /// ago, if any.
+    fn silent(&self) -> Option<usize> {
+        let s = self.silent.lock();
+        s.filter(|(_, t)| t.elapsed() < FIRST_ATTEMPT)
+            .map(|(j, _)| j)
+    }
+
     /// Replica `i` failed: the next one is tried (unless another request moved on
-    /// already).
+    /// already), passing over one that was silent a moment ago.
     pub(crate) fn pass_over(&self, i: usize) {
         let n = self.read().len().max(1);
+        let mut next = (i + 1) % n;
+        if n > 2 && self.silent() == Some(next) {
+            next = (next + 1) % n;
+        }
         let _ = self
             .at
-            .compare_exchange(i, (i + 1) % n, Ordering::Relaxed, Ordering::Relaxed);
+            .compare_exchange(i, next, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Replica `i` left a request unanswered within its attempt's time: marked silent
+    /// for [`FIRST_ATTEMPT`] (a follower naming it as leader meanwhile is not followed
+    /// back to it), and the next one is tried.
+    pub(crate) fn silenced(&self, i: usize) {
+        *self.silent.lock() = Some((i, Instant::now()));
+        self.pass_over(i);
     }
 
     /// Replica `i` refused as not the leader, naming `hint` (may be empty): goes to
     /// the named replica (connected to first if the list did not hold it), else to
-    /// the next. Whether the hint named a replica.
+    /// the next. Whether the hint named a replica to go to: not one that was silent a
+    /// moment ago (the follower has not yet heard of a new leader), which the caller
+    /// treats as no hint (a pause, then the next replica).
     pub(crate) fn follow(&self, i: usize, hint: &str) -> bool {
         let Ok(addr) = hint.parse::<SocketAddr>() else {
             self.pass_over(i);
@@ -129,6 +169,7 @@ impl<T: Clone> Replicas<T> {
         };
         let known = self.read().iter().position(|(r, _)| *r == addr);
         let j = match known {
+            Some(j) if self.silent() == Some(j) => None,
             Some(j) => Some(j),
             None => self.learn(addr),
         };
@@ -198,6 +239,7 @@ mod tests {
             make: |_| SocketAddr::from(([127, 0, 0, 1], 0)),
             list: RwLock::new(vec![]),
             at: AtomicUsize::new(0),
+            silent: parking_lot::Mutex::new(None),
         };
         *r.list.write().unwrap() = s.replicas.iter().map(|x| (x.addr, x.addr)).collect();
         assert!(r.follow(0, &a(2).to_string()));

@@ -4,9 +4,9 @@
 //! Each call is blocking (the client runs a small tokio runtime of its own) and takes
 //! at most [`ClientOptions::timeout`]: a server that is down, or a name held by an
 //! unfinished operation for longer, gives `EIO`. Requests that are safe to repeat
-//! (reads, attribute changes, writes of the same bytes, and the changes of names —
-//! create, link, unlink, rmdir, rename — which carry a token the server answers a copy
-//! by) are retried after any transport error; the others only when the connection
+//! (reads, and the changes — creates, links, unlinks, rmdirs, renames, writes and
+//! attribute changes — which carry a token the server answers a copy by) are retried
+//! after any transport error; the others only when the connection
 //! could not be opened (so the request was never sent).
 
 use std::collections::HashMap;
@@ -496,6 +496,8 @@ impl FileSystem for Client {
             size: s.size,
             atime: timeset(s.atime),
             mtime: timeset(s.mtime),
+            // Safe to send again with its token (see `group::request_token`).
+            token: group::request_token(),
         };
         self.block_raw(async {
             let rep = self
@@ -816,6 +818,7 @@ impl FileSystem for Client {
                             ino,
                             offset,
                             data: Vec::new(),
+                            token: 0,
                         });
                         r.set_timeout(t);
                         async move { c.write(r).await }
@@ -826,6 +829,8 @@ impl FileSystem for Client {
             let mut done = 0;
             for chunk in data.chunks(IO_CHUNK) {
                 let off = offset.checked_add(done as u64).ok_or(Errno(libc::EFBIG))?;
+                // Safe to send again with its token (see `group::request_token`).
+                let token = group::request_token();
                 let rep = self
                     .at_home(Rpc::Write, ino, true, d, |mut c, t| {
                         let mut r = tonic::Request::new(proto::WriteReq {
@@ -833,6 +838,7 @@ impl FileSystem for Client {
                             ino,
                             offset: off,
                             data: chunk.to_vec(),
+                            token,
                         });
                         r.set_timeout(t);
                         async move { c.write(r).await }

@@ -113,6 +113,8 @@ impl Client {
             return Err(CallErr::Errno(libc::ENOENT));
         };
         let mut pause = Duration::from_millis(1);
+        // Attempts of this request that a replica left unanswered.
+        let mut silent = 0;
         loop {
             let now = Instant::now();
             if now >= deadline {
@@ -122,9 +124,10 @@ impl Client {
             let left = deadline - now;
             let (at, conn) = group.current();
             // A replica that does not answer in time is passed over (for a request
-            // safe to repeat) well before the operation's deadline.
+            // safe to repeat) well before the operation's deadline: first after an
+            // election timeout, then after twice as long each time.
             let attempt = if group.replicated() && idem {
-                left.min(super::group::ATTEMPT)
+                left.min(super::group::attempt(silent))
             } else {
                 left
             };
@@ -172,7 +175,8 @@ impl Client {
                     tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
                         if idem && group.replicated() =>
                     {
-                        group.pass_over(at)
+                        silent += 1;
+                        group.silenced(at);
                     }
                     tonic::Code::Cancelled if idem => {}
                     _ => {

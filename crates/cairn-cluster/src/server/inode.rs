@@ -37,9 +37,9 @@ impl Node {
         Ok(self.attr_of(&m, ino, &i))
     }
 
-    /// chmod, chown, truncate, utimens.
+    /// chmod, chown, truncate, utimens (of no client request: no token).
     pub(crate) fn setattr(&self, checks: bool, cred: &Cred, ino: u64, s: &SetAttr) -> R<Attr> {
-        let (a, intent) = self.setattr_full(checks, cred, ino, s)?;
+        let (a, intent) = self.setattr_full(checks, cred, ino, s, 0)?;
         if intent.is_some() {
             self.durable()?;
             // Left to the background runner.
@@ -53,16 +53,26 @@ impl Node {
 
     /// chmod, chown, truncate, utimens. A directory's new permissions are sent to
     /// every other server (their partitions keep a copy) by an intent, returned (its
-    /// caller drives it).
+    /// caller drives it). A copy of request `token` done before (its reply lost) is
+    /// answered from the ledger, not done again: with the attributes as they are now,
+    /// or as they were after it if the inode is gone since.
     pub(crate) fn setattr_full(
         &self,
         checks: bool,
         cred: &Cred,
         ino: u64,
         s: &SetAttr,
+        token: u64,
     ) -> R<(Attr, Option<u64>)> {
         self.check_home(ino)?;
         let mut m = self.state();
+        if let Some(then) = self.done_with(&m, token)? {
+            let current = self.inode(ino)?.map(|i| self.attr_of(&m, ino, &i));
+            return current
+                .or(then)
+                .map(|a| (a, None))
+                .ok_or(Fail::Errno(libc::ENOENT));
+        }
         let mut i = self.inode_or_enoent(ino)?;
         self.fold_times(&mut m, ino, &mut i);
         let mut a = row_attr(ino, &i);
@@ -84,6 +94,7 @@ impl Node {
             }
         }
         b.put(&inode_key(ino), &i);
+        m.ledger.record_attr(&mut b, token, now, &row_attr(ino, &i));
         if let Err(e) = self.apply(b) {
             if let Some(id) = intent {
                 m.intents.discard(id);
@@ -310,8 +321,10 @@ impl Node {
         Ok(out)
     }
 
-    /// Writes `data` at `offset` of `ino`, if `cred` may; the data and the new size
-    /// are one batch.
+    /// Writes `data` at `offset` of `ino`, if `cred` may; the data, the new size and
+    /// the ledger row of request `token` are one batch. A copy of a write done before
+    /// (its reply lost) is answered as done and not written again: it could land after
+    /// another client's later write to the same bytes.
     pub(crate) fn write(
         &self,
         checks: bool,
@@ -319,9 +332,13 @@ impl Node {
         ino: u64,
         offset: u64,
         data: &[u8],
+        token: u64,
     ) -> R<u64> {
         self.check_home(ino)?;
-        let m = self.state();
+        let mut m = self.state();
+        if self.done_before(&m, token)? {
+            return Ok(data.len() as u64);
+        }
         let mut i = self.inode_or_enoent(ino)?;
         if is_dir(&i) {
             return errno(libc::EISDIR);
@@ -374,6 +391,7 @@ impl Node {
         // Writing clears set-user-id (like the kernel's file_remove_privs).
         i.mode &= !libc::S_ISUID;
         b.put(&inode_key(ino), &i);
+        m.ledger.record(&mut b, token, now);
         self.apply(b)?;
         drop(m);
         self.ack()?;

@@ -78,8 +78,9 @@ fn releases(f: &proto::FollowUp) -> bool {
 enum Made {
     /// Its intent, to drive.
     Intent(u64),
-    /// The entry was made by an earlier copy of the same request: its inode.
-    Before(u64),
+    /// The entry was made by an earlier copy of the same request: its inode, and the
+    /// attributes it was made with if the ledger keeps them.
+    Before(u64, Option<Attr>),
 }
 
 impl Node {
@@ -468,11 +469,15 @@ impl Node {
             .blocking(move |n| {
                 rules::check_new_name(&name)?;
                 let mut m = n.state();
+                // Made before, whatever became of the name since (the ledger).
+                if let Some(Some(a)) = n.done_with(&m, token)? {
+                    return Ok(Made::Before(a.ino, Some(a)));
+                }
                 n.writable_part(&m, dir, &name, None)?;
                 let p = n.dir_perms(dir)?;
                 rules::check_access(checks, &cred, &p, rules::MAY_WRITE | rules::MAY_EXEC)?;
                 if let Some(ino) = n.made_before(dir, &name, token)? {
-                    return Ok(Made::Before(ino));
+                    return Ok(Made::Before(ino, None));
                 }
                 let (mode, gid) = rules::new_mode_gid(&cred, &p, libc::S_IFDIR | (mode & 0o7777));
                 let row = proto::IntentRow::new(
@@ -498,7 +503,13 @@ impl Node {
         let id = match id {
             Made::Intent(id) => id,
             // The same mkdir sent again after its reply was lost: made already.
-            Made::Before(ino) => return self.attr_anywhere(ino).await,
+            Made::Before(ino, then) => {
+                return match (self.attr_anywhere(ino).await, then) {
+                    // Removed since: answered as it was made.
+                    (Err(Fail::Errno(libc::ENOENT)), Some(a)) => Ok(a),
+                    (r, _) => r,
+                };
+            }
         };
         let _g = Driving::adopt(self, id);
         self.point("mkdir:after-intent")?;
@@ -528,8 +539,11 @@ impl Node {
             .map(msg_attr)
             .ok_or(Fail::Errno(libc::EIO))?;
         self.point("mkdir:after-makedir")?;
-        let ino = attr.ino;
-        let split = self.blocking(move |n| n.mkdir_commit(id, ino)).await?;
+        // The parent's link count is the home's business; the new directory's own is 2.
+        let mut attr = attr;
+        attr.nlink = 2;
+        let made = attr.clone();
+        let split = self.blocking(move |n| n.mkdir_commit(id, &made)).await?;
         if let Some((d, i)) = split {
             self.spawn_split(d, i);
         }
@@ -537,17 +551,15 @@ impl Node {
         if let Err(e) = self.run_followups(id).await {
             tracing::info!(server = self.id, "mkdir {id}: follow-ups later: {e:?}");
         }
-        let mut attr = attr;
-        // The parent's link count is the home's business; the new directory's own is 2.
-        attr.nlink = 2;
         Ok(attr)
     }
 
-    /// Commits mkdir intent `id`, whose directory `ino` its home made: the entry here,
-    /// and the follow-ups (count the subdirectory at the parent's home, forget the
-    /// memo at the new home). Returns the partition to split, if it grew past the
-    /// threshold.
-    fn mkdir_commit(&self, id: u64, ino: u64) -> R<Option<(u64, u32)>> {
+    /// Commits mkdir intent `id`, whose directory (attributes `made`) its home made:
+    /// the entry here, the request's ledger row, and the follow-ups (count the
+    /// subdirectory at the parent's home, forget the memo at the new home). Returns the
+    /// partition to split, if it grew past the threshold.
+    fn mkdir_commit(&self, id: u64, made: &Attr) -> R<Option<(u64, u32)>> {
+        let ino = made.ino;
         let mut m = self.state();
         let mut row = m.intents.row(id)?;
         let Some(Op::Mkdir(mk)) = &mut row.op else {
@@ -567,6 +579,8 @@ impl Node {
             },
         );
         self.count_entry(&mut m, &mut b, dir, idx, true);
+        m.ledger
+            .record_attr(&mut b, mk.token, cairn_fs::now_ns(), made);
         row.set_state(IntentState::Committed);
         row.followups = vec![
             proto::FollowUp {

@@ -1,9 +1,12 @@
-//! The ledger of done requests: which of its clients' links, unlinks, rmdirs and
-//! renames this server did, by the token the client gave the request, so that the
-//! request sent again — its reply lost when a replica died or the connection broke —
+//! The ledger of done requests: which of its clients' creates (of files, nodes,
+//! symbolic links and directories), links, unlinks, rmdirs, renames, writes and
+//! attribute changes this server did, by the token the client gave the request, so that
+//! the request sent again — its reply lost when a replica died or the connection broke —
 //! is answered as done instead of being done twice (an unlink answered `ENOENT`, a
-//! link `EEXIST`, a rename undone by nothing but refused). Creates need no ledger: the
-//! entry a create made holds its token.
+//! create or link `EEXIST`, a rename undone by nothing but refused, a write or truncate
+//! landing again after another client's later write). A create's and an attribute
+//! change's row also keeps the attributes it answered, for a copy that arrives once the
+//! inode is gone.
 //!
 //! A request's row (`Q token`, [`crate::rows::done_key`]) is written in the batch that
 //! does it (or, for one done through an intent, in the batch that commits the intent,
@@ -16,8 +19,14 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use cairn_fs::Attr;
+use prost::Message;
+
 use super::node::{Batch, Node, R};
 use super::state::State;
+use crate::convert::{attr_msg, msg_attr};
+use crate::proto;
+use crate::proto::intent_row::Op;
 use crate::rows::{done_key, TAG_DONE};
 
 /// How long a done request's row is kept: far longer than a client retries a request
@@ -31,12 +40,12 @@ pub(crate) struct Ledger {
 }
 
 /// What the ledger says of a request's token.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Seen {
     /// Not done (or no token): do it.
     New,
-    /// Done: answer as done.
-    Done,
+    /// Done: answer as done; the attributes it answered, if its row keeps them.
+    Done(Option<Attr>),
     /// An intent of this request is under way (its leader died before it finished, and
     /// recovery drives it): answer busy, the client asks again.
     Pending,
@@ -62,6 +71,18 @@ impl Ledger {
     /// Adds request `token`'s row at `now` to `b`, and the deletion of every row
     /// older than [`LEDGER_TTL`].
     pub(crate) fn record(&mut self, b: &mut Batch, token: u64, now: i64) {
+        self.record_row(b, token, now, now.to_le_bytes().to_vec());
+    }
+
+    /// As [`Ledger::record`], the row also keeping `attr`, what the request answered
+    /// (a create's new inode, an attribute change's result).
+    pub(crate) fn record_attr(&mut self, b: &mut Batch, token: u64, now: i64, attr: &Attr) {
+        let mut v = now.to_le_bytes().to_vec();
+        attr_msg(attr).encode(&mut v).unwrap_or_default();
+        self.record_row(b, token, now, v);
+    }
+
+    fn record_row(&mut self, b: &mut Batch, token: u64, now: i64, row: Vec<u8>) {
         if token == 0 {
             return;
         }
@@ -73,7 +94,7 @@ impl Ledger {
             b.delete(&done_key(old));
             self.order.pop_front();
         }
-        b.put_raw(&done_key(token), &now.to_le_bytes());
+        b.put_raw(&done_key(token), &row);
         self.order.push_back((now, token));
         metrics::gauge!("cairn_ledger_rows").set(self.order.len() as f64);
     }
@@ -96,10 +117,19 @@ impl Node {
         if token == 0 {
             return Ok(Seen::New);
         }
-        if self.get_raw(&done_key(token))?.is_some() {
-            return Ok(Seen::Done);
+        if let Some(v) = self.get_raw(&done_key(token))? {
+            // After the time: the attributes answered, if kept (a damaged tail is
+            // treated as none: the caller answers with the inode as it is now).
+            let attr = v
+                .get(8..)
+                .filter(|t| !t.is_empty())
+                .and_then(|t| proto::Attr::decode(t).ok())
+                .map(|a| msg_attr(&a));
+            return Ok(Seen::Done(attr));
         }
-        if m.intents.any(|r| r.token == token) {
+        let mkdir_of =
+            |r: &proto::IntentRow| matches!(&r.op, Some(Op::Mkdir(mk)) if mk.token == token);
+        if m.intents.any(|r| r.token == token || mkdir_of(r)) {
             return Ok(Seen::Pending);
         }
         Ok(Seen::New)
@@ -109,11 +139,18 @@ impl Node {
     /// while an intent of it is under way. Called under the state lock `m` before the
     /// request's checks, so that two copies of one request never both do it.
     pub(crate) fn done_before(&self, m: &State, token: u64) -> R<bool> {
+        Ok(self.done_with(m, token)?.is_some())
+    }
+
+    /// As [`Node::done_before`], with what the done request answered: `Some(attr)`
+    /// when it was done, `attr` the attributes its row keeps (creates and attribute
+    /// changes).
+    pub(crate) fn done_with(&self, m: &State, token: u64) -> R<Option<Option<Attr>>> {
         match self.seen(m, token)? {
-            Seen::New => Ok(false),
-            Seen::Done => {
+            Seen::New => Ok(None),
+            Seen::Done(attr) => {
                 metrics::counter!("cairn_requests_answered_from_ledger_total").increment(1);
-                Ok(true)
+                Ok(Some(attr))
             }
             Seen::Pending => Err(super::node::Fail::Busy),
         }

@@ -173,6 +173,18 @@ impl Node {
         };
         rules::check_new_name(name)?;
         let mut m = self.state();
+        // Made before (the same create sent again after its reply was lost), whatever
+        // became of the name since: answered as made, with the inode as it is now (or
+        // as it was made, if gone since).
+        if let Some(Some(then)) = self.done_with(&m, token)? {
+            let attr = self.local_attr(&m, then.ino)?.unwrap_or(then);
+            return Ok(Made {
+                attr,
+                split: None,
+                again: true,
+                opened: false,
+            });
+        }
         let idx = self.writable_part(&m, dir, name, None)?;
         let p = self.dir_perms(dir)?;
         rules::check_access(checks, cred, &p, rules::MAY_WRITE | rules::MAY_EXEC)?;
@@ -224,9 +236,10 @@ impl Node {
         b.put(&inode_key(ino), &row);
         b.put_raw(&link_key(ino, dir, name), &[]);
         self.count_entry(&mut m, &mut b, dir, idx, true);
+        let attr = row_attr(ino, &row);
+        m.ledger.record_attr(&mut b, token, now, &attr);
         self.apply(b)?;
         self.touch_dir(&mut m, dir, now);
-        let attr = row_attr(ino, &row);
         let split = self.wants_split(&m, dir, idx).then_some(idx);
         Ok(Made {
             attr,

@@ -174,6 +174,13 @@ pub(crate) fn serve(
                     let _ = tx.send(Err(Status::unavailable("server stopping"))).await;
                     return;
                 }
+                // The group's creates may or may not have been done: the stream ends
+                // as a unary request's reply would (the client sends them again, each
+                // answered by its token), not with an `EIO` for each.
+                Err(Fail::NotLeader) => {
+                    let _ = tx.send(Err(super::svc::lost_lead())).await;
+                    return;
+                }
                 Err(f) => {
                     if let Fail::Down(why) = &f {
                         tracing::info!(server = n.id, "streamed creates: {why}");

@@ -79,9 +79,7 @@ async fn run<Rep: Reply + Send + 'static>(
         Ok(Err(Fail::Superseded)) => Err(Status::failed_precondition(
             "the calling server no longer leads its group: a later leader called already",
         )),
-        Ok(Err(Fail::NotLeader)) => Err(Status::unavailable(
-            "the replica lost the lead of its group during the operation: it may or may not have been done",
-        )),
+        Ok(Err(Fail::NotLeader)) => Err(lost_lead()),
         Ok(Err(f)) => {
             if let Fail::Down(why) = &f {
                 tracing::info!(server = node.id, "{op}: {why}");
@@ -95,6 +93,14 @@ async fn run<Rep: Reply + Send + 'static>(
             Err(Status::internal("request task failed"))
         }
     }
+}
+
+/// The reply of a replica that lost the lead of its group while a request was being
+/// done (UNAVAILABLE without `cairn-leader`): it may or may not have been done.
+pub(crate) fn lost_lead() -> Status {
+    Status::unavailable(
+        "the replica lost the lead of its group during the operation: it may or may not have been done",
+    )
 }
 
 /// The refusal of a replica that does not lead its group: nothing was done; the
@@ -158,7 +164,10 @@ pub(crate) async fn make_items(
                     n.make_req(checks, &cred, &r)
                 };
                 match res {
-                    Err(Fail::Crashed) => return Err(Fail::Crashed),
+                    // Lost the lead (or stopping) with items proposed: the group may
+                    // or may not have been done, said for all of it (each item's copy
+                    // is answered by its token), never as an item's `EIO`.
+                    Err(f @ (Fail::Crashed | Fail::NotLeader)) => return Err(f),
                     res => made.push((r.dir, res)),
                 }
             }
@@ -304,7 +313,7 @@ impl Meta for MetaSvc {
         let n = self.0.clone();
         run(&self.0, "setattr", async move {
             let (a, intent) = n
-                .op(move |n| n.setattr_full(checks, &cred, r.ino, &s))
+                .op(move |n| n.setattr_full(checks, &cred, r.ino, &s, r.token))
                 .await?;
             if let Some(id) = intent {
                 n.intent_durable().await?;
@@ -607,7 +616,7 @@ impl Meta for MetaSvc {
                 return errno(libc::EFBIG);
             }
             let written = n
-                .op(move |n| n.write(checks, &cred, r.ino, r.offset, &r.data))
+                .op(move |n| n.write(checks, &cred, r.ino, r.offset, &r.data, r.token))
                 .await?;
             Ok(proto::WriteReply {
                 status: None,
