@@ -277,6 +277,39 @@ fn fs_bench_limits_memory_and_reopen() {
     }
 }
 
+/// `cairn fs-bench` of 2,000 files, 2 intervals, 1 and 2 processes, on `targets`.
+fn small_run(dir: &Path, targets: &str) -> (String, serde_json::Value) {
+    fs_bench(
+        dir,
+        &[
+            "--files",
+            "2000",
+            "--intervals",
+            "2",
+            "--procs",
+            "2",
+            "--targets",
+            targets,
+        ],
+    )
+}
+
+/// A target's run `r` of [`small_run`]: all its files, every rate in `rates` above
+/// zero, and its two-process run in the shared directory.
+fn assert_small_run(all: &serde_json::Value, r: &serde_json::Value, rates: &[&str]) {
+    assert_eq!(r["files"], 2000, "{r}");
+    for f in rates {
+        assert!(r[*f].as_f64().unwrap() > 0.0, "{f} of {r}");
+    }
+    let shared = all["shared_directory"].as_array().unwrap();
+    assert!(
+        shared
+            .iter()
+            .any(|s| s["target"] == r["target"] && s["files"] == 2000),
+        "{shared:?}"
+    );
+}
+
 /// The null FUSE server target: creates, stats and unlinks through cairn's FUSE layer
 /// with nothing stored, from one and two processes; a create costs it the same
 /// requests as the mount's (a LOOKUP answered with a negative entry, a CREATE). And
@@ -288,19 +321,7 @@ fn fs_bench_null_and_bindfs_targets() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let (stdout, all) = fs_bench(
-        tmp.path(),
-        &[
-            "--files",
-            "2000",
-            "--intervals",
-            "2",
-            "--procs",
-            "2",
-            "--targets",
-            "null,bindfs",
-        ],
-    );
+    let (stdout, all) = small_run(tmp.path(), "null,bindfs");
     let runs = all["metadata"].as_array().unwrap();
     match runs.iter().find(|r| r["target"] == "bindfs") {
         Some(b) => assert!(b["unlink_rate"].as_f64().unwrap() > 0.0, "{b}"),
@@ -315,19 +336,9 @@ fn fs_bench_null_and_bindfs_targets() {
         common::skip("fs-bench's null target: the mount was refused here");
         return;
     };
-    assert_eq!(r["files"], 2000, "{r}");
-    for f in ["create_rate", "stat_rate", "unlink_rate"] {
-        assert!(r[f].as_f64().unwrap() > 0.0, "{f} of {r}");
-    }
+    assert_small_run(&all, r, &["create_rate", "stat_rate", "unlink_rate"]);
     let create = &r["fuse_requests"]["create"];
     assert!(create["CREATE"].as_f64().unwrap() >= 1.0, "{r}");
-    let shared = all["shared_directory"].as_array().unwrap();
-    assert!(
-        shared
-            .iter()
-            .any(|s| s["target"] == "null" && s["files"] == 2000),
-        "{shared:?}"
-    );
 }
 
 /// The passthrough_hp target (libfuse's example over a fresh ext4 image, over io_uring)
@@ -341,35 +352,17 @@ fn fs_bench_passthrough_hp_target() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let (stdout, all) = fs_bench(
-        tmp.path(),
-        &[
-            "--files",
-            "2000",
-            "--intervals",
-            "2",
-            "--procs",
-            "2",
-            "--targets",
-            "passthrough_hp",
-        ],
-    );
+    let (stdout, all) = small_run(tmp.path(), "passthrough_hp");
     let runs = all["metadata"].as_array().unwrap();
     let Some(r) = runs.iter().find(|r| r["target"] == "passthrough_hp") else {
         assert!(stdout.contains("passthrough_hp: skipped"), "{stdout}");
         common::skip("fs-bench's passthrough_hp target: not built here, or no fresh image");
         return;
     };
-    assert_eq!(r["files"], 2000, "{r}");
-    for f in ["create_rate", "stat_rate", "list_rate", "unlink_rate"] {
-        assert!(r[f].as_f64().unwrap() > 0.0, "{f} of {r}");
-    }
-    let shared = all["shared_directory"].as_array().unwrap();
-    assert!(
-        shared
-            .iter()
-            .any(|s| s["target"] == "passthrough_hp" && s["files"] == 2000),
-        "{shared:?}"
+    assert_small_run(
+        &all,
+        r,
+        &["create_rate", "stat_rate", "list_rate", "unlink_rate"],
     );
     let md = std::fs::read_to_string(tmp.path().join("out/results.md")).unwrap();
     assert!(
