@@ -154,8 +154,16 @@ impl Core {
     /// Proposes `rows` in this replica's term: visible at once to its reads, applied
     /// once committed. Returns (term, number).
     pub(crate) fn propose(&self, rows: Rows) -> Result<(u64, u64), NotLeading> {
+        self.propose_as(None, rows)
+    }
+
+    /// Proposes `rows` in the term led, if it is `want` (when given).
+    fn propose_as(&self, want: Option<u64>, rows: Rows) -> Result<(u64, u64), NotLeading> {
         let mut p = self.pending.lock();
         let term = p.leading.ok_or(NotLeading)?;
+        if want.is_some_and(|w| w != term) {
+            return Err(NotLeading);
+        }
         p.last += 1;
         let seq = p.last;
         p.overlay.insert(seq, &rows);
@@ -164,6 +172,12 @@ impl Core {
             .send(Change { term, seq, rows })
             .map_err(|_| NotLeading)?;
         Ok((term, seq))
+    }
+
+    /// As [`Core::propose`], only if this replica still leads `term` (a task of an
+    /// earlier term must not change what a later one rebuilt).
+    pub(crate) fn propose_in(&self, term: u64, rows: Rows) -> Result<(u64, u64), NotLeading> {
+        self.propose_as(Some(term), rows)
     }
 
     /// The term led and its last proposal's number.
@@ -364,10 +378,15 @@ impl Replica {
     /// Before a reply: waits until every change proposed so far is applied (what the
     /// reply says was seen by a majority), and, for a read, that this replica still
     /// leads: within its lease, or by asking a majority (ReadIndex).
-    pub(crate) async fn settle(&self) -> Result<(), NotLeading> {
+    /// `bound`: the term the operation ran in, if it is bound to one (it fails if
+    /// this replica leads another now).
+    pub(crate) async fn settle(&self, bound: Option<u64>) -> Result<(), NotLeading> {
         let Some((term, seq)) = self.core.proposed() else {
             return Err(NotLeading);
         };
+        if bound.is_some_and(|b| b != term) {
+            return Err(NotLeading);
+        }
         if seq > self.core.progress.borrow().seq {
             tracing::debug!("settle: wait {term}/{seq}");
             self.core.wait(term, seq).await?;

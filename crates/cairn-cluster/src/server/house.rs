@@ -162,21 +162,27 @@ impl Node {
             if self.is_crashed() {
                 return;
             }
-            if self.serving().is_err() {
+            // Each round in the term served when it starts (`super::term`).
+            let Ok(term) = self.serving_term() else {
                 continue;
-            }
+            };
             n += 1;
-            if let Err(e) = self.blocking(|n| n.write_dir_times()).await {
-                tracing::debug!(server = self.id, "directory times: {e:?}");
-            }
-            self.push_remote_times().await;
-            self.gauges();
-            if n % 4 == 0 {
-                self.start_due_splits();
-            }
-            if n % 20 == 0 {
-                self.resolve_stale().await;
-            }
+            super::term::in_term(term, self.upkeep(n)).await;
+        }
+    }
+
+    /// Round `n` of the upkeep loop.
+    async fn upkeep(self: &NodeRef, n: u64) {
+        if let Err(e) = self.blocking(|n| n.write_dir_times()).await {
+            tracing::debug!(server = self.id, "directory times: {e:?}");
+        }
+        self.push_remote_times().await;
+        self.gauges();
+        if n % 4 == 0 {
+            self.start_due_splits();
+        }
+        if n % 20 == 0 {
+            self.resolve_stale().await;
         }
     }
 

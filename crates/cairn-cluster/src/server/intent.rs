@@ -39,6 +39,8 @@ use crate::rows::{entry_key, intent_key};
 pub(crate) struct Driving {
     node: NodeRef,
     id: u64,
+    /// The term the driving task is bound to (`super::term`), if any.
+    term: Option<u64>,
 }
 
 impl Driving {
@@ -47,12 +49,18 @@ impl Driving {
         Driving {
             node: node.clone(),
             id,
+            term: super::term::bound_term(),
         }
     }
 }
 
 impl Drop for Driving {
     fn drop(&mut self) {
+        // A task of an ended term leaves the marks of the state rebuilt since alone:
+        // the intent may be driven there by the new term's runner.
+        if self.term.is_some() && self.node.serving_term().ok() != self.term {
+            return;
+        }
         let pending = self.node.state().intents.stop_driving(self.id);
         if pending {
             self.node.wake_runner();
@@ -562,6 +570,11 @@ impl Node {
         let ino = made.ino;
         let mut m = self.state();
         let mut row = m.intents.row(id)?;
+        // Committed once: a second driver's directory (there is none while one task
+        // drives an intent per term) must never replace the entry's.
+        if row.state() != IntentState::Prepared {
+            return Err(Fail::Busy);
+        }
         let Some(Op::Mkdir(mk)) = &mut row.op else {
             return errno(libc::EIO);
         };
@@ -908,14 +921,20 @@ impl Node {
             if self.is_crashed() {
                 return;
             }
-            if self.serving().is_err() {
+            // Driven in the term whose state they were taken from (`super::term`):
+            // the role is read before and after, and a state is rebuilt only after
+            // the role changed.
+            let Ok(term) = self.serving_term() else {
                 continue;
-            }
+            };
             let now = Instant::now();
             let ids = self.state().intents.take_due(now);
+            if self.serving_term().ok() != Some(term) {
+                continue;
+            }
             for id in ids {
                 let node = self.clone();
-                tokio::spawn(async move {
+                tokio::spawn(super::term::in_term(term, async move {
                     let g = Driving::adopt(&node, id);
                     let res = node.drive(id).await;
                     let pause = node.state().intents.attempted(id, res.is_err());
@@ -926,7 +945,7 @@ impl Node {
                         );
                     }
                     drop(g);
-                });
+                }));
             }
         }
     }

@@ -21,6 +21,7 @@ mod split;
 mod state;
 mod stream;
 mod svc;
+mod term;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -339,10 +339,27 @@ impl Node {
 
     /// Before a reply: for a replica, waits until what the operation did and saw is
     /// committed and this replica still leads (`Replica::settle`).
+    /// A task bound to a term settles in it: if the term ended (even if this replica
+    /// leads a later one), what it did may have been dropped.
     pub(crate) async fn settle(&self) -> R<()> {
         match &self.rows {
             RowStore::Local(_) => Ok(()),
-            RowStore::Replicated(r) => r.settle().await.map_err(|_| Fail::NotLeader),
+            RowStore::Replicated(r) => r
+                .settle(super::term::bound_term())
+                .await
+                .map_err(|_| Fail::NotLeader),
+        }
+    }
+
+    /// The term this server serves requests in (0 for a group of one); `NotLeader`
+    /// if it serves none.
+    pub(crate) fn serving_term(&self) -> R<u64> {
+        match &self.rows {
+            RowStore::Local(_) => Ok(0),
+            RowStore::Replicated(r) => match r.role() {
+                crate::raft::Role::Leading(term) => Ok(term),
+                _ => Err(Fail::NotLeader),
+            },
         }
     }
 
@@ -555,10 +572,13 @@ impl Node {
             RowStore::Local(ks) => ks
                 .write_with(b.write_batch(), WriteOptions::new().defer_sync())
                 .map_err(Fail::from),
-            RowStore::Replicated(r) => match r.core.propose(b.0) {
-                Ok(_) => Ok(()),
-                Err(_) => Err(Fail::NotLeader),
-            },
+            // A task bound to a term proposes only in it (`super::term`).
+            RowStore::Replicated(r) => match super::term::bound_term() {
+                Some(term) => r.core.propose_in(term, b.0),
+                None => r.core.propose(b.0),
+            }
+            .map(drop)
+            .map_err(|_| Fail::NotLeader),
         }
     }
 

@@ -227,7 +227,11 @@ impl Node {
             // The simulation: store calls run in the task (deterministic order).
             return f(&n);
         }
-        match tokio::task::spawn_blocking(move || f(&n)).await {
+        // The thread works in the term of the task that hands it the work.
+        let term = super::term::bound_term();
+        match tokio::task::spawn_blocking(move || super::term::with_thread_term(term, || f(&n)))
+            .await
+        {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!("blocking task failed: {e}");
@@ -251,7 +255,7 @@ impl Node {
             }),
             cred: cred.map(|(c, _)| cred_msg(c)),
             no_checks: cred.is_some_and(|(_, checks)| !checks),
-            term: self.leading_term(),
+            term: super::term::bound_term().unwrap_or_else(|| self.leading_term()),
         })
     }
 

@@ -39,7 +39,11 @@ impl Node {
     /// Starts splitting partition `(dir, idx)` in the background if it still needs to.
     pub(crate) fn spawn_split(self: &NodeRef, dir: u64, idx: u32) {
         let node = self.clone();
-        tokio::spawn(async move {
+        // In the term of whoever starts it (`super::term`).
+        let Some(term) = super::term::bound_term().or_else(|| self.serving_term().ok()) else {
+            return;
+        };
+        tokio::spawn(super::term::in_term(term, async move {
             let id = match node.blocking(move |n| n.split_begin(dir, idx)).await {
                 Ok(Some(id)) => id,
                 Ok(None) => return,
@@ -58,7 +62,7 @@ impl Node {
                     "split {id} of {dir:#x}/{idx}: later: {e:?}"
                 );
             }
-        });
+        }));
     }
 
     /// Writes the prepared intent of a split of `(dir, idx)`, if it still needs one.

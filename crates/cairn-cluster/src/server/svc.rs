@@ -45,15 +45,17 @@ async fn run<Rep: Reply + Send + 'static>(
     if node.is_crashed() {
         return Err(Status::unavailable("server stopping"));
     }
-    if node.serving().is_err() {
+    // Bound to the term it began in (`super::term`): it changes, calls and settles in
+    // that term only.
+    let Ok(term) = node.serving_term() else {
         return Err(not_leader(node));
-    }
+    };
     let start = Instant::now();
     // Polled once here: an operation that never waits (a create under `--sync never`)
     // finishes in that poll, with no task to spawn and wake. One that waits goes on in
     // a task of its own, so that a client going away cannot cut it in the middle (no
     // await lies between the first poll and the spawn).
-    let mut fut = Box::pin(fut);
+    let mut fut = Box::pin(super::term::in_term(term, fut));
     let first = std::future::poll_fn(|cx| {
         let poll = std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx));
         Poll::Ready(std::panic::catch_unwind(poll))
@@ -66,7 +68,10 @@ async fn run<Rep: Reply + Send + 'static>(
     };
     // A replica's reply waits until what the operation did and saw is committed.
     let res = match res {
-        Ok(r) if !matches!(r, Err(Fail::Crashed)) && node.settle().await.is_err() => {
+        Ok(r)
+            if !matches!(r, Err(Fail::Crashed))
+                && super::term::in_term(term, node.settle()).await.is_err() =>
+        {
             Ok(Err(Fail::NotLeader))
         }
         res => res,
@@ -149,7 +154,20 @@ fn who<T>(req: Request<T>) -> (Caller, T) {
 /// on the store's thread, with one sync ([`Node::ack`]) for all of them before the
 /// reply, and starts the splits they call for: one reply per item. A batch and a group
 /// of streamed creates both go through here.
+///
+/// Bound to the caller's term, or (a stream's group) to the term served now.
 pub(crate) async fn make_items(
+    n: NodeRef,
+    items: Vec<(bool, Cred, proto::MakeReq)>,
+) -> R<Vec<proto::EntryReply>> {
+    let term = match super::term::bound_term() {
+        Some(t) => t,
+        None => n.serving_term()?,
+    };
+    super::term::in_term(term, make_items_in(n, items)).await
+}
+
+async fn make_items_in(
     n: NodeRef,
     items: Vec<(bool, Cred, proto::MakeReq)>,
 ) -> R<Vec<proto::EntryReply>> {
