@@ -572,4 +572,30 @@ mod tests {
         assert_eq!(st.get(b"fresh").unwrap().as_deref(), Some(&b"v"[..]));
         assert_eq!(m.applied_state().await.unwrap().0.map(|l| l.index), Some(2));
     }
+
+    /// A task bound to a term proposes only while this replica leads that term: not
+    /// after it lost it, nor once it leads a later one.
+    #[tokio::test]
+    async fn a_proposal_bound_to_an_ended_term_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = cairn::Options::default()
+            .open(dir.path().join("store"))
+            .unwrap();
+        let state = open_active(&db).unwrap();
+        let (core, mut rx) = Core::new(db, state, dir.path().join("snapshots"));
+        let rows = || vec![(b"k".to_vec(), Some(b"v".to_vec()))];
+        assert!(core.propose_in(3, rows()).is_err());
+        core.begin_term(3);
+        assert_eq!(core.propose_in(3, rows()).map(|(t, _)| t), Ok(3));
+        assert!(core.propose_in(2, rows()).is_err());
+        core.end_term();
+        assert!(core.propose_in(3, rows()).is_err());
+        core.begin_term(5);
+        assert!(core.propose_in(3, rows()).is_err());
+        assert_eq!(core.propose(rows()).map(|(t, _)| t), Ok(5));
+        let sent: Vec<u64> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|c| c.term)
+            .collect();
+        assert_eq!(sent, vec![3, 5]);
+    }
 }
