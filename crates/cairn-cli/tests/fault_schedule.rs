@@ -750,6 +750,20 @@ fn a_fault_schedule_under_a_mixed_workload() {
         h.data.len(),
         t.elapsed().as_secs_f64()
     );
+    // CAIRN_FAULT_LOGS=DIR keeps the replicas' logs of a run that found a violation.
+    if !matches!(
+        (&names, &data),
+        (Verdict::Linearizable, Verdict::Linearizable)
+    ) {
+        if let Ok(dir) = std::env::var("CAIRN_FAULT_LOGS") {
+            std::fs::create_dir_all(&dir).unwrap();
+            for i in 0..GROUPS * REPLICAS {
+                let to = std::path::Path::new(&dir).join(format!("r{i}.log"));
+                let _ = std::fs::copy(groups.log(i), to);
+            }
+            println!("replica logs kept in {dir}");
+        }
+    }
     assert!(matches!(names, Verdict::Linearizable), "names: {names:#?}");
     assert!(matches!(data, Verdict::Linearizable), "contents: {data:#?}");
     // The replicas of each group hold the same state (cluster check compares their

@@ -124,7 +124,10 @@ impl Groups {
             .arg(self.net.addr(i).to_string())
             .arg("--cluster")
             .arg(&self.file)
-            .env("CAIRN_LOG", "info,openraft=warn")
+            .env(
+                "CAIRN_LOG",
+                std::env::var("CAIRN_TEST_SERVER_LOG").unwrap_or("info,openraft=warn".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

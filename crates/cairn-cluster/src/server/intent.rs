@@ -378,6 +378,12 @@ impl Node {
             (IntentState::Prepared, Some(Op::Link(_))) => self.drive_link(id).await.map(drop),
             (IntentState::Prepared, Some(Op::Split(_))) => self.split_run(id).await,
             (IntentState::Prepared, Some(Op::Rmdir(_) | Op::Rename(_))) => {
+                tracing::info!(
+                    server = self.id,
+                    "intent {id}: prepared {} undone (token {:#x})",
+                    kind_name(row.kind()),
+                    row.token
+                );
                 self.abort_intent(id).await
             }
             // Unlinks and permission pushes are committed when written; a row without

@@ -26,6 +26,7 @@ use super::node::{Batch, Node, R};
 use super::state::State;
 use crate::convert::{attr_msg, msg_attr};
 use crate::proto;
+use crate::proto::follow_up::Call;
 use crate::proto::intent_row::Op;
 use crate::rows::{done_key, TAG_DONE};
 
@@ -117,6 +118,13 @@ impl Node {
         if token == 0 {
             return Ok(Seen::New);
         }
+        // A rename whose new name is on another server is done for its client only
+        // once its intent is finished: until that server commits it, the new name is
+        // not there for others to see (answering "done" before would let the client's
+        // next operation find it missing).
+        if m.intents.any(|r| r.token == token && commits_remotely(r)) {
+            return Ok(Seen::Pending);
+        }
         if let Some(v) = self.get_raw(&done_key(token))? {
             // After the time: the attributes answered, if kept (a damaged tail is
             // treated as none: the caller answers with the inode as it is now).
@@ -155,6 +163,14 @@ impl Node {
             Seen::Pending => Err(super::node::Fail::Busy),
         }
     }
+}
+
+/// Whether intent `r` has a follow-up that commits its change on another server (a
+/// rename's destination there).
+pub(crate) fn commits_remotely(r: &proto::IntentRow) -> bool {
+    r.followups
+        .iter()
+        .any(|f| matches!(f.call, Some(Call::CommitRename(_))))
 }
 
 #[cfg(test)]

@@ -592,6 +592,10 @@ impl Node {
             // Committed: on a majority of the group (on their disks under
             // `--sync always`; under `--sync never` the leader's log is synced too).
             let (term, seq) = r.core.proposed().ok_or(Fail::NotLeader)?;
+            // A task of an ended term: what it proposed may have been dropped.
+            if super::term::bound_term().is_some_and(|b| b != term) {
+                return Err(Fail::NotLeader);
+            }
             r.core
                 .wait_blocking(term, seq)
                 .map_err(|_| Fail::NotLeader)?;

@@ -552,6 +552,7 @@ impl Node {
             let mut m = n.state();
             let pk = prepared_key(k.0, k.1);
             if let Some(p) = n.get::<proto::PreparedRow>(&pk)? {
+                tracing::debug!(server = n.id, "prepare of rename {k:?}: asked again");
                 // Asked again: the same answer.
                 let d = n.dir_perms(p.new_dir)?;
                 return Ok(proto::RenamePrepareReply {
@@ -573,6 +574,11 @@ impl Node {
                 (r.ino, r.kind),
                 None,
             )?;
+            tracing::debug!(
+                server = n.id,
+                "prepare of rename {k:?}: {:?} (target {tino:#x})",
+                r.new_name
+            );
             if tino == r.ino {
                 // The same inode: nothing to do, nothing held.
                 return Ok(proto::RenamePrepareReply {
@@ -626,11 +632,14 @@ impl Node {
             let pk = prepared_key(k.0, k.1);
             let mut m = n.state();
             let Some(mut p) = n.get::<proto::PreparedRow>(&pk)? else {
+                tracing::debug!(server = n.id, "commit of rename {k:?}: nothing prepared");
                 return Ok(proto::PeerReply::default());
             };
             if p.state() == IntentState::Committed {
+                tracing::debug!(server = n.id, "commit of rename {k:?}: committed before");
                 return Ok(proto::PeerReply::default());
             }
+            tracing::debug!(server = n.id, "commit of rename {k:?}: {:?}", p.new_name);
             let idx = n.writable_part(&m, p.new_dir, &p.new_name, Some(k))?;
             let ek = entry_key(p.new_dir, &p.new_name);
             let existed = n.contains(&ek);
@@ -666,6 +675,7 @@ impl Node {
         self.blocking(move |n| {
             let pk = prepared_key(k.0, k.1);
             let mut m = n.state();
+            tracing::debug!(server = n.id, "release of rename {k:?}");
             if n.contains(&pk) {
                 let mut b = Batch::new();
                 b.delete(&pk);
@@ -689,6 +699,7 @@ impl Node {
         self.blocking(move |n| {
             let pk = prepared_key(k.0, k.1);
             let mut m = n.state();
+            tracing::debug!(server = n.id, "abort of rename {k:?}");
             match n.get::<proto::PreparedRow>(&pk)? {
                 None => {}
                 Some(p) if p.state() == IntentState::Committed => {

@@ -162,12 +162,16 @@ impl Node {
                 })
                 .await?;
             match step {
-                RenameStep::Done => return Ok(()),
+                RenameStep::Done => {
+                    tracing::debug!(server = self.id, "rename {token:#x}: done here");
+                    return Ok(());
+                }
                 RenameStep::NeedOwner(ino) => {
                     let a = self.attr_anywhere(ino).await?;
                     owner = Some((ino, a.uid));
                 }
                 RenameStep::Intent(i) => {
+                    tracing::debug!(server = self.id, "rename {token:#x}: intent {i}");
                     id = Some(i);
                     break;
                 }
@@ -186,6 +190,7 @@ impl Node {
         let participants = match res {
             Ok(Some(p)) => p,
             Ok(None) => {
+                tracing::debug!(server = self.id, "rename {id}: the same inode");
                 // The same inode under both names: nothing to do.
                 if let Err(a) = self.abort_intent(id).await {
                     tracing::info!(server = self.id, "rename {id}: undone later: {a:?}");
@@ -196,6 +201,7 @@ impl Node {
                 return Ok(());
             }
             Err(e) => {
+                tracing::debug!(server = self.id, "rename {id}: refused: {e:?}");
                 if let Err(a) = self.abort_intent(id).await {
                     tracing::info!(server = self.id, "rename {id}: undone later: {a:?}");
                 }
@@ -210,16 +216,32 @@ impl Node {
         self.point("rename:after-prepare")?;
         self.blocking(move |n| n.rename_commit(id, participants))
             .await?;
+        tracing::debug!(server = self.id, "rename {id}: committed");
         self.point("rename:after-commit")?;
         match self.run_followups(id).await {
             Ok(()) => {
                 if locked {
                     self.rename_lock(k, false).await;
                 }
+                Ok(())
             }
-            Err(e) => tracing::info!(server = self.id, "rename {id}: follow-ups later: {e:?}"),
+            Err(e) => {
+                tracing::info!(server = self.id, "rename {id}: follow-ups later: {e:?}");
+                // Done once its new name is there: if that is on another server,
+                // the client asks again and is answered once the intent finished
+                // (`Node::seen`).
+                let remote = self
+                    .state()
+                    .intents
+                    .row(id)
+                    .is_ok_and(|r| super::ledger::commits_remotely(&r));
+                if remote {
+                    Err(Fail::Busy)
+                } else {
+                    Ok(())
+                }
+            }
         }
-        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
