@@ -413,6 +413,19 @@ static void keyspaces_txns_files(const char *dir) {
   OK(cairn_files_read(db, (const uint8_t *)"f/small", 7, &data, &len));
   CHECK(len == 5 && !memcmp(data, "hello", 5), "file read");
   cairn_free(data);
+  cairn_file_stat st, st2;
+  memset(&st, 0, sizeof st);
+  OK(cairn_files_stat(db, (const uint8_t *)"f/small", 7, &st));
+  CHECK(st.size == 5 && st.chunks == 1 && st.chunk_size > 0 && st.created_ns > 0, "stat");
+  OK(cairn_files_exists(db, (const uint8_t *)"f/small", 7));
+  CHECK(cairn_files_exists(db, (const uint8_t *)"f/none", 6) == CAIRN_NOT_FOUND, "exists");
+  CHECK(cairn_files_stat(db, (const uint8_t *)"f/none", 6, &st2) == CAIRN_NOT_FOUND, "stat none");
+  CHECK(cairn_files_stat(db, (const uint8_t *)"f/small", 7, NULL) == CAIRN_INVALID_ARGUMENT,
+        "stat into null");
+  OK(cairn_files_put(db, (const uint8_t *)"f/small", 7, (const uint8_t *)"hello", 5));
+  OK(cairn_files_stat(db, (const uint8_t *)"f/small", 7, &st2));
+  CHECK(!memcmp(st.hash, st2.hash, 32) && memcmp(st.version, st2.version, 16) != 0,
+        "a rewrite: same content hash, a new version");
   cairn_file_writer *w = NULL;
   OK(cairn_file_create(db, (const uint8_t *)"f/big", 5, &w));
   for (size_t off = 0; off < sizeof big; off += 70000) {
@@ -428,6 +441,31 @@ static void keyspaces_txns_files(const char *dir) {
   cairn_file_reader *r = NULL;
   OK(cairn_file_open(db, (const uint8_t *)"f/big", 5, &r));
   CHECK(cairn_file_reader_size(r) == sizeof big, "file size");
+  OK(cairn_file_reader_stat(r, &st));
+  CHECK(st.size == sizeof big && st.chunks >= 1, "reader stat");
+  /* Listing: the files under "f/" in key order and reverse, with their stats. */
+  OK(cairn_files_put(db, (const uint8_t *)"g/other", 7, (const uint8_t *)"x", 1));
+  for (int rev = 0; rev < 2; rev++) {
+    cairn_file_list *fl = NULL;
+    OK(cairn_files_list(db, (const uint8_t *)"f/", 2, rev, &fl));
+    const char *want[2] = {"f/big", "f/small"};
+    const uint64_t sizes[2] = {sizeof big, 5};
+    for (int i = 0; i < 2; i++) {
+      int j = rev ? 1 - i : i;
+      OK(cairn_file_list_next(fl, &k, &kl, &st));
+      CHECK(kl == strlen(want[j]) && !memcmp(k, want[j], kl) && st.size == sizes[j],
+            "list %d item %d", rev, i);
+    }
+    CHECK(cairn_file_list_next(fl, &k, &kl, &st) == CAIRN_END, "list end");
+    cairn_file_list_free(fl);
+  }
+  cairn_file_list *all = NULL;
+  OK(cairn_files_list(db, NULL, 0, 0, &all));
+  int listed = 0;
+  while (cairn_file_list_next(all, &k, &kl, &st) == CAIRN_OK) listed++;
+  CHECK(listed == 3, "all files listed: %d", listed);
+  cairn_file_list_free(all);
+  OK(cairn_files_remove(db, (const uint8_t *)"g/other", 7));
   size_t got = 0, n = 0;
   do {
     OK(cairn_file_reader_read(r, back + got, 50001, &n));
