@@ -7,6 +7,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// The length `cairn_get_many` reports for a key that has no value.
+#define CAIRN_ABSENT SIZE_MAX
+
+
+
 // What a call did. `CAIRN_OK` is 0; every other value is an error whose message
 // [`cairn_last_error`] gives (except `CAIRN_NOT_FOUND` and `CAIRN_END`, which are
 // answers, not failures, and leave no message).
@@ -234,6 +239,14 @@ cairn_status cairn_options_set_sync(cairn_options *opts,
 // # Safety
 // `opts` is null or a live pointer from [`cairn_options_new`].
 cairn_status cairn_options_set_background_compaction(cairn_options *opts, bool on);
+
+// Fraction of a sealed segment's bytes that must be stale before compaction rewrites
+// it (in (0, 1], default 0.5); a value outside that range makes `cairn_open` fail with
+// `CAIRN_INVALID_ARGUMENT`.
+//
+// # Safety
+// `opts` is null or a live pointer from [`cairn_options_new`].
+cairn_status cairn_options_set_compaction_threshold(cairn_options *opts, double fraction);
 
 // Opens the store read-only, following its writer (if `on`).
 //
@@ -568,6 +581,25 @@ cairn_status cairn_iter_next(cairn_iter *iter,
 // # Safety
 // `iter` is null or from one of the `cairn_*iter_*` functions, not freed before.
 void cairn_iter_free(cairn_iter *iter);
+
+// Reads the values of `n` keys (`keys[i]`, `key_lens[i]` bytes long) in one call, each
+// as `cairn_get` reads it (not one point in time across keys: a snapshot is). The
+// values are handed out one after another in a single new buffer at `*values` (freed
+// with `cairn_free`, even when every key is absent), and `value_lens[i]` is the length
+// of key `i`'s value, or `CAIRN_ABSENT` if it has none (it then takes no room in the
+// buffer): value `i` starts at the sum of the lengths before it that are not absent.
+// On an error nothing is handed out. A key longer than the maximum reads as absent.
+//
+// # Safety
+// `db` is live; `keys` and `key_lens` are valid for `n` elements, each `keys[i]` for
+// `key_lens[i]` bytes; `value_lens` is valid for `n` writable elements; `values` is
+// writable.
+cairn_status cairn_get_many(const cairn_db *db,
+                            const uint8_t *const *keys,
+                            const size_t *key_lens,
+                            size_t n,
+                            uint8_t **values,
+                            size_t *value_lens);
 
 // A snapshot of the keyspace of `db` as it is now, stored in `*out` (O(1), never
 // waiting for a writer); free it with [`cairn_snapshot_free`].

@@ -23,6 +23,7 @@ mod file_list;
 mod files;
 mod guard;
 mod iter;
+mod many;
 mod read;
 mod snapshot;
 mod txn;
@@ -34,7 +35,8 @@ pub use batch::{
 pub use db::{
     cairn_close, cairn_compact, cairn_contains, cairn_db, cairn_delete, cairn_flush, cairn_get,
     cairn_get_alloc, cairn_keyspace, cairn_open, cairn_options, cairn_options_free,
-    cairn_options_new, cairn_options_set_background_compaction, cairn_options_set_max_size,
+    cairn_options_new, cairn_options_set_background_compaction,
+    cairn_options_set_compaction_threshold, cairn_options_set_max_size,
     cairn_options_set_read_only, cairn_options_set_segment_size, cairn_options_set_shards,
     cairn_options_set_sync, cairn_put, cairn_reclaim, cairn_sync_policy,
 };
@@ -52,6 +54,7 @@ pub use files::{
 pub use guard::cairn_test_panic_next;
 pub use guard::{cairn_free, cairn_last_error, cairn_status, cairn_status_name, cairn_version};
 pub use iter::{cairn_iter, cairn_iter_free, cairn_iter_next, cairn_iter_prefix, cairn_iter_range};
+pub use many::{cairn_get_many, CAIRN_ABSENT};
 pub use snapshot::{
     cairn_snapshot, cairn_snapshot_contains, cairn_snapshot_free, cairn_snapshot_get,
     cairn_snapshot_get_alloc, cairn_snapshot_iter_prefix, cairn_snapshot_iter_range,
