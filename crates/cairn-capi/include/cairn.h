@@ -7,6 +7,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// The length `cairn_get_many` reports for a key that has no value.
+#define CAIRN_ABSENT SIZE_MAX
+
+
+
 // What a call did. `CAIRN_OK` is 0; every other value is an error whose message
 // [`cairn_last_error`] gives (except `CAIRN_NOT_FOUND` and `CAIRN_END`, which are
 // answers, not failures, and leave no message).
@@ -75,6 +80,12 @@ typedef struct cairn_batch cairn_batch;
 // and the file store are the whole store's.
 typedef struct cairn_db cairn_db;
 
+// The files of a store whose key starts with a prefix, in key order or reverse, with
+// their metadata (opaque). One thread at a time; it may outlive neither its store nor
+// a `cairn_close` of it. Files committed or removed while it runs are seen or not, key
+// by key, as with a store's iterator.
+typedef struct cairn_file_list cairn_file_list;
+
 // A committed version of a file, readable and seekable (opaque); it keeps reading the
 // version it opened even if the file is overwritten or removed meanwhile. One thread at
 // a time.
@@ -108,6 +119,24 @@ typedef struct cairn_snapshot cairn_snapshot;
 // `CAIRN_CONFLICT`, and nothing is written. One thread at a time; free it with
 // [`cairn_txn_free`] (which rolls back one not committed).
 typedef struct cairn_txn cairn_txn;
+
+// A file version's metadata, filled in by [`cairn_files_stat`],
+// [`cairn_file_reader_stat`] and [`cairn_file_list_next`].
+typedef struct {
+  // Length in bytes.
+  uint64_t size;
+  // Number of chunks (0 for an empty file).
+  uint64_t chunks;
+  // Chunk size the file was written with, in bytes.
+  uint64_t chunk_size;
+  // BLAKE3 hash of the content (`cairn_files_put_content`'s key is its hex).
+  uint8_t hash[32];
+  // When this version was committed, in nanoseconds since the Unix epoch (negative
+  // before it).
+  int64_t created_ns;
+  // The version's unique id (a new write of the key gets a new one), big-endian.
+  uint8_t version[16];
+} cairn_file_stat;
 
 #ifdef __cplusplus
 extern "C" {
@@ -211,6 +240,14 @@ cairn_status cairn_options_set_sync(cairn_options *opts,
 // `opts` is null or a live pointer from [`cairn_options_new`].
 cairn_status cairn_options_set_background_compaction(cairn_options *opts, bool on);
 
+// Fraction of a sealed segment's bytes that must be stale before compaction rewrites
+// it (in (0, 1], default 0.5); a value outside that range makes `cairn_open` fail with
+// `CAIRN_INVALID_ARGUMENT`.
+//
+// # Safety
+// `opts` is null or a live pointer from [`cairn_options_new`].
+cairn_status cairn_options_set_compaction_threshold(cairn_options *opts, double fraction);
+
 // Opens the store read-only, following its writer (if `on`).
 //
 // # Safety
@@ -308,6 +345,58 @@ cairn_status cairn_compact(const cairn_db *db);
 // # Safety
 // `db` is live.
 cairn_status cairn_reclaim(const cairn_db *db);
+
+// The metadata of the file `key` in `*stat`: `CAIRN_OK`, or `CAIRN_NOT_FOUND` (and
+// `*stat` untouched) if there is no such file.
+//
+// # Safety
+// `db` is live; `key` is valid for `key_len` bytes; `stat` is writable.
+cairn_status cairn_files_stat(const cairn_db *db,
+                              const uint8_t *key,
+                              size_t key_len,
+                              cairn_file_stat *stat);
+
+// Whether the file `key` exists: `CAIRN_OK` if so, `CAIRN_NOT_FOUND` if not.
+//
+// # Safety
+// `db` is live; `key` is valid for `key_len` bytes.
+cairn_status cairn_files_exists(const cairn_db *db, const uint8_t *key, size_t key_len);
+
+// The metadata of the version a reader reads, in `*stat`.
+//
+// # Safety
+// `r` is live; `stat` is writable.
+cairn_status cairn_file_reader_stat(cairn_file_reader *r, cairn_file_stat *stat);
+
+// The files whose key starts with `prefix` (all of them for an empty prefix), in key
+// order or, if `reverse`, from the last back; stored in `*out`, to be freed with
+// [`cairn_file_list_free`].
+//
+// # Safety
+// `db` is live; `prefix` is valid for `prefix_len` bytes (null if 0); `out` is
+// writable.
+cairn_status cairn_files_list(const cairn_db *db,
+                              const uint8_t *prefix,
+                              size_t prefix_len,
+                              bool reverse,
+                              cairn_file_list **out);
+
+// Advances the list: `CAIRN_OK` with the next file's key in `*key`/`*key_len` (a
+// pointer into the list, valid until its next call or its free) and its metadata in
+// `*stat`, or `CAIRN_END` when there are no more, or an error.
+//
+// # Safety
+// `list` is live; `key`, `key_len` and `stat` are writable.
+cairn_status cairn_file_list_next(cairn_file_list *list,
+                                  const uint8_t **key,
+                                  size_t *key_len,
+                                  cairn_file_stat *stat);
+
+// Frees a file list. Null is ignored.
+//
+// # Safety
+// `list` is null or from [`cairn_files_list`], not freed before.
+void cairn_file_list_free(cairn_file_list *list);
 
 // The store's size and amplification figures (`cairn::Stats`: totals, shards,
 // keyspaces, snapshots) as a NUL-terminated JSON object in a new buffer at `*json`,
@@ -492,6 +581,25 @@ cairn_status cairn_iter_next(cairn_iter *iter,
 // # Safety
 // `iter` is null or from one of the `cairn_*iter_*` functions, not freed before.
 void cairn_iter_free(cairn_iter *iter);
+
+// Reads the values of `n` keys (`keys[i]`, `key_lens[i]` bytes long) in one call, each
+// as `cairn_get` reads it (not one point in time across keys: a snapshot is). The
+// values are handed out one after another in a single new buffer at `*values` (freed
+// with `cairn_free`, even when every key is absent), and `value_lens[i]` is the length
+// of key `i`'s value, or `CAIRN_ABSENT` if it has none (it then takes no room in the
+// buffer): value `i` starts at the sum of the lengths before it that are not absent.
+// On an error nothing is handed out. A key longer than the maximum reads as absent.
+//
+// # Safety
+// `db` is live; `keys` and `key_lens` are valid for `n` elements, each `keys[i]` for
+// `key_lens[i]` bytes; `value_lens` is valid for `n` writable elements; `values` is
+// writable.
+cairn_status cairn_get_many(const cairn_db *db,
+                            const uint8_t *const *keys,
+                            const size_t *key_lens,
+                            size_t n,
+                            uint8_t **values,
+                            size_t *value_lens);
 
 // A snapshot of the keyspace of `db` as it is now, stored in `*out` (O(1), never
 // waiting for a writer); free it with [`cairn_snapshot_free`].

@@ -153,6 +153,21 @@ pub unsafe extern "C" fn cairn_options_set_background_compaction(
     unsafe { set(opts, |o| o.background_compaction(on)) }
 }
 
+/// Fraction of a sealed segment's bytes that must be stale before compaction rewrites
+/// it (in (0, 1], default 0.5); a value outside that range makes `cairn_open` fail with
+/// `CAIRN_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `opts` is null or a live pointer from [`cairn_options_new`].
+#[no_mangle]
+pub unsafe extern "C" fn cairn_options_set_compaction_threshold(
+    opts: *mut cairn_options,
+    fraction: f64,
+) -> cairn_status {
+    // SAFETY: forwarded promise.
+    unsafe { set(opts, |o| o.compaction_threshold(fraction)) }
+}
+
 /// Opens the store read-only, following its writer (if `on`).
 ///
 /// # Safety

@@ -15,7 +15,7 @@ use crate::guard::{bytes, call, found, free_handle, get_alloc, hand_out, malloc_
 ///
 /// # Safety
 /// `db` is null or live.
-unsafe fn files(db: *const cairn_db) -> Result<FileStore, Failure> {
+pub(crate) unsafe fn files(db: *const cairn_db) -> Result<FileStore, Failure> {
     // SAFETY: forwarded promise.
     Ok(FileStore::new(unsafe { store(db)? }.db())?)
 }
@@ -280,7 +280,7 @@ pub unsafe extern "C" fn cairn_file_open(
 ///
 /// # Safety
 /// `r` is null or live.
-unsafe fn reader<'a>(r: *mut cairn_file_reader) -> Result<&'a mut FileReader, Failure> {
+pub(crate) unsafe fn reader<'a>(r: *mut cairn_file_reader) -> Result<&'a mut FileReader, Failure> {
     // SAFETY: the caller's promise.
     unsafe { r.as_mut() }
         .map(|r| &mut r.r)

@@ -7,7 +7,7 @@
 //! `catch_unwind` and reports a panic as `CAIRN_PANIC`.
 //!
 //! Handles (`cairn_db`, `cairn_options`, `cairn_batch`, `cairn_iter`, `cairn_snapshot`,
-//! `cairn_txn`) are opaque and owned by the caller, who frees each with its own
+//! `cairn_txn`, the file store's writer, reader and `cairn_file_list`) are opaque and owned by the caller, who frees each with its own
 //! function. A `cairn_db` (a store, or one keyspace of it) and a `cairn_snapshot` are
 //! thread-safe: any number of threads may call them at once (as `cairn::Db`); a batch,
 //! an iterator or a transaction is used by one thread at a time. Buffers handed out (`cairn_get_alloc`) come
@@ -19,9 +19,11 @@
 
 mod batch;
 mod db;
+mod file_list;
 mod files;
 mod guard;
 mod iter;
+mod many;
 mod read;
 mod snapshot;
 mod txn;
@@ -33,9 +35,14 @@ pub use batch::{
 pub use db::{
     cairn_close, cairn_compact, cairn_contains, cairn_db, cairn_delete, cairn_flush, cairn_get,
     cairn_get_alloc, cairn_keyspace, cairn_open, cairn_options, cairn_options_free,
-    cairn_options_new, cairn_options_set_background_compaction, cairn_options_set_max_size,
+    cairn_options_new, cairn_options_set_background_compaction,
+    cairn_options_set_compaction_threshold, cairn_options_set_max_size,
     cairn_options_set_read_only, cairn_options_set_segment_size, cairn_options_set_shards,
     cairn_options_set_sync, cairn_put, cairn_reclaim, cairn_sync_policy,
+};
+pub use file_list::{
+    cairn_file_list, cairn_file_list_free, cairn_file_list_next, cairn_file_reader_stat,
+    cairn_file_stat, cairn_files_exists, cairn_files_list, cairn_files_stat,
 };
 pub use files::{
     cairn_file_abort, cairn_file_commit, cairn_file_create, cairn_file_open, cairn_file_reader,
@@ -47,6 +54,7 @@ pub use files::{
 pub use guard::cairn_test_panic_next;
 pub use guard::{cairn_free, cairn_last_error, cairn_status, cairn_status_name, cairn_version};
 pub use iter::{cairn_iter, cairn_iter_free, cairn_iter_next, cairn_iter_prefix, cairn_iter_range};
+pub use many::{cairn_get_many, CAIRN_ABSENT};
 pub use snapshot::{
     cairn_snapshot, cairn_snapshot_contains, cairn_snapshot_free, cairn_snapshot_get,
     cairn_snapshot_get_alloc, cairn_snapshot_iter_prefix, cairn_snapshot_iter_range,

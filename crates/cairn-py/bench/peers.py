@@ -3,7 +3,9 @@ cairn's own Rust API: HaloDB's workload (N records, 8-byte keys, 100-byte values
 in random key order, then N point reads at random keys, one thread, one call per
 operation, nothing synced until the fill's end; then the same reads in calls of 64
 keys through each engine's batched read where it has one (cairn `get_many`, lmdb
-`Cursor.getmulti`, rocksdict's `get` of a list: RocksDB's `MultiGet`). Engines run
+`Cursor.getmulti`, rocksdict's `get` of a list: RocksDB's `MultiGet`). The timed loops
+call each engine's own bound method (lmdb's: the `get` of a read transaction begun after
+the fill), no Python function in between. Engines run
 interleaved, each repetition in a fresh directory. `scripts/bench-python.sh` installs the peers and runs this.
 
 usage: peers.py [--records N] [--reps R] [--dir D] [--rust-bin keylist] [--engines ...]
@@ -28,14 +30,14 @@ def cairn_engine(path):
     import cairn
 
     db = cairn.Db(path)
-    return db.put, db.get, db.get_many, db.flush, db.close
+    return db.put, (lambda: db.get), db.get_many, db.flush, db.close
 
 
 def plyvel_engine(path):
     import plyvel
 
     db = plyvel.DB(path, create_if_missing=True)
-    return db.put, db.get, None, (lambda: None), db.close
+    return db.put, (lambda: db.get), None, (lambda: None), db.close
 
 
 def lmdb_engine(path):
@@ -47,26 +49,28 @@ def lmdb_engine(path):
         with env.begin(write=True) as txn:
             txn.put(k, v)
 
-    reader = [None, None]
+    readers = []
 
-    def get(k):
-        # One read transaction for the whole read phase, as lmdb users read.
-        if reader[0] is None:
-            reader[0] = env.begin()
-        return reader[0].get(k)
+    def getter():
+        # One read transaction for the whole read phase, begun after the fill, as lmdb
+        # users read: its bound `get` is called directly, as every other engine's is.
+        readers.append(env.begin())
+        return readers[-1].get
 
     def get_many(keys):
         # lmdb's own batched read: `Cursor.getmulti`, (key, value) pairs of those found.
-        if reader[1] is None:
-            reader[1] = env.begin().cursor()
-        return [v for _, v in reader[1].getmulti(keys)]
+        if len(readers) < 2:
+            readers.append(env.begin())
+            readers.append(readers[-1].cursor())
+        return [v for _, v in readers[-1].getmulti(keys)]
 
     def close():
-        if reader[0] is not None:
-            reader[0].abort()
+        for r in readers:
+            if hasattr(r, "abort"):
+                r.abort()
         env.close()
 
-    return put, get, get_many, env.sync, close
+    return put, getter, get_many, env.sync, close
 
 
 def rocksdict_engine(path):
@@ -74,7 +78,7 @@ def rocksdict_engine(path):
 
     db = rocksdict.Rdict(path)
     # `get` of a list is RocksDB's `MultiGet`.
-    return db.put, db.get, db.get, db.flush, db.close
+    return db.put, (lambda: db.get), db.get, db.flush, db.close
 
 
 ENGINES = {"cairn": cairn_engine, "plyvel": plyvel_engine, "lmdb": lmdb_engine,
@@ -82,12 +86,13 @@ ENGINES = {"cairn": cairn_engine, "plyvel": plyvel_engine, "lmdb": lmdb_engine,
 
 
 def run(name, path, keys, reads):
-    put, get, get_many, flush, close = ENGINES[name](path)
+    put, getter, get_many, flush, close = ENGINES[name](path)
     t = time.perf_counter()
     for k in keys:
         put(k, VALUE)
     flush()
     fill = len(keys) / (time.perf_counter() - t)
+    get = getter()
     t = time.perf_counter()
     for k in reads:
         if get(k) is None:

@@ -4,7 +4,8 @@
  * once, and (built with -DCAIRN_TEST_HOOKS) a panic inside the library coming back as
  * CAIRN_PANIC. The model test holds a snapshot and checks it against the model as it was,
  * and runs transactions, half of them made to conflict. Then keyspaces, write skew,
- * the stats and the file store. Usage: model DIR SEED STEPS. Prints "N passed, 0 failed" at the end. */
+ * the stats and the file store (contents, metadata, listing). Batched reads
+ * (cairn_get_many) are checked against the model too. Usage: model DIR SEED STEPS. Prints "N passed, 0 failed" at the end. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +57,7 @@ static cairn_db *open_db(const char *dir) {
   cairn_options *o = cairn_options_new();
   OK(cairn_options_set_shards(o, 4));
   OK(cairn_options_set_segment_size(o, 64 << 10));
+  OK(cairn_options_set_compaction_threshold(o, 0.4));
   cairn_db *db = NULL;
   OK(cairn_open(dir, o, &db));
   cairn_options_free(o);
@@ -74,6 +76,36 @@ static void check_get(cairn_db *db, int i) {
     CHECK(s == CAIRN_NOT_FOUND && v == NULL, "get of absent %s: %s", k, cairn_status_name(s));
   }
   cairn_free(v);
+}
+
+/* Reads up to 16 random keys (repeats allowed) in one cairn_get_many and compares each
+ * with the model; a key longer than the maximum reads as absent. */
+static void check_many(cairn_db *db) {
+  static uint8_t huge[(64 << 10) + 1];
+  char ks[17][16];
+  const uint8_t *keys[17];
+  size_t lens[17], vlens[17];
+  int idx[17], n = (int)(next() % 17);
+  for (int j = 0; j < n; j++) {
+    idx[j] = (int)(next() % KEYS);
+    lens[j] = key_of(idx[j], ks[j]);
+    keys[j] = (const uint8_t *)ks[j];
+  }
+  keys[n] = huge, lens[n] = sizeof huge, idx[n] = -1; /* one key past the limit */
+  uint8_t *vals = NULL;
+  OK(cairn_get_many(db, keys, lens, (size_t)n + 1, &vals, vlens));
+  size_t off = 0;
+  for (int j = 0; j < n; j++) {
+    struct slot *m = &model[idx[j]];
+    if (!m->present) {
+      CHECK(vlens[j] == CAIRN_ABSENT, "get_many: %s absent", ks[j]);
+      continue;
+    }
+    CHECK(vlens[j] == m->len && !memcmp(vals + off, m->val, m->len), "get_many: %s", ks[j]);
+    off += vlens[j];
+  }
+  CHECK(vlens[n] == CAIRN_ABSENT, "get_many: a key past the limit reads as absent");
+  cairn_free(vals);
 }
 
 /* Scans [lo, hi) forward or backward and compares with the model. */
@@ -213,6 +245,8 @@ static void model_test(const char *dir, int steps) {
     } else if (op < 55) {
       OK(cairn_delete(db, (const uint8_t *)k, kl));
       model[i].present = 0;
+    } else if (op < 71) {
+      check_many(db);
     } else if (op < 75) {
       check_get(db, i);
       CHECK(cairn_contains(db, (const uint8_t *)k, kl) ==
@@ -293,6 +327,17 @@ static void errors_and_threads(const char *dir) {
   cairn_db *db = open_db(dir), *again = NULL;
   cairn_status s = cairn_open(dir, NULL, &again);
   CHECK(s == CAIRN_LOCKED && cairn_last_error() != NULL, "second open: %s", cairn_status_name(s));
+  cairn_options *bad = cairn_options_new();
+  OK(cairn_options_set_compaction_threshold(bad, 1.5));
+  s = cairn_open(dir, bad, &again);
+  CHECK(s == CAIRN_INVALID_ARGUMENT && again == NULL, "threshold 1.5: %s", cairn_status_name(s));
+  cairn_options_free(bad);
+  uint8_t *none = NULL;
+  OK(cairn_get_many(db, NULL, NULL, 0, &none, NULL)); /* no keys: an empty buffer */
+  CHECK(none != NULL, "get_many of no keys hands out a buffer");
+  cairn_free(none);
+  CHECK(cairn_get_many(db, NULL, NULL, 1, &none, NULL) == CAIRN_INVALID_ARGUMENT,
+        "get_many with null arrays");
   static uint8_t big[(64 << 10) + 1];
   CHECK(cairn_put(db, big, sizeof big, big, 1) == CAIRN_KEY_TOO_LARGE, "key too large");
   CHECK(strstr(cairn_last_error(), "exceeds the limit") != NULL, "message");
@@ -413,6 +458,19 @@ static void keyspaces_txns_files(const char *dir) {
   OK(cairn_files_read(db, (const uint8_t *)"f/small", 7, &data, &len));
   CHECK(len == 5 && !memcmp(data, "hello", 5), "file read");
   cairn_free(data);
+  cairn_file_stat st, st2;
+  memset(&st, 0, sizeof st);
+  OK(cairn_files_stat(db, (const uint8_t *)"f/small", 7, &st));
+  CHECK(st.size == 5 && st.chunks == 1 && st.chunk_size > 0 && st.created_ns > 0, "stat");
+  OK(cairn_files_exists(db, (const uint8_t *)"f/small", 7));
+  CHECK(cairn_files_exists(db, (const uint8_t *)"f/none", 6) == CAIRN_NOT_FOUND, "exists");
+  CHECK(cairn_files_stat(db, (const uint8_t *)"f/none", 6, &st2) == CAIRN_NOT_FOUND, "stat none");
+  CHECK(cairn_files_stat(db, (const uint8_t *)"f/small", 7, NULL) == CAIRN_INVALID_ARGUMENT,
+        "stat into null");
+  OK(cairn_files_put(db, (const uint8_t *)"f/small", 7, (const uint8_t *)"hello", 5));
+  OK(cairn_files_stat(db, (const uint8_t *)"f/small", 7, &st2));
+  CHECK(!memcmp(st.hash, st2.hash, 32) && memcmp(st.version, st2.version, 16) != 0,
+        "a rewrite: same content hash, a new version");
   cairn_file_writer *w = NULL;
   OK(cairn_file_create(db, (const uint8_t *)"f/big", 5, &w));
   for (size_t off = 0; off < sizeof big; off += 70000) {
@@ -428,6 +486,31 @@ static void keyspaces_txns_files(const char *dir) {
   cairn_file_reader *r = NULL;
   OK(cairn_file_open(db, (const uint8_t *)"f/big", 5, &r));
   CHECK(cairn_file_reader_size(r) == sizeof big, "file size");
+  OK(cairn_file_reader_stat(r, &st));
+  CHECK(st.size == sizeof big && st.chunks >= 1, "reader stat");
+  /* Listing: the files under "f/" in key order and reverse, with their stats. */
+  OK(cairn_files_put(db, (const uint8_t *)"g/other", 7, (const uint8_t *)"x", 1));
+  for (int rev = 0; rev < 2; rev++) {
+    cairn_file_list *fl = NULL;
+    OK(cairn_files_list(db, (const uint8_t *)"f/", 2, rev, &fl));
+    const char *want[2] = {"f/big", "f/small"};
+    const uint64_t sizes[2] = {sizeof big, 5};
+    for (int i = 0; i < 2; i++) {
+      int j = rev ? 1 - i : i;
+      OK(cairn_file_list_next(fl, &k, &kl, &st));
+      CHECK(kl == strlen(want[j]) && !memcmp(k, want[j], kl) && st.size == sizes[j],
+            "list %d item %d", rev, i);
+    }
+    CHECK(cairn_file_list_next(fl, &k, &kl, &st) == CAIRN_END, "list end");
+    cairn_file_list_free(fl);
+  }
+  cairn_file_list *all = NULL;
+  OK(cairn_files_list(db, NULL, 0, 0, &all));
+  int listed = 0;
+  while (cairn_file_list_next(all, &k, &kl, &st) == CAIRN_OK) listed++;
+  CHECK(listed == 3, "all files listed: %d", listed);
+  cairn_file_list_free(all);
+  OK(cairn_files_remove(db, (const uint8_t *)"g/other", 7));
   size_t got = 0, n = 0;
   do {
     OK(cairn_file_reader_read(r, back + got, 50001, &n));
