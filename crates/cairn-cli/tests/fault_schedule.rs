@@ -755,14 +755,7 @@ fn a_fault_schedule_under_a_mixed_workload() {
         (&names, &data),
         (Verdict::Linearizable, Verdict::Linearizable)
     ) {
-        if let Ok(dir) = std::env::var("CAIRN_FAULT_LOGS") {
-            std::fs::create_dir_all(&dir).unwrap();
-            for i in 0..GROUPS * REPLICAS {
-                let to = std::path::Path::new(&dir).join(format!("r{i}.log"));
-                let _ = std::fs::copy(groups.log(i), to);
-            }
-            println!("replica logs kept in {dir}");
-        }
+        groups.keep_logs();
     }
     assert!(matches!(names, Verdict::Linearizable), "names: {names:#?}");
     assert!(matches!(data, Verdict::Linearizable), "contents: {data:#?}");

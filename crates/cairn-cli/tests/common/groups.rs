@@ -106,6 +106,19 @@ impl Groups {
         self.tmp.path().join(format!("r{i}.log"))
     }
 
+    /// Copies every replica's log into `CAIRN_FAULT_LOGS`, if set (a run that failed).
+    pub fn keep_logs(&self) {
+        let Ok(dir) = std::env::var("CAIRN_FAULT_LOGS") else {
+            return;
+        };
+        std::fs::create_dir_all(&dir).unwrap();
+        for i in 0..self.procs.len() {
+            let to = std::path::Path::new(&dir).join(format!("r{i}.log"));
+            let _ = std::fs::copy(self.log(i), to);
+        }
+        println!("replica logs kept in {dir}");
+    }
+
     pub fn spawn(&mut self, i: usize) {
         assert!(matches!(self.procs[i], Proc::Down), "replica {i} runs");
         let log = std::fs::OpenOptions::new()
@@ -190,6 +203,9 @@ impl Groups {
                 .all(|r| r.up && r.lag.is_some_and(|l| l <= 64));
             if st.health() == Health::Healthy && caught_up {
                 return t.elapsed();
+            }
+            if t.elapsed() >= bound {
+                self.keep_logs();
             }
             assert!(
                 t.elapsed() < bound,

@@ -320,11 +320,21 @@ impl Node {
                 })),
             }];
             b.put(&intent_key(id), &row);
-            m.names.reserve((self.id, id), &[(dir, name.to_vec())])?;
-            m.intents.begin(id, row);
-            Some(id)
+            Some((id, row))
         };
+        // What the server keeps in memory changes only once the rows are written (a
+        // task of an ended term is refused here, and must leave the state rebuilt for
+        // the new term alone).
         self.apply(b)?;
+        let intent = match intent {
+            Some((id, row)) => {
+                // Free: `writable_part` found no holder under this lock.
+                m.names.reserve((self.id, id), &[(dir, name.to_vec())])?;
+                m.intents.begin(id, row);
+                Some(id)
+            }
+            None => None,
+        };
         self.touch_dir(&mut m, dir, now);
         drop(m);
         if intent.is_none() {
