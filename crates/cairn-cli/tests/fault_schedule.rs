@@ -769,6 +769,9 @@ fn a_fault_schedule_under_a_mixed_workload() {
             assert!(text.contains("consistent"), "{text}");
             break;
         }
+        if t.elapsed() >= Duration::from_secs(60) {
+            groups.keep_logs();
+        }
         assert!(
             t.elapsed() < Duration::from_secs(60),
             "cairn cluster check: {code:?}\n{text}"

@@ -558,6 +558,7 @@ impl Node {
         attr.nlink = 2;
         let made = attr.clone();
         let split = self.blocking(move |n| n.mkdir_commit(id, &made)).await?;
+        tracing::debug!(server = self.id, "mkdir {id}: committed {:#x}", attr.ino);
         if let Some((d, i)) = split {
             self.spawn_split(d, i);
         }

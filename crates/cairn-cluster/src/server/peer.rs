@@ -272,6 +272,7 @@ impl Node {
             let mk = memo_key(k.0, k.1);
             let mut m = n.state();
             if let Some(memo) = n.get::<proto::MemoRow>(&mk)? {
+                tracing::debug!(server = n.id, "make dir of {k:?}: {:#x} again", memo.ino);
                 let i = n.inode_or_enoent(memo.ino)?;
                 return Ok(proto::MakeDirReply {
                     status: None,
@@ -304,6 +305,13 @@ impl Node {
                 },
             );
             n.apply(b)?;
+            tracing::debug!(
+                server = n.id,
+                "make dir of {k:?}: {ino:#x} for {:#x}/{:?} (term {:?})",
+                r.parent,
+                String::from_utf8_lossy(&r.name),
+                r.h.as_ref().map(|h| h.term)
+            );
             m.parts.insert(ino, 0, part);
             drop(m);
             n.durable()?;
@@ -320,6 +328,7 @@ impl Node {
     pub(crate) async fn p_forget_memo(self: Arc<Self>, r: proto::IntentRef) -> R<proto::PeerReply> {
         let k = intent_of(r.h.as_ref())?;
         self.blocking(move |n| {
+            tracing::debug!(server = n.id, "forget memo of {k:?}");
             let mut b = Batch::new();
             b.delete(&memo_key(k.0, k.1));
             n.apply(b)?;
@@ -471,6 +480,7 @@ impl Node {
     pub(crate) async fn p_commit_rmdir(self: Arc<Self>, r: proto::RmdirReq) -> R<proto::PeerReply> {
         self.blocking(move |n| {
             let dir = r.dir;
+            tracing::debug!(server = n.id, "commit of rmdir of {dir:#x}");
             let mut m = n.state();
             let mut b = Batch::new();
             for i in m.parts.indexes(dir) {
