@@ -14,10 +14,12 @@
 //! not note a version no snapshot can see: when the key's last note says its current
 //! version was written after the newest live snapshot was taken.
 //!
-//! Noted keys are found by hash: a [`HashTable`] of key numbers, each naming an
-//! [`Entry`] (where its bytes start in one byte arena, the first and last notes of its
-//! chain in a slab of 24-byte [`Node`]s). A write's note thus costs a hash probe, and
-//! appends when the key is new; it never searches or shifts an ordered structure. The
+//! Noted keys are found by hash: a [`HashTable`] of key numbers (each beside 32 bits of
+//! its key's hash, so that growing the table reads no key), each naming an [`Entry`]
+//! (the key's first note, where its bytes are in an [`Arena`], and its later notes in a
+//! slab of 24-byte [`Node`]s). A write's note thus costs a hash probe, and appends an
+//! entry and the key's bytes when the key is new; it never searches or shifts an ordered
+//! structure, and never copies what is stored ([`Chunks`]: fixed-size chunks). The
 //! order scans need ([`Versions::scan`], [`Versions::range_changed_after`]) is an
 //! [`Index`] of the noted keys kept behind a lock of its own and brought up to date by
 //! the reads that need it (keys are numbered in the order they were first noted, so the
