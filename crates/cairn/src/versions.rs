@@ -37,11 +37,13 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::index::{BulkBuffers, Index, Loc, Shape};
-use chunks::{Arena, Chunks, Span};
 use crate::segment::SegmentFile;
 use crate::seq::SeqTracker;
+use chunks::{Arena, Chunks, Span};
 
 mod chunks;
+#[cfg(test)]
+mod tests;
 
 /// No node (the end of a chain, of the free list).
 const NIL: u32 = u32::MAX;
@@ -88,32 +90,30 @@ impl Node {
 }
 
 /// A noted key: its first (oldest) note, where its bytes are in the arena, and the
-/// first and last of its later notes in the slab ([`NIL`]: none). 40 bytes.
+/// first and last of its later notes in the slab ([`NIL`]: none). 40 bytes (the note's
+/// fields are the entry's own: a nested struct would be padded to 24).
 #[derive(Clone, Copy)]
 struct Entry {
-    /// The first note (its `next` unused).
-    note: Note,
+    /// The first note's `by`.
+    by: u64,
+    /// The first note's version, or [`ABSENT`].
+    loc: Loc,
     key: Span,
     next: u32,
     last: u32,
 }
 
-/// A note as kept in an [`Entry`]: a [`Node`] without its link.
-#[derive(Clone, Copy)]
-struct Note {
-    by: u64,
-    loc: Loc,
-}
-
-impl Note {
-    fn node(self, next: u32) -> Node {
+impl Entry {
+    fn note(&self) -> Node {
         Node {
             by: self.by,
             loc: self.loc,
-            next,
+            next: NIL,
         }
     }
 }
+
+const _: () = assert!(std::mem::size_of::<Entry>() == 40);
 
 /// The noted keys: their bytes, entries, and the table finding them by hash (each key's
 /// number and [`hash`]). A key's number is its entry's position; keys are only
@@ -150,7 +150,7 @@ impl Keys {
 
     /// The number of `key` (whose [`hash`] is `h`), noting it with the one note `note`
     /// if it is not noted yet: `Err(id)` then, `Ok(id)` when it was.
-    fn find_or_push(&mut self, key: &[u8], h: u32, note: Note) -> Result<u32, u32> {
+    fn find_or_push(&mut self, key: &[u8], h: u32, note: Node) -> Result<u32, u32> {
         let Keys {
             arena,
             entries,
@@ -165,7 +165,8 @@ impl Keys {
             hashbrown::hash_table::Entry::Occupied(o) => Ok(o.get().0),
             hashbrown::hash_table::Entry::Vacant(v) => {
                 let id = entries.push(Entry {
-                    note,
+                    by: note.by,
+                    loc: note.loc,
                     key: arena.push(key),
                     next: NIL,
                     last: NIL,
@@ -339,7 +340,7 @@ impl Versions {
     fn last_by(&self, id: u32) -> u64 {
         let e = self.keys.entry(id);
         match e.last {
-            NIL => e.note.by,
+            NIL => e.by,
             last => self.nodes.get(last as usize).by,
         }
     }
@@ -348,15 +349,16 @@ impl Versions {
     /// Returns the record the note pins, if it took one: none when no live snapshot can
     /// see `old` (the key's last note says it was written after the newest of them).
     pub fn record(&mut self, key: &[u8], old: Option<Loc>, by: u64, live: Live) -> Option<Loc> {
-        let note = Note {
+        let note = Node {
             by,
             loc: old.unwrap_or(ABSENT),
+            next: NIL,
         };
         if let Ok(id) = self.keys.find_or_push(key, hash(key), note) {
             if self.last_by(id) > live.newest {
                 return None;
             }
-            let n = self.alloc(note.node(NIL));
+            let n = self.alloc(note);
             let e = self.keys.entry_mut(id);
             let prev = std::mem::replace(&mut e.last, n);
             match prev {
@@ -385,8 +387,8 @@ impl Versions {
     /// The version of the first note of the key numbered `id` with `by > seq`.
     fn version_after(&self, id: u32, seq: u64) -> Option<Option<Loc>> {
         let e = self.keys.entry(id);
-        if e.note.by > seq {
-            return Some(e.note.node(NIL).version());
+        if e.by > seq {
+            return Some(e.note().version());
         }
         let mut i = e.next;
         while i != NIL {
@@ -512,7 +514,7 @@ impl Versions {
 
     /// Lets go of every note.
     fn clear(&mut self, unpin: &mut impl FnMut(Loc), out: &mut Released) {
-        let firsts = self.keys.entries.iter().map(|e| e.note.loc);
+        let firsts = self.keys.entries.iter().map(|e| e.loc);
         for l in firsts.chain(self.nodes.iter().map(|n| n.loc)) {
             if l.len != 0 && !self.retired.contains_key(&l.seg) {
                 unpin(l);
@@ -535,10 +537,10 @@ impl Versions {
             let e = *old.entry(id);
             // The first note kept, and the slab's rest of the chain after it.
             let mut first = None;
-            if e.note.by > oldest {
-                first = Some((e.note, e.next));
+            if e.by > oldest {
+                first = Some((e.note(), e.next));
             } else {
-                if let Some(l) = e.note.node(NIL).version() {
+                if let Some(l) = e.note().version() {
                     self.unpin(l, unpin, out);
                 }
                 self.count -= 1;
@@ -548,7 +550,7 @@ impl Versions {
                     if n.by > oldest {
                         // It moves into the key's new entry.
                         self.release_node(i);
-                        first = Some((Note { by: n.by, loc: n.loc }, n.next));
+                        first = Some((n, n.next));
                         break;
                     }
                     if let Some(l) = n.version() {
@@ -609,8 +611,7 @@ impl Versions {
             pinned_bytes: self.pinned,
             memory_bytes: (self.keys.memory_bytes()
                 + self.order.read().index.memory_bytes()
-                + self.nodes.memory_bytes())
-                as u64,
+                + self.nodes.memory_bytes()) as u64,
             retired_segments: self.retired.len() as u64,
             retired_bytes: self.retired.values().map(|r| r.size).sum(),
         }

@@ -10,11 +10,11 @@
 
 /// Items in a full chunk of [`Chunks`] (a power of two).
 const CHUNK_ITEMS: usize = 1 << CHUNK_BITS;
-const CHUNK_BITS: u32 = 10;
+const CHUNK_BITS: u32 = 8;
 /// Items the first chunk of [`Chunks`] is allocated with.
 const FIRST_ITEMS: usize = 16;
 /// Bytes of a full chunk of [`Arena`]; a longer key has a chunk of its own size.
-const ARENA_CHUNK: usize = 16 << 10;
+const ARENA_CHUNK: usize = 4 << 10;
 /// Bytes the first chunk of [`Arena`] is allocated with.
 const ARENA_FIRST: usize = 256;
 
@@ -181,7 +181,11 @@ mod tests {
         for i in n..n + CHUNK_ITEMS {
             c.push(i as u64 * 3);
         }
-        assert_eq!(first, c.get(CHUNK_ITEMS) as *const u64, "a full chunk moved");
+        assert_eq!(
+            first,
+            c.get(CHUNK_ITEMS) as *const u64,
+            "a full chunk moved"
+        );
         for i in 0..n + CHUNK_ITEMS {
             assert_eq!(*c.get(i), i as u64 * 3);
         }
