@@ -150,6 +150,7 @@ impl Keys {
 
     /// The number of `key` (whose [`hash`] is `h`), noting it with the one note `note`
     /// if it is not noted yet: `Err(id)` then, `Ok(id)` when it was.
+    #[inline]
     fn find_or_push(&mut self, key: &[u8], h: u32, note: Node) -> Result<u32, u32> {
         let Keys {
             arena,
@@ -482,6 +483,7 @@ impl Versions {
 
     /// Whether pruning for a snapshot register whose oldest is `oldest` would let go of
     /// anything now.
+    #[inline]
     pub fn prunable(&self, oldest: u64) -> bool {
         self.count > 0 && oldest >= self.min_by
     }

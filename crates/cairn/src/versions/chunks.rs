@@ -50,7 +50,22 @@ impl<T> Chunks<T> {
     }
 
     /// Appends `item`; returns its number.
+    #[inline]
     pub fn push(&mut self, item: T) -> usize {
+        let i = self.len;
+        if let Some(c) = self.chunks.last_mut() {
+            if c.len() < c.capacity() {
+                c.push(item);
+                self.len += 1;
+                return i;
+            }
+        }
+        self.push_slow(item)
+    }
+
+    /// [`push`](Chunks::push) when the last chunk is full (or there is none).
+    #[cold]
+    fn push_slow(&mut self, item: T) -> usize {
         let i = self.len;
         match self.chunks.last_mut() {
             Some(c) if c.len() < CHUNK_ITEMS => {
@@ -119,7 +134,27 @@ pub(super) struct Arena {
 
 impl Arena {
     /// Appends `key`; returns where it is.
+    #[inline]
     pub fn push(&mut self, key: &[u8]) -> Span {
+        if let Some(i) = self.current {
+            let c = &mut self.chunks[i];
+            if key.len() <= ARENA_CHUNK / 4 && c.len() + key.len() <= c.capacity() {
+                let off = c.len();
+                c.extend_from_slice(key);
+                return Span {
+                    chunk: i as u32,
+                    off: off as u32,
+                    len: key.len() as u32,
+                };
+            }
+        }
+        self.push_slow(key)
+    }
+
+    /// [`push`](Arena::push) when the current chunk has no room for `key` (or `key` is
+    /// long).
+    #[cold]
+    fn push_slow(&mut self, key: &[u8]) -> Span {
         let chunk = if key.len() > ARENA_CHUNK / 4 {
             self.chunks.push(Vec::with_capacity(key.len()));
             self.chunks.len() - 1
