@@ -13,7 +13,8 @@ const CHUNK_ITEMS: usize = 1 << CHUNK_BITS;
 const CHUNK_BITS: u32 = 8;
 /// Items the first chunk of [`Chunks`] is allocated with.
 const FIRST_ITEMS: usize = 16;
-/// Bytes of a full chunk of [`Arena`]; a longer key has a chunk of its own size.
+/// Bytes of a full chunk of [`Arena`]; a key longer than a quarter of it has a chunk of
+/// its own size.
 const ARENA_CHUNK: usize = 4 << 10;
 /// Bytes the first chunk of [`Arena`] is allocated with.
 const ARENA_FIRST: usize = 256;
