@@ -236,17 +236,15 @@ impl ShardState {
     /// Notes, for the live snapshots, that the write numbered `seq` superseded `old` of
     /// `key` (`None`: it had no value), pinning the record in its segment.
     fn note_version(&mut self, key: &[u8], old: Option<Loc>, seq: u64, live: Live) {
+        let meta = old.and_then(|l| Some((l, self.segs.get_mut(&l.seg)?)));
         // A version written after the newest live snapshot was taken is seen by none.
-        let unseen = old.is_some_and(|l| {
-            self.segs
-                .get(&l.seg)
-                .is_some_and(|m| l.off >= m.mark.0 && m.mark.1 > live.newest)
-        });
-        if unseen {
-            return;
+        if let Some((l, m)) = &meta {
+            if l.off >= m.mark.0 && m.mark.1 > live.newest {
+                return;
+            }
         }
-        if let Some(l) = self.versions.record(key, old, seq, live) {
-            if let Some(m) = self.segs.get_mut(&l.seg) {
+        if self.versions.record(key, old, seq, live).is_some() {
+            if let Some((l, m)) = meta {
                 m.pinned += l.len as u64;
             }
         }

@@ -14,10 +14,12 @@
 //! not note a version no snapshot can see: when the key's last note says its current
 //! version was written after the newest live snapshot was taken.
 //!
-//! Noted keys are found by hash: a [`HashTable`] of key numbers, each naming an
-//! [`Entry`] (where its bytes start in one byte arena, the first and last notes of its
-//! chain in a slab of 24-byte [`Node`]s). A write's note thus costs a hash probe, and
-//! appends when the key is new; it never searches or shifts an ordered structure. The
+//! Noted keys are found by hash: a [`HashTable`] of key numbers (each beside 32 bits of
+//! its key's hash, so that growing the table reads no key), each naming an [`Entry`]
+//! (the key's first note, where its bytes are in an [`Arena`], and its later notes in a
+//! slab of 24-byte [`Node`]s). A write's note thus costs a hash probe, and appends an
+//! entry and the key's bytes when the key is new; it never searches or shifts an ordered
+//! structure, and never copies what is stored ([`Chunks`]: fixed-size chunks). The
 //! order scans need ([`Versions::scan`], [`Versions::range_changed_after`]) is an
 //! [`Index`] of the noted keys kept behind a lock of its own and brought up to date by
 //! the reads that need it (keys are numbered in the order they were first noted, so the
@@ -37,6 +39,11 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 use crate::index::{BulkBuffers, Index, Loc, Shape};
 use crate::segment::SegmentFile;
 use crate::seq::SeqTracker;
+use chunks::{Arena, Chunks, Span};
+
+mod chunks;
+#[cfg(test)]
+mod tests;
 
 /// No node (the end of a chain, of the free list).
 const NIL: u32 = u32::MAX;
@@ -52,20 +59,21 @@ const ABSENT: Loc = Loc {
 /// bits, which the keys of one shard thus share.
 const HASH_SEED: u64 = 0x6e6f_7465_735f_6b65;
 
-fn hash(key: &[u8]) -> u64 {
-    xxh3_64_with_seed(key, HASH_SEED)
+/// 32 bits of the notes' hash of `key`, which the table keeps beside each key's number
+/// (so that growing the table or passing over another key never reads a key).
+fn hash(key: &[u8]) -> u32 {
+    (xxh3_64_with_seed(key, HASH_SEED) >> 32) as u32
 }
 
-/// Makes room in `v` for `extra` more items, growing it by a quarter rather than
-/// doubling it: the notes' memory a version stays within a quarter of what they use
-/// (the copies cost about four moves an item, once).
-fn room<T>(v: &mut Vec<T>, extra: usize) {
-    if v.len() + extra > v.capacity() {
-        v.reserve_exact((v.len() / 4).max(extra).max(64));
-    }
+/// The table's hash of a key whose [`hash`] is `h`: the 32 bits spread over 64, so that
+/// the table's choice of bucket (low bits) and its tag (top bits) both depend on them.
+#[inline]
+fn spread(h: u32) -> u64 {
+    u64::from(h).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
-/// One old version of a key: what the key held until the write numbered `by`.
+/// One old version of a key: what the key held until the write numbered `by`. A key's
+/// first note is kept in its [`Entry`]; later ones are nodes of a slab.
 #[derive(Clone, Copy)]
 struct Node {
     by: u64,
@@ -81,63 +89,93 @@ impl Node {
     }
 }
 
-/// A noted key: where its bytes start in the arena (they end where the next key's
-/// start, or at the arena's end), and the first and last nodes of its chain.
+/// A noted key: its first (oldest) note, where its bytes are in the arena, and the
+/// first and last of its later notes in the slab ([`NIL`]: none). 40 bytes (the note's
+/// fields are the entry's own: a nested struct would be padded to 24).
 #[derive(Clone, Copy)]
 struct Entry {
-    start: u64,
-    first: u32,
+    /// The first note's `by`.
+    by: u64,
+    /// The first note's version, or [`ABSENT`].
+    loc: Loc,
+    key: Span,
+    next: u32,
     last: u32,
 }
 
-/// The noted keys: their bytes, entries, and the table finding them by hash. A key's
-/// number is its entry's position; keys are only appended, between sweeps.
+impl Entry {
+    fn note(&self) -> Node {
+        Node {
+            by: self.by,
+            loc: self.loc,
+            next: NIL,
+        }
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<Entry>() == 40);
+
+/// The noted keys: their bytes, entries, and the table finding them by hash (each key's
+/// number and [`hash`]). A key's number is its entry's position; keys are only
+/// appended, between sweeps. Entries and bytes are kept in chunks: appending never
+/// copies what is there.
 #[derive(Default)]
 struct Keys {
-    arena: Vec<u8>,
-    entries: Vec<Entry>,
-    table: HashTable<u32>,
+    arena: Arena,
+    entries: Chunks<Entry>,
+    table: HashTable<(u32, u32)>,
 }
 
 impl Keys {
+    #[inline]
+    fn entry(&self, id: u32) -> &Entry {
+        self.entries.get(id as usize)
+    }
+
+    #[inline]
+    fn entry_mut(&mut self, id: u32) -> &mut Entry {
+        self.entries.get_mut(id as usize)
+    }
+
     fn key(&self, id: u32) -> &[u8] {
-        let i = id as usize;
-        let end = self
-            .entries
-            .get(i + 1)
-            .map_or(self.arena.len(), |e| e.start as usize);
-        &self.arena[self.entries[i].start as usize..end]
+        self.arena.get(self.entry(id).key)
     }
 
     fn find(&self, key: &[u8]) -> Option<u32> {
+        let h = hash(key);
         self.table
-            .find(hash(key), |&id| self.key(id) == key)
-            .copied()
+            .find(spread(h), |&(id, kh)| kh == h && self.key(id) == key)
+            .map(|&(id, _)| id)
     }
 
-    /// Appends `key` (not noted yet) with a chain of the one node `n`; returns its number.
-    fn push(&mut self, key: &[u8], h: u64, n: u32) -> u32 {
-        let id = self.entries.len() as u32;
-        room(&mut self.entries, 1);
-        room(&mut self.arena, key.len());
-        self.entries.push(Entry {
-            start: self.arena.len() as u64,
-            first: n,
-            last: n,
-        });
-        self.arena.extend_from_slice(key);
+    /// The number of `key` (whose [`hash`] is `h`), noting it with the one note `note`
+    /// if it is not noted yet: `Err(id)` then, `Ok(id)` when it was.
+    #[inline]
+    fn find_or_push(&mut self, key: &[u8], h: u32, note: Node) -> Result<u32, u32> {
         let Keys {
             arena,
             entries,
             table,
         } = self;
-        let key_of = |id: u32| {
-            let i = id as usize;
-            let end = entries.get(i + 1).map_or(arena.len(), |e| e.start as usize);
-            &arena[entries[i].start as usize..end]
-        };
-        table.insert_unique(h, id, |&id| hash(key_of(id)));
-        id
+        let found = table.entry(
+            spread(h),
+            |&(id, kh)| kh == h && arena.get(entries.get(id as usize).key) == key,
+            |&(_, kh)| spread(kh),
+        );
+        match found {
+            hashbrown::hash_table::Entry::Occupied(o) => Ok(o.get().0),
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                let id = entries.push(Entry {
+                    by: note.by,
+                    loc: note.loc,
+                    key: arena.push(key),
+                    next: NIL,
+                    last: NIL,
+                }) as u32;
+                v.insert((id, h));
+                Err(id)
+            }
+        }
     }
 
     fn len(&self) -> usize {
@@ -145,9 +183,7 @@ impl Keys {
     }
 
     fn memory_bytes(&self) -> usize {
-        self.arena.capacity()
-            + self.entries.capacity() * std::mem::size_of::<Entry>()
-            + self.table.allocation_size()
+        self.arena.memory_bytes() + self.entries.memory_bytes() + self.table.allocation_size()
     }
 }
 
@@ -212,7 +248,7 @@ pub(crate) struct Released {
     pub files: Vec<Arc<SegmentFile>>,
     /// Bytes of the files, to take off the store's disk use.
     pub bytes: u64,
-    garbage: Option<(Keys, Order, Vec<Node>)>,
+    garbage: Option<(Keys, Order, Chunks<Node>)>,
 }
 
 impl Released {
@@ -228,7 +264,8 @@ pub(crate) struct Versions {
     keys: Keys,
     /// The noted keys in order, for scans; brought up to date by them.
     order: RwLock<Order>,
-    nodes: Vec<Node>,
+    /// Each key's notes after its first (which its entry holds).
+    nodes: Chunks<Node>,
     /// First free node (linked through `next`).
     free: u32,
     /// Nodes in use.
@@ -250,7 +287,7 @@ impl Default for Versions {
         Versions {
             keys: Keys::default(),
             order: RwLock::new(Order::default()),
-            nodes: Vec::new(),
+            nodes: Chunks::default(),
             free: NIL,
             count: 0,
             pinned: 0,
@@ -282,18 +319,17 @@ impl Versions {
     fn alloc(&mut self, node: Node) -> u32 {
         if self.free != NIL {
             let i = self.free;
-            self.free = self.nodes[i as usize].next;
-            self.nodes[i as usize] = node;
+            let slot = self.nodes.get_mut(i as usize);
+            self.free = slot.next;
+            *slot = node;
             i
         } else {
-            room(&mut self.nodes, 1);
-            self.nodes.push(node);
-            (self.nodes.len() - 1) as u32
+            self.nodes.push(node) as u32
         }
     }
 
     fn release_node(&mut self, i: u32) {
-        self.nodes[i as usize] = Node {
+        *self.nodes.get_mut(i as usize) = Node {
             by: 0,
             loc: ABSENT,
             next: self.free,
@@ -301,34 +337,34 @@ impl Versions {
         self.free = i;
     }
 
+    /// The `by` of the last note of the key numbered `id`.
+    fn last_by(&self, id: u32) -> u64 {
+        let e = self.keys.entry(id);
+        match e.last {
+            NIL => e.by,
+            last => self.nodes.get(last as usize).by,
+        }
+    }
+
     /// The write numbered `by` superseded `old` (`None`: the key had no value) of `key`.
     /// Returns the record the note pins, if it took one: none when no live snapshot can
     /// see `old` (the key's last note says it was written after the newest of them).
     pub fn record(&mut self, key: &[u8], old: Option<Loc>, by: u64, live: Live) -> Option<Loc> {
-        let node = Node {
+        let note = Node {
             by,
             loc: old.unwrap_or(ABSENT),
             next: NIL,
         };
-        let h = hash(key);
-        match self
-            .keys
-            .table
-            .find(h, |&id| self.keys.key(id) == key)
-            .copied()
-        {
-            Some(id) => {
-                let last = self.keys.entries[id as usize].last;
-                if self.nodes[last as usize].by > live.newest {
-                    return None;
-                }
-                let n = self.alloc(node);
-                self.nodes[last as usize].next = n;
-                self.keys.entries[id as usize].last = n;
+        if let Ok(id) = self.keys.find_or_push(key, hash(key), note) {
+            if self.last_by(id) > live.newest {
+                return None;
             }
-            None => {
-                let n = self.alloc(node);
-                self.keys.push(key, h, n);
+            let n = self.alloc(note);
+            let e = self.keys.entry_mut(id);
+            let prev = std::mem::replace(&mut e.last, n);
+            match prev {
+                NIL => e.next = n,
+                prev => self.nodes.get_mut(prev as usize).next = n,
             }
         }
         self.count += 1;
@@ -346,18 +382,20 @@ impl Versions {
         if self.count == 0 {
             return None;
         }
-        let id = self.keys.find(key)?;
-        self.first_after(self.keys.entries[id as usize].first, seq)
-            .map(|n| n.version())
+        self.version_after(self.keys.find(key)?, seq)
     }
 
-    /// The first node of the chain from `first` with `by > seq`.
-    fn first_after(&self, first: u32, seq: u64) -> Option<&Node> {
-        let mut i = first;
+    /// The version of the first note of the key numbered `id` with `by > seq`.
+    fn version_after(&self, id: u32, seq: u64) -> Option<Option<Loc>> {
+        let e = self.keys.entry(id);
+        if e.by > seq {
+            return Some(e.note().version());
+        }
+        let mut i = e.next;
         while i != NIL {
-            let n = &self.nodes[i as usize];
+            let n = self.nodes.get(i as usize);
             if n.by > seq {
-                return Some(n);
+                return Some(n.version());
             }
             i = n.next;
         }
@@ -366,7 +404,7 @@ impl Versions {
 
     /// Whether the key numbered `id` was written after `seq`.
     fn id_changed_after(&self, id: u32, seq: u64) -> bool {
-        self.nodes[self.keys.entries[id as usize].last as usize].by > seq
+        self.last_by(id) > seq
     }
 
     /// Whether `key` was written after `seq` (for a snapshot at `seq` that is live).
@@ -440,12 +478,12 @@ impl Versions {
     /// What a snapshot at `seq` sees of a key [`scan`](Versions::scan) returned with
     /// handle `h` (as [`at`](Versions::at)).
     pub fn resolve(&self, h: Loc, seq: u64) -> Option<Option<Loc>> {
-        self.first_after(self.keys.entries[h.seg as usize].first, seq)
-            .map(|n| n.version())
+        self.version_after(h.seg, seq)
     }
 
     /// Whether pruning for a snapshot register whose oldest is `oldest` would let go of
     /// anything now.
+    #[inline]
     pub fn prunable(&self, oldest: u64) -> bool {
         self.count > 0 && oldest >= self.min_by
     }
@@ -478,9 +516,10 @@ impl Versions {
 
     /// Lets go of every note.
     fn clear(&mut self, unpin: &mut impl FnMut(Loc), out: &mut Released) {
-        for n in &self.nodes {
-            if n.loc.len != 0 && !self.retired.contains_key(&n.loc.seg) {
-                unpin(n.loc);
+        let firsts = self.keys.entries.iter().map(|e| e.loc);
+        for l in firsts.chain(self.nodes.iter().map(|n| n.loc)) {
+            if l.len != 0 && !self.retired.contains_key(&l.seg) {
+                unpin(l);
             }
         }
         for (_, r) in std::mem::take(&mut self.retired) {
@@ -497,26 +536,48 @@ impl Versions {
         let old = std::mem::take(&mut self.keys);
         let mut min_by = u64::MAX;
         for id in 0..old.len() as u32 {
-            let e = old.entries[id as usize];
-            let mut i = e.first;
-            while i != NIL && self.nodes[i as usize].by <= oldest {
-                let n = self.nodes[i as usize];
-                if let Some(l) = n.version() {
+            let e = *old.entry(id);
+            // The first note kept, and the slab's rest of the chain after it.
+            let mut first = None;
+            if e.by > oldest {
+                first = Some((e.note(), e.next));
+            } else {
+                if let Some(l) = e.note().version() {
                     self.unpin(l, unpin, out);
                 }
-                self.release_node(i);
                 self.count -= 1;
-                i = n.next;
+                let mut i = e.next;
+                while i != NIL {
+                    let n = *self.nodes.get(i as usize);
+                    if n.by > oldest {
+                        // It moves into the key's new entry.
+                        self.release_node(i);
+                        first = Some((n, n.next));
+                        break;
+                    }
+                    if let Some(l) = n.version() {
+                        self.unpin(l, unpin, out);
+                    }
+                    self.release_node(i);
+                    self.count -= 1;
+                    i = n.next;
+                }
             }
-            if i != NIL {
-                min_by = min_by.min(self.nodes[i as usize].by);
+            if let Some((note, next)) = first {
+                min_by = min_by.min(note.by);
                 let key = old.key(id);
-                let kept = self.keys.push(key, hash(key), i);
-                self.keys.entries[kept as usize].last = e.last;
+                let Err(kept) = self.keys.find_or_push(key, hash(key), note) else {
+                    debug_assert!(false, "a key noted twice");
+                    continue;
+                };
+                let last = if next == NIL { NIL } else { e.last };
+                let k = self.keys.entry_mut(kept);
+                k.next = next;
+                k.last = last;
             }
         }
         let order = std::mem::take(self.order.get_mut());
-        out.garbage = Some((old, order, Vec::new()));
+        out.garbage = Some((old, order, Chunks::default()));
         self.min_by = min_by;
         self.swept = self.count;
     }
@@ -552,8 +613,7 @@ impl Versions {
             pinned_bytes: self.pinned,
             memory_bytes: (self.keys.memory_bytes()
                 + self.order.read().index.memory_bytes()
-                + self.nodes.capacity() * std::mem::size_of::<Node>())
-                as u64,
+                + self.nodes.memory_bytes()) as u64,
             retired_segments: self.retired.len() as u64,
             retired_bytes: self.retired.values().map(|r| r.size).sum(),
         }

@@ -329,11 +329,14 @@ impl Core {
                 i += 1;
             }
             if live.is_some() || !g.versions.is_empty() {
-                let r = g.prune_versions(live.map_or(u64::MAX, |l| l.oldest), false);
-                self.shards[s].notes.publish(&g.versions);
-                if !r.is_empty() {
-                    released.push(r);
+                let oldest = live.map_or(u64::MAX, |l| l.oldest);
+                if g.versions.prunable(oldest) {
+                    let r = g.prune_versions(oldest, false);
+                    if !r.is_empty() {
+                        released.push(r);
+                    }
                 }
+                self.shards[s].notes.publish(&g.versions);
             }
             if let Some(l) = log.as_mut() {
                 if g.active.buf.len() > start {
