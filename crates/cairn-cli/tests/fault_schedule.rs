@@ -11,7 +11,7 @@
 //! each group cut from the clients, and a follower's store deleted (restarted empty, it
 //! must rejoin by snapshot: `--snapshot-every 256`). The first cycles cover every kind
 //! once; `CAIRN_JEPSEN_CYCLES` sets how many (6: each kind once; 200 by hand); without
-//! it the test skips (out of CI while a violation it found is open).
+//! it the test skips (out of CI while problems its long runs found are open).
 //!
 //! Every operation is recorded (call time, return time, outcome: an answer, a definite
 //! error, or unknown for `EIO`, Jepsen's `:info`) and after the faults are healed the
@@ -649,17 +649,17 @@ impl Drop for StopOnDrop<'_> {
 
 #[test]
 fn a_fault_schedule_under_a_mixed_workload() {
-    // Run by hand only for now: long runs on the current build found a name's history
-    // not linearizable (a mkdir acknowledged with one inode, the name later holding
-    // another; renames of one name by several clients), still open; a short run would
-    // meet it in a few percent of CI runs.
+    // Run by hand only for now: long runs on the current build found a group whose
+    // new leader could not recover (two unfinished intents holding one name) and a
+    // directory no entry names, both still open; a short run could meet them in a few
+    // percent of CI runs.
     let Some(cycles) = std::env::var("CAIRN_JEPSEN_CYCLES")
         .ok()
         .and_then(|s| s.parse::<usize>().ok())
     else {
         common::skip(&format!(
             "fault schedule: set CAIRN_JEPSEN_CYCLES ({KINDS}: each fault kind once) to run \
-             it; out of CI while a linearizability violation it found is open"
+             it; out of CI while problems its long runs found are open"
         ));
         return;
     };
@@ -682,9 +682,7 @@ fn a_fault_schedule_under_a_mixed_workload() {
     // CAIRN_FAULT_SHARED=1 lets every client change every name and write every file (a
     // request sent again after its first copy took effect is answered from the ledger,
     // so it neither undoes nor misreports another client's later change). Shared runs
-    // are by hand for now: one run of 200 cycles found a name's history not
-    // linearizable (renames of one name by several clients across faults), not yet
-    // explained.
+    // are by hand (CAIRN_FAULT_SHARED=1).
     let shared = std::env::var("CAIRN_FAULT_SHARED").is_ok_and(|v| v == "1");
     println!("names and files shared by the clients: {shared}");
     // How the clients send creates (CAIRN_FAULT_CREATES=stream|batch|single; stream
