@@ -161,16 +161,23 @@ pub(crate) unsafe fn bytes<'a>(
 /// A `malloc`ed copy of `data` (at least one byte, so an empty value is a non-null
 /// pointer), for the caller to give back with [`cairn_free`].
 pub(crate) fn malloc_copy(data: &[u8]) -> Result<*mut u8, Failure> {
+    let p = malloc_bytes(data.len())?;
+    // SAFETY: `p` has room for data.len() bytes and does not overlap `data`.
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+    Ok(p)
+}
+
+/// A new `malloc` buffer of `len` bytes (at least one), not yet written, for the caller
+/// to fill and C to free with `cairn_free`.
+pub(crate) fn malloc_bytes(len: usize) -> Result<*mut u8, Failure> {
     // SAFETY: malloc has no preconditions; the result is checked for null.
-    let p = unsafe { libc::malloc(data.len().max(1)) }.cast::<u8>();
+    let p = unsafe { libc::malloc(len.max(1)) }.cast::<u8>();
     if p.is_null() {
         return Err(Failure(
             cairn_status::CAIRN_OUT_OF_MEMORY,
-            format!("malloc of {} bytes failed", data.len()),
+            format!("malloc of {len} bytes failed"),
         ));
     }
-    // SAFETY: `p` has room for data.len() bytes and does not overlap `data`.
-    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
     Ok(p)
 }
 

@@ -4,7 +4,7 @@
 
 use crate::cairn_status;
 use crate::db::{cairn_db, store};
-use crate::guard::{bytes, call, malloc_copy, Failure};
+use crate::guard::{bytes, call, malloc_bytes, Failure};
 
 /// The length `cairn_get_many` reports for a key that has no value.
 pub const CAIRN_ABSENT: usize = usize::MAX;
@@ -46,16 +46,20 @@ pub unsafe extern "C" fn cairn_get_many(
         }
         let found = ks.get_many(&list)?;
         let total = found.iter().flatten().map(|v| v.len()).sum();
-        let mut all = Vec::with_capacity(total);
+        // The values go straight into the buffer handed out (one copy each).
+        let p = malloc_bytes(total)?;
+        let mut at = 0;
         for (i, v) in found.iter().enumerate() {
             let len = v.as_ref().map_or(CAIRN_ABSENT, |v| {
-                all.extend_from_slice(v);
+                // SAFETY: `p` has room for `total` bytes, the sum of the values'
+                // lengths, of which `at` are written; `v` does not overlap it.
+                unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), p.add(at), v.len()) };
+                at += v.len();
                 v.len()
             });
             // SAFETY: `value_lens` holds `n` writable elements by the caller's promise.
             unsafe { *value_lens.add(i) = len };
         }
-        let p = malloc_copy(&all)?;
         // SAFETY: non-null and writable.
         unsafe { *values = p };
         Ok(cairn_status::CAIRN_OK)
