@@ -553,16 +553,19 @@ mod tests {
         }
     }
 
+    /// A replica's core over a new store in `dir`, and the receiver of its proposals.
+    fn core_in(dir: &std::path::Path) -> (Arc<Core>, tokio::sync::mpsc::UnboundedReceiver<Change>) {
+        let db = cairn::Options::default().open(dir.join("store")).unwrap();
+        let state = open_active(&db).unwrap();
+        Core::new(db, state, dir.join("snapshots"))
+    }
+
     /// An entry whose change was proposed in another term than the entry's is not
     /// applied; the others are, and the applied index covers both.
     #[tokio::test]
     async fn a_proposal_of_an_ended_term_is_skipped() {
         let dir = tempfile::tempdir().unwrap();
-        let db = cairn::Options::default()
-            .open(dir.path().join("store"))
-            .unwrap();
-        let state = open_active(&db).unwrap();
-        let (core, _rx) = Core::new(db, state, dir.path().join("snapshots"));
+        let (core, _rx) = core_in(dir.path());
         let mut m = Machine::new(core.clone()).unwrap();
         m.apply(vec![entry(3, 1, 2, b"stale"), entry(3, 2, 3, b"fresh")])
             .await
@@ -578,11 +581,7 @@ mod tests {
     #[tokio::test]
     async fn a_proposal_bound_to_an_ended_term_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let db = cairn::Options::default()
-            .open(dir.path().join("store"))
-            .unwrap();
-        let state = open_active(&db).unwrap();
-        let (core, mut rx) = Core::new(db, state, dir.path().join("snapshots"));
+        let (core, mut rx) = core_in(dir.path());
         let rows = || vec![(b"k".to_vec(), Some(b"v".to_vec()))];
         assert!(core.propose_in(3, rows()).is_err());
         core.begin_term(3);

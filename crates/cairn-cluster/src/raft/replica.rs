@@ -186,6 +186,13 @@ impl Core {
         p.leading.map(|t| (t, p.last))
     }
 
+    /// As [`Core::proposed`], only if the term led is `want` (when given): a task of an
+    /// ended term has nothing to wait for (what it proposed may have been dropped).
+    pub(crate) fn proposed_as(&self, want: Option<u64>) -> Option<(u64, u64)> {
+        self.proposed()
+            .filter(|&(term, _)| want.is_none_or(|w| w == term))
+    }
+
     /// Waits until proposal `seq` of `term` is applied; `NotLeading` if the term ended
     /// first (the change may or may not be committed by the next leader).
     pub(crate) async fn wait(&self, term: u64, seq: u64) -> Result<(), NotLeading> {
@@ -381,12 +388,9 @@ impl Replica {
     /// `bound`: the term the operation ran in, if it is bound to one (it fails if
     /// this replica leads another now).
     pub(crate) async fn settle(&self, bound: Option<u64>) -> Result<(), NotLeading> {
-        let Some((term, seq)) = self.core.proposed() else {
+        let Some((term, seq)) = self.core.proposed_as(bound) else {
             return Err(NotLeading);
         };
-        if bound.is_some_and(|b| b != term) {
-            return Err(NotLeading);
-        }
         if seq > self.core.progress.borrow().seq {
             tracing::debug!("settle: wait {term}/{seq}");
             self.core.wait(term, seq).await?;

@@ -118,11 +118,16 @@ impl Node {
         if token == 0 {
             return Ok(Seen::New);
         }
+        // The intent of this request still under way, if any (a mkdir's token is in
+        // its op).
+        let under_way = m.intents.find(|r| {
+            r.token == token || matches!(&r.op, Some(Op::Mkdir(mk)) if mk.token == token)
+        });
         // A rename whose new name is on another server is done for its client only
         // once its intent is finished: until that server commits it, the new name is
         // not there for others to see (answering "done" before would let the client's
         // next operation find it missing).
-        if m.intents.any(|r| r.token == token && commits_remotely(r)) {
+        if under_way.is_some_and(commits_remotely) {
             return Ok(Seen::Pending);
         }
         if let Some(v) = self.get_raw(&done_key(token))? {
@@ -135,9 +140,7 @@ impl Node {
                 .map(|a| msg_attr(&a));
             return Ok(Seen::Done(attr));
         }
-        let mkdir_of =
-            |r: &proto::IntentRow| matches!(&r.op, Some(Op::Mkdir(mk)) if mk.token == token);
-        if m.intents.any(|r| r.token == token || mkdir_of(r)) {
+        if under_way.is_some() {
             return Ok(Seen::Pending);
         }
         Ok(Seen::New)

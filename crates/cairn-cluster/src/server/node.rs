@@ -351,6 +351,15 @@ impl Node {
         }
     }
 
+    /// The term the calling task works in: the one it is bound to (`super::term`), else
+    /// the one this server serves requests in.
+    pub(crate) fn task_term(&self) -> R<u64> {
+        match super::term::bound_term() {
+            Some(term) => Ok(term),
+            None => self.serving_term(),
+        }
+    }
+
     /// The term this server serves requests in (0 for a group of one); `NotLeader`
     /// if it serves none.
     pub(crate) fn serving_term(&self) -> R<u64> {
@@ -591,11 +600,10 @@ impl Node {
         if let RowStore::Replicated(r) = &self.rows {
             // Committed: on a majority of the group (on their disks under
             // `--sync always`; under `--sync never` the leader's log is synced too).
-            let (term, seq) = r.core.proposed().ok_or(Fail::NotLeader)?;
-            // A task of an ended term: what it proposed may have been dropped.
-            if super::term::bound_term().is_some_and(|b| b != term) {
-                return Err(Fail::NotLeader);
-            }
+            let (term, seq) = r
+                .core
+                .proposed_as(super::term::bound_term())
+                .ok_or(Fail::NotLeader)?;
             r.core
                 .wait_blocking(term, seq)
                 .map_err(|_| Fail::NotLeader)?;

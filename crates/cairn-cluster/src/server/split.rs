@@ -40,7 +40,7 @@ impl Node {
     pub(crate) fn spawn_split(self: &NodeRef, dir: u64, idx: u32) {
         let node = self.clone();
         // In the term of whoever starts it (`super::term`).
-        let Some(term) = super::term::bound_term().or_else(|| self.serving_term().ok()) else {
+        let Ok(term) = self.task_term() else {
             return;
         };
         tokio::spawn(super::term::in_term(term, async move {

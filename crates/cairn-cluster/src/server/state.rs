@@ -298,6 +298,11 @@ impl Intents {
         self.rows.values().any(f)
     }
 
+    /// An unfinished intent whose row satisfies `f`, if any.
+    pub(crate) fn find(&self, f: impl Fn(&proto::IntentRow) -> bool) -> Option<&proto::IntentRow> {
+        self.rows.values().find(|r| f(r))
+    }
+
     /// Unfinished intents whose rows satisfy `f`.
     pub(crate) fn count(&self, f: impl Fn(&proto::IntentRow) -> bool) -> usize {
         self.rows.values().filter(|r| f(r)).count()

@@ -160,10 +160,7 @@ pub(crate) async fn make_items(
     n: NodeRef,
     items: Vec<(bool, Cred, proto::MakeReq)>,
 ) -> R<Vec<proto::EntryReply>> {
-    let term = match super::term::bound_term() {
-        Some(t) => t,
-        None => n.serving_term()?,
-    };
+    let term = n.task_term()?;
     super::term::in_term(term, make_items_in(n, items)).await
 }
 
