@@ -87,10 +87,11 @@ learner, recovering, stopping), applied index and lag behind the leader (or down
 the error); a last line gives the cluster's health.
 
 Exit status:
-  0  healthy: every replica of every server answered, and each replicated server has a
-     leader
-  1  degraded: some replica is down or lags more than 1000 entries behind its leader,
-     but every replicated server has a leader and a majority of its replicas up (or the
+  0  healthy: every replica of every server answered (and holds its group's log), and
+     each replicated server has a leader
+  1  degraded: some replica is down, lags more than 1000 entries behind its leader or
+     is a learner (it has not yet received its group's log, or is being added), but
+     every replicated server has a leader and a majority of its replicas up (or the
      command failed: a message on stderr)
   2  down: some server cannot serve (a server of one replica that did not answer, a
      replicated server without a leader or without a majority of its replicas up)";
@@ -681,8 +682,13 @@ fn trouble(s: &ServerState) -> Option<String> {
     let lagging: Vec<String> = s
         .replicas
         .iter()
-        .filter(|r| r.lag.unwrap_or(0) > cairn_cluster::admin::LAGGING)
-        .map(|r| format!("replica {} {} behind", r.id, r.lag.unwrap_or(0)))
+        .filter(|r| r.weak())
+        .map(|r| match r.lag {
+            Some(lag) if lag > cairn_cluster::admin::LAGGING => {
+                format!("replica {} {lag} behind", r.id)
+            }
+            _ => format!("replica {} a learner", r.id),
+        })
         .collect();
     why.extend(lagging);
     Some(format!("server {}: {}", s.id, why.join(", ")))

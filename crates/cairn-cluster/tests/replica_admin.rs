@@ -194,6 +194,17 @@ fn health_of_hand_made_statuses() {
         ),
         (vec![group(0, &["leader", "follower", ""], 0)], Degraded),
         (vec![group(0, &["", "leader", "follower"], 0)], Degraded),
+        // A replica that has not received its group's log yet: its vote would not
+        // count, so losing the leader would leave the group without one.
+        (
+            vec![group(0, &["leader", "follower", "learner"], 0)],
+            Degraded,
+        ),
+        (vec![group(0, &["leader", "learner", ""], 0)], Degraded),
+        (
+            vec![group(0, &["candidate", "learner", "follower"], 0)],
+            Down,
+        ),
         (vec![group(0, &["leader", "", ""], 0)], Down),
         (
             vec![group(0, &["candidate", "follower", "follower"], 0)],

@@ -121,10 +121,14 @@ pub struct ClusterStatus {
 #[serde(rename_all = "lowercase")]
 pub enum Health {
     /// Every replica of every server answered, every replicated server has a leader,
-    /// and no replica lags more than [`LAGGING`] entries behind its leader.
+    /// every replica is a voter that holds its group's log, and none lags more than
+    /// [`LAGGING`] entries behind its leader.
     Healthy,
     /// Every server serves (each replicated one has a leader and a majority of its
-    /// replicas up), but some replica is down or lags more than [`LAGGING`] entries.
+    /// replicas up), but some replica is down, lags more than [`LAGGING`] entries, or
+    /// answers as a learner: one that has not yet received its group's log (it started
+    /// after the group formed, or lost its store) or is being added. A learner's vote
+    /// does not count, so the group may not survive losing another replica.
     Degraded,
     /// Some server cannot serve: a server of one replica that did not answer, or a
     /// replicated server without a leader or without a majority of its replicas up.
@@ -134,6 +138,16 @@ pub enum Health {
 /// Entries behind its leader beyond which a replica makes its server
 /// [`Health::Degraded`].
 pub const LAGGING: u64 = 1000;
+
+impl ReplicaState {
+    /// Whether this replica, though it may have answered, weakens its group: it lags
+    /// more than [`LAGGING`] entries behind its leader, or answered as a learner (an
+    /// empty replica votes for no candidate whose log is longer than a new group's, so
+    /// until a leader has sent it the log it cannot help elect one).
+    pub fn weak(&self) -> bool {
+        self.lag.unwrap_or(0) > LAGGING || (self.up && self.role == "learner")
+    }
+}
 
 impl ServerState {
     /// The replica that answered as its group's leader (of the latest term, should two
@@ -148,7 +162,8 @@ impl ServerState {
     /// This server's [`Health`]: for a server of one replica, [`Health::Healthy`] if it
     /// answered, else [`Health::Down`]; for a replicated one, [`Health::Down`] without
     /// a leader or a majority of its replicas up, [`Health::Degraded`] with a replica
-    /// down or lagging more than [`LAGGING`] entries, else [`Health::Healthy`].
+    /// down, lagging more than [`LAGGING`] entries or a learner, else
+    /// [`Health::Healthy`].
     pub fn health(&self) -> Health {
         if self.replicas.is_empty() {
             return if self.up {
@@ -161,7 +176,7 @@ impl ServerState {
         let up = self.replicas.iter().filter(|r| r.up).count();
         if self.leader().is_none() || up <= n / 2 {
             Health::Down
-        } else if up < n || self.replicas.iter().any(|r| r.lag.unwrap_or(0) > LAGGING) {
+        } else if up < n || self.replicas.iter().any(ReplicaState::weak) {
             Health::Degraded
         } else {
             Health::Healthy
