@@ -24,7 +24,7 @@ use crate::{Error, Result};
 
 mod write;
 
-pub(crate) use write::{Check, Range};
+pub(crate) use write::{Check, KeyList, Range};
 
 /// State that layers above the engine attach to an open store (see
 /// [`crate::Db::extension`]), one value per type.

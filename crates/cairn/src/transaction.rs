@@ -2,16 +2,18 @@
 //! one batch only if nothing they read changed (DESIGN.md, "Snapshots and
 //! transactions").
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, VecDeque};
 use std::ops::{Bound, RangeBounds};
 use std::time::Duration;
 
-use crate::batch::WriteBatch;
-use crate::core::{Check, Range};
+use crate::batch::Op;
+use crate::core::{Check, KeyList, Range};
 use crate::db::Db;
 use crate::iter::Iter;
 use crate::keys::{as_bytes, check_key, check_value, ikey, ns_bounds, ns_prefix_bounds};
 use crate::keyspace::{Keyspace, WriteOptions};
+use crate::record::Kind;
 use crate::snapshot::Snapshot;
 use crate::value::Value;
 use crate::{Error, Result, MAX_KEY_LEN};
@@ -47,12 +49,11 @@ use crate::{Error, Result, MAX_KEY_LEN};
 /// ```
 pub struct Transaction {
     snap: Snapshot,
-    /// Its writes (user keys): a value, or `None` for a delete.
-    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
-    /// Keys put with [`Transaction::put_new`].
-    new_keys: BTreeSet<Vec<u8>>,
+    /// Its writes, by key (kept as internal keys, so that the commit hands them to
+    /// the write path without copying).
+    writes: BTreeMap<TxKey, Written>,
     /// Internal keys it read from the snapshot.
-    reads: Vec<Vec<u8>>,
+    reads: KeyList,
     /// Internal ranges it scanned.
     ranges: Vec<Range>,
 }
@@ -138,8 +139,7 @@ impl Transaction {
         Transaction {
             snap,
             writes: BTreeMap::new(),
-            new_keys: BTreeSet::new(),
-            reads: Vec::new(),
+            reads: KeyList::default(),
             ranges: Vec::new(),
         }
     }
@@ -157,10 +157,10 @@ impl Transaction {
     pub fn get(&mut self, key: impl AsRef<[u8]>) -> Result<Option<Value>> {
         let k = key.as_ref();
         if let Some(w) = self.writes.get(k) {
-            return Ok(w.as_ref().map(|v| Value::new(v.clone(), 0)));
+            return Ok(w.value.as_ref().map(|v| Value::new(v.clone(), 0)));
         }
         if k.len() <= MAX_KEY_LEN {
-            self.reads.push(ikey(self.ns(), k));
+            self.reads.push(self.ns(), k);
         }
         self.snap.get(k)
     }
@@ -170,10 +170,10 @@ impl Transaction {
     pub fn contains(&mut self, key: impl AsRef<[u8]>) -> Result<bool> {
         let k = key.as_ref();
         if let Some(w) = self.writes.get(k) {
-            return Ok(w.is_some());
+            return Ok(w.value.is_some());
         }
         if k.len() <= MAX_KEY_LEN {
-            self.reads.push(ikey(self.ns(), k));
+            self.reads.push(self.ns(), k);
         }
         self.snap.contains(k)
     }
@@ -183,7 +183,7 @@ impl Transaction {
         let (k, v) = (key.as_ref(), value.as_ref());
         check_key(k)?;
         check_value(v)?;
-        self.writes.insert(k.to_vec(), Some(v.to_vec()));
+        self.write(k, Some(v.to_vec()), false);
         Ok(())
     }
 
@@ -191,8 +191,10 @@ impl Transaction {
     /// as [`crate::WriteBatch::put_new`]: the commit fails with [`Error::KeyExists`]
     /// and writes nothing if it has one).
     pub fn put_new(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
-        self.put(key.as_ref(), value)?;
-        self.new_keys.insert(key.as_ref().to_vec());
+        let (k, v) = (key.as_ref(), value.as_ref());
+        check_key(k)?;
+        check_value(v)?;
+        self.write(k, Some(v.to_vec()), true);
         Ok(())
     }
 
@@ -200,8 +202,24 @@ impl Transaction {
     pub fn delete(&mut self, key: impl AsRef<[u8]>) -> Result<()> {
         let k = key.as_ref();
         check_key(k)?;
-        self.writes.insert(k.to_vec(), None);
+        self.write(k, None, false);
         Ok(())
+    }
+
+    /// Records its write of `key` (`None`: a delete); `new`: the key must have no value
+    /// when it commits (a requirement that stays once made, whatever later writes of
+    /// the key do).
+    fn write(&mut self, key: &[u8], value: Option<Vec<u8>>, new: bool) {
+        match self.writes.get_mut(key) {
+            Some(w) => {
+                w.value = value;
+                w.new |= new;
+            }
+            None => {
+                let k = TxKey(ikey(self.ns(), key));
+                self.writes.insert(k, Written { value, new });
+            }
+        }
     }
 
     /// Every key and value, its own writes over the snapshot, in key order. Reverse
@@ -233,13 +251,12 @@ impl Transaction {
 
     /// `scan` of the internal range `lo..hi`, with its own writes there over it.
     fn scan(&mut self, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, scan: Iter) -> TxIter {
-        let ns = self.ns();
-        let inside = |k: &[u8]| (lo.as_ref(), hi.as_ref()).contains(&ikey(ns, k));
+        let inside = |k: &TxKey| (lo.as_ref(), hi.as_ref()).contains(&k.0);
         let writes = self
             .writes
             .iter()
             .filter(|(k, _)| inside(k))
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .map(|(k, w)| (k.user().to_vec(), w.value.clone()))
             .collect();
         self.ranges.push((lo, hi));
         TxIter {
@@ -263,29 +280,81 @@ impl Transaction {
         if self.writes.is_empty() {
             return Ok(());
         }
-        let mut batch = WriteBatch::new();
-        for k in &self.new_keys {
-            batch.put_new(k, []);
+        // Its writes go to the write path as they are: one operation a key (the map
+        // holds each once), keys and values checked when they were written.
+        let mut ops: Vec<Op> = Vec::with_capacity(self.writes.len());
+        let mut new_keys = Vec::new();
+        for (k, w) in self.writes {
+            if w.new {
+                new_keys.push(ops.len());
+            }
+            ops.push(match w.value {
+                Some(v) => (Kind::Put, k.0, v),
+                None => (Kind::Delete, k.0, Vec::new()),
+            });
         }
-        for (k, v) in &self.writes {
-            match v {
-                Some(v) => batch.put(k, v),
-                None => batch.delete(k),
-            };
-        }
-        batch.set_keyspace(self.ns());
-        let mut keys = self.reads;
-        keys.sort_unstable();
-        keys.dedup();
         let check = Check {
             seq: self.snap.seq(),
-            keys,
+            keys: self.reads,
             ranges: self.ranges,
         };
         // The snapshot stays live until the write is done: the check relies on it.
         let core = &self.snap.pin().core;
-        core.write_checked(batch, opts.sync(), opts.frees_space_set(), Some(&check))
+        core.write_ops(
+            ops,
+            &new_keys,
+            opts.sync(),
+            opts.frees_space_set(),
+            Some(&check),
+        )
     }
+}
+
+/// A key a transaction wrote: the internal key (its keyspace byte, then the key),
+/// ordered, compared and looked up by the key alone (every key of one transaction is
+/// of one keyspace).
+#[derive(Clone, Debug)]
+struct TxKey(Vec<u8>);
+
+impl TxKey {
+    fn user(&self) -> &[u8] {
+        self.0.get(1..).unwrap_or_default()
+    }
+}
+
+impl Borrow<[u8]> for TxKey {
+    fn borrow(&self) -> &[u8] {
+        self.user()
+    }
+}
+
+impl PartialEq for TxKey {
+    fn eq(&self, other: &TxKey) -> bool {
+        self.user() == other.user()
+    }
+}
+
+impl Eq for TxKey {}
+
+impl PartialOrd for TxKey {
+    fn partial_cmp(&self, other: &TxKey) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for TxKey {
+    fn cmp(&self, other: &TxKey) -> std::cmp::Ordering {
+        self.user().cmp(other.user())
+    }
+}
+
+/// A transaction's write of one key.
+#[derive(Debug)]
+struct Written {
+    /// The value (`None`: a delete).
+    value: Option<Vec<u8>>,
+    /// Whether the key must have no value when it commits ([`Transaction::put_new`]).
+    new: bool,
 }
 
 /// A transaction's scan ([`Transaction::range`] ...): its own writes in the range over

@@ -328,6 +328,58 @@ fn lost_updates_are_refused_and_a_conflict_writes_nothing() {
     db.put("fresh", "0").unwrap();
     assert!(matches!(tx.commit(), Err(Error::KeyExists { .. })));
     assert_eq!(db.get("fresh").unwrap().as_deref(), Some(&b"0"[..]));
+    // The requirement stays when a later write of the key replaces the put_new, and
+    // holds only for its key.
+    for later in ["put", "delete"] {
+        let mut tx = db.transaction();
+        tx.put_new("fresh", "2").unwrap();
+        tx.put("other", "3").unwrap();
+        match later {
+            "put" => tx.put("fresh", "4").unwrap(),
+            _ => tx.delete("fresh").unwrap(),
+        }
+        assert!(
+            matches!(tx.commit(), Err(Error::KeyExists { .. })),
+            "{later}"
+        );
+        assert_eq!(db.get("fresh").unwrap().as_deref(), Some(&b"0"[..]));
+        assert!(db.get("other").unwrap().is_none());
+    }
+    let mut tx = db.transaction();
+    tx.put_new("newer", "5").unwrap();
+    tx.put("newer", "6").unwrap();
+    tx.put_new("newest", "7").unwrap();
+    tx.commit().unwrap();
+    assert_eq!(db.get("newer").unwrap().as_deref(), Some(&b"6"[..]));
+    assert_eq!(db.get("newest").unwrap().as_deref(), Some(&b"7"[..]));
+}
+
+#[test]
+fn a_keyspace_transaction_writes_only_its_keyspace() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Options::new().shards(4).open(dir.path()).unwrap();
+    let ks = db.keyspace(3);
+    db.put("k", "in keyspace 0").unwrap();
+    let mut tx = ks.transaction();
+    assert!(tx.get("k").unwrap().is_none());
+    tx.put("k", "in keyspace 3").unwrap();
+    tx.put_new("n", "new").unwrap();
+    tx.delete("gone").unwrap();
+    assert_eq!(tx.get("k").unwrap().as_deref(), Some(&b"in keyspace 3"[..]));
+    let seen: Vec<Vec<u8>> = tx.iter().map(|kv| kv.unwrap().0).collect();
+    assert_eq!(seen, vec![b"k".to_vec(), b"n".to_vec()]);
+    tx.commit().unwrap();
+    assert_eq!(db.get("k").unwrap().as_deref(), Some(&b"in keyspace 0"[..]));
+    assert_eq!(ks.get("k").unwrap().as_deref(), Some(&b"in keyspace 3"[..]));
+    assert_eq!(ks.get("n").unwrap().as_deref(), Some(&b"new"[..]));
+    assert!(db.get("n").unwrap().is_none());
+    // A write in keyspace 0 does not conflict with a keyspace-3 read of the same key.
+    let mut tx = ks.transaction();
+    let _ = tx.get("k").unwrap();
+    tx.put("k", "again").unwrap();
+    db.put("k", "zero again").unwrap();
+    tx.commit().unwrap();
+    assert_eq!(ks.get("k").unwrap().as_deref(), Some(&b"again"[..]));
 }
 
 #[test]

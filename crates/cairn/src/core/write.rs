@@ -12,7 +12,7 @@ use std::ops::Bound;
 use parking_lot::RwLockWriteGuard;
 
 use super::Core;
-use crate::batch::WriteBatch;
+use crate::batch::{Op, WriteBatch};
 use crate::commitlog::{MAX_DEFERRED_LOGGED_BYTES, MAX_LOGGED_BYTES, MAX_STAGED_BYTES};
 use crate::keys::check_value;
 use crate::record::Kind;
@@ -52,9 +52,40 @@ struct Write<'w, 'k> {
 pub(crate) struct Check {
     pub seq: u64,
     /// The internal keys it read.
-    pub keys: Vec<Vec<u8>>,
+    pub keys: KeyList,
     /// The internal ranges it scanned (they take every shard's lock).
     pub ranges: Vec<Range>,
+}
+
+/// Internal keys, one after another in one buffer (a transaction's reads: one
+/// allocation for all of them, not one a key).
+#[derive(Debug, Default)]
+pub(crate) struct KeyList {
+    bytes: Vec<u8>,
+    /// Where each key ends in `bytes`.
+    ends: Vec<usize>,
+}
+
+impl KeyList {
+    /// Adds the internal key of `key` in namespace `ns`.
+    pub fn push(&mut self, ns: u8, key: &[u8]) {
+        self.bytes.push(ns);
+        self.bytes.extend_from_slice(key);
+        self.ends.push(self.bytes.len());
+    }
+
+    /// How many keys it holds (a key added twice counts twice).
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Its keys, in the order they were added.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(self.ends.iter().copied())
+            .map(|(a, b)| self.bytes.get(a..b).unwrap_or_default())
+    }
 }
 
 /// An internal key range a transaction scanned.
@@ -141,6 +172,20 @@ impl Core {
             });
         }
         let (ops, new_keys) = batch.into_final_parts();
+        self.write_ops(ops, &new_keys, sync, frees, check)
+    }
+
+    /// Applies `ops` atomically (each key at most once, none over [`MAX_KEY_LEN`]);
+    /// `new_keys`: the indices of the puts whose keys must have no value before;
+    /// `sync`, `frees` and `check` as for [`Core::write_checked`].
+    pub(crate) fn write_ops(
+        &self,
+        ops: Vec<Op>,
+        new_keys: &[usize],
+        sync: bool,
+        frees: bool,
+        check: Option<&Check>,
+    ) -> Result<()> {
         if ops.is_empty() {
             return Ok(());
         }
@@ -174,7 +219,10 @@ impl Core {
             shards.sort_unstable();
         }
         shards.dedup();
-        let new_keys: Vec<&[u8]> = new_keys.iter().map(|&i| &ops[i].1[..]).collect();
+        let new_keys: Vec<&[u8]> = new_keys
+            .iter()
+            .filter_map(|&i| ops.get(i).map(|op| &op.1[..]))
+            .collect();
         let w = Write {
             ops: &prepared,
             shards: &shards,
