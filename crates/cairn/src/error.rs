@@ -34,7 +34,8 @@ pub enum Error {
     /// write is applied in memory but may not be durable.)
     #[error("storage full: {0}")]
     StorageFull(String),
-    /// Another handle (in this or another process) has the store open.
+    /// Another handle (in this or another process) has the store open (the open
+    /// waited a quarter of a second for it to close first).
     #[error("store at {0} is locked by another open handle")]
     Locked(PathBuf),
     /// Stored data failed its checksum or is structurally damaged.

@@ -181,7 +181,14 @@ pub(crate) fn open_core(dir: &Path, opts: Options) -> Result<Core> {
     Ok(core)
 }
 
-/// Takes the store's lock (the file `LOCK`): one open store per directory.
+/// How long an open waits for the store's lock before it reports [`Error::Locked`].
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Takes the store's lock (the file `LOCK`): one open store per directory. A lock held
+/// by a moment is waited for, up to [`LOCK_WAIT`]: a process that starts a program
+/// while it drops one open and opens the store again would otherwise find the lock
+/// still held — the starting child shares the parent's open files (and so its lock)
+/// from the fork until its exec closes them.
 fn lock_store(dir: &Path) -> Result<File> {
     let lock_path = dir.join("LOCK");
     let lock = File::options()
@@ -190,10 +197,16 @@ fn lock_store(dir: &Path) -> Result<File> {
         .write(true)
         .open(&lock_path)
         .map_err(|e| Error::io(&lock_path, e))?;
-    match lock.try_lock() {
-        Ok(()) => Ok(lock),
-        Err(fs::TryLockError::WouldBlock) => Err(Error::Locked(dir.to_owned())),
-        Err(fs::TryLockError::Error(e)) => Err(Error::io(&lock_path, e)),
+    let start = std::time::Instant::now();
+    loop {
+        match lock.try_lock() {
+            Ok(()) => return Ok(lock),
+            Err(fs::TryLockError::WouldBlock) if start.elapsed() < LOCK_WAIT => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(fs::TryLockError::WouldBlock) => return Err(Error::Locked(dir.to_owned())),
+            Err(fs::TryLockError::Error(e)) => return Err(Error::io(&lock_path, e)),
+        }
     }
 }
 

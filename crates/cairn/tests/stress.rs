@@ -916,6 +916,34 @@ fn second_open_is_locked_until_the_last_handle_closes() {
     assert_eq!(db.get("k").unwrap().as_deref(), Some(&b"v"[..]));
 }
 
+/// A child process being started shares the parent's open files, the store's lock
+/// among them, from its fork to its exec: a store dropped and opened again meanwhile
+/// finds the lock held for that moment. The open waits such a moment out.
+#[test]
+fn reopen_while_children_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) && std::time::Instant::now() < end
+            {
+                let _ = std::process::Command::new("true").status();
+            }
+        });
+        for i in 0..300 {
+            let db = Options::new()
+                .shards(2)
+                .background_compaction(false)
+                .open(dir.path())
+                .unwrap_or_else(|e| panic!("reopen {i}: {e}"));
+            db.put("k", format!("{i}")).unwrap();
+            drop(db);
+        }
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+}
+
 #[test]
 fn shard_count_is_fixed_at_creation() {
     let dir = tempfile::tempdir().unwrap();
