@@ -180,22 +180,14 @@ impl Transaction {
 
     /// Sets `key` to `value` when it commits.
     pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
-        let (k, v) = (key.as_ref(), value.as_ref());
-        check_key(k)?;
-        check_value(v)?;
-        self.write(k, Some(v.to_vec()), false);
-        Ok(())
+        self.put_checked(key.as_ref(), value.as_ref(), false)
     }
 
     /// Sets `key`, which must have no value when it commits (checked with the rest,
     /// as [`crate::WriteBatch::put_new`]: the commit fails with [`Error::KeyExists`]
     /// and writes nothing if it has one).
     pub fn put_new(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
-        let (k, v) = (key.as_ref(), value.as_ref());
-        check_key(k)?;
-        check_value(v)?;
-        self.write(k, Some(v.to_vec()), true);
-        Ok(())
+        self.put_checked(key.as_ref(), value.as_ref(), true)
     }
 
     /// Deletes `key` when it commits.
@@ -203,6 +195,14 @@ impl Transaction {
         let k = key.as_ref();
         check_key(k)?;
         self.write(k, None, false);
+        Ok(())
+    }
+
+    /// [`Transaction::put`] (`new` false) or [`Transaction::put_new`] (`new` true).
+    fn put_checked(&mut self, key: &[u8], value: &[u8], new: bool) -> Result<()> {
+        check_key(key)?;
+        check_value(value)?;
+        self.write(key, Some(value.to_vec()), new);
         Ok(())
     }
 
@@ -313,7 +313,7 @@ impl Transaction {
 /// A key a transaction wrote: the internal key (its keyspace byte, then the key),
 /// ordered, compared and looked up by the key alone (every key of one transaction is
 /// of one keyspace).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 struct TxKey(Vec<u8>);
 
 impl TxKey {
