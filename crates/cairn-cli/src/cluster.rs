@@ -140,9 +140,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub workers: u16,
     /// A replicated group's election timeout in milliseconds: a replica that hears no
-    /// leader for this long (to 1.2 times as long) stands for election (default 1000)
-    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=60_000))]
-    pub election_timeout: u64,
+    /// leader for this long (to 1.2 times as long) stands for election (default: the
+    /// cluster file's `election_timeout_ms`, else 1000; clients read it there)
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    pub election_timeout: Option<u64>,
     /// A replica of a replicated group snapshots its state every N entries (default
     /// 100000)
     #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(16..))]
@@ -327,7 +328,16 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         opts.partitions_per_server = n;
     }
     opts.workers = usize::from(args.workers);
-    opts.election_timeout = std::time::Duration::from_millis(args.election_timeout);
+    if let Some(ms) = args.election_timeout {
+        let e = std::time::Duration::from_millis(ms);
+        if e != opts.election_timeout {
+            eprintln!(
+                "cairn: warning: --election-timeout {ms}: clients take the cluster file's ({} ms) as the time to wait for a replica before trying another; set election_timeout_ms in the file instead",
+                opts.election_timeout.as_millis()
+            );
+        }
+        opts.election_timeout = e;
+    }
     opts.snapshot_every = args.snapshot_every;
     // Huge pages while the store opens, off while it serves.
     opts.open_with = Some(crate::allocator::huge_pages_while_dyn);

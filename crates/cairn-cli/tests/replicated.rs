@@ -31,6 +31,8 @@ struct Group {
     procs: Vec<Option<Child>>,
     /// `--sync` of the servers.
     sync: &'static str,
+    /// `--election-timeout` of process i, if given.
+    serve_e: fn(usize) -> Option<u64>,
 }
 
 impl Drop for Group {
@@ -59,6 +61,17 @@ impl Group {
     /// `groups` server ids of three replicas each: replica r of group g is process
     /// `3 g + r`.
     fn start_groups(groups: u32, sync: &'static str) -> Group {
+        Group::start_with(groups, sync, None, |_| Some(1000))
+    }
+
+    /// [`Group::start_groups`], the cluster file giving `election_timeout_ms` if
+    /// `file_e`, and process i started with `--election-timeout` `serve_e(i)` if some.
+    fn start_with(
+        groups: u32,
+        sync: &'static str,
+        file_e: Option<u64>,
+        serve_e: fn(usize) -> Option<u64>,
+    ) -> Group {
         let tmp = tempfile::tempdir().unwrap();
         let n = 3 * groups as usize;
         let addrs: Vec<SocketAddr> = cairn_testkit::loopback_addrs(n);
@@ -79,12 +92,17 @@ impl Group {
             &[cairn_cluster::tls::ClientCert::admin("0")],
         )
         .unwrap();
+        if let Some(e) = file_e {
+            let text = std::fs::read_to_string(&file).unwrap();
+            std::fs::write(&file, format!("election_timeout_ms = {e}\n{text}")).unwrap();
+        }
         let mut g = Group {
             tmp,
             file,
             addrs,
             procs: (0..n).map(|_| None).collect(),
             sync,
+            serve_e,
         };
         for i in 0..n {
             g.spawn(i);
@@ -103,7 +121,13 @@ impl Group {
             .open(self.log(i))
             .unwrap();
         let child = cairn()
-            .args(["serve", "--sync", self.sync, "--election-timeout", "1000"])
+            .args(["serve", "--sync", self.sync])
+            .args(
+                (self.serve_e)(i)
+                    .map(|e| ["--election-timeout".to_string(), e.to_string()])
+                    .into_iter()
+                    .flatten(),
+            )
             .arg("--dir")
             .arg(self.tmp.path().join(format!("r{i}")))
             .arg("--listen")
@@ -174,6 +198,31 @@ impl Group {
         };
         Client::with_config(cfg, o).unwrap()
     }
+}
+
+/// The cluster file's `election_timeout_ms` is the servers' election timeout when
+/// their command line gives none, and the time a client gives a replica to answer
+/// before it tries another. Here the file says 5 s while two of the three replicas are
+/// told 300 ms: a paused leader is replaced within about a second, but the client
+/// waits out the file's 5 s on it first (with the client's own 1 s it would be ~1 s).
+#[test]
+fn the_election_timeout_comes_from_the_cluster_file() {
+    let g = Group::start_with(1, "never", Some(5000), |i| (i > 0).then_some(300));
+    let c = g.client();
+    let d = c.mkdir(&R, ROOT, b"d", 0o755).unwrap().ino;
+    creates(&c, d, 0..20);
+    let log = std::fs::read_to_string(g.log(0)).unwrap();
+    assert!(log.contains("election timeout 5000 ms"), "{log}");
+    let log = std::fs::read_to_string(g.log(1)).unwrap();
+    assert!(log.contains("election timeout 300 ms"), "{log}");
+    let l = g.leader();
+    signal(g.procs[l].as_ref().unwrap(), "-STOP");
+    let pause = creates(&c, d, 20..21);
+    signal(g.procs[l].as_ref().unwrap(), "-CONT");
+    eprintln!("a create while the leader was paused: {pause:?}");
+    assert!(pause >= Duration::from_millis(4900), "{pause:?}");
+    creates(&c, d, 21..40);
+    holds_creates(&c, d, 40);
 }
 
 /// Creates `names` in `dir`, each acknowledged (any error fails the test); the longest

@@ -26,6 +26,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 use xxhash_rust::xxh3::xxh3_64;
@@ -72,6 +73,7 @@ pub enum ConfigError {
 struct RawFile {
     version: Option<i64>,
     cluster_id: Option<String>,
+    election_timeout_ms: Option<i64>,
     #[serde(default)]
     server: Vec<RawServer>,
     tls: Option<RawTls>,
@@ -195,6 +197,7 @@ pub struct ClusterConfig {
     servers: Vec<ServerInfo>,
     id: u64,
     version: u32,
+    election_timeout: Option<Duration>,
     tls: Option<TlsPaths>,
     insecure: bool,
 }
@@ -229,6 +232,25 @@ fn file_version(v: Option<i64>) -> Result<Option<u32>, ConfigError> {
         Some(v) => Err(ConfigError::Invalid(format!(
             "version {v}: a cluster file's version is 1 or 2"
         ))),
+    }
+}
+
+/// The election timeout of a file that gives none (milliseconds).
+pub const DEFAULT_ELECTION_TIMEOUT_MS: u64 = 1000;
+
+/// Shortest and longest `election_timeout_ms`.
+pub const ELECTION_TIMEOUT_MS: std::ops::RangeInclusive<i64> = 50..=60_000;
+
+/// The election timeout of a file's `election_timeout_ms`.
+fn election_timeout(ms: i64) -> Result<Duration, ConfigError> {
+    if ELECTION_TIMEOUT_MS.contains(&ms) {
+        Ok(Duration::from_millis(ms.unsigned_abs()))
+    } else {
+        Err(ConfigError::Invalid(format!(
+            "election_timeout_ms = {ms}: it must be {} to {}",
+            ELECTION_TIMEOUT_MS.start(),
+            ELECTION_TIMEOUT_MS.end()
+        )))
     }
 }
 
@@ -367,6 +389,7 @@ impl ClusterConfig {
     pub fn parse(text: &str) -> Result<ClusterConfig, ConfigError> {
         let raw: RawFile = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
         let said = file_version(raw.version)?;
+        let election_timeout = raw.election_timeout_ms.map(election_timeout).transpose()?;
         let explicit_id = raw
             .cluster_id
             .as_deref()
@@ -439,6 +462,7 @@ impl ClusterConfig {
             servers,
             id,
             version,
+            election_timeout,
             tls,
             insecure: false,
         })
@@ -513,6 +537,19 @@ impl ClusterConfig {
         self.servers.iter().any(|s| s.replicas.len() > 1)
     }
 
+    /// The replicated groups' election timeout E: the file's `election_timeout_ms`, or
+    /// 1 s. Servers take it as `--election-timeout` when that is not given; clients
+    /// give a replica that long to answer a first attempt before trying another.
+    pub fn election_timeout(&self) -> Duration {
+        self.election_timeout
+            .unwrap_or(Duration::from_millis(DEFAULT_ELECTION_TIMEOUT_MS))
+    }
+
+    /// The file's `election_timeout_ms`, if it gives one.
+    pub fn election_timeout_given(&self) -> Option<Duration> {
+        self.election_timeout
+    }
+
     /// The file's format version: 2 if it says so or has `[[server.replica]]` tables,
     /// else 1.
     pub fn version(&self) -> u32 {
@@ -544,6 +581,23 @@ mod tests {
         match ClusterConfig::parse(text) {
             Ok(c) => panic!("{text:?} parsed: {c:?}"),
             Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn election_timeout() {
+        let one = "[[server]]\nid = 0\naddr = \"127.0.0.1:1\"\n";
+        let c = ClusterConfig::parse(one).unwrap();
+        assert_eq!(
+            (c.election_timeout(), c.election_timeout_given()),
+            (Duration::from_secs(1), None)
+        );
+        let c = ClusterConfig::parse(&format!("election_timeout_ms = 300\n{one}")).unwrap();
+        assert_eq!(c.election_timeout(), Duration::from_millis(300));
+        assert_eq!(c.election_timeout_given(), Some(Duration::from_millis(300)));
+        for bad in ["49", "60001", "-1", "\"1s\""] {
+            let e = error(&format!("election_timeout_ms = {bad}\n{one}"));
+            assert!(e.contains("election_timeout_ms"), "{bad}: {e}");
         }
     }
 

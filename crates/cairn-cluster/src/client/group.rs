@@ -17,19 +17,15 @@ use crate::proto::meta_client::MetaClient;
 use crate::transport::Reach;
 
 /// Longest the first attempt of a request safe to repeat may take at a replicated
-/// group's replica before the client tries another: the servers' election timeout E
-/// (`--election-timeout`, 1 s by default). A leader silent that long is one whose
-/// followers are electing another (they stand after E to 1.2 E without a word from it),
-/// while a live leader answers in milliseconds. Each further attempt of the same
-/// request may take twice as long as the one before ([`attempt`]), so a leader that is
-/// only slow still gets to answer.
-pub(crate) const FIRST_ATTEMPT: Duration = Duration::from_secs(1);
-
-/// The longest attempt number `n` (from 0) of a request safe to repeat may take at a
-/// replicated group's replica: [`FIRST_ATTEMPT`] doubled `n` times.
-pub(crate) fn attempt(n: u32) -> Duration {
-    FIRST_ATTEMPT.saturating_mul(1 << n.min(16))
-}
+/// group's replica before the client tries another, unless the cluster file says
+/// otherwise: the servers' election timeout E (`election_timeout_ms` of the cluster
+/// file, 1 s by default). A leader silent that long is one whose followers are electing
+/// another (they stand after E to 1.2 E without a word from it), while a live
+/// leader answers in milliseconds. Each further attempt of the same request may take
+/// twice as long as the one before ([`Replicas::attempt`]), so a leader that is only
+/// slow still gets to answer.
+pub(crate) const FIRST_ATTEMPT: Duration =
+    Duration::from_millis(crate::config::DEFAULT_ELECTION_TIMEOUT_MS);
 
 /// A token for a request that changes something (create, link, unlink, rmdir, rename,
 /// write, attribute change), unique to it (nonzero; a random base per process, then
@@ -75,8 +71,10 @@ pub(crate) struct Replicas<T> {
     list: RwLock<Vec<(SocketAddr, T)>>,
     /// The replica requests go to.
     at: AtomicUsize,
+    /// The first attempt's time ([`FIRST_ATTEMPT`] unless the cluster file says).
+    first_attempt: Duration,
     /// The replica that last left a request unanswered, and when: for
-    /// [`FIRST_ATTEMPT`] after, a follower that still names it as leader is not
+    /// the first attempt's time after, a follower that still names it as leader is not
     /// followed back to it (its followers have not yet elected another; the client
     /// tries the others until one has).
     silent: parking_lot::Mutex<Option<(usize, Instant)>>,
@@ -103,8 +101,22 @@ impl<T: Clone> Replicas<T> {
             make,
             list: RwLock::new(list),
             at: AtomicUsize::new(0),
+            first_attempt: FIRST_ATTEMPT,
             silent: parking_lot::Mutex::new(None),
         })
+    }
+
+    /// The same, giving a replica `first` to answer a first attempt (the groups'
+    /// election timeout).
+    pub(crate) fn with_first_attempt(mut self, first: Duration) -> Replicas<T> {
+        self.first_attempt = first;
+        self
+    }
+
+    /// The longest attempt number `n` (from 0) of a request safe to repeat may take
+    /// at a replica: the first attempt's time doubled `n` times.
+    pub(crate) fn attempt(&self, n: u32) -> Duration {
+        self.first_attempt.saturating_mul(1 << n.min(16))
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<(SocketAddr, T)>> {
@@ -128,11 +140,11 @@ impl<T: Clone> Replicas<T> {
         self.read()[0].1.clone()
     }
 
-    /// The replica marked silent ([`Replicas::silenced`]) less than [`FIRST_ATTEMPT`]
-    /// ago, if any.
+    /// The replica marked silent ([`Replicas::silenced`]) less than the first
+    /// attempt's time ago, if any.
     fn silent(&self) -> Option<usize> {
         let s = self.silent.lock();
-        s.filter(|(_, t)| t.elapsed() < FIRST_ATTEMPT)
+        s.filter(|(_, t)| t.elapsed() < self.first_attempt)
             .map(|(j, _)| j)
     }
 
@@ -150,7 +162,7 @@ impl<T: Clone> Replicas<T> {
     }
 
     /// Replica `i` left a request unanswered within its attempt's time: marked silent
-    /// for [`FIRST_ATTEMPT`] (a follower naming it as leader meanwhile is not followed
+    /// for the first attempt's time (a follower naming it as leader meanwhile is not followed
     /// back to it), and the next one is tried.
     pub(crate) fn silenced(&self, i: usize) {
         *self.silent.lock() = Some((i, Instant::now()));
@@ -239,6 +251,7 @@ mod tests {
             make: |_| SocketAddr::from(([127, 0, 0, 1], 0)),
             list: RwLock::new(vec![]),
             at: AtomicUsize::new(0),
+            first_attempt: FIRST_ATTEMPT,
             silent: parking_lot::Mutex::new(None),
         };
         *r.list.write().unwrap() = s.replicas.iter().map(|x| (x.addr, x.addr)).collect();

@@ -202,7 +202,10 @@ impl Client {
     ) -> Result<Vec<group::Group>, crate::tls::TlsError> {
         cfg.servers()
             .iter()
-            .map(|s| group::group(reach, s, opts.connect_timeout))
+            .map(|s| {
+                group::group(reach, s, opts.connect_timeout)
+                    .map(|g| g.with_first_attempt(cfg.election_timeout()))
+            })
             .collect()
     }
 

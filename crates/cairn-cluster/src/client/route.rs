@@ -127,7 +127,7 @@ impl Client {
             // safe to repeat) well before the operation's deadline: first after an
             // election timeout, then after twice as long each time.
             let attempt = if group.replicated() && idem {
-                left.min(super::group::attempt(silent))
+                left.min(group.attempt(silent))
             } else {
                 left
             };

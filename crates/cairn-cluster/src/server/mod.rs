@@ -112,7 +112,8 @@ pub struct ServerOptions {
     /// A replicated group's election timeout E: a follower that hears nothing from a
     /// leader for E to 1.2 E (at random; up to 2.4 E after it saw a replica with a
     /// longer log) stands for election; a leader serves reads without asking a
-    /// majority for 0.4 E after the last time a majority answered. Default 1 s.
+    /// majority for 0.4 E after the last time a majority answered. Default: the
+    /// cluster file's `election_timeout_ms`, else 1 s.
     pub election_timeout: Duration,
     /// A replicated group's replica snapshots its state (and drops the log before it)
     /// every this many entries. Default 100,000.
@@ -137,6 +138,7 @@ impl ServerOptions {
         ServerOptions {
             dir: dir.into(),
             listen,
+            election_timeout: cluster.election_timeout(),
             cluster,
             sync: SyncMode::Always,
             metrics: None,
@@ -148,7 +150,6 @@ impl ServerOptions {
             max_requests_per_connection: 128,
             workers: 1,
             open_with: None,
-            election_timeout: Duration::from_millis(1000),
             snapshot_every: 100_000,
             #[cfg(feature = "test-hooks")]
             hooks: Hooks::default(),
@@ -468,7 +469,7 @@ fn peers(
         .cluster
         .servers()
         .iter()
-        .map(|s| peer::PeerConn::new(reach, s, t))
+        .map(|s| peer::PeerConn::new(reach, s, t, opts.election_timeout))
         .collect::<Result<Vec<_>, crate::tls::TlsError>>()?)
 }
 

@@ -46,8 +46,10 @@ impl PeerConn {
         reach: &crate::transport::Reach,
         s: &crate::config::ServerInfo,
         connect_timeout: Duration,
+        election_timeout: Duration,
     ) -> Result<PeerConn, crate::tls::TlsError> {
-        Replicas::new(reach, s, connect_timeout, peer_clients).map(PeerConn)
+        Replicas::new(reach, s, connect_timeout, peer_clients)
+            .map(|r| PeerConn(r.with_first_attempt(election_timeout)))
     }
 
     /// The client-service connection to the replica calls go to, and its index.

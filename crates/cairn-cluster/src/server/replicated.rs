@@ -92,6 +92,10 @@ pub(crate) fn open(
         cluster_id: cfg.cluster_id(),
         connect_timeout: opts.peer_timeout.min(Duration::from_secs(2)),
     };
+    tracing::info!(
+        "replica {replica} of server {group}: election timeout {} ms",
+        opts.election_timeout.as_millis()
+    );
     let raft = rt
         .block_on(Raft::new(replica, Arc::new(config), net, log, sm))
         .map_err(|e| damaged(format!("starting raft: {e}")))?;
