@@ -138,6 +138,11 @@ typedef struct {
   uint8_t version[16];
 } cairn_file_stat;
 
+// The function [`cairn_transact`] runs: reads and writes through `txn`, then returns
+// `CAIRN_OK` to commit, `CAIRN_CONFLICT` to start over in a new transaction, or any
+// other status to roll back and have `cairn_transact` return it.
+typedef cairn_status (*cairn_txn_fn)(cairn_txn *txn, void *ctx);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -699,6 +704,33 @@ cairn_status cairn_txn_commit(cairn_txn *txn);
 // # Safety
 // `txn` is live.
 cairn_status cairn_txn_rollback(cairn_txn *txn);
+
+// Runs `f(txn, ctx)` in a transaction on the keyspace of `db` and commits it, again
+// in a new transaction as long as the commit (or `f`) ends in `CAIRN_CONFLICT`,
+// backing off a little more each time (up to a millisecond) — as `Db::transact`
+// does. Returns `CAIRN_OK` once a commit succeeded; the status `f` returned if it
+// was neither `CAIRN_OK` nor `CAIRN_CONFLICT` (nothing written); or the commit's
+// error. `f` may run several times: its effects outside the transaction should be
+// harmless to repeat. `txn` is valid only during that call of `f`, on its thread:
+// `f` must not commit, roll back or free it (commit and rollback return
+// `CAIRN_INVALID_ARGUMENT`), nor keep it.
+//
+// ```c
+// static cairn_status bump(cairn_txn *tx, void *ctx) {
+//   uint64_t n = 0; size_t len = 0;
+//   cairn_status s = cairn_txn_get(tx, (const uint8_t *)"hits", 4, (uint8_t *)&n, 8, &len);
+//   if (s != CAIRN_OK && s != CAIRN_NOT_FOUND) return s;
+//   n++;
+//   *(uint64_t *)ctx = n;
+//   return cairn_txn_put(tx, (const uint8_t *)"hits", 4, (const uint8_t *)&n, 8);
+// }
+// /* ... */ uint64_t seen; cairn_transact(db, bump, &seen);
+// ```
+//
+// # Safety
+// `db` is live; `f` is a function that keeps the promises above; `ctx` is what `f`
+// expects.
+cairn_status cairn_transact(const cairn_db *db, cairn_txn_fn f, void *ctx);
 
 // `cairn_get` in the transaction (its own write of the key, else its snapshot's).
 //

@@ -1,6 +1,8 @@
 //! Optimistic transactions: reads of a snapshot under their own writes, committed as one
 //! batch only if nothing they read changed.
 
+use std::ffi::c_void;
+
 use cairn::Transaction;
 
 use crate::cairn_status;
@@ -23,6 +25,9 @@ pub struct cairn_txn {
 enum TxState {
     /// Reading and buffering writes.
     Open(Transaction),
+    /// Lent to the function [`cairn_transact`] runs, for that call: the transaction
+    /// lives in `cairn_transact`, which commits it.
+    Lent(*mut Transaction),
     /// Its writes were applied.
     Committed,
     /// Rolled back, or its commit failed: nothing of it was written.
@@ -38,6 +43,9 @@ unsafe fn open<'a>(txn: *mut cairn_txn) -> Result<&'a mut Transaction, Failure> 
     let t = unsafe { txn.as_mut() }.ok_or_else(|| Failure::invalid("txn is null"))?;
     match &mut t.state {
         TxState::Open(tx) => Ok(tx),
+        // SAFETY: a lent transaction outlives the call its handle is lent for, and
+        // the handle is used on that call's thread only (cairn_transact's promise).
+        TxState::Lent(tx) => Ok(unsafe { &mut **tx }),
         TxState::Committed => Err(Failure(
             cairn_status::CAIRN_CLOSED,
             "the transaction has committed".into(),
@@ -96,6 +104,9 @@ pub unsafe extern "C" fn cairn_txn_commit(txn: *mut cairn_txn) -> cairn_status {
         unsafe { open(txn)? };
         // SAFETY: live and open (checked just above).
         let t = unsafe { &mut *txn };
+        if let TxState::Lent(_) = t.state {
+            return Err(lent());
+        }
         let TxState::Open(tx) = std::mem::replace(&mut t.state, TxState::RolledBack) else {
             return Err(Failure::invalid("the transaction is not open"));
         };
@@ -115,10 +126,88 @@ pub unsafe extern "C" fn cairn_txn_rollback(txn: *mut cairn_txn) -> cairn_status
     call(|| {
         // SAFETY: the caller's promise; null is checked.
         let t = unsafe { txn.as_mut() }.ok_or_else(|| Failure::invalid("txn is null"))?;
-        if let TxState::Open(_) = t.state {
-            t.state = TxState::RolledBack;
+        match t.state {
+            TxState::Open(_) => t.state = TxState::RolledBack,
+            TxState::Lent(_) => return Err(lent()),
+            TxState::Committed | TxState::RolledBack => {}
         }
         Ok(cairn_status::CAIRN_OK)
+    })
+}
+
+fn lent() -> Failure {
+    Failure::invalid(
+        "a transaction of cairn_transact ends when its function returns: return CAIRN_OK to \
+         commit it, another status to roll it back",
+    )
+}
+
+/// The function [`cairn_transact`] runs: reads and writes through `txn`, then returns
+/// `CAIRN_OK` to commit, `CAIRN_CONFLICT` to start over in a new transaction, or any
+/// other status to roll back and have `cairn_transact` return it.
+pub type cairn_txn_fn =
+    Option<unsafe extern "C" fn(txn: *mut cairn_txn, ctx: *mut c_void) -> cairn_status>;
+
+/// Runs `f(txn, ctx)` in a transaction on the keyspace of `db` and commits it, again
+/// in a new transaction as long as the commit (or `f`) ends in `CAIRN_CONFLICT`,
+/// backing off a little more each time (up to a millisecond) — as `Db::transact`
+/// does. Returns `CAIRN_OK` once a commit succeeded; the status `f` returned if it
+/// was neither `CAIRN_OK` nor `CAIRN_CONFLICT` (nothing written); or the commit's
+/// error. `f` may run several times: its effects outside the transaction should be
+/// harmless to repeat. `txn` is valid only during that call of `f`, on its thread:
+/// `f` must not commit, roll back or free it (commit and rollback return
+/// `CAIRN_INVALID_ARGUMENT`), nor keep it.
+///
+/// ```c
+/// static cairn_status bump(cairn_txn *tx, void *ctx) {
+///   uint64_t n = 0; size_t len = 0;
+///   cairn_status s = cairn_txn_get(tx, (const uint8_t *)"hits", 4, (uint8_t *)&n, 8, &len);
+///   if (s != CAIRN_OK && s != CAIRN_NOT_FOUND) return s;
+///   n++;
+///   *(uint64_t *)ctx = n;
+///   return cairn_txn_put(tx, (const uint8_t *)"hits", 4, (const uint8_t *)&n, 8);
+/// }
+/// /* ... */ uint64_t seen; cairn_transact(db, bump, &seen);
+/// ```
+///
+/// # Safety
+/// `db` is live; `f` is a function that keeps the promises above; `ctx` is what `f`
+/// expects.
+#[no_mangle]
+pub unsafe extern "C" fn cairn_transact(
+    db: *const cairn_db,
+    f: cairn_txn_fn,
+    ctx: *mut c_void,
+) -> cairn_status {
+    call(|| {
+        // SAFETY: forwarded promise.
+        let ks = unsafe { store(db)? };
+        let f = f.ok_or_else(|| Failure::invalid("f is null"))?;
+        let mut refused = None;
+        let out = ks.transact(|tx| {
+            let mut handle = cairn_txn {
+                state: TxState::Lent(tx as *mut Transaction),
+            };
+            // SAFETY: the caller's promise on `f` and `ctx`; the handle and the
+            // transaction it lends outlive the call.
+            let s = unsafe { f(&mut handle, ctx) };
+            match s {
+                cairn_status::CAIRN_OK => Ok(()),
+                cairn_status::CAIRN_CONFLICT => Err(cairn::Error::Conflict),
+                other => {
+                    refused = Some(other);
+                    Err(cairn::Error::InvalidArgument(String::new()))
+                }
+            }
+        });
+        match (out, refused) {
+            (_, Some(s)) => Err(Failure(
+                s,
+                format!("the transaction's function returned {s:?}: rolled back"),
+            )),
+            (Ok(()), None) => Ok(cairn_status::CAIRN_OK),
+            (Err(e), None) => Err(e.into()),
+        }
     })
 }
 

@@ -549,20 +549,86 @@ static void keyspaces_txns_files(const char *dir) {
   OK(cairn_close(db));
 }
 
+/* cairn_transact: a counter bumped by two threads, each bump read-modify-write in a
+ * transaction that conflicts with the other thread's and is run again; then a function
+ * that refuses (rolled back, its status returned) and one that tries to commit itself. */
+struct bumps {
+  cairn_db *db;
+  int runs; /* calls of the function, retries included */
+};
+
+static cairn_status bump(cairn_txn *tx, void *ctx) {
+  struct bumps *b = ctx;
+  b->runs++;
+  uint64_t n = 0;
+  size_t len = 0;
+  cairn_status s = cairn_txn_get(tx, (const uint8_t *)"hits", 4, (uint8_t *)&n, sizeof n, &len);
+  if (s != CAIRN_OK && s != CAIRN_NOT_FOUND) return s;
+  n++;
+  return cairn_txn_put(tx, (const uint8_t *)"hits", 4, (const uint8_t *)&n, sizeof n);
+}
+
+static void *bumper(void *arg) {
+  for (int i = 0; i < 500; i++)
+    if (cairn_transact(((struct bumps *)arg)->db, bump, arg) != CAIRN_OK) return "transact";
+  return NULL;
+}
+
+static cairn_status refuse(cairn_txn *tx, void *ctx) {
+  (void)ctx;
+  cairn_status s = cairn_txn_put(tx, (const uint8_t *)"hits", 4, (const uint8_t *)"x", 1);
+  return s != CAIRN_OK ? s : CAIRN_NOT_FOUND;
+}
+
+static cairn_status commit_itself(cairn_txn *tx, void *ctx) {
+  *(cairn_status *)ctx = cairn_txn_commit(tx);
+  return cairn_txn_rollback(tx);
+}
+
+static void transact(const char *dir) {
+  cairn_db *db = open_db(dir);
+  struct bumps b[2] = {{db, 0}, {db, 0}};
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, bumper, &b[i]);
+  for (int i = 0; i < 2; i++) {
+    void *r;
+    pthread_join(t[i], &r);
+    CHECK(r == NULL, "bumper %d", i);
+  }
+  uint64_t n = 0;
+  size_t len = 0;
+  OK(cairn_get(db, (const uint8_t *)"hits", 4, (uint8_t *)&n, sizeof n, &len));
+  CHECK(len == 8 && n == 1000, "two threads bumped to %llu (1000 bumps)", (unsigned long long)n);
+  printf("cairn_transact: 1000 bumps took %d runs of the function\n", b[0].runs + b[1].runs);
+  cairn_status s = cairn_transact(db, refuse, NULL);
+  CHECK(s == CAIRN_NOT_FOUND && strstr(cairn_last_error(), "rolled back") != NULL,
+        "a refusing function: %s", cairn_status_name(s));
+  OK(cairn_get(db, (const uint8_t *)"hits", 4, (uint8_t *)&n, sizeof n, &len));
+  CHECK(len == 8 && n == 1000, "nothing written by a refused transaction");
+  cairn_status inner = CAIRN_OK;
+  s = cairn_transact(db, commit_itself, &inner);
+  CHECK(inner == CAIRN_INVALID_ARGUMENT && s == CAIRN_INVALID_ARGUMENT,
+        "a function that commits: %s, then %s", cairn_status_name(inner), cairn_status_name(s));
+  CHECK(cairn_transact(db, NULL, NULL) == CAIRN_INVALID_ARGUMENT, "null function");
+  OK(cairn_close(db));
+}
+
 int main(int argc, char **argv) {
   if (argc != 4) {
     fprintf(stderr, "usage: %s DIR SEED STEPS\n", argv[0]);
     return 2;
   }
-  char a[4096], b[4096], c[4096];
+  char a[4096], b[4096], c[4096], d[4096];
   snprintf(a, sizeof a, "%s/model", argv[1]);
   snprintf(b, sizeof b, "%s/errors", argv[1]);
   snprintf(c, sizeof c, "%s/more", argv[1]);
+  snprintf(d, sizeof d, "%s/transact", argv[1]);
   rng = strtoull(argv[2], NULL, 10) * 2654435761u + 1;
   printf("cairn %s, seed %s\n", cairn_version(), argv[2]);
   model_test(a, atoi(argv[3]));
   errors_and_threads(b);
   keyspaces_txns_files(c);
+  transact(d);
   printf("%d passed, 0 failed\n", checks);
   return 0;
 }
