@@ -193,8 +193,22 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(|e| io_err(ErrorSubject::Vote, ErrorVerb::Write, e))
     }
 
+    /// The vote, read back *uncommitted*: a replica that led when it stopped does not
+    /// take up its term again at start (openraft restores a leader from a committed
+    /// vote for itself), it waits for an election like the others. A leader sends
+    /// entries before its own append is durable, and followers may commit them
+    /// without it; if it died before syncing them, its log came back without entries
+    /// the group holds. Leading the same term with that log, it would append other
+    /// entries under the same log ids — which followers take for the ones they hold —
+    /// and an acknowledged change would be lost. An election in a new term is won
+    /// only by a replica whose log holds every committed entry. The vote's term and
+    /// candidate are kept, so it still never votes twice in a term.
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
-        self.get_raw(VOTE, ErrorSubject::Vote)
+        let vote: Option<Vote<NodeId>> = self.get_raw(VOTE, ErrorSubject::Vote)?;
+        Ok(vote.map(|v| Vote {
+            leader_id: v.leader_id,
+            committed: false,
+        }))
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {

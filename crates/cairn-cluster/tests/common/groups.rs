@@ -58,6 +58,24 @@ impl Groups {
     }
 
     pub fn start_one(&self, g: usize, r: usize) -> ServerHandle {
+        server::start(self.opts(g, r)).unwrap()
+    }
+
+    /// Replica `r` of group `g`, its store's file operations through `power` (what a
+    /// power cut would keep of them).
+    #[allow(dead_code)]
+    pub fn start_powered(
+        &self,
+        g: usize,
+        r: usize,
+        power: std::sync::Arc<cairn::fault::PowerLoss>,
+    ) -> ServerHandle {
+        let mut o = self.opts(g, r);
+        o.hooks.power_loss = Some(power);
+        server::start(o).unwrap()
+    }
+
+    fn opts(&self, g: usize, r: usize) -> ServerOptions {
         let mut o = ServerOptions::new(
             self.dir.path().join(format!("g{g}r{r}")),
             self.addrs[g][r],
@@ -66,7 +84,7 @@ impl Groups {
         o.sync = SyncMode::Never;
         o.election_timeout = Duration::from_millis(1000);
         o.snapshot_every = 200;
-        server::start(o).unwrap()
+        o
     }
 
     /// Waits (up to 20 s) until every running replica of group `g` has applied the
