@@ -106,7 +106,7 @@ struct Report {
     /// Seconds from a kill until a replica led again: p50, max.
     leader_again: [f64; 2],
     /// Kills after which another replica was elected (in the others the killed one,
-    /// restarted, led again in its term).
+    /// restarted, won the election).
     elected: usize,
     /// Acknowledged creates' latency: p50, p99 (milliseconds).
     latency_ms: [f64; 2],
@@ -403,7 +403,7 @@ fn markdown(r: &Report) -> String {
     let _ = writeln!(
         out,
         "Another replica was elected after {} of the {} kills; after the others the killed \
-         replica, restarted, led again in its term before the rest held an election.",
+         replica, restarted, won the election.",
         r.elected,
         r.kills.len()
     );
