@@ -142,7 +142,7 @@ pub struct ServeArgs {
     /// A replicated group's election timeout in milliseconds: a replica that hears no
     /// leader for this long (to 1.2 times as long) stands for election (default: the
     /// cluster file's `election_timeout_ms`, else 1000; clients read it there)
-    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(cairn_cluster::config::ELECTION_TIMEOUT_MS))]
     pub election_timeout: Option<u64>,
     /// A replica of a replicated group snapshots its state every N entries (default
     /// 100000)

@@ -197,7 +197,7 @@ pub struct ClusterConfig {
     servers: Vec<ServerInfo>,
     id: u64,
     version: u32,
-    election_timeout: Option<Duration>,
+    election_timeout: Duration,
     tls: Option<TlsPaths>,
     insecure: bool,
 }
@@ -238,19 +238,19 @@ fn file_version(v: Option<i64>) -> Result<Option<u32>, ConfigError> {
 /// The election timeout of a file that gives none (milliseconds).
 pub const DEFAULT_ELECTION_TIMEOUT_MS: u64 = 1000;
 
-/// Shortest and longest `election_timeout_ms`.
-pub const ELECTION_TIMEOUT_MS: std::ops::RangeInclusive<i64> = 50..=60_000;
+/// Shortest and longest election timeout, in milliseconds (`election_timeout_ms`,
+/// `cairn serve --election-timeout`).
+pub const ELECTION_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 50..=60_000;
 
 /// The election timeout of a file's `election_timeout_ms`.
 fn election_timeout(ms: i64) -> Result<Duration, ConfigError> {
-    if ELECTION_TIMEOUT_MS.contains(&ms) {
-        Ok(Duration::from_millis(ms.unsigned_abs()))
-    } else {
-        Err(ConfigError::Invalid(format!(
+    match u64::try_from(ms) {
+        Ok(ms) if ELECTION_TIMEOUT_MS.contains(&ms) => Ok(Duration::from_millis(ms)),
+        _ => Err(ConfigError::Invalid(format!(
             "election_timeout_ms = {ms}: it must be {} to {}",
             ELECTION_TIMEOUT_MS.start(),
             ELECTION_TIMEOUT_MS.end()
-        )))
+        ))),
     }
 }
 
@@ -389,7 +389,10 @@ impl ClusterConfig {
     pub fn parse(text: &str) -> Result<ClusterConfig, ConfigError> {
         let raw: RawFile = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
         let said = file_version(raw.version)?;
-        let election_timeout = raw.election_timeout_ms.map(election_timeout).transpose()?;
+        let election_timeout = match raw.election_timeout_ms {
+            Some(ms) => election_timeout(ms)?,
+            None => Duration::from_millis(DEFAULT_ELECTION_TIMEOUT_MS),
+        };
         let explicit_id = raw
             .cluster_id
             .as_deref()
@@ -542,12 +545,6 @@ impl ClusterConfig {
     /// give a replica that long to answer a first attempt before trying another.
     pub fn election_timeout(&self) -> Duration {
         self.election_timeout
-            .unwrap_or(Duration::from_millis(DEFAULT_ELECTION_TIMEOUT_MS))
-    }
-
-    /// The file's `election_timeout_ms`, if it gives one.
-    pub fn election_timeout_given(&self) -> Option<Duration> {
-        self.election_timeout
     }
 
     /// The file's format version: 2 if it says so or has `[[server.replica]]` tables,
@@ -588,13 +585,9 @@ mod tests {
     fn election_timeout() {
         let one = "[[server]]\nid = 0\naddr = \"127.0.0.1:1\"\n";
         let c = ClusterConfig::parse(one).unwrap();
-        assert_eq!(
-            (c.election_timeout(), c.election_timeout_given()),
-            (Duration::from_secs(1), None)
-        );
+        assert_eq!(c.election_timeout(), Duration::from_secs(1));
         let c = ClusterConfig::parse(&format!("election_timeout_ms = 300\n{one}")).unwrap();
         assert_eq!(c.election_timeout(), Duration::from_millis(300));
-        assert_eq!(c.election_timeout_given(), Some(Duration::from_millis(300)));
         for bad in ["49", "60001", "-1", "\"1s\""] {
             let e = error(&format!("election_timeout_ms = {bad}\n{one}"));
             assert!(e.contains("election_timeout_ms"), "{bad}: {e}");

@@ -35,7 +35,10 @@ fn raft_config(
     group: u32,
     opts: &ServerOptions,
 ) -> Result<openraft::Config, String> {
-    let e = opts.election_timeout.as_millis().clamp(50, 60_000) as u64;
+    let range = crate::config::ELECTION_TIMEOUT_MS;
+    let e = u64::try_from(opts.election_timeout.as_millis())
+        .unwrap_or(u64::MAX)
+        .clamp(*range.start(), *range.end());
     openraft::Config {
         cluster_name: format!("cairn-{:x}-{group}", cfg.cluster_id()),
         election_timeout_min: e * 2 / 5,
