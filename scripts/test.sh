@@ -33,6 +33,8 @@ finish() {
 }
 trap finish EXIT
 CAIRN_TEST_SKIPS=$skips cargo test --workspace --release --locked
+# The dependencies carried with a fix of ours: their own unit tests (third_party/README.md).
+cargo test --locked --manifest-path third_party/openraft/Cargo.toml --target-dir target/third_party --lib
 CAIRN_TEST_SKIPS=$skips CAIRN_TEST_FUSE_TRANSPORT=classic \
   cargo test --release --locked -p cairn-cli --test mount --test mount_crash --test mount_helper \
   --test cluster
