@@ -25,8 +25,9 @@ use crate::raft::{log::LogStore, Change, NodeId, Raft, Replica, Role};
 ///
 /// openraft's follower waits its leader lease (`election_timeout_max`) plus a random
 /// election timeout (`election_timeout_min..max`) after the last word of a leader, and
-/// another 2 × `election_timeout_max` if it has seen a replica with a longer log since
-/// its last election: with min 0.4 E and max 0.6 E that is E to 1.2 E (to 2.4 E). The
+/// another 2 × `election_timeout_max` while its log is shorter than one a replica refused
+/// its vote with (third_party/README.md): with min 0.4 E and max 0.6 E that is E to 1.2 E
+/// (to 2.4 E). The
 /// leader's own lease for reads (0.4 E, see `open`) ends before a follower's (0.6 E).
 /// Heartbeats go every E / 8, which is also openraft's deadline for an append (room
 /// for a sync under `--sync always` and a TLS handshake).
