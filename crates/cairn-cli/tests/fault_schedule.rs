@@ -8,10 +8,11 @@
 //! it) injects one fault per cycle, heals it and waits until every group is healthy:
 //! SIGKILL of a leader or of a follower (restarted), SIGSTOP of a leader (SIGCONT after
 //! a hold), a leader cut from its followers (clients still reach it), one replica of
-//! each group cut from the clients, and a follower's store deleted (restarted empty, it
-//! must rejoin by snapshot: `--snapshot-every 256`). The first cycles cover every kind
-//! once; `CAIRN_JEPSEN_CYCLES` sets how many (6 by default: each kind once; 200 by
-//! hand).
+//! each group cut from the clients, a follower's store deleted (restarted empty, it
+//! must rejoin by snapshot: `--snapshot-every 256`), and a follower replaced online by
+//! an empty one (`cairn cluster replica remove`, its leader SIGKILLed during the change
+//! in half the draws, then `replica add`). The first cycles cover every kind once;
+//! `CAIRN_JEPSEN_CYCLES` sets how many (7 by default: each kind once; 200 by hand).
 //!
 //! Every operation is recorded (call time, return time, outcome: an answer, a definite
 //! error, or unknown for `EIO`, Jepsen's `:info`) and after the faults are healed the
@@ -614,7 +615,12 @@ fn run_faults(
         );
         if let Some((victim, applied)) = wiped {
             let st = groups.status();
-            let r = &st.servers[victim / REPLICAS].replicas[victim % REPLICAS];
+            let addr = groups.net.addr(victim).to_string();
+            let r = st.servers[victim / REPLICAS]
+                .replicas
+                .iter()
+                .find(|r| r.addr == addr)
+                .unwrap();
             println!(
                 "  replica {victim} rejoined at applied index {} ({} snapshot(s) installed)",
                 r.applied, r.snapshots_installed

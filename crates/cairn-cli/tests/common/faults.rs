@@ -1,7 +1,8 @@
 //! Faults of replicated groups ([`super::groups::Groups`]) for a fault schedule: kinds,
 //! a schedule drawn from a seed, and their injection and healing.
 
-use std::time::Duration;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 use super::cluster::Rng;
 use super::groups::Groups;
@@ -22,10 +23,18 @@ pub enum Fault {
     CutClients { picks: Vec<usize> },
     /// SIGKILL a follower, delete its store, restart it empty at once.
     WipeFollower { group: usize, pick: usize },
+    /// Replace a follower by an empty replica at the same address (a new id), online
+    /// (`cluster replica remove`, then `add`), the leader SIGKILLed during the removal
+    /// if `kill_leader`.
+    ReplaceFollower {
+        group: usize,
+        pick: usize,
+        kill_leader: bool,
+    },
 }
 
 /// Kinds of [`Fault`].
-pub const KINDS: u64 = 6;
+pub const KINDS: u64 = 7;
 
 impl Fault {
     /// A fault of `kind` (`0..KINDS`) on groups of `shape` = (groups, replicas).
@@ -43,7 +52,12 @@ impl Fault {
                     .map(|_| rng.below(replicas as u64) as usize)
                     .collect(),
             },
-            _ => Fault::WipeFollower { group, pick },
+            5 => Fault::WipeFollower { group, pick },
+            _ => Fault::ReplaceFollower {
+                group,
+                pick,
+                kill_leader: rng.below(2) == 0,
+            },
         }
     }
 
@@ -55,6 +69,7 @@ impl Fault {
             Fault::IsolateLeader { .. } => "isolate-leader",
             Fault::CutClients { .. } => "cut-clients",
             Fault::WipeFollower { .. } => "wipe-follower",
+            Fault::ReplaceFollower { .. } => "replace-follower",
         }
     }
 
@@ -143,6 +158,17 @@ pub fn inject(
             groups.net.heal().unwrap();
             (format!("replicas {cut:?} cut from the clients"), None)
         }
+        Fault::ReplaceFollower {
+            group,
+            pick,
+            kill_leader,
+        } => {
+            let l = leader_of(groups, group, rng);
+            let victim = followers(n, group, l)[pick];
+            let what = replace(groups, (group, victim), kill_leader.then_some(l), rng);
+            std::thread::sleep(hold);
+            (format!("{what} (leader {l})"), None)
+        }
         Fault::WipeFollower { group, pick } => {
             let l = leader_of(groups, group, rng);
             let applied = groups.status().servers[group]
@@ -159,4 +185,92 @@ pub fn inject(
             )
         }
     }
+}
+
+/// Starts `cairn cluster replica ARGS --group G` on the cluster file.
+fn replica_cmd(groups: &Groups, group: usize, args: &[&str]) -> std::process::Child {
+    super::cairn()
+        .args(["cluster", "replica"])
+        .args(args)
+        .arg("--cluster")
+        .arg(&groups.file)
+        .args(["--group", &group.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for a started command: whether it succeeded, and its output.
+fn finished(c: std::process::Child) -> (bool, String) {
+    let out = c.wait_with_output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+fn file_lists(groups: &Groups, addr: &str) -> bool {
+    std::fs::read_to_string(&groups.file)
+        .unwrap()
+        .contains(addr)
+}
+
+/// Takes replica `victim` of `group` out of its group online (the removal run again
+/// until the cluster file no longer lists it: a leader lost mid-change may leave the
+/// group in its joint configuration, which the next run finishes), SIGKILLing `leader`
+/// 0–300 ms into the first run if given; then deletes its store and takes it back in,
+/// empty, at the same address under a new id (ids are never reused), restarted once
+/// `add` has written it into the file; `add` returns once it caught up and votes.
+/// What it did, for the log.
+fn replace(
+    groups: &mut Groups,
+    (group, victim): (usize, usize),
+    leader: Option<usize>,
+    rng: &mut Rng,
+) -> String {
+    let addr = groups.net.addr(victim).to_string();
+    let mut tries = 0;
+    while file_lists(groups, &addr) {
+        tries += 1;
+        assert!(tries <= 20, "replica {victim} could not be removed");
+        let child = replica_cmd(groups, group, &["remove", &addr]);
+        if let (Some(l), 1) = (leader, tries) {
+            std::thread::sleep(Duration::from_millis(rng.below(300)));
+            groups.kill(l);
+            std::thread::sleep(Duration::from_millis(500));
+            groups.spawn(l);
+        }
+        let (ok, text) = finished(child);
+        if !ok {
+            println!("  remove {addr}: {}", text.trim());
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    groups.kill(victim);
+    std::fs::remove_dir_all(groups.store(victim)).unwrap();
+    let mut add = replica_cmd(groups, group, &["add", &addr, "--timeout", "90"]);
+    let t = Instant::now();
+    while !file_lists(groups, &addr) {
+        if add.try_wait().unwrap().is_some() {
+            panic!("replica add {addr} ended early: {}", finished(add).1);
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "add never wrote the file"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    groups.spawn(victim);
+    let (ok, text) = finished(add);
+    assert!(ok, "replica add {addr}: {text}");
+    groups.reload();
+    format!(
+        "replica {victim} removed ({tries} run(s){}), wiped, added back empty",
+        if leader.is_some() {
+            ", leader SIGKILLed during the first"
+        } else {
+            ""
+        }
+    )
 }

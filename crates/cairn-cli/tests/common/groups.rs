@@ -187,7 +187,18 @@ impl Groups {
     pub fn leader(&self, g: usize) -> Option<usize> {
         let st = self.status();
         let l = st.servers[g].leader()?;
-        Some(self.replicas * g + l.id as usize)
+        self.index_of(&l.addr)
+    }
+
+    /// The process listening at `addr` (a replica's id may change: one replaced
+    /// online comes back under a new id at the same address).
+    pub fn index_of(&self, addr: &str) -> Option<usize> {
+        (0..self.procs.len()).find(|&i| self.net.addr(i).to_string() == addr)
+    }
+
+    /// Reads the cluster file again (after `cluster replica` changed it).
+    pub fn reload(&mut self) {
+        self.cfg = ClusterConfig::load(&self.file).unwrap();
     }
 
     /// Waits until every replica is up, every group has a leader and no replica lags
