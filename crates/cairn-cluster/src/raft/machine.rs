@@ -13,7 +13,7 @@
 
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot};
 use openraft::{
@@ -36,6 +36,9 @@ pub(crate) type Applied = (Option<LogId>, StoredMembership<NodeId, BasicNode>);
 const ACTIVE: &[u8] = b"S";
 /// Row of the log keyspace: the current snapshot's meta.
 const SNAPSHOT: &[u8] = b"M";
+
+/// Held while a snapshot is recorded as current and the files of others are removed.
+static SAVING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// The first bytes of a snapshot file.
 const MAGIC: &[u8; 8] = b"CRNSNAP1";
 /// Rows written per batch when installing or clearing.
@@ -124,6 +127,14 @@ impl Machine {
     /// The state machine over `core`'s state keyspace.
     pub(crate) fn new(core: Arc<Core>) -> Result<Machine, String> {
         let applied = read_applied(&core.state())?;
+        // Snapshot files a crash left half written.
+        if let Ok(rd) = std::fs::read_dir(&core.snapshots) {
+            for e in rd.flatten() {
+                if e.file_name().to_string_lossy().ends_with(".part") {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
         Ok(Machine {
             core,
             applied,
@@ -290,11 +301,48 @@ impl Machine {
 }
 
 fn save_current(core: &Core, meta: &SnapshotMeta<NodeId, BasicNode>) -> Result<(), String> {
+    let _one = SAVING.lock().unwrap_or_else(PoisonError::into_inner);
+    record_current(core, meta)
+}
+
+/// Gives the snapshot file written at `part` its name `path` and records it, in one
+/// hold of `SAVING`; returns it opened: the recording of a newer snapshot (one
+/// installed from the leader while this one was built) removes its name, but an open
+/// file outlives its name.
+fn save_built(
+    core: &Core,
+    meta: &SnapshotMeta<NodeId, BasicNode>,
+    part: &Path,
+    path: &Path,
+) -> Result<std::fs::File, String> {
+    let _one = SAVING.lock().unwrap_or_else(PoisonError::into_inner);
+    std::fs::rename(part, path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    record_current(core, meta)?;
+    Ok(f)
+}
+
+/// Records `meta` as the current snapshot unless the one recorded is newer (a snapshot
+/// is built in a task of its own while the replica goes on, so one installed meanwhile
+/// may be newer than the one just built), then removes the files of all others; files
+/// still being written (`.part`) stay.
+fn record_current(core: &Core, meta: &SnapshotMeta<NodeId, BasicNode>) -> Result<(), String> {
     let log = core.db.keyspace(super::LOG_KEYSPACE);
-    log.put(SNAPSHOT, encode(meta)?)
-        .map_err(|e| e.to_string())?;
-    core.db.sync_written().map_err(|e| e.to_string())?;
-    let keep = format!("{}.snap", meta.snapshot_id);
+    let recorded: Option<SnapshotMeta<NodeId, BasicNode>> =
+        match log.get(SNAPSHOT).map_err(|e| e.to_string())? {
+            Some(v) => Some(decode(&v)?),
+            None => None,
+        };
+    let current = match recorded {
+        Some(r) if r.last_log_id > meta.last_log_id => r,
+        _ => {
+            log.put(SNAPSHOT, encode(meta)?)
+                .map_err(|e| e.to_string())?;
+            core.db.sync_written().map_err(|e| e.to_string())?;
+            meta.clone()
+        }
+    };
+    let keep = format!("{}.snap", current.snapshot_id);
     if let Ok(rd) = std::fs::read_dir(&core.snapshots) {
         for e in rd.flatten() {
             let name = e.file_name();
@@ -462,8 +510,9 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
             None => format!("0-0-{}", self.n),
         };
         let path = self.core.snapshots.join(format!("{id}.snap"));
+        let part = path.with_extension("part");
         let (cut, state_id) = (self.cut.clone(), self.state_id);
-        let p = path.clone();
+        let p = part.clone();
         let written = tokio::task::spawn_blocking(move || {
             let r = write_snapshot(&cut, state_id, &p);
             let _ = std::fs::remove_dir_all(&cut);
@@ -477,11 +526,9 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
             last_membership: self.applied.1.clone(),
             snapshot_id: id,
         };
-        save_current(&self.core, &meta)
-            .map_err(|e| io_err(subject.clone(), ErrorVerb::Write, e))?;
-        let f = tokio::fs::File::open(&path)
-            .await
-            .map_err(|e| io_err(subject, ErrorVerb::Read, e))?;
+        let f = save_built(&self.core, &meta, &part, &path)
+            .map_err(|e| io_err(subject, ErrorVerb::Write, e))?;
+        let f = tokio::fs::File::from_std(f);
         self.core.snapshot_built();
         Ok(Snapshot {
             meta,
@@ -491,15 +538,14 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
 }
 
 /// Writes the rows of state keyspace `state_id` of the checkpoint at `cut` to a
-/// snapshot file at `path` (synced).
-fn write_snapshot(cut: &Path, state_id: u8, path: &Path) -> Result<(), String> {
+/// snapshot file at `part` (synced; [`save_built`] names it).
+fn write_snapshot(cut: &Path, state_id: u8, part: &Path) -> Result<(), String> {
     let db = cairn::Options::new()
         .read_only()
         .open(cut)
         .map_err(|e| format!("opening the checkpoint: {e}"))?;
     let ks = db.keyspace(state_id);
-    let tmp = path.with_extension("part");
-    let f = std::fs::File::create(&tmp).map_err(|e| e.to_string())?;
+    let f = std::fs::File::create(part).map_err(|e| e.to_string())?;
     let mut w = BufWriter::new(f);
     w.write_all(MAGIC).map_err(|e| e.to_string())?;
     let mut digest = Digest::default();
@@ -531,8 +577,6 @@ fn write_snapshot(cut: &Path, state_id: u8, path: &Path) -> Result<(), String> {
     w.write_all(&buf).map_err(|e| e.to_string())?;
     let f = w.into_inner().map_err(|e| e.to_string())?;
     f.sync_all().map_err(|e| e.to_string())?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(|e| e.to_string())?;
     Ok(())
 }
 
@@ -574,6 +618,55 @@ mod tests {
         assert_eq!(st.get(b"stale").unwrap(), None);
         assert_eq!(st.get(b"fresh").unwrap().as_deref(), Some(&b"v"[..]));
         assert_eq!(m.applied_state().await.unwrap().0.map(|l| l.index), Some(2));
+    }
+
+    fn meta(term: u64, index: u64, id: &str) -> SnapshotMeta<NodeId, BasicNode> {
+        SnapshotMeta {
+            last_log_id: Some(LogId::new(CommittedLeaderId::new(term, 0), index)),
+            last_membership: StoredMembership::default(),
+            snapshot_id: id.to_string(),
+        }
+    }
+
+    fn current(core: &Core) -> String {
+        let log = core.db.keyspace(super::super::LOG_KEYSPACE);
+        let m: SnapshotMeta<NodeId, BasicNode> =
+            decode(&log.get(SNAPSHOT).unwrap().unwrap()).unwrap();
+        m.snapshot_id
+    }
+
+    /// An older snapshot does not replace the current one nor remove its file; a newer
+    /// one replaces it and removes the older files, but not one still being written;
+    /// a built one is returned open even when a newer one is current.
+    #[tokio::test]
+    async fn the_newer_snapshot_stays_current() {
+        let dir = tempfile::tempdir().unwrap();
+        let (core, _rx) = core_in(dir.path());
+        std::fs::create_dir_all(&core.snapshots).unwrap();
+        let snap = |id: &str| core.snapshots.join(format!("{id}.snap"));
+        for id in ["3-90-1", "3-100-0"] {
+            std::fs::write(snap(id), id).unwrap();
+        }
+        let part = core.snapshots.join("4-120-2.part");
+        std::fs::write(&part, "4-120-2").unwrap();
+        save_current(&core, &meta(3, 100, "3-100-0")).unwrap();
+        save_current(&core, &meta(3, 90, "3-90-1")).unwrap();
+        assert_eq!(current(&core), "3-100-0");
+        assert!(snap("3-100-0").exists() && !snap("3-90-1").exists() && part.exists());
+
+        save_built(&core, &meta(4, 120, "4-120-2"), &part, &snap("4-120-2")).unwrap();
+        assert_eq!(current(&core), "4-120-2");
+        assert!(!snap("3-100-0").exists() && snap("4-120-2").exists());
+
+        // Built from a state older than the one installed meanwhile.
+        let part = core.snapshots.join("4-110-3.part");
+        std::fs::write(&part, "4-110-3").unwrap();
+        let mut f = save_built(&core, &meta(4, 110, "4-110-3"), &part, &snap("4-110-3")).unwrap();
+        assert_eq!(current(&core), "4-120-2");
+        assert!(!snap("4-110-3").exists() && snap("4-120-2").exists());
+        let mut text = String::new();
+        f.read_to_string(&mut text).unwrap();
+        assert_eq!(text, "4-110-3");
     }
 
     /// A task bound to a term proposes only while this replica leads that term: not
