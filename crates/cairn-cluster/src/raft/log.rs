@@ -73,11 +73,22 @@ impl Tail {
         self.bytes += entry_bytes(&e);
         self.entries.push_back(e);
         while self.entries.len() > self.cap || self.bytes > TAIL_BYTES {
-            match self.entries.pop_front() {
-                Some(old) => self.bytes -= entry_bytes(&old),
-                None => break,
+            if self.pop_front().is_none() {
+                break;
             }
         }
+    }
+
+    fn pop_front(&mut self) -> Option<Entry<TypeConfig>> {
+        let e = self.entries.pop_front()?;
+        self.bytes -= entry_bytes(&e);
+        Some(e)
+    }
+
+    fn pop_back(&mut self) -> Option<Entry<TypeConfig>> {
+        let e = self.entries.pop_back()?;
+        self.bytes -= entry_bytes(&e);
+        Some(e)
     }
 
     fn clear(&mut self) {
@@ -92,9 +103,7 @@ impl Tail {
             .back()
             .is_some_and(|e| e.get_log_id().index >= i)
         {
-            if let Some(e) = self.entries.pop_back() {
-                self.bytes -= entry_bytes(&e);
-            }
+            self.pop_back();
         }
     }
 
@@ -105,9 +114,7 @@ impl Tail {
             .front()
             .is_some_and(|e| e.get_log_id().index <= i)
         {
-            if let Some(e) = self.entries.pop_front() {
-                self.bytes -= entry_bytes(&e);
-            }
+            self.pop_front();
         }
     }
 
