@@ -83,6 +83,43 @@ fn umount_and_sigterm_unmount_cleanly() {
     assert_eq!(std::fs::read(mp.join("b")).unwrap(), b"two");
 }
 
+/// `umount MP` then at once `cairn mount … MP`, as a script does: the new mount stays
+/// mounted after the old process ends (the old one's closing once unmounted whatever
+/// was on the mountpoint by then, and the files written after went beneath it).
+#[test]
+fn a_mount_made_while_the_last_one_closes_stays() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mp = tmp.path().join("mnt");
+    std::fs::create_dir(&mp).unwrap();
+    let store = |i: usize| tmp.path().join(format!("store{}", i % 2));
+    let Some(mut old) = Mount::new(&store(0), &mp) else {
+        return;
+    };
+    for round in 1..=6 {
+        let st = cairn().arg("umount").arg(&mp).status().unwrap();
+        assert!(st.success());
+        let Some(new) = Mount::new(&store(round), &mp) else {
+            return;
+        };
+        assert!(old.wait().success());
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            is_mountpoint(&mp),
+            "round {round}: the new mount was unmounted when the old one ended"
+        );
+        std::fs::write(mp.join(format!("r{round}")), b"x").unwrap();
+        // The ended mount's handle is not dropped: its drop would unmount the new one.
+        std::mem::forget(std::mem::replace(&mut old, new));
+    }
+    drop(old);
+    assert!(!is_mountpoint(&mp));
+    let beneath: Vec<_> = std::fs::read_dir(&mp).unwrap().collect();
+    assert!(
+        beneath.is_empty(),
+        "files went beneath the mount: {beneath:?}"
+    );
+}
+
 #[test]
 fn fsynced_data_survives_sigkill() {
     let tmp = tempfile::tempdir().unwrap();

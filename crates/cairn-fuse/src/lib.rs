@@ -76,6 +76,7 @@ mod bdi;
 mod devfuse;
 mod filesystem;
 mod flush;
+mod ours;
 mod reply;
 mod request;
 mod session;
@@ -278,6 +279,9 @@ pub struct Mount {
     /// How often the file system is written out while the mount serves
     /// ([`MountOptions::flush_every`]).
     flush_every: Option<Duration>,
+    /// Another descriptor of the session's `/dev/fuse`: whether the kernel ended the
+    /// connection ([`ours::connection_ended`]).
+    watch: std::os::fd::OwnedFd,
 }
 
 /// Opens (creating if needed) the store in `store` and mounts its file system on
@@ -355,7 +359,17 @@ fn mount_boxed(
     };
     let mut unmounter = session.unmount_callable();
     let mp = mountpoint.to_path_buf();
+    let dup = || {
+        fd.try_clone()
+            .context("duplicating the /dev/fuse descriptor")
+    };
+    let (watch, watch_signal) = (dup()?, dup()?);
     ctrlc::set_handler(move || {
+        use std::os::fd::AsFd;
+        if ours::connection_ended(watch_signal.as_fd()) {
+            // Unmounted already: what is mounted there now is another mount.
+            return;
+        }
         if let Err(e) = unmounter.unmount() {
             eprintln!("cairn: unmounting {}: {e}", mp.display());
             // Lazy unmount as a last resort, so the session ends.
@@ -373,6 +387,7 @@ fn mount_boxed(
         transport: opts.transport,
         writeback: opts.writeback_cache,
         flush_every: opts.flush_every(shared),
+        watch,
     })
 }
 
@@ -403,6 +418,7 @@ impl Mount {
             transport,
             writeback,
             flush_every,
+            watch,
         } = self;
         // The store is closed (and its error reported) even when serving failed.
         let served = session::handshake(&fd, transport, writeback)
@@ -424,12 +440,19 @@ impl Mount {
                 served
             })
             .map_err(|e| anyhow::anyhow!("serving the mount: {e}"));
-        if !is_mountpoint(&mountpoint) {
+        if ours::connection_ended(std::os::fd::AsFd::as_fd(&watch)) {
             // Unmounted from outside (the kernel sent DESTROY first, so the file system
-            // is flushed): fuser's own unmount at drop would only report EINVAL.
-            log::set_max_level(log::LevelFilter::Off);
+            // is flushed). fuser's session, dropped, would unmount the mountpoint again
+            // — another mount, if one was made there since (see `ours`) — so it is not
+            // dropped: its descriptor stays open until the process ends.
+            std::mem::forget(session);
+        } else {
+            if !is_mountpoint(&mountpoint) {
+                // fuser's own unmount at drop would only report EINVAL.
+                log::set_max_level(log::LevelFilter::Off);
+            }
+            drop(session); // unmounts if still mounted
         }
-        drop(session); // unmounts if still mounted
         let sent = fs.requests_sent();
         let closed = match std::sync::Arc::try_unwrap(fs) {
             // What the file system deferred written, the store closed: errors reported.
