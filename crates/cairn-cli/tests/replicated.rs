@@ -422,6 +422,22 @@ fn a_dead_replica_is_replaced_while_the_group_serves() {
     let (ok, text) = replica_cmd(&g, &["add", &g.addrs[l].to_string(), "--id", "9"]);
     assert!(!ok && text.contains("not 9"), "{text}");
 
+    // A replica that never starts is not made a voter (the group's log is far shorter
+    // than the lag openraft would call caught up): `add` gives up after its timeout,
+    // leaving a learner, which `remove` takes out of the group and the file.
+    let ghost = cairn_testkit::loopback_addr().to_string();
+    let (ok, text) = replica_cmd(&g, &["add", &ghost, "--timeout", "3"]);
+    assert!(!ok && text.contains("did not catch up"), "{text}");
+    let (ok, text) = replica_cmd(&g, &["remove", &ghost]);
+    assert!(ok, "{text}");
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.contains(&ghost) && (l.contains("voter") || l.contains("learner"))),
+        "{text}"
+    );
+    assert!(!std::fs::read_to_string(&g.file).unwrap().contains(&ghost));
+
     // The dead one leaves the group and the file.
     let dead_addr = g.addrs[dead].to_string();
     let (ok, text) = replica_cmd(&g, &["remove", &dead_addr]);

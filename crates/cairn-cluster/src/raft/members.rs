@@ -80,23 +80,57 @@ pub(crate) async fn add(
             now.len()
         )));
     }
+    let deadline = tokio::time::Instant::now() + wait;
+    let slow = || MemberError::Slow {
+        id,
+        addr: parsed.to_string(),
+        secs: wait.as_secs(),
+    };
     let node = BasicNode::new(parsed.to_string());
-    match tokio::time::timeout(wait, raft.add_learner(id, node, true)).await {
-        Ok(Ok(_)) => {}
+    // Not openraft's own wait for the learner (`blocking`): it counts a learner that
+    // was sent nothing as caught up while the log is shorter than its lag threshold
+    // (5,000 entries), which made a replica that never started a voter.
+    let since = match tokio::time::timeout_at(deadline, raft.add_learner(id, node, false)).await {
+        Ok(Ok(r)) => r.log_id,
         Ok(Err(e)) => return Err(MemberError::Raft(e.to_string())),
-        Err(_) => {
-            return Err(MemberError::Slow {
-                id,
-                addr: parsed.to_string(),
-                secs: wait.as_secs(),
-            })
-        }
+        Err(_) => return Err(slow()),
+    };
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let waited = raft
+        .wait(Some(left))
+        .metrics(
+            |m| caught_up(m, id, since.index),
+            "the new replica caught up",
+        )
+        .await;
+    if waited.is_err() {
+        return Err(slow());
     }
     let voter = ChangeMembers::AddVoterIds(BTreeSet::from([id]));
     raft.change_membership(voter, false)
         .await
         .map(|_| ())
         .map_err(|e| MemberError::Raft(e.to_string()))
+}
+
+/// Entries a learner may still lag the leader's log by when it is made a voter.
+const CAUGHT_UP_LAG: u64 = 1_000;
+
+/// Whether learner `id` holds the group's log up to the change that took it in (`since`,
+/// by snapshot or entries) and is within [`CAUGHT_UP_LAG`] of the leader's last entry;
+/// also true once this replica no longer leads (the change that follows then fails
+/// with why).
+fn caught_up(m: &openraft::RaftMetrics<NodeId, BasicNode>, id: NodeId, since: u64) -> bool {
+    let Some(repl) = &m.replication else {
+        return true;
+    };
+    match repl.get(&id) {
+        Some(Some(matched)) => {
+            let last = m.last_log_index.unwrap_or_default();
+            matched.index >= since && last.saturating_sub(matched.index) <= CAUGHT_UP_LAG
+        }
+        _ => false,
+    }
 }
 
 /// Removes replica `id` (voter or learner) from the group. Refused if it would leave
