@@ -306,7 +306,7 @@ fn seconds(s: f64, what: &str) -> Result<Duration> {
 
 /// `serve`: runs the server until SIGINT or SIGTERM.
 pub fn serve(args: &ServeArgs) -> Result<()> {
-    init_tracing();
+    init_tracing("info");
     let mut cluster = load(&args.cluster)?;
     if args.insecure {
         eprintln!(
@@ -346,10 +346,11 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
     Ok(())
 }
 
-/// Logs of the server (tracing) on stderr, filtered by `CAIRN_LOG` (default `info`).
-fn init_tracing() {
+/// Logs (tracing) on stderr, filtered by `CAIRN_LOG` (default `default`): a server's,
+/// and a cluster mount's client's (in the background, stderr is the mount's log file).
+fn init_tracing(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     // Colours only on a terminal. Fails only if a subscriber is already set, which
     // then keeps logging.
     let _ = tracing_subscriber::fmt()
@@ -749,6 +750,9 @@ pub fn mount(
     opts: &cairn_fuse::MountOptions,
     ready: impl FnOnce(),
 ) -> Result<()> {
+    // Why an operation failed (a server down, a group without a leader) is the client's
+    // to say: its warnings go to the mount's log.
+    init_tracing("warn");
     let cfg = load_client(cluster_file, tls)?;
     let mut copts = ClientOptions::default();
     if let Some(t) = timeout {

@@ -388,6 +388,12 @@ fn a_server_that_is_down_gives_eio_within_the_timeout() {
             err.contains("Input/output error") || err.contains("not connected"),
             "{err}"
         );
+        // And the mount's log says why.
+        let log = mount.as_ref().map(Mount::log).unwrap_or_default();
+        assert!(
+            log.contains("server 2: no answer within the timeout"),
+            "{log}"
+        );
         let (st, _) = sh_within(Duration::from_secs(30), &format!("ls '{}'", mp.display()));
         assert!(st.success(), "the root is listed with server 2 down");
     } else {

@@ -80,6 +80,9 @@ pub fn transport_args() -> Vec<String> {
 pub struct Mount {
     child: Option<Child>,
     mp: PathBuf,
+    /// What the mount wrote to its standard error, read as it comes by a thread of
+    /// its own (a pipe nobody read would stop the mount once full).
+    stderr: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
 }
 
 impl Mount {
@@ -140,7 +143,7 @@ impl Mount {
         }
         let chosen = args.iter().any(|a| a == "--transport");
         let transport = if chosen { Vec::new() } else { transport_args() };
-        let child = cairn()
+        let mut child = cairn()
             .args(["mount", "--foreground"])
             .args(args)
             .args(&transport)
@@ -149,15 +152,30 @@ impl Mount {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let drain = {
+            let (mut from, to) = (child.stderr.take().unwrap(), stderr.clone());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = std::io::Read::read(&mut from, &mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    to.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+            })
+        };
         let mut m = Mount {
             child: Some(child),
             mp: mp.to_path_buf(),
+            stderr,
         };
         let start = Instant::now();
         while !is_mountpoint(mp) {
             if let Some(st) = m.child.as_mut().unwrap().try_wait().unwrap() {
-                let out = m.child.take().unwrap().wait_with_output().unwrap();
-                let err = String::from_utf8_lossy(&out.stderr);
+                m.child = None;
+                let _ = drain.join();
+                let err = m.log();
                 if cairn_fuse::is_refusal(&err) {
                     skip(&format!(
                         "mounted tests: the FUSE mount was refused here ({})",
@@ -175,6 +193,11 @@ impl Mount {
 
     pub fn pid(&self) -> i32 {
         self.child.as_ref().unwrap().id() as i32
+    }
+
+    /// What the mount has written to its standard error so far.
+    pub fn log(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
     }
 
     /// Kills the mount process with SIGKILL, reaps it and undoes the dead mount (a

@@ -135,6 +135,13 @@ impl<T: Clone> Replicas<T> {
         (i, list[i].1.clone())
     }
 
+    /// Replica `i`'s address (for messages).
+    pub(crate) fn addr(&self, i: usize) -> String {
+        self.read()
+            .get(i)
+            .map_or_else(|| format!("#{i}"), |(a, _)| a.to_string())
+    }
+
     /// The first replica's connection.
     pub(crate) fn first(&self) -> T {
         self.read()[0].1.clone()

@@ -115,10 +115,16 @@ impl Client {
         let mut pause = Duration::from_millis(1);
         // Attempts of this request that a replica left unanswered.
         let mut silent = 0;
+        // Why the last attempt failed (for the warning at the deadline).
+        let mut last: Option<String> = None;
         loop {
             let now = Instant::now();
             if now >= deadline {
-                tracing::warn!("server {s}: no answer within the timeout");
+                tracing::warn!(
+                    "server {s}: no answer within the timeout ({} s); last attempt: {}",
+                    self.inner.opts.timeout.as_secs_f64(),
+                    last.as_deref().unwrap_or("none")
+                );
                 return Err(CallErr::Errno(libc::EIO));
             }
             let left = deadline - now;
@@ -141,6 +147,7 @@ impl Client {
                     }
                     if st.retry {
                         // Busy for a moment (a split, an operation across servers).
+                        last = Some("busy (a split or an operation across servers)".into());
                     } else if st.errno != 0 {
                         return Err(CallErr::Errno(st.errno as i32));
                     } else {
@@ -156,11 +163,19 @@ impl Client {
                         .and_then(|v| v.to_str().ok())
                         .unwrap_or("");
                     tracing::debug!("server {s}: replica {at} does not lead (leader: {hint:?})");
+                    last = Some(format!(
+                        "{} does not lead and knows no leader",
+                        group.addr(at)
+                    ));
                     if group.follow(at, hint) {
                         continue;
                     }
                 }
                 Err(e) => match e.code() {
+                    _ if {
+                        last = Some(format!("{}: {}", group.addr(at), e.message()));
+                        false
+                    } => {}
                     _ if group.replicated() && {
                         tracing::debug!("server {s}: replica {at}: {:?} {}", e.code(), e.message());
                         false
