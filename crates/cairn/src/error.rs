@@ -29,9 +29,12 @@ pub enum Error {
         max: usize,
     },
     /// The write would make the store larger than its `max_size`, or the disk is full
-    /// (`ENOSPC`). The write was not applied; deletes and compaction free space. (Under
-    /// `SyncPolicy::Always`, a disk-full error from the sync that follows a write means the
-    /// write is applied in memory but may not be durable.)
+    /// (`ENOSPC`). Refused by `max_size`, the write was not applied; deletes and
+    /// compaction free space. A durable write (`SyncPolicy::Always`, or
+    /// `Db::sync_written` after deferred ones) whose commit-log write or sync met a full
+    /// disk is in memory already — readers see it — and its outcome is unknown: it is
+    /// written with the next durable write once the disk has room, and gone at the
+    /// next open if it never is. No write acknowledged after it is lost either way.
     #[error("storage full: {0}")]
     StorageFull(String),
     /// Another handle (in this or another process) has the store open (the open

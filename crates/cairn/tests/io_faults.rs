@@ -536,3 +536,55 @@ fn failed_batches_stay_atomic() {
         }
     }
 }
+
+/// A durable write that fails (`ENOSPC` writing the commit log) does not cost the
+/// writes acknowledged after it: whether the disk has room again (they are
+/// acknowledged, the failed write's frame goes with theirs) or not (they fail too),
+/// everything acknowledged under `SyncPolicy::Always` survives a power cut. (The prefix
+/// rule drops every write after one that is missing, so an acknowledged write after a
+/// lost one would be lost with it.)
+#[test]
+fn writes_acknowledged_after_a_failed_one_survive_a_power_cut() {
+    use cairn::fault::{Loss, PowerLoss};
+    for room_again in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let stash = tempfile::tempdir().unwrap();
+        let power = Arc::new(PowerLoss::new(stash.path()).unwrap());
+        let (o, f) = faulty(SyncPolicy::Always);
+        let o = o.segment_size(1 << 20).power_loss(power.clone());
+        let mut acked = Vec::new();
+        {
+            let db = o.clone().open(dir.path()).unwrap();
+            for i in 0..50u32 {
+                db.put(format!("a{i}"), vec![1u8; 100]).unwrap();
+                acked.push(format!("a{i}"));
+            }
+            f.fail_after(IoOp::Write, 0, libc::ENOSPC);
+            let e = db.put("big", vec![7u8; 50_000]).unwrap_err();
+            assert!(is_io_failure(&e), "{e:?}");
+            if room_again {
+                f.clear();
+            } else {
+                f.fail_after(IoOp::Write, 1, libc::ENOSPC);
+            }
+            for i in 0..200u32 {
+                if db.put(format!("b{i}"), vec![2u8; 10]).is_ok() {
+                    acked.push(format!("b{i}"));
+                }
+            }
+            if room_again {
+                assert_eq!(acked.len(), 250, "writes failed with room on the disk");
+            }
+            power.cut();
+        }
+        power.restart(Loss::Unsynced, 1).unwrap();
+        f.clear();
+        let db = o.open(dir.path()).unwrap();
+        for k in &acked {
+            assert!(
+                db.get(k.as_bytes()).unwrap().is_some(),
+                "room again {room_again}: acknowledged {k} lost"
+            );
+        }
+    }
+}
