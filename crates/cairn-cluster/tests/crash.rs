@@ -724,3 +724,53 @@ fn chmod_after_a_power_cut_of_the_directory_home() {
         );
     }
 }
+
+/// The disk of a directory's home fills up (every write of its store fails with
+/// `ENOSPC`) under `SyncMode::Always`. The engine keeps a write that failed in memory
+/// (readers see it; the disk may never hold it), so the server must not answer the
+/// create `ENOSPC` and then show the file: it stops serving, the create's outcome is
+/// unknown to its client (`EIO` after the timeout), and nothing is answered from the
+/// failed state. Restarted with room on the disk, it serves again: what it
+/// acknowledged is there, the create in question is wholly there or wholly absent.
+#[test]
+fn a_full_disk_stops_the_server_instead_of_showing_what_failed() {
+    let mut c = Cluster::start_with(N as usize, 1000, cairn_cluster::server::SyncMode::Always);
+    let fs = c.client();
+    let d = fs
+        .mkdir(&R, ROOT, &dir_name_on(ROOT, "q", 1, N), 0o755)
+        .unwrap()
+        .ino;
+    assert_eq!(home_of(d), 1);
+    c.shutdown_one(1);
+    let fault = std::sync::Arc::new(cairn::fault::FaultInjector::new());
+    let mut o = c.opts(1, None);
+    o.hooks.fault = Some(fault.clone());
+    c.servers[1] = Some(cairn_cluster::server::start(o).unwrap());
+    for i in 0..20 {
+        fs.create(&R, d, format!("f{i}").as_bytes(), 0o644).unwrap();
+    }
+
+    fault.fail_after(cairn::fault::IoOp::Write, 0, libc::ENOSPC);
+    let quick = c.client_timeout(Duration::from_secs(2));
+    let made = quick.create(&R, d, b"x", 0o644);
+    assert_eq!(e(made), libc::EIO, "the create's outcome is unknown");
+    assert_eq!(
+        e(quick.lookup(&R, d, b"x")),
+        libc::EIO,
+        "served from the failed state"
+    );
+    assert!(c.servers[1].as_ref().unwrap().crashed(), "still serving");
+
+    c.kill(1);
+    fault.clear();
+    c.restart(1, None);
+    for i in 0..20 {
+        fs.lookup(&R, d, format!("f{i}").as_bytes()).unwrap();
+    }
+    match fs.lookup(&R, d, b"x") {
+        Ok(_) | Err(cairn_fs::Errno(libc::ENOENT)) => {}
+        Err(other) => panic!("x after the restart: {other:?}"),
+    }
+    fs.create(&R, d, b"y", 0o644).unwrap();
+    c.check();
+}

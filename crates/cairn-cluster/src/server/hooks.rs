@@ -20,6 +20,9 @@ pub struct Hooks {
     /// still lose (`cairn::Options::power_loss`; syncs are recorded, not done), so that
     /// a test can cut the power and restart the server with only what it made durable.
     pub power_loss: Option<Arc<cairn::fault::PowerLoss>>,
+    /// The store's file operations are checked by this injector first
+    /// (`cairn::Options::fault_injector`), so that a test can fill the disk.
+    pub fault: Option<Arc<cairn::fault::FaultInjector>>,
 }
 
 impl Hooks {

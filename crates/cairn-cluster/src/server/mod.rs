@@ -329,6 +329,26 @@ fn fail_err(dir: &std::path::Path, what: &str, f: node::Fail) -> ServerError {
     }
 }
 
+/// The engine's options of the server's store: its sync mode (and the test hooks' file
+/// operations).
+fn engine_options(opts: &ServerOptions) -> Options {
+    let engine = Options::new().sync(match opts.sync {
+        SyncMode::Always => SyncPolicy::Always,
+        SyncMode::Never => SyncPolicy::Never,
+    });
+    #[cfg(feature = "test-hooks")]
+    let engine = match &opts.hooks.power_loss {
+        Some(power) => engine.power_loss(power.clone()),
+        None => engine,
+    };
+    #[cfg(feature = "test-hooks")]
+    let engine = match &opts.hooks.fault {
+        Some(fault) => engine.fault_injector(fault.clone()),
+        None => engine,
+    };
+    engine
+}
+
 /// Starts a server: opens its store, recovers its state, listens, and returns once it
 /// serves. Operations that another server must help finish (intents of a crashed run)
 /// are completed in the background as soon as the peers answer.
@@ -362,15 +382,7 @@ pub fn start(opts: ServerOptions) -> Result<ServerHandle, ServerError> {
         .thread_name(format!("cairn-server-{id}"))
         .build()
         .map_err(ServerError::Runtime)?;
-    let engine = Options::new().sync(match opts.sync {
-        SyncMode::Always => SyncPolicy::Always,
-        SyncMode::Never => SyncPolicy::Never,
-    });
-    #[cfg(feature = "test-hooks")]
-    let engine = match &opts.hooks.power_loss {
-        Some(power) => engine.power_loss(power.clone()),
-        None => engine,
-    };
+    let engine = engine_options(&opts);
     let peers = {
         let _g = rt.enter();
         peers(&opts, &reach)?
@@ -743,16 +755,35 @@ pub fn run_until_signal(opts: ServerOptions) -> Result<(), ServerError> {
     let rt =
         h.rt.as_ref()
             .ok_or_else(|| ServerError::Serve("the server is stopped already".into()))?;
-    rt.block_on(async {
+    let mut failure = h.node.failure();
+    let failed = rt.block_on(async {
         use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate()).map_err(ServerError::Runtime)?;
-        let mut int = signal(SignalKind::interrupt()).map_err(ServerError::Runtime)?;
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let failed = failure.wait_for(Option::is_some);
         tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+            _ = term.recv() => Ok::<_, std::io::Error>(None),
+            _ = int.recv() => Ok(None),
+            f = failed => Ok(f.ok().and_then(|f| f.clone())),
         }
-        Ok::<(), ServerError>(())
-    })?;
-    tracing::info!(server = h.id(), "signal received: draining");
-    h.shutdown()
+    });
+    let failed: Option<String> = failed.map_err(ServerError::Runtime)?;
+    match failed {
+        None => {
+            tracing::info!(server = h.id(), "signal received: draining");
+            h.shutdown()
+        }
+        Some(why) => {
+            // The store is closed (which writes what it can); the next start
+            // recovers what the disk holds.
+            let dir = h.node.db().path().to_path_buf();
+            if let Err(e) = h.shutdown() {
+                tracing::error!("stopping after the store failed: {e}");
+            }
+            Err(ServerError::Serve(format!(
+                "stopped: {why} (store {}); restart the server once the disk has room",
+                dir.display()
+            )))
+        }
+    }
 }

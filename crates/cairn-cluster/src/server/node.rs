@@ -204,6 +204,8 @@ pub(crate) struct Node {
     wake: tokio::sync::Notify,
     /// Set when the server stops: its streams of creates end (`super::stream`).
     stop_streams: tokio::sync::watch::Sender<bool>,
+    /// Why the store failed a write, once it has ([`Node::store_failed`]).
+    failure: tokio::sync::watch::Sender<Option<String>>,
     /// The test hooks.
     #[cfg(feature = "test-hooks")]
     hooks: super::Hooks,
@@ -285,6 +287,7 @@ impl Node {
             crashed: AtomicBool::new(false),
             wake: tokio::sync::Notify::new(),
             stop_streams: tokio::sync::watch::channel(false).0,
+            failure: tokio::sync::watch::channel(None).0,
             #[cfg(feature = "test-hooks")]
             hooks: super::Hooks::default(),
         }
@@ -412,6 +415,31 @@ impl Node {
     }
 
     /// Watches whether the server's streams of creates must end.
+    /// The store failed a write or a sync of this server's own rows (a group of one):
+    /// the server stops serving. The engine keeps a write that failed in memory, where
+    /// readers see it, and writes it with the next durable write if the disk has room
+    /// again (`cairn::Error::StorageFull`): answering `ENOSPC` ("not done") and serving
+    /// on would show changes the disk may never hold — a restart would undo them. So
+    /// nothing more is served or written; the operation's outcome is unknown to its
+    /// client (`EIO` after its timeout, as with a server that died), and
+    /// `run_until_signal` ends the process with the reason, for the operator to restart
+    /// it once the disk has room (recovery then keeps what the disk holds).
+    fn store_failed(&self, e: cairn::Error) -> Fail {
+        if matches!(e, cairn::Error::Closed) {
+            return Fail::Crashed;
+        }
+        let why = format!("the store failed a write: {e}");
+        tracing::error!(server = self.id, "{why}; this server stops serving");
+        self.crashed.store(true, Ordering::SeqCst);
+        self.failure.send_replace(Some(why));
+        Fail::Crashed
+    }
+
+    /// Why the store failed a write, once it has ([`Node::store_failed`]).
+    pub(crate) fn failure(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.failure.subscribe()
+    }
+
     pub(crate) fn streams_stop(&self) -> tokio::sync::watch::Receiver<bool> {
         self.stop_streams.subscribe()
     }
@@ -580,7 +608,7 @@ impl Node {
         match &self.rows {
             RowStore::Local(ks) => ks
                 .write_with(b.write_batch(), WriteOptions::new().defer_sync())
-                .map_err(Fail::from),
+                .map_err(|e| self.store_failed(e)),
             // A task bound to a term proposes only in it (`super::term`).
             RowStore::Replicated(r) => match super::term::bound_term() {
                 Some(term) => r.core.propose_in(term, b.0),
@@ -608,7 +636,7 @@ impl Node {
                 .wait_blocking(term, seq)
                 .map_err(|_| Fail::NotLeader)?;
         }
-        self.db().sync_written().map_err(Fail::from)?;
+        self.db().sync_written().map_err(|e| self.store_failed(e))?;
         if self.crashed.load(Ordering::SeqCst) {
             return Err(Fail::Crashed);
         }
