@@ -120,6 +120,28 @@ fn a_mount_made_while_the_last_one_closes_stays() {
     );
 }
 
+/// A mountpoint that is a file, or missing, is refused before the store is opened.
+#[test]
+fn a_mountpoint_that_is_no_directory_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, file) = (tmp.path().join("store"), tmp.path().join("file"));
+    std::fs::write(&file, b"").unwrap();
+    if !Mount::fuse_usable() {
+        return;
+    }
+    for (mp, why) in [
+        (&file, "not a directory"),
+        (&tmp.path().join("none"), "No such file"),
+    ] {
+        let out = cairn().arg("mount").arg(&store).arg(mp).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(err.contains(why), "{err}");
+        assert!(!is_mountpoint(mp));
+    }
+    assert!(!store.exists(), "the store was opened");
+}
+
 #[test]
 fn fsynced_data_survives_sigkill() {
     let tmp = tempfile::tempdir().unwrap();
@@ -138,6 +160,12 @@ fn fsynced_data_survives_sigkill() {
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(m.pid(), libc::SIGKILL) };
     m.wait();
+    // The dead mount is still there: a new mount says so instead of failing with the
+    // kernel's "Transport endpoint is not connected".
+    let out = cairn().arg("mount").arg(&store).arg(&mp).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("unmount it first"), "{err}");
     let _ = Command::new("umount").arg("-l").arg(&mp).status();
     let Some(_m) = Mount::new(&store, &mp) else {
         return;

@@ -291,6 +291,7 @@ pub struct Mount {
 /// [`Mount::run`] returns), and with [`STATS_ENV`] set, a SIGUSR1 handler that writes the
 /// request counts; a process can therefore mount once only.
 pub fn mount(store: &Path, mountpoint: &Path, opts: &MountOptions) -> Result<Mount> {
+    check_mountpoint(mountpoint)?;
     check_transport(opts)?;
     // The engine's error says why a store does not open (locked by another process,
     // not a store, damaged); the file system's would be a bare errno.
@@ -311,8 +312,24 @@ pub fn mount(store: &Path, mountpoint: &Path, opts: &MountOptions) -> Result<Mou
 /// supplementary groups are always sent (`fs` may check permissions whatever the
 /// kernel does). Signal handlers as for [`mount`].
 pub fn mount_fs(fs: Box<dyn FileSystem>, mountpoint: &Path, opts: &MountOptions) -> Result<Mount> {
+    check_mountpoint(mountpoint)?;
     check_transport(opts)?;
     mount_boxed(fs, mountpoint, opts, true)
+}
+
+/// Refuses a mountpoint that cannot take the mount, before anything is opened: one
+/// that is missing or not a directory, and a FUSE mount whose serving process is gone
+/// (killed: the kernel answers `ENOTCONN`), which must be unmounted first.
+fn check_mountpoint(mountpoint: &Path) -> Result<()> {
+    let shown = mountpoint.display();
+    match std::fs::metadata(mountpoint) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => bail!("{MOUNTING_ON}{shown}: not a directory"),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => bail!(
+            "{MOUNTING_ON}{shown}: a mount whose process is gone (killed?) is still there: unmount it first (`umount {shown}`, or `fusermount3 -u {shown}` as a user)"
+        ),
+        Err(e) => bail!("{MOUNTING_ON}{shown}: {e}"),
+    }
 }
 
 /// Refuses `Transport::Uring` before anything is opened or mounted where the kernel
