@@ -346,8 +346,9 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
     Ok(())
 }
 
-/// Logs (tracing) on stderr, filtered by `CAIRN_LOG` (default `default`): a server's,
-/// and a cluster mount's client's (in the background, stderr is the mount's log file).
+/// Logs (tracing) on stderr, filtered by `CAIRN_LOG`, else by the filter `default`: a
+/// server's, and a cluster mount's client's (in the background, stderr is the mount's
+/// log file).
 fn init_tracing(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));

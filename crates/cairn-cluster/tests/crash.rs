@@ -675,12 +675,9 @@ fn chmod_after_a_power_cut_of_the_directory_home() {
     assert_eq!(home_of(d), 1);
     // Server 1 again, its store's files through a power-loss record from now on; the
     // clean shutdown made the directory durable.
-    c.shutdown_one(1);
     let stash = tempfile::tempdir().unwrap();
     let power = std::sync::Arc::new(cairn::fault::PowerLoss::new(stash.path().join("s")).unwrap());
-    let mut o = c.opts(1, None);
-    o.hooks.power_loss = Some(power.clone());
-    c.servers[1] = Some(cairn_cluster::server::start(o).unwrap());
+    c.restart_with(1, |o| o.hooks.power_loss = Some(power.clone()));
 
     let chmod = |mode: u32| {
         let s = cairn_fs::SetAttr {
@@ -741,11 +738,8 @@ fn a_full_disk_stops_the_server_instead_of_showing_what_failed() {
         .unwrap()
         .ino;
     assert_eq!(home_of(d), 1);
-    c.shutdown_one(1);
     let fault = std::sync::Arc::new(cairn::fault::FaultInjector::new());
-    let mut o = c.opts(1, None);
-    o.hooks.fault = Some(fault.clone());
-    c.servers[1] = Some(cairn_cluster::server::start(o).unwrap());
+    c.restart_with(1, |o| o.hooks.fault = Some(fault.clone()));
     for i in 0..20 {
         fs.create(&R, d, format!("f{i}").as_bytes(), 0o644).unwrap();
     }

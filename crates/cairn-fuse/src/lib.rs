@@ -279,9 +279,9 @@ pub struct Mount {
     /// How often the file system is written out while the mount serves
     /// ([`MountOptions::flush_every`]).
     flush_every: Option<Duration>,
-    /// Another descriptor of the session's `/dev/fuse`: whether the kernel ended the
-    /// connection ([`ours::connection_ended`]).
-    watch: std::os::fd::OwnedFd,
+    /// Another descriptor of the session's `/dev/fuse` (shared with the signal
+    /// handler): whether the kernel ended the connection ([`ours::connection_ended`]).
+    watch: std::sync::Arc<std::os::fd::OwnedFd>,
 }
 
 /// Opens (creating if needed) the store in `store` and mounts its file system on
@@ -376,11 +376,11 @@ fn mount_boxed(
     };
     let mut unmounter = session.unmount_callable();
     let mp = mountpoint.to_path_buf();
-    let dup = || {
+    let watch = std::sync::Arc::new(
         fd.try_clone()
-            .context("duplicating the /dev/fuse descriptor")
-    };
-    let (watch, watch_signal) = (dup()?, dup()?);
+            .context("duplicating the /dev/fuse descriptor")?,
+    );
+    let watch_signal = watch.clone();
     ctrlc::set_handler(move || {
         use std::os::fd::AsFd;
         if ours::connection_ended(watch_signal.as_fd()) {

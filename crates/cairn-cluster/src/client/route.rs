@@ -138,7 +138,11 @@ impl Client {
                 left
             };
             self.inner.sent.add(kind);
-            match f(conn, attempt).await {
+            let res = f(conn, attempt).await;
+            if let Err(e) = &res {
+                last = Some(format!("{}: {}", group.addr(at), e.message()));
+            }
+            match res {
                 Ok(rep) => {
                     let rep = rep.into_inner();
                     let Some(st) = rep.st() else { return Ok(rep) };
@@ -172,10 +176,6 @@ impl Client {
                     }
                 }
                 Err(e) => match e.code() {
-                    _ if {
-                        last = Some(format!("{}: {}", group.addr(at), e.message()));
-                        false
-                    } => {}
                     _ if group.replicated() && {
                         tracing::debug!("server {s}: replica {at}: {:?} {}", e.code(), e.message());
                         false

@@ -212,6 +212,15 @@ impl Cluster {
         }
     }
 
+    /// Shuts server `i` down cleanly and starts it again with its options changed by
+    /// `change` (test hooks such as a power-loss record or a fault injector).
+    pub fn restart_with(&mut self, i: usize, change: impl FnOnce(&mut ServerOptions)) {
+        self.shutdown_one(i);
+        let mut o = self.opts(i, None);
+        change(&mut o);
+        self.servers[i] = Some(server::start(o).unwrap());
+    }
+
     /// Waits until server `i` reached its crash point.
     pub fn wait_crashed(&self, i: usize, t: Duration) -> bool {
         let end = Instant::now() + t;
