@@ -148,6 +148,13 @@ pub struct ServeArgs {
     /// 100000)
     #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(16..))]
     pub snapshot_every: u64,
+    /// How long a mount's lease session lasts past its last renewal, in seconds: the
+    /// longest a mount's kernel keeps a name or attributes it was granted, and the
+    /// longest a change waits for a mount that stopped answering (default 5; 0: no
+    /// leases — mounts keep what they are told for their own timeouts and see others'
+    /// changes that late)
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    pub lease_time: f64,
 }
 
 /// `--metrics`: a port (on 127.0.0.1) or IP:PORT.
@@ -304,6 +311,17 @@ fn seconds(s: f64, what: &str) -> Result<Duration> {
         .with_context(|| format!("{what} must be a positive number of seconds, not {s}"))
 }
 
+/// `--lease-time`: zero (no leases) or a positive number of seconds up to an hour.
+fn lease_time(s: f64) -> Result<Duration> {
+    if s == 0.0 {
+        return Ok(Duration::ZERO);
+    }
+    Duration::try_from_secs_f64(s)
+        .ok()
+        .filter(|d| *d >= Duration::from_millis(100) && *d <= Duration::from_secs(3600))
+        .with_context(|| format!("--lease-time must be 0 or 0.1 to 3600 seconds, not {s}"))
+}
+
 /// `serve`: runs the server until SIGINT or SIGTERM.
 pub fn serve(args: &ServeArgs) -> Result<()> {
     init_tracing("info");
@@ -339,6 +357,7 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         opts.election_timeout = e;
     }
     opts.snapshot_every = args.snapshot_every;
+    opts.lease_time = lease_time(args.lease_time)?;
     // Huge pages while the store opens, off while it serves.
     opts.open_with = Some(crate::allocator::huge_pages_while_dyn);
     cairn_cluster::server::run_until_signal(opts)

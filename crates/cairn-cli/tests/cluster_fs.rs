@@ -151,7 +151,15 @@ cairn_fs::conformance_tests!(InProcess::new(3));
 /// suite expects, whatever the client asks.
 mod restricted {
     use super::*;
-    use cairn_fs::{Attr, Cred, DirEntry, FsResult, SetAttr, StatFs};
+    use cairn_fs::{Attr, Cred, DirEntry, FsResult, Invalidator, SetAttr, StatFs, Validity};
+    use std::cell::Cell;
+    use std::sync::Arc;
+
+    thread_local! {
+        /// Whether the last call of this thread went through the admin client (whose
+        /// validities then answer for it).
+        static BY_ADMIN: Cell<bool> = const { Cell::new(false) };
+    }
 
     /// Root's calls through the admin certificate, everyone else's through the
     /// restricted one.
@@ -162,7 +170,24 @@ mod restricted {
 
     impl ByCred {
         fn of(&self, cred: &Cred) -> &Client {
-            if cred.uid == 0 {
+            let admin = cred.uid == 0;
+            BY_ADMIN.with(|b| b.set(admin));
+            if admin {
+                &self.admin
+            } else {
+                &self.user
+            }
+        }
+
+        /// The user client, for calls made through it whoever asks.
+        fn user(&self) -> &Client {
+            BY_ADMIN.with(|b| b.set(false));
+            &self.user
+        }
+
+        /// The client that answered this thread's last call.
+        fn last(&self) -> &Client {
+            if BY_ADMIN.with(Cell::get) {
                 &self.admin
             } else {
                 &self.user
@@ -175,7 +200,7 @@ mod restricted {
             self.of(c).lookup(c, parent, name)
         }
         fn getattr(&self, ino: u64) -> FsResult<Attr> {
-            self.user.getattr(ino)
+            self.user().getattr(ino)
         }
         fn setattr(&self, c: &Cred, ino: u64, s: &SetAttr) -> FsResult<Attr> {
             self.of(c).setattr(c, ino, s)
@@ -274,6 +299,16 @@ mod restricted {
         fn set_permission_checks(&self, on: bool) {
             self.admin.set_permission_checks(on);
             self.user.set_permission_checks(on);
+        }
+        fn entry_validity(&self, parent: u64, name: &[u8]) -> Validity {
+            self.last().entry_validity(parent, name)
+        }
+        fn attr_validity(&self, ino: u64) -> Validity {
+            self.last().attr_validity(ino)
+        }
+        fn set_invalidator(&self, inv: Arc<dyn Invalidator>) {
+            self.admin.set_invalidator(inv.clone());
+            self.user.set_invalidator(inv);
         }
         fn close(self: Box<Self>) -> FsResult<()> {
             Ok(())

@@ -54,6 +54,9 @@ pub const TAG_FENCE: u8 = b'F';
 /// `Z`: a replica's applied state: the last applied log id and the membership
 /// (bincode of openraft's `(Option<LogId>, StoredMembership)`; replicated servers only).
 pub const TAG_APPLIED: u8 = b'Z';
+/// `H`: the lease horizon (8 bytes LE, ms since the epoch): no lease granted to a
+/// client's session lasts beyond it (DESIGN.md, "Leases").
+pub const TAG_LEASE_HORIZON: u8 = b'H';
 
 /// Partition state: the owner of its names.
 pub const PART_ACTIVE: u32 = 1;

@@ -113,6 +113,10 @@ fn table() -> Vec<(&'static str, Want)> {
         ),
         ("Dump", Code(tonic::Code::PermissionDenied)),
         ("ChangeReplicas", Code(tonic::Code::PermissionDenied)),
+        (
+            "Leases",
+            Allowed("a lease session of the caller's own: it is leased only what its requests are answered"),
+        ),
     ]
 }
 
@@ -125,6 +129,7 @@ fn header(c: &Cluster, cred: &Cred) -> Option<proto::Header> {
             groups: cred.groups.as_slice().to_vec(),
         }),
         no_checks: true,
+        client: 0,
     })
 }
 
@@ -350,6 +355,34 @@ async fn call(
             })
             .await
             .map(|_| 0),
+        "Leases" => {
+            let mut h = h.clone();
+            if let Some(h) = h.as_mut() {
+                h.client = 77;
+            }
+            let first = proto::LeaseUp {
+                h,
+                renew: 1,
+                revoked: 0,
+            };
+            match m.leases(tokio_stream::iter(vec![first])).await {
+                // Served: the renewal is granted.
+                Ok(r) => {
+                    let mut s = r.into_inner();
+                    let got = tokio::time::timeout(std::time::Duration::from_secs(5), s.message())
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                        .flatten();
+                    Ok(if got.is_some_and(|d| d.renewed == 1) {
+                        0
+                    } else {
+                        -1
+                    })
+                }
+                Err(e) => Err(e),
+            }
+        }
         _ => return None,
     };
     Some(r.map_err(|s| s.code()))

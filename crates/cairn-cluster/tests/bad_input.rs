@@ -103,6 +103,7 @@ fn header(c: &Cluster) -> Option<proto::Header> {
             groups: vec![],
         }),
         no_checks: false,
+        client: 0,
     })
 }
 

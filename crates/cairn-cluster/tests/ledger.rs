@@ -48,6 +48,7 @@ impl Raw {
                 groups: Vec::new(),
             }),
             no_checks: false,
+            client: 0,
         })
     }
 

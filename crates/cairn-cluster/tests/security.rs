@@ -36,6 +36,7 @@ fn create_through(c: &Cluster, ep: tonic::transport::Endpoint, name: &[u8]) -> R
                 groups: vec![],
             }),
             no_checks: true,
+            client: 0,
         }),
         dir: ROOT,
         name: name.to_vec(),

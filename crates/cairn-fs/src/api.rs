@@ -1,10 +1,40 @@
 //! [`FileSystem`]: the operations of a POSIX-style namespace, as one trait, so that the
 //! FUSE adapter and the tests serve or check a local [`Fs`] and a remote namespace (the
 //! cluster's client) the same way. Errors are Linux errnos ([`Errno`]).
+//!
+//! A file system that holds leases on what it answers (a cluster's client) says how long
+//! the kernel of a mount may keep each answer ([`Validity`], through
+//! [`FileSystem::entry_validity`] and [`FileSystem::attr_validity`]), and makes the
+//! kernel forget an answer whose lease was revoked through the mount's [`Invalidator`].
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::{Attr, Cred, DirEntry, FsResult, SetAttr, StatFs};
 #[allow(unused_imports)]
 use crate::{Errno, Fs};
+
+/// How long the kernel may keep an answer of the file system: an entry (a name's inode,
+/// or that the name does not exist) or a file's attributes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Validity {
+    /// As long as the mount's options say (its entry, attribute and negative timeouts).
+    Configured,
+    /// Exactly this long (say, what is left of a lease the file system holds); zero: not kept.
+    For(Duration),
+}
+
+/// Makes a mount's kernel forget what it cached. A mount hands one to its file system
+/// ([`FileSystem::set_invalidator`]) once it serves requests. Calls may come from any thread, at
+/// the same time; each returns once the kernel has forgotten (or had nothing to forget). They
+/// must not be made from inside a request of the same mount on the same directory (the kernel
+/// holds that directory's lock while the request is served).
+pub trait Invalidator: Send + Sync {
+    /// Forget the entry `name` of directory `parent` (found or absent).
+    fn entry(&self, parent: u64, name: &[u8]);
+    /// Forget the attributes of `ino` and the data it cached of it.
+    fn inode(&self, ino: u64);
+}
 
 /// The operations of a file system, by inode number. [`Fs`] implements it on a local
 /// store; `cairn_cluster::Client` on a cluster of metadata servers.
@@ -155,6 +185,22 @@ pub trait FileSystem: Send + Sync {
 
     /// Whether the file system checks permissions itself (else the kernel does).
     fn set_permission_checks(&self, on: bool);
+
+    /// How long the kernel may keep the entry `parent`/`name` that a call on this thread just
+    /// answered (a lookup, found or absent; a create, mknod, mkdir, symlink or link of it).
+    fn entry_validity(&self, _parent: u64, _name: &[u8]) -> Validity {
+        Validity::Configured
+    }
+
+    /// How long the kernel may keep the attributes of `ino` that a call on this thread just
+    /// answered.
+    fn attr_validity(&self, _ino: u64) -> Validity {
+        Validity::Configured
+    }
+
+    /// Hands the file system its mount's [`Invalidator`] (called once, when the mount starts
+    /// serving).
+    fn set_invalidator(&self, _inv: Arc<dyn Invalidator>) {}
 
     /// The requests this file system has sent to others to serve the calls so far, by
     /// kind (a cluster's client: its requests to the servers, such as `("LOOKUP", 12)`);

@@ -83,6 +83,8 @@ pub(crate) mod fattr {
 
 /// The notification that drops the kernel's cached attributes of an inode.
 pub(crate) const NOTIFY_INVAL_INODE: i32 = 2;
+/// The notification that drops a cached entry (a name, or its absence).
+pub(crate) const NOTIFY_INVAL_ENTRY: i32 = 3;
 
 /// Header of every request.
 #[repr(C)]
@@ -359,6 +361,15 @@ pub(crate) struct NotifyInvalInode {
     pub ino: u64,
     pub off: i64,
     pub len: i64,
+}
+
+/// `fuse_notify_inval_entry_out`, followed by the name and a NUL byte.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub(crate) struct NotifyInvalEntry {
+    pub parent: u64,
+    pub namelen: u32,
+    pub flags: u32,
 }
 
 /// io_uring (7.42): size of the `in_out` area of a ring entry's header buffer

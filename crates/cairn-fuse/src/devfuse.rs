@@ -67,7 +67,7 @@ pub(crate) fn write_message(fd: &OwnedFd, parts: &[&[u8]]) -> io::Result<()> {
 /// cached attributes of `inval`.
 pub(crate) fn notify(fd: &OwnedFd, inval: Option<u64>) {
     if let Some(ino) = inval {
-        if let Err(e) = write_message(fd, &[&reply::inval_inode(ino)]) {
+        if let Err(e) = write_message(fd, &[&reply::inval_inode(ino, false)]) {
             log::debug!("invalidating inode {ino}: {e}");
         }
     }

@@ -4,16 +4,22 @@
 //! `&self`; its only state is the open files and directories: who opened each, whose
 //! credential the reads, writes, listings and release of that open carry (the kernel
 //! sends a release as root, and a read or write as whichever process does it).
+//!
+//! Every reply that carries an entry or attributes says how long the kernel may keep
+//! them as the file system says right after answering ([`FileSystem::entry_validity`],
+//! [`FileSystem::attr_validity`]: what is left of its leases), else as the mount's
+//! [`Timeouts`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use cairn_fs::{Cred, FileSystem, FsResult, SetAttr};
+use cairn_fs::{Cred, FileSystem, FsResult, SetAttr, Validity};
 
 use crate::abi::{self, fattr as fa, InHeader};
 use crate::attr::{cred, fattr, kind, may_access, timeset};
-use crate::reply::{self, Answer, DirBuf, Reply};
+use crate::reply::{self, Answer, DirBuf, EntryTtl, Reply};
 use crate::request::Op;
 use crate::stats::{count, Op as Count};
 use crate::Timeouts;
@@ -120,24 +126,45 @@ impl CairnFuse {
         known.unwrap_or_else(|| self.cred(h))
     }
 
-    fn entry(&self, r: FsResult<cairn_fs::Attr>) -> Reply {
-        r.map(|a| reply::entry(fattr(&a), &self.times))
+    /// How long the kernel may keep the entry `parent`/`name` of inode `ino` and its
+    /// attributes, as the file system says for the call it just answered on this
+    /// thread.
+    fn entry_ttl(&self, parent: u64, name: &[u8], ino: u64) -> EntryTtl {
+        EntryTtl {
+            entry: ttl(self.fs.entry_validity(parent, name), self.times.entry),
+            attr: ttl(self.fs.attr_validity(ino), self.times.attr),
+        }
+    }
+
+    /// The reply of a call that made or found the entry `parent`/`name`.
+    fn entry(&self, parent: u64, name: &[u8], r: FsResult<cairn_fs::Attr>) -> Reply {
+        r.map(|a| reply::entry(fattr(&a), self.entry_ttl(parent, name, a.ino)))
             .map_err(|e| e.0)
     }
 
-    fn attr(&self, r: FsResult<cairn_fs::Attr>) -> Reply {
-        r.map(|a| reply::attr(fattr(&a), self.times.attr))
-            .map_err(|e| e.0)
+    /// The reply of a call that answered the attributes of `ino`.
+    fn attr(&self, ino: u64, r: FsResult<cairn_fs::Attr>) -> Reply {
+        r.map(|a| {
+            let t = ttl(self.fs.attr_validity(ino), self.times.attr);
+            reply::attr(fattr(&a), t)
+        })
+        .map_err(|e| e.0)
     }
 
-    /// LOOKUP: an absent name is answered as a negative entry the kernel keeps for
-    /// [`Timeouts::negative`] when that is not zero.
+    /// LOOKUP: an absent name is answered as a negative entry the kernel keeps for as
+    /// long as the file system says, else for [`Timeouts::negative`]; a plain ENOENT
+    /// (nothing kept) when that is zero.
     fn lookup(&self, h: &InHeader, name: &[u8]) -> Reply {
         match self.fs.lookup(&self.cred(h), h.nodeid, name) {
-            Err(e) if e.0 == libc::ENOENT && !self.times.negative.is_zero() => {
-                Ok(reply::negative_entry(self.times.negative))
+            Err(e) if e.0 == libc::ENOENT => {
+                let kept = ttl(self.fs.entry_validity(h.nodeid, name), self.times.negative);
+                if kept.is_zero() {
+                    Err(libc::ENOENT)
+                } else {
+                    Ok(reply::negative_entry(kept))
+                }
             }
-            r => self.entry(r),
+            r => self.entry(h.nodeid, name, r),
         }
     }
 
@@ -180,17 +207,21 @@ impl CairnFuse {
                 Ok(Vec::new())
             }
             Op::Lookup { name } => self.lookup(h, name),
-            Op::Getattr => self.attr(self.fs.getattr(ino)),
+            Op::Getattr => self.attr(ino, self.fs.getattr(ino)),
             Op::Setattr(s) => self.setattr(h, &s),
             Op::Readlink => self.fs.readlink(&self.cred(h), ino).map_err(|e| e.0),
-            Op::Mknod { mode, rdev, name } => {
-                self.entry(self.fs.mknod(&self.cred(h), ino, name, mode, rdev))
+            Op::Mknod { mode, rdev, name } => self.entry(
+                ino,
+                name,
+                self.fs.mknod(&self.cred(h), ino, name, mode, rdev),
+            ),
+            Op::Mkdir { mode, name } => {
+                self.entry(ino, name, self.fs.mkdir(&self.cred(h), ino, name, mode))
             }
-            Op::Mkdir { mode, name } => self.entry(self.fs.mkdir(&self.cred(h), ino, name, mode)),
             Op::Unlink { name } => empty(self.fs.unlink(&self.cred(h), ino, name)),
             Op::Rmdir { name } => empty(self.fs.rmdir(&self.cred(h), ino, name)),
             Op::Symlink { name, target } => {
-                self.entry(self.fs.symlink(&self.cred(h), ino, name, target))
+                self.entry(ino, name, self.fs.symlink(&self.cred(h), ino, name, target))
             }
             Op::Rename {
                 newdir,
@@ -202,7 +233,7 @@ impl CairnFuse {
                     .rename(&self.cred(h), ino, name, newdir, newname, flags),
             ),
             Op::Link { oldnodeid, name } => {
-                self.entry(self.fs.link(&self.cred(h), oldnodeid, ino, name))
+                self.entry(ino, name, self.fs.link(&self.cred(h), oldnodeid, ino, name))
             }
             Op::Open { flags } => {
                 let c = self.cred(h);
@@ -288,16 +319,18 @@ impl CairnFuse {
                 s.mtimensec,
             ),
         };
-        self.attr(self.fs.setattr(&self.cred(h), h.nodeid, &set))
+        self.attr(h.nodeid, self.fs.setattr(&self.cred(h), h.nodeid, &set))
     }
 
     fn create(&self, h: &InHeader, name: &[u8], mode: u32, flags: u32) -> Reply {
         let c = self.cred(h);
         let flags = self.open_flags(flags) & !libc::O_TRUNC;
-        self.fs
-            .create_open(&c, h.nodeid, name, mode, flags)
-            .map(|a| reply::create(fattr(&a), &self.times, self.opened(c)))
-            .map_err(|e| e.0)
+        let a = self.fs.create_open(&c, h.nodeid, name, mode, flags);
+        a.map(|a| {
+            let t = self.entry_ttl(h.nodeid, name, a.ino);
+            reply::create(fattr(&a), t, self.opened(c))
+        })
+        .map_err(|e| e.0)
     }
 
     fn copy_file_range(&self, h: &InHeader, c: &abi::CopyFileRangeIn) -> Reply {
@@ -413,6 +446,15 @@ impl CairnFuse {
             h.older = std::mem::replace(&mut h.recent, batch);
         }
         Ok(out.into_bytes())
+    }
+}
+
+/// How long the kernel may keep an answer the file system said is valid `v`;
+/// `configured`: the mount's timeout for it.
+fn ttl(v: Validity, configured: Duration) -> Duration {
+    match v {
+        Validity::Configured => configured,
+        Validity::For(d) => d,
     }
 }
 

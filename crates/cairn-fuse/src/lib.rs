@@ -42,11 +42,14 @@
 //!   kernel, which updates or drops what it cached for the inodes a change touches (the
 //!   mount tells it about the one change it can't foresee: an access ACL that sets the
 //!   mode). A file system that others change too (a cluster, served by [`mount_fs`])
-//!   is cached for [`SHARED_TTL`] by default, so a change made through another client
-//!   shows within that time ([`MountOptions::entry_timeout`] and
-//!   [`MountOptions::attr_timeout`] set them). A local store's mount also lets the
-//!   kernel remember absent names ([`MountOptions::negative_timeout`]), so a lookup of
-//!   a missing name (a search path, a `.gitignore` probe) is asked once;
+//!   is cached for as long as the file system says ([`FileSystem::entry_validity`],
+//!   [`FileSystem::attr_validity`]: what is left of its leases, which it revokes
+//!   through the mount's [`cairn_fs::Invalidator`]), else for the mount's timeouts,
+//!   [`SHARED_TTL`] by default, so a change made through another client shows within
+//!   that time ([`MountOptions::entry_timeout`] and [`MountOptions::attr_timeout`] set
+//!   them). A local store's mount also lets the kernel remember absent names
+//!   ([`MountOptions::negative_timeout`]), so a lookup of a missing name (a search
+//!   path, a `.gitignore` probe) is asked once;
 //! - FLUSH answers ENOSYS, so the kernel stops sending it at every close: writes are
 //!   stored when they are made, there is nothing to flush;
 //! - permissions are checked by the file system when only root uses the mount (a root
@@ -66,7 +69,8 @@
 //! system, `attr` converts between `cairn_fs` and FUSE, `session` makes the INIT
 //! handshake and runs a transport (`devfuse`: `/dev/fuse`; `uring`: io_uring queues),
 //! `bdi` raises the mount's read-ahead, `stats` counts requests, `flush` writes the file
-//! system out periodically; this file mounts and unmounts.
+//! system out periodically, `invalidate` makes the kernel forget what it cached when the
+//! file system asks; this file mounts and unmounts.
 
 #![deny(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
@@ -76,6 +80,7 @@ mod bdi;
 mod devfuse;
 mod filesystem;
 mod flush;
+mod invalidate;
 mod ours;
 mod reply;
 mod request;
@@ -423,7 +428,9 @@ impl Mount {
 
     /// As [`Mount::run`], calling `ready` once the kernel's INIT is answered: from
     /// then on the mount serves requests (`cairn mount` in the background returns
-    /// then). `ready` is not called when the session ends before.
+    /// then). `ready` is not called when the session ends before. Before `ready`, the
+    /// file system gets the mount's [`cairn_fs::Invalidator`]
+    /// ([`FileSystem::set_invalidator`]).
     pub fn run_with(self, ready: impl FnOnce()) -> Result<()> {
         let Mount {
             session,
@@ -440,6 +447,11 @@ impl Mount {
         // The store is closed (and its error reported) even when serving failed.
         let served = session::handshake(&fd, transport, writeback)
             .and_then(|conn| {
+                // From now on the kernel takes notifications: the file system may make
+                // it forget what it cached.
+                fs.set_invalidator(std::sync::Arc::new(invalidate::Notifier::new(
+                    fd.try_clone()?,
+                )));
                 let flusher = match flush_every {
                     Some(every) => {
                         let fs = fs.clone();

@@ -6,7 +6,6 @@ use std::time::Duration;
 use zerocopy::IntoBytes;
 
 use crate::abi::{self, Attr, OutHeader};
-use crate::Timeouts;
 
 /// The answer to a request: the bytes after the reply header, or an errno.
 pub(crate) type Reply = Result<Vec<u8>, i32>;
@@ -52,20 +51,42 @@ pub(crate) fn header(unique: u64, reply: &Reply) -> OutHeader {
     }
 }
 
-/// The notification that drops the kernel's cached attributes of `ino`, whole.
-pub(crate) fn inval_inode(ino: u64) -> Vec<u8> {
+/// The notification that drops the kernel's cached attributes of `ino`, and with
+/// `pages` its cached data too (the kernel drops the pages from offset 0 to the end; an
+/// offset below 0 leaves them).
+pub(crate) fn inval_inode(ino: u64, pages: bool) -> Vec<u8> {
     let body = abi::NotifyInvalInode {
         ino,
-        off: -1,
+        off: if pages { 0 } else { -1 },
         len: 0,
     };
+    notification(abi::NOTIFY_INVAL_INODE, &[body.as_bytes()])
+}
+
+/// The notification that drops the kernel's cached entry `name` of directory `parent`
+/// (the name's inode, or its absence).
+pub(crate) fn inval_entry(parent: u64, name: &[u8]) -> Vec<u8> {
+    let body = abi::NotifyInvalEntry {
+        parent,
+        namelen: name.len() as u32,
+        flags: 0,
+    };
+    notification(abi::NOTIFY_INVAL_ENTRY, &[body.as_bytes(), name, &[0]])
+}
+
+/// A notification of kind `code`: its header, then `parts`.
+fn notification(code: i32, parts: &[&[u8]]) -> Vec<u8> {
+    let len = std::mem::size_of::<OutHeader>() + parts.iter().map(|p| p.len()).sum::<usize>();
     let h = OutHeader {
-        len: (std::mem::size_of::<OutHeader>() + std::mem::size_of_val(&body)) as u32,
-        error: abi::NOTIFY_INVAL_INODE,
+        len: len as u32,
+        error: code,
         unique: 0,
     };
-    let mut v = h.as_bytes().to_vec();
-    v.extend_from_slice(body.as_bytes());
+    let mut v = Vec::with_capacity(len);
+    v.extend_from_slice(h.as_bytes());
+    for p in parts {
+        v.extend_from_slice(p);
+    }
     v
 }
 
@@ -73,8 +94,17 @@ fn split(d: Duration) -> (u64, u32) {
     (d.as_secs(), d.subsec_nanos())
 }
 
+/// How long the kernel may keep an entry and its inode's attributes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct EntryTtl {
+    /// The name's inode.
+    pub entry: Duration,
+    /// The inode's attributes.
+    pub attr: Duration,
+}
+
 /// An entry the kernel keeps for `t.entry` with its attributes for `t.attr`.
-pub(crate) fn entry_out(attr: Attr, t: &Timeouts) -> abi::EntryOut {
+pub(crate) fn entry_out(attr: Attr, t: EntryTtl) -> abi::EntryOut {
     let (s, ns) = split(t.entry);
     let (a, ans) = split(t.attr);
     abi::EntryOut {
@@ -89,7 +119,7 @@ pub(crate) fn entry_out(attr: Attr, t: &Timeouts) -> abi::EntryOut {
 }
 
 /// LOOKUP, MKNOD, MKDIR, SYMLINK, LINK.
-pub(crate) fn entry(attr: Attr, t: &Timeouts) -> Vec<u8> {
+pub(crate) fn entry(attr: Attr, t: EntryTtl) -> Vec<u8> {
     entry_out(attr, t).as_bytes().to_vec()
 }
 
@@ -137,7 +167,7 @@ pub(crate) fn open(fh: u64) -> Vec<u8> {
 }
 
 /// CREATE: the new entry, then the open file (handle `fh`).
-pub(crate) fn create(attr: Attr, t: &Timeouts, fh: u64) -> Vec<u8> {
+pub(crate) fn create(attr: Attr, t: EntryTtl, fh: u64) -> Vec<u8> {
     let mut v = entry(attr, t);
     v.extend_from_slice(open_out(fh).as_bytes());
     v
@@ -244,5 +274,26 @@ mod tests {
         assert_eq!((h.len, h.error, h.unique), (16, -libc::ENOENT, 9));
         let h = header(9, &Ok(vec![0; 8]));
         assert_eq!((h.len, h.error), (24, 0));
+    }
+
+    #[test]
+    fn notifications_are_framed_as_the_kernel_reads_them() {
+        let v = inval_entry(7, b"abc");
+        // Header (16), parent (8), namelen (4), flags (4), name, NUL.
+        assert_eq!(v.len(), 16 + 16 + 3 + 1);
+        assert_eq!(u32::from_ne_bytes(v[0..4].try_into().unwrap()), 36);
+        assert_eq!(i32::from_ne_bytes(v[4..8].try_into().unwrap()), 3);
+        assert_eq!(u64::from_ne_bytes(v[8..16].try_into().unwrap()), 0);
+        assert_eq!(u64::from_ne_bytes(v[16..24].try_into().unwrap()), 7);
+        assert_eq!(u32::from_ne_bytes(v[24..28].try_into().unwrap()), 3);
+        assert_eq!(u32::from_ne_bytes(v[28..32].try_into().unwrap()), 0);
+        assert_eq!(&v[32..], b"abc\0");
+        let v = inval_inode(9, true);
+        assert_eq!(v.len(), 16 + 24);
+        assert_eq!(i32::from_ne_bytes(v[4..8].try_into().unwrap()), 2);
+        assert_eq!(u64::from_ne_bytes(v[16..24].try_into().unwrap()), 9);
+        assert_eq!(i64::from_ne_bytes(v[24..32].try_into().unwrap()), 0);
+        let v = inval_inode(9, false);
+        assert_eq!(i64::from_ne_bytes(v[24..32].try_into().unwrap()), -1);
     }
 }

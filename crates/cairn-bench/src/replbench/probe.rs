@@ -184,6 +184,7 @@ async fn ask(
             cluster_id,
             cred: None,
             no_checks: false,
+            client: 0,
         }),
         top: 1,
         digest: false,

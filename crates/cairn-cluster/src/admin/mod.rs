@@ -236,6 +236,7 @@ fn header(cfg: &ClusterConfig) -> Option<proto::Header> {
         cluster_id: cfg.cluster_id(),
         cred: None,
         no_checks: false,
+        client: 0,
     })
 }
 

@@ -4,7 +4,7 @@
 use cairn_fs::{Attr, Cred, Errno, FsResult};
 
 use super::count::Rpc;
-use super::{group, Client, Creates};
+use super::{group, Client, Creates, Leased};
 use crate::giga::{home_of, name_hash, server_of};
 use crate::proto;
 
@@ -38,7 +38,9 @@ impl Client {
         name: &[u8],
         what: What<'_>,
     ) -> FsResult<Attr> {
-        self.block_raw(self.make_async(cred, parent, name, what))
+        super::leases::clear();
+        let l = self.block_raw(self.make_leased(cred, parent, name, what))?;
+        Ok(l.noted(parent, name))
     }
 
     /// A create; with [`What::open`] the new file is opened too: in the create's own
@@ -50,6 +52,21 @@ impl Client {
         name: &[u8],
         what: What<'_>,
     ) -> FsResult<Attr> {
+        self.make_leased(cred, parent, name, what)
+            .await
+            .map(|l| l.attr)
+    }
+
+    /// As [`Client::make_async`], with how long the kernel may keep the new entry and
+    /// its attributes.
+    async fn make_leased(
+        &self,
+        cred: &Cred,
+        parent: u64,
+        name: &[u8],
+        what: What<'_>,
+    ) -> FsResult<Leased> {
+        let since = self.inner.leases.epoch();
         let d = self.deadline();
         let h = self.header(cred);
         let (name, target) = (name.to_vec(), what.target.to_vec());
@@ -65,8 +82,8 @@ impl Client {
         // With its token a create is safe to send again (a server answers a copy of
         // one it made as made): after its reply was lost, it goes to another replica.
         let token = group::request_token();
-        let rep = self
-            .named(Rpc::Make, parent, hash, true, d, |mut c, t, i| {
+        let (rep, at) = self
+            .named_at(Rpc::Make, parent, hash, true, d, |mut c, t, i| {
                 let req = proto::MakeReq {
                     token,
                     h: h.clone(),
@@ -97,8 +114,19 @@ impl Client {
             .await?;
         match what.open {
             // A server before `MakeReq.open` made the file only.
-            Some(flags) if !rep.opened => self.open_async(cred, rep.ino, flags, true).await,
-            _ => self.entry_attr(rep, d).await,
+            Some(flags) if !rep.opened => {
+                let attr = self.open_async(cred, rep.ino, flags, true).await?;
+                let none = cairn_fs::Validity::For(std::time::Duration::ZERO);
+                Ok(Leased {
+                    attr,
+                    entry: none,
+                    attr_v: none,
+                })
+            }
+            _ => {
+                self.entry_attr_leased(rep, (at, since), (parent, &name), d)
+                    .await
+            }
         }
     }
 

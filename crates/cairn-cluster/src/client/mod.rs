@@ -22,14 +22,15 @@ use tokio::time::Instant;
 use parking_lot::Mutex;
 
 use cairn_fs::{
-    rules, Attr, Cred, DirEntry, Errno, FileSystem, FsResult, SetAttr, StatFs, TimeSet,
+    rules, Attr, Cred, DirEntry, Errno, FileSystem, FsResult, Invalidator, SetAttr, StatFs,
+    TimeSet, Validity,
 };
 
 use crate::batch::Batcher;
 use crate::config::ClusterConfig;
 use crate::convert::{cred_msg, msg_attr};
 use crate::error::ClientError;
-use crate::giga::{name_hash, rev, rev_range, Bitmap};
+use crate::giga::{home_of, name_hash, rev, rev_range, server_of, Bitmap};
 use crate::proto;
 use crate::stream::Streams;
 use crate::transport::{Dialer, Reach};
@@ -38,6 +39,7 @@ use make::What;
 
 mod count;
 pub(crate) mod group;
+mod leases;
 mod make;
 mod route;
 
@@ -126,6 +128,8 @@ struct Inner {
     streams: Arc<Streams>,
     /// Requests sent, by kind.
     sent: Counts,
+    /// The lease sessions (a mount's client keeps them).
+    leases: Arc<leases::Leases>,
 }
 
 impl Drop for Inner {
@@ -174,6 +178,7 @@ impl Client {
             Client::channels(&cfg, &opts, &reach)?
         };
         let batcher = Arc::new(Batcher::new(conns.len(), handle.clone()));
+        let cfg_len = conns.len();
         let streams = Arc::new(Streams::new(conns.len(), handle.clone()));
         let c = Client {
             inner: Arc::new(Inner {
@@ -188,6 +193,7 @@ impl Client {
                 batcher,
                 streams,
                 sent: Counts::default(),
+                leases: Arc::new(leases::Leases::new(cfg_len)),
             }),
         };
         c.probe()?;
@@ -228,6 +234,7 @@ impl Client {
         let conns = Client::channels(&cfg, &opts, &reach)?;
         let handle = tokio::runtime::Handle::current();
         let batcher = Arc::new(Batcher::new(conns.len(), handle.clone()));
+        let cfg_len = conns.len();
         let streams = Arc::new(Streams::new(conns.len(), handle.clone()));
         Ok(Client {
             inner: Arc::new(Inner {
@@ -242,6 +249,7 @@ impl Client {
                 batcher,
                 streams,
                 sent: Counts::default(),
+                leases: Arc::new(leases::Leases::new(cfg_len)),
             }),
         })
     }
@@ -258,6 +266,7 @@ impl Client {
                     cluster_id: inner.cfg.cluster_id(),
                     cred: None,
                     no_checks: false,
+                    client: 0,
                 };
                 tasks.push(tokio::spawn(async move {
                     let mut r = tonic::Request::new(proto::StatFsReq { h: Some(h) });
@@ -331,6 +340,7 @@ impl Client {
             cluster_id: self.inner.cfg.cluster_id(),
             cred: Some(cred_msg(cred)),
             no_checks: !self.inner.checks.load(Ordering::Relaxed),
+            client: self.inner.leases.id(),
         })
     }
 
@@ -339,6 +349,12 @@ impl Client {
     }
 
     async fn getattr_async(&self, ino: u64, deadline: Instant) -> FsResult<Attr> {
+        self.getattr_leased(ino, deadline).await.map(|(a, _)| a)
+    }
+
+    /// A GETATTR of `ino` at its home, and how long the kernel may keep the answer.
+    async fn getattr_leased(&self, ino: u64, deadline: Instant) -> FsResult<(Attr, Validity)> {
+        let since = self.inner.leases.epoch();
         let h = self.header(&Cred::ROOT);
         let rep = self
             .at_home(Rpc::GetAttr, ino, true, deadline, |mut c, t| {
@@ -347,12 +363,22 @@ impl Client {
                 async move { c.get_attr(r).await }
             })
             .await?;
-        rep.attr.as_ref().map(msg_attr).ok_or(Errno(libc::EIO))
+        let a = rep.attr.as_ref().map(msg_attr).ok_or(Errno(libc::EIO))?;
+        let v = self.inner.leases.validity(
+            home_of(ino) as usize,
+            rep.lease_ms,
+            &leases::Key::Inode(ino),
+            since,
+        );
+        Ok((a, v))
     }
 
     fn getattr_blocking(&self, ino: u64) -> FsResult<Attr> {
+        leases::clear();
         let d = self.deadline();
-        self.block_raw(self.getattr_async(ino, d))
+        let (a, v) = self.block_raw(self.getattr_leased(ino, d))?;
+        leases::note_attr(ino, v);
+        Ok(a)
     }
 
     /// An entry reply made attributes (asking the inode's home when the entry's
@@ -362,6 +388,38 @@ impl Client {
             Some(a) => Ok(msg_attr(a)),
             None => self.getattr_async(rep.ino, deadline).await,
         }
+    }
+
+    /// As [`Client::entry_attr`] for a reply of server `s` asked at lease epoch
+    /// `since`, with how long the kernel may keep the entry `dir`/`name` and the
+    /// attributes.
+    async fn entry_attr_leased(
+        &self,
+        rep: proto::EntryReply,
+        (s, since): (u32, u64),
+        (dir, name): (u64, &[u8]),
+        deadline: Instant,
+    ) -> FsResult<Leased> {
+        let l = &self.inner.leases;
+        let entry = l.validity(
+            s as usize,
+            rep.lease_ms,
+            &leases::Key::Name(dir, name.to_vec()),
+            since,
+        );
+        let ino = rep.ino;
+        let (attr, attr_v) = match rep.attr.as_ref() {
+            Some(a) => (
+                msg_attr(a),
+                l.validity(s as usize, rep.lease_ms, &leases::Key::Inode(ino), since),
+            ),
+            None => self.getattr_leased(ino, deadline).await?,
+        };
+        Ok(Leased {
+            attr,
+            entry,
+            attr_v,
+        })
     }
 
     fn xattr_call(
@@ -438,6 +496,24 @@ impl Client {
     }
 }
 
+/// Attributes a call answered, and how long the kernel may keep them and the entry
+/// that led to them.
+struct Leased {
+    attr: Attr,
+    entry: Validity,
+    attr_v: Validity,
+}
+
+impl Leased {
+    /// Notes the validities for the mount (on the calling thread) and gives the
+    /// attributes.
+    fn noted(self, dir: u64, name: &[u8]) -> Attr {
+        leases::note_entry(dir, name, self.entry);
+        leases::note_attr(self.attr.ino, self.attr_v);
+        self.attr
+    }
+}
+
 fn timeset(t: Option<TimeSet>) -> Option<proto::TimeSet> {
     t.map(|t| proto::TimeSet {
         how: Some(match t {
@@ -449,39 +525,95 @@ fn timeset(t: Option<TimeSet>) -> Option<proto::TimeSet> {
 
 impl FileSystem for Client {
     fn lookup(&self, cred: &Cred, parent: u64, name: &[u8]) -> FsResult<Attr> {
+        leases::clear();
         let d = self.deadline();
-        let h = self.header(cred);
-        let name = name.to_vec();
-        self.block_raw(async {
-            let req = proto::LookupReq {
-                h: h.clone(),
-                dir: parent,
-                name: name.clone(),
-            };
-            let rep = if name == b"." || name == b".." {
-                self.at_home(Rpc::Lookup, parent, true, d, |mut c, t| {
-                    let mut r = tonic::Request::new(req.clone());
-                    r.set_timeout(t);
-                    async move { c.lookup(r).await }
-                })
-                .await?
-            } else {
-                self.named(
-                    Rpc::Lookup,
-                    parent,
-                    name_hash(&name),
-                    true,
-                    d,
-                    |mut c, t, _| {
+        let req = proto::LookupReq {
+            h: self.header(cred),
+            dir: parent,
+            name: name.to_vec(),
+        };
+        if name == b"." || name == b".." {
+            return self.block_raw(async {
+                let rep = self
+                    .at_home(Rpc::Lookup, parent, true, d, |mut c, t| {
                         let mut r = tonic::Request::new(req.clone());
                         r.set_timeout(t);
                         async move { c.lookup(r).await }
+                    })
+                    .await?;
+                self.entry_attr(rep, d).await
+            });
+        }
+        let since = self.inner.leases.epoch();
+        // The lease on an absent name comes with the ENOENT (which `named` keeps).
+        let absent: Mutex<Option<(u32, u32)>> = Mutex::new(None);
+        let (home, n) = (home_of(parent), self.inner.cfg.len());
+        let got = self.block_raw(async {
+            let (rep, s) = self
+                .named_at(
+                    Rpc::Lookup,
+                    parent,
+                    name_hash(name),
+                    true,
+                    d,
+                    |mut c, t, i| {
+                        let mut r = tonic::Request::new(req.clone());
+                        r.set_timeout(t);
+                        let absent = &absent;
+                        async move {
+                            let res = c.lookup(r).await;
+                            if let Ok(rep) = &res {
+                                let rep = rep.get_ref();
+                                if rep
+                                    .status
+                                    .as_ref()
+                                    .is_some_and(|s| s.errno == libc::ENOENT as u32)
+                                {
+                                    *absent.lock() = Some((server_of(home, i, n), rep.lease_ms));
+                                }
+                            }
+                            res
+                        }
                     },
                 )
-                .await?
-            };
-            self.entry_attr(rep, d).await
-        })
+                .await?;
+            self.entry_attr_leased(rep, (s, since), (parent, name), d)
+                .await
+        });
+        match got {
+            Ok(l) => Ok(l.noted(parent, name)),
+            Err(Errno(libc::ENOENT)) => {
+                if let Some((s, ms)) = *absent.lock() {
+                    let key = leases::Key::Name(parent, name.to_vec());
+                    let v = self.inner.leases.validity(s as usize, ms, &key, since);
+                    leases::note_entry(parent, name, v);
+                }
+                Err(Errno(libc::ENOENT))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn entry_validity(&self, parent: u64, name: &[u8]) -> Validity {
+        self.inner.leases.entry_validity(parent, name)
+    }
+
+    fn attr_validity(&self, ino: u64) -> Validity {
+        self.inner.leases.attr_validity(ino)
+    }
+
+    /// Starts the lease sessions with every server: from now on what a server answers
+    /// under a lease is kept by the mount's kernel until the lease ends or is revoked.
+    fn set_invalidator(&self, inv: Arc<dyn Invalidator>) {
+        let h = proto::Header {
+            cluster_id: self.inner.cfg.cluster_id(),
+            cred: None,
+            no_checks: false,
+            client: 0,
+        };
+        self.inner
+            .leases
+            .start(inv, Arc::downgrade(&self.inner), h, &self.inner.handle);
     }
 
     fn getattr(&self, ino: u64) -> FsResult<Attr> {

@@ -234,8 +234,28 @@ impl Client {
         h: u64,
         idem: bool,
         deadline: Instant,
-        mut f: F,
+        f: F,
     ) -> FsResult<R>
+    where
+        R: Rep,
+        F: FnMut(MetaClient<Channel>, Duration, u32) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        self.named_at(kind, dir, h, idem, deadline, f)
+            .await
+            .map(|(r, _)| r)
+    }
+
+    /// As [`Client::named`], with the server that answered.
+    pub(super) async fn named_at<R, F, Fut>(
+        &self,
+        kind: Rpc,
+        dir: u64,
+        h: u64,
+        idem: bool,
+        deadline: Instant,
+        mut f: F,
+    ) -> FsResult<(R, u32)>
     where
         R: Rep,
         F: FnMut(MetaClient<Channel>, Duration, u32) -> Fut,
@@ -249,7 +269,7 @@ impl Client {
             let i = self.route(dir, h);
             let s = server_of(home_of(dir), i, n);
             match self.call(kind, s, idem, deadline, |c, t| f(c, t, i)).await {
-                Ok(r) => return Ok(r),
+                Ok(r) => return Ok((r, s)),
                 Err(CallErr::Redirect(d, parts)) => {
                     // Another request of this client may have learnt the same split
                     // meanwhile: the redirect then teaches nothing new, but the route

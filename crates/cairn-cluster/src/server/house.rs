@@ -82,6 +82,10 @@ impl Node {
         metrics::gauge!("cairn_splits_in_flight")
             .set(st.intents.count(|i| matches!(i.op, Some(Op::Split(_)))) as f64);
         metrics::gauge!("cairn_intents_pending").set(st.intents.len() as f64);
+        drop(st);
+        let (sessions, held) = self.grants.counts();
+        metrics::gauge!("cairn_lease_sessions").set(sessions as f64);
+        metrics::gauge!("cairn_leases_held").set(held as f64);
     }
 
     /// Prepared parts held here (rename destinations, partitions marked removing)

@@ -234,6 +234,8 @@ impl Node {
             cluster_id: self.cluster_id,
             cred: Some(cred_msg(&Cred::ROOT)),
             no_checks: false,
+            // On behalf of the client being served, if any (its own leases stay).
+            client: super::grants::current().map_or(0, |s| s.client()),
         }
     }
 

@@ -5,6 +5,7 @@
 
 mod embed;
 mod fence;
+mod grants;
 #[cfg(feature = "test-hooks")]
 mod hooks;
 mod house;
@@ -17,6 +18,7 @@ pub(crate) mod node;
 mod peer;
 mod rename;
 mod replicated;
+mod sessions;
 mod split;
 mod state;
 mod stream;
@@ -69,6 +71,10 @@ pub const DEFAULT_SPLIT_THRESHOLD: u64 = 8192;
 /// in flight and for clients to close their connections before closing the store.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
+/// How long a client's lease session lasts past a renewal by default
+/// ([`ServerOptions::lease_time`]).
+pub const DEFAULT_LEASE_TIME: Duration = Duration::from_secs(5);
+
 /// How to run a server.
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
@@ -118,6 +124,13 @@ pub struct ServerOptions {
     /// A replicated group's replica snapshots its state (and drops the log before it)
     /// every this many entries. Default 100,000.
     pub snapshot_every: u64,
+    /// How long a client's lease session lasts past its last renewal
+    /// ([`DEFAULT_LEASE_TIME`]): the longest a mount's kernel keeps a name or
+    /// attributes it was granted, the longest a change waits for a client that stopped
+    /// answering, and about the longest changes wait after a restart or a failover
+    /// while leases of before may be held. Zero: no leases (mounts' kernels keep what
+    /// they are told for their own timeouts, and see others' changes that late).
+    pub lease_time: Duration,
     /// Test hooks (cargo feature `test-hooks`).
     #[cfg(feature = "test-hooks")]
     pub hooks: Hooks,
@@ -151,6 +164,7 @@ impl ServerOptions {
             workers: 1,
             open_with: None,
             snapshot_every: 100_000,
+            lease_time: DEFAULT_LEASE_TIME,
             #[cfg(feature = "test-hooks")]
             hooks: Hooks::default(),
         }
@@ -510,6 +524,7 @@ fn open_node(
             split_depth: giga::split_depth_limit(cfg.len(), opts.partitions_per_server),
             peer_timeout: opts.peer_timeout,
             inline_store,
+            lease_time: opts.lease_time,
         },
         node::RowStore::Local(ks),
         peers,
@@ -656,6 +671,8 @@ fn recover(node: &Node) -> Result<(), node::Fail> {
         lease(TAG_INO_LEASE)?.unwrap_or(first_local),
         lease(TAG_INTENT_LEASE)?.unwrap_or(1),
     );
+    // Leases the last run (or leader) granted may still be held: changes wait them out.
+    node.grants.set_grace(node.read_horizon()?);
     for (k, v) in node.scan(&[TAG_PARTITION], None, usize::MAX)? {
         let (Some(dir), Some(idx)) = (be64(&k, 1), be32(&k, 9)) else {
             return Err(damaged("partition key"));

@@ -164,6 +164,8 @@ pub(crate) struct NodeConfig {
     pub split_depth: u32,
     pub peer_timeout: Duration,
     pub inline_store: bool,
+    /// How long a client's lease session lasts past a renewal (zero: no leases).
+    pub lease_time: Duration,
 }
 
 /// The state of a running server. Its settings are plain values; what changes is in
@@ -191,6 +193,8 @@ pub(crate) struct Node {
     /// The highest term seen from each group's leaders (calls of earlier ones are
     /// refused: `super::fence`).
     pub fences: super::fence::Fences,
+    /// The leases granted to clients on what their kernels cache (`super::grants`).
+    pub grants: super::grants::Grants,
     /// Where its rows are: its own store, or its group's replicated state.
     rows: RowStore,
     /// What the server keeps in memory (see [`State`]).
@@ -281,6 +285,7 @@ impl Node {
             rename_lock: RenameLock::default(),
             bitmaps: LearntBitmaps::default(),
             fences: super::fence::Fences::default(),
+            grants: super::grants::Grants::new(cfg.lease_time),
             rows,
             state: Mutex::new(State::default()),
             leases: Mutex::new(Leases::default()),
@@ -605,6 +610,10 @@ impl Node {
         if b.is_empty() {
             return Ok(());
         }
+        let touched: Vec<super::grants::Key> =
+            b.0.iter()
+                .filter_map(|(k, _)| super::grants::Key::of_row(k))
+                .collect();
         match &self.rows {
             RowStore::Local(ks) => ks
                 .write_with(b.write_batch(), WriteOptions::new().defer_sync())
@@ -616,7 +625,10 @@ impl Node {
             }
             .map(drop)
             .map_err(|_| Fail::NotLeader),
-        }
+        }?;
+        // Seen by every reader from now on: the leases on what changed are revoked.
+        self.grants.changed(touched.into_iter());
+        Ok(())
     }
 
     /// Makes everything applied so far durable (group commit). Steps of splits and of
@@ -743,7 +755,12 @@ impl Node {
     /// Records that directory `dir` changed at `t` (an entry added or removed): its
     /// times are written later (here, or sent to its home).
     pub(crate) fn touch_dir(&self, st: &mut State, dir: u64, t: i64) {
-        st.times.touch(home_of(dir) == self.id, dir, t);
+        let home = home_of(dir) == self.id;
+        st.times.touch(home, dir, t);
+        if home {
+            self.grants
+                .changed(std::iter::once(super::grants::Key::Inode(dir)));
+        }
     }
 
     /// Folds a directory's pending times into its row (before a change of the row that

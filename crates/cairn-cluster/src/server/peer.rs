@@ -231,8 +231,14 @@ impl Node {
         }
         // The thread works in the term of the task that hands it the work.
         let term = super::term::bound_term();
-        match tokio::task::spawn_blocking(move || super::term::with_thread_term(term, || f(&n)))
-            .await
+        // And in its lease scope (its changes' revocations are waited for by it).
+        let scope = super::grants::current();
+        match tokio::task::spawn_blocking(move || {
+            super::grants::with_thread_scope(scope, || {
+                super::term::with_thread_term(term, || f(&n))
+            })
+        })
+        .await
         {
             Ok(r) => r,
             Err(e) => {
@@ -258,6 +264,8 @@ impl Node {
             cred: cred.map(|(c, _)| cred_msg(c)),
             no_checks: cred.is_some_and(|(_, checks)| !checks),
             term: super::term::bound_term().unwrap_or_else(|| self.leading_term()),
+            // Its own leases are not revoked for its own change, here or there.
+            client: super::grants::current().map_or(0, |s| s.client()),
         })
     }
 
@@ -352,6 +360,7 @@ impl Node {
             Ok(proto::AttrReply {
                 status: None,
                 attr: Some(attr_msg(&a)),
+                lease_ms: 0,
             })
         })
         .await
@@ -780,13 +789,19 @@ impl Node {
 
     /// Directory times from partitions on other servers.
     pub(crate) async fn p_touch_dirs(self: Arc<Self>, r: proto::TouchReq) -> R<proto::PeerReply> {
-        let mut st = self.state();
-        for t in r.times {
-            if home_of(t.dir) != self.id {
-                continue;
+        let mut touched = Vec::with_capacity(r.times.len());
+        {
+            let mut st = self.state();
+            for t in r.times {
+                if home_of(t.dir) != self.id {
+                    continue;
+                }
+                st.times.merge(true, t.dir, t.mtime, t.ctime);
+                touched.push(super::grants::Key::Inode(t.dir));
             }
-            st.times.merge(true, t.dir, t.mtime, t.ctime);
         }
+        // Their attributes changed: kernels that keep them forget them.
+        self.grants.changed(touched.into_iter());
         Ok(proto::PeerReply::default())
     }
 

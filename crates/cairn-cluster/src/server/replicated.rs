@@ -136,6 +136,7 @@ pub(crate) fn open(
             split_depth: crate::giga::split_depth_limit(cfg.len(), opts.partitions_per_server),
             peer_timeout: opts.peer_timeout,
             inline_store: false,
+            lease_time: opts.lease_time,
         },
         RowStore::Replicated(rep),
         peers,

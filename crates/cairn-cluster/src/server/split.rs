@@ -172,18 +172,30 @@ impl Node {
         self.point("split:after-accept")?;
         // Step 3: the moved names belong to j from this batch on.
         let keys: Vec<Vec<u8>> = rows.into_iter().map(|(k, _)| k).collect();
-        let moved = self
-            .blocking(move |n| {
-                let mut m = n.state();
-                let res = n.split_commit(&mut m, id, &keys);
-                m.parts.set_splitting(dir, idx, false);
-                drop(m);
-                let moved = res?;
-                n.point("split:commit-unsynced")?;
-                n.durable()?;
-                Ok(moved)
-            })
-            .await?;
+        let scope = super::grants::Scope::new(0);
+        let moved = super::grants::in_scope(scope.clone(), async {
+            let moved = self
+                .blocking(move |n| {
+                    let mut m = n.state();
+                    let res = n.split_commit(&mut m, id, &keys);
+                    m.parts.set_splitting(dir, idx, false);
+                    drop(m);
+                    let moved = res?;
+                    n.point("split:commit-unsynced")?;
+                    n.durable()?;
+                    Ok(moved)
+                })
+                .await?;
+            if t != self.id {
+                // Absent names of the moved range were leased here too.
+                self.grants.changed_dir(dir);
+            }
+            R::Ok(moved)
+        })
+        .await?;
+        // Leases on the moved names, granted here, end before their new server
+        // serves them (step 4).
+        scope.settled(None).await;
         self.counters.split_done(moved);
         tracing::info!(
             server = self.id,

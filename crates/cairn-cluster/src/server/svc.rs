@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use cairn_fs::{Cred, SetAttr, TimeSet};
 
+use super::grants::{Key, Scope};
 use super::intent::Driving;
 use super::names::{LinkStep, UnlinkStep, READDIR_MAX};
 use super::node::{errno, Fail, Node, NodeRef, R};
@@ -36,10 +37,18 @@ fn mismatch() -> Status {
     )
 }
 
-/// Runs `fut` in a task of its own and maps its outcome to a reply.
+/// The lease session of the client a request comes from (0: none).
+fn client_of(h: Option<&proto::Header>) -> u64 {
+    h.map_or(0, |h| h.client)
+}
+
+/// Runs `fut` in a task of its own, for `client` (0: none; its changes revoke no lease
+/// of its own, and its reply waits for the revocations they sent), and maps its
+/// outcome to a reply.
 async fn run<Rep: Reply + Send + 'static>(
     node: &NodeRef,
     op: &'static str,
+    client: u64,
     fut: impl Future<Output = R<Rep>> + Send + 'static,
 ) -> Result<Response<Rep>, Status> {
     if node.is_crashed() {
@@ -55,7 +64,11 @@ async fn run<Rep: Reply + Send + 'static>(
     // finishes in that poll, with no task to spawn and wake. One that waits goes on in
     // a task of its own, so that a client going away cannot cut it in the middle (no
     // await lies between the first poll and the spawn).
-    let mut fut = Box::pin(super::term::in_term(term, fut));
+    let scope = Scope::new(client);
+    let mut fut = Box::pin(super::term::in_term(
+        term,
+        super::grants::in_scope(scope.clone(), fut),
+    ));
     let first = std::future::poll_fn(|cx| {
         let poll = std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx));
         Poll::Ready(std::panic::catch_unwind(poll))
@@ -76,6 +89,8 @@ async fn run<Rep: Reply + Send + 'static>(
         }
         res => res,
     };
+    // Once changed, no client's kernel shows what it replaced (`super::grants`).
+    scope.settled(node.grants.grace()).await;
     metrics::counter!("cairn_ops_total", "op" => op).increment(1);
     metrics::histogram!("cairn_op_seconds", "op" => op).record(start.elapsed().as_secs_f64());
     match res {
@@ -161,13 +176,27 @@ pub(crate) async fn make_items(
     items: Vec<(bool, Cred, proto::MakeReq)>,
 ) -> R<Vec<proto::EntryReply>> {
     let term = n.task_term()?;
-    super::term::in_term(term, make_items_in(n, items)).await
+    let client = items
+        .first()
+        .and_then(|(_, _, it)| it.h.as_ref())
+        .map_or(0, |h| h.client);
+    let scope = Scope::new(client);
+    let grace = n.grants.grace();
+    let made = super::term::in_term(
+        term,
+        super::grants::in_scope(scope.clone(), make_items_in(n, client, items)),
+    )
+    .await;
+    scope.settled(grace).await;
+    made
 }
 
 async fn make_items_in(
     n: NodeRef,
+    client: u64,
     items: Vec<(bool, Cred, proto::MakeReq)>,
 ) -> R<Vec<proto::EntryReply>> {
+    let since = n.grants.epoch();
     let made = n
         .op(move |n| {
             let mut made = Vec::with_capacity(items.len());
@@ -183,10 +212,10 @@ async fn make_items_in(
                     // or may not have been done, said for all of it (each item's copy
                     // is answered by its token), never as an item's `EIO`.
                     Err(f @ (Fail::Crashed | Fail::NotLeader)) => return Err(f),
-                    res => made.push((r.dir, res)),
+                    res => made.push((r.dir, r.name, res)),
                 }
             }
-            if made.iter().any(|(_, r)| r.is_ok()) {
+            if made.iter().any(|(_, _, r)| r.is_ok()) {
                 n.ack()?;
             }
             Ok(made)
@@ -195,7 +224,7 @@ async fn make_items_in(
     n.settle().await?;
     let mut out = Vec::with_capacity(made.len());
     let mut splits = std::collections::BTreeSet::new();
-    for (dir, res) in made {
+    for (dir, name, res) in made {
         out.push(match res {
             Ok(m) => {
                 if let Some(idx) = m.split {
@@ -203,6 +232,7 @@ async fn make_items_in(
                 }
                 proto::EntryReply {
                     opened: m.opened,
+                    lease_ms: made_lease(&n, client, dir, name, &m.attr, since),
                     ..entry_reply(&m.attr)
                 }
             }
@@ -258,6 +288,23 @@ fn timeset(t: Option<&proto::TimeSet>) -> Option<TimeSet> {
     }
 }
 
+/// The lease `client` gets on the entry `dir`/`name` it made, and on the new inode's
+/// attributes when they are here (none if anyone else changed anything since `since`).
+fn made_lease(
+    n: &Node,
+    client: u64,
+    dir: u64,
+    name: Vec<u8>,
+    a: &cairn_fs::Attr,
+    since: u64,
+) -> u32 {
+    let mut keys = vec![Key::Name(dir, name.into())];
+    if crate::giga::home_of(a.ino) == n.id {
+        keys.push(Key::Inode(a.ino));
+    }
+    n.grants.grant(client, keys, since)
+}
+
 /// The reply to a create, mknod, symlink, mkdir or link that made entry `a`.
 fn entry_reply(a: &cairn_fs::Attr) -> proto::EntryReply {
     proto::EntryReply {
@@ -266,6 +313,7 @@ fn entry_reply(a: &cairn_fs::Attr) -> proto::EntryReply {
         kind: a.mode & libc::S_IFMT,
         attr: Some(attr_msg(a)),
         opened: false,
+        lease_ms: 0,
     }
 }
 
@@ -273,6 +321,7 @@ fn attr_reply(a: cairn_fs::Attr) -> proto::AttrReply {
     proto::AttrReply {
         status: None,
         attr: Some(attr_msg(&a)),
+        lease_ms: 0,
     }
 }
 
@@ -285,15 +334,37 @@ impl Meta for MetaSvc {
         let (who, r) = who(req);
         let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
-        run(&self.0, "lookup", async move {
-            let f = n.read_op(|n| n.lookup(checks, &cred, r.dir, &r.name))?;
-            Ok(proto::EntryReply {
-                status: None,
-                ino: f.ino,
-                kind: f.kind,
-                attr: f.attr.as_ref().map(attr_msg),
-                opened: false,
-            })
+        let client = client_of(r.h.as_ref());
+        run(&self.0, "lookup", client, async move {
+            let since = n.grants.epoch();
+            let dots = r.name == b"." || r.name == b"..";
+            let name = || Key::Name(r.dir, r.name.as_slice().into());
+            match n.read_op(|n| n.lookup(checks, &cred, r.dir, &r.name)) {
+                Ok(f) => {
+                    let mut keys = Vec::with_capacity(2);
+                    if !dots {
+                        keys.push(name());
+                    }
+                    if f.attr.is_some() {
+                        keys.push(Key::Inode(f.ino));
+                    }
+                    Ok(proto::EntryReply {
+                        status: None,
+                        ino: f.ino,
+                        kind: f.kind,
+                        attr: f.attr.as_ref().map(attr_msg),
+                        opened: false,
+                        lease_ms: n.grants.grant(client, keys, since),
+                    })
+                }
+                // An absent name is leased too (the kernel remembers its absence).
+                Err(Fail::Errno(libc::ENOENT)) if !dots => Ok(proto::EntryReply {
+                    status: Some(Fail::Errno(libc::ENOENT).to_status()),
+                    lease_ms: n.grants.grant(client, vec![name()], since),
+                    ..Default::default()
+                }),
+                Err(f) => Err(f),
+            }
         })
         .await
     }
@@ -305,8 +376,14 @@ impl Meta for MetaSvc {
         let (who, r) = who(req);
         self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
-        run(&self.0, "getattr", async move {
-            n.read_op(|n| n.getattr(r.ino)).map(attr_reply)
+        let client = client_of(r.h.as_ref());
+        run(&self.0, "getattr", client, async move {
+            let since = n.grants.epoch();
+            let a = n.read_op(|n| n.getattr(r.ino))?;
+            Ok(proto::AttrReply {
+                lease_ms: n.grants.grant(client, vec![Key::Inode(a.ino)], since),
+                ..attr_reply(a)
+            })
         })
         .await
     }
@@ -326,7 +403,7 @@ impl Meta for MetaSvc {
             mtime: timeset(r.mtime.as_ref()),
         };
         let n = self.0.clone();
-        run(&self.0, "setattr", async move {
+        run(&self.0, "setattr", client_of(r.h.as_ref()), async move {
             let (a, intent) = n
                 .op(move |n| n.setattr_full(checks, &cred, r.ino, &s, r.token))
                 .await?;
@@ -351,12 +428,14 @@ impl Meta for MetaSvc {
         } else {
             "create"
         };
-        run(&self.0, op, async move {
+        let client = client_of(r.h.as_ref());
+        run(&self.0, op, client, async move {
+            let since = n.grants.epoch();
+            let (dir, name) = (r.dir, r.name.clone());
             let a = if r.mode & libc::S_IFMT == libc::S_IFDIR {
                 n.mkdir(checks, cred, r.dir, r.name, r.mode, r.token)
                     .await?
             } else {
-                let dir = r.dir;
                 let m = n
                     .op(move |n| {
                         let m = n.make_req(checks, &cred, &r)?;
@@ -369,10 +448,14 @@ impl Meta for MetaSvc {
                 }
                 return Ok(proto::EntryReply {
                     opened: m.opened,
+                    lease_ms: made_lease(&n, client, dir, name, &m.attr, since),
                     ..entry_reply(&m.attr)
                 });
             };
-            Ok(entry_reply(&a))
+            Ok(proto::EntryReply {
+                lease_ms: made_lease(&n, client, dir, name, &a, since),
+                ..entry_reply(&a)
+            })
         })
         .await
     }
@@ -394,8 +477,12 @@ impl Meta for MetaSvc {
             items.push((checks, cred, it));
         }
         let count = items.len() as u64;
+        let client = items
+            .first()
+            .and_then(|(_, _, it)| it.h.as_ref())
+            .map_or(0, |h| h.client);
         let n = self.0.clone();
-        let rep = run(&self.0, "make_batch", async move {
+        let rep = run(&self.0, "make_batch", client, async move {
             Ok(proto::MakeBatchReply {
                 status: None,
                 items: make_items(n, items).await?,
@@ -436,7 +523,7 @@ impl Meta for MetaSvc {
         let (who, r) = who(req);
         let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
-        run(&self.0, "link", async move {
+        run(&self.0, "link", client_of(r.h.as_ref()), async move {
             let (dir, name) = (r.dir, r.name.clone());
             let (step, split) = n
                 .op(move |n| n.link_local(checks, &cred, r.ino, r.dir, &r.name, r.token))
@@ -468,7 +555,7 @@ impl Meta for MetaSvc {
         let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
         let op = if r.rmdir { "rmdir" } else { "unlink" };
-        run(&self.0, op, async move {
+        run(&self.0, op, client_of(r.h.as_ref()), async move {
             if r.rmdir {
                 n.rmdir(checks, cred, r.dir, r.name, r.token).await?;
                 return Ok(proto::Empty::default());
@@ -508,7 +595,7 @@ impl Meta for MetaSvc {
         let (who, r) = who(req);
         let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
-        run(&self.0, "rename", async move {
+        run(&self.0, "rename", client_of(r.h.as_ref()), async move {
             n.rename(
                 checks, cred, r.dir, r.name, r.new_dir, r.new_name, r.flags, r.token,
             )
@@ -525,7 +612,7 @@ impl Meta for MetaSvc {
         let (who, r) = who(req);
         let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
-        run(&self.0, "opendir", async move {
+        run(&self.0, "opendir", client_of(r.h.as_ref()), async move {
             n.op(move |n| n.opendir(checks, &cred, r.ino)).await?;
             Ok(proto::Empty::default())
         })
@@ -539,7 +626,7 @@ impl Meta for MetaSvc {
         let (who, r) = who(req);
         let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
-        run(&self.0, "readdir", async move {
+        run(&self.0, "readdir", client_of(r.h.as_ref()), async move {
             let limit = (r.limit as usize).min(READDIR_MAX);
             let at = (r.after_rev, r.after_name);
             n.op(move |n| n.readdir(checks, &cred, r.dir, (at.0, &at.1), limit, r.from_start))
@@ -555,7 +642,7 @@ impl Meta for MetaSvc {
         let (who, r) = who(req);
         self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
-        run(&self.0, "parent", async move {
+        run(&self.0, "parent", client_of(r.h.as_ref()), async move {
             let ino = n.op(move |n| n.parent_of(r.ino)).await?;
             Ok(proto::InoReply { status: None, ino })
         })
@@ -569,7 +656,7 @@ impl Meta for MetaSvc {
         let (who, r) = who(req);
         self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
-        run(&self.0, "readlink", async move {
+        run(&self.0, "readlink", client_of(r.h.as_ref()), async move {
             let data = n.op(move |n| n.readlink(r.ino)).await?;
             Ok(proto::DataReply { status: None, data })
         })
@@ -583,7 +670,7 @@ impl Meta for MetaSvc {
         let (who, r) = who(req);
         let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
-        run(&self.0, "open", async move {
+        run(&self.0, "open", client_of(r.h.as_ref()), async move {
             n.op(move |n| n.open(checks, &cred, r.ino, r.flags, r.created))
                 .await
                 .map(attr_reply)
@@ -595,7 +682,7 @@ impl Meta for MetaSvc {
         let (who, r) = who(req);
         let (_, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
-        run(&self.0, "release", async move {
+        run(&self.0, "release", client_of(r.h.as_ref()), async move {
             n.op(move |n| n.release(&cred, r.ino)).await?;
             Ok(proto::Empty::default())
         })
@@ -609,7 +696,7 @@ impl Meta for MetaSvc {
         let (who, r) = who(req);
         let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
-        run(&self.0, "read", async move {
+        run(&self.0, "read", client_of(r.h.as_ref()), async move {
             let size = (r.size as usize).min(MAX_IO);
             let data = n
                 .op(move |n| n.read(checks, &cred, r.ino, r.offset, size))
@@ -626,7 +713,7 @@ impl Meta for MetaSvc {
         let (who, r) = who(req);
         let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
-        run(&self.0, "write", async move {
+        run(&self.0, "write", client_of(r.h.as_ref()), async move {
             if r.data.len() > MAX_IO {
                 return errno(libc::EFBIG);
             }
@@ -645,7 +732,7 @@ impl Meta for MetaSvc {
         let (who, r) = who(req);
         self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
-        run(&self.0, "fsync", async move {
+        run(&self.0, "fsync", client_of(r.h.as_ref()), async move {
             n.blocking(|n| n.fsync()).await?;
             Ok(proto::Empty::default())
         })
@@ -659,7 +746,7 @@ impl Meta for MetaSvc {
         let (who, r) = who(req);
         let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
-        run(&self.0, "getxattr", async move {
+        run(&self.0, "getxattr", client_of(r.h.as_ref()), async move {
             let data = n
                 .op(move |n| n.getxattr(checks, &cred, r.ino, &r.name))
                 .await?;
@@ -675,7 +762,7 @@ impl Meta for MetaSvc {
         let (who, r) = who(req);
         let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
-        run(&self.0, "setxattr", async move {
+        run(&self.0, "setxattr", client_of(r.h.as_ref()), async move {
             let intent = n
                 .op(move |n| n.setxattr(checks, &cred, r.ino, &r.name, &r.value, r.flags))
                 .await?;
@@ -695,7 +782,7 @@ impl Meta for MetaSvc {
         let (who, r) = who(req);
         let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
-        run(&self.0, "listxattr", async move {
+        run(&self.0, "listxattr", client_of(r.h.as_ref()), async move {
             let names = n.op(move |n| n.listxattr(checks, &cred, r.ino)).await?;
             Ok(proto::XattrListReply {
                 status: None,
@@ -712,11 +799,16 @@ impl Meta for MetaSvc {
         let (who, r) = who(req);
         let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
-        run(&self.0, "removexattr", async move {
-            n.op(move |n| n.removexattr(checks, &cred, r.ino, &r.name))
-                .await?;
-            Ok(proto::Empty::default())
-        })
+        run(
+            &self.0,
+            "removexattr",
+            client_of(r.h.as_ref()),
+            async move {
+                n.op(move |n| n.removexattr(checks, &cred, r.ino, &r.name))
+                    .await?;
+                Ok(proto::Empty::default())
+            },
+        )
         .await
     }
 
@@ -727,7 +819,7 @@ impl Meta for MetaSvc {
         let (who, r) = who(req);
         self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
-        run(&self.0, "statfs", async move {
+        run(&self.0, "statfs", client_of(r.h.as_ref()), async move {
             n.blocking(|n| n.statfs()).await
         })
         .await
@@ -767,6 +859,41 @@ impl Meta for MetaSvc {
         .map_err(|_| Status::internal("dump task failed"))?
         .map_err(|f| Status::internal(format!("dump: {f:?}")))?;
         Ok(Response::new(rep))
+    }
+
+    type LeasesStream = super::sessions::Downs;
+
+    async fn leases(
+        &self,
+        req: Request<Streaming<proto::LeaseUp>>,
+    ) -> Result<Response<Self::LeasesStream>, Status> {
+        if self.0.is_crashed() {
+            return Err(Status::unavailable("server stopping"));
+        }
+        if self.0.serving().is_err() {
+            return Err(not_leader(&self.0));
+        }
+        let (who, mut inbound) = who(req);
+        let first = inbound
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("a lease session with no first message"))?;
+        self.hdr(&who, first.h.as_ref())?;
+        let client = client_of(first.h.as_ref());
+        if client == 0 {
+            return Err(Status::invalid_argument(
+                "a lease session needs a client id",
+            ));
+        }
+        if let Some(s) = super::sessions::refusal(self.0.grants.time()) {
+            return Err(s);
+        }
+        Ok(Response::new(super::sessions::serve(
+            self.0.clone(),
+            client,
+            first,
+            inbound,
+        )))
     }
 
     async fn change_replicas(
@@ -818,7 +945,8 @@ macro_rules! peer_service {
                     self.hdr(&who, r.h.as_ref())?;
                     let (from, term) = r.h.as_ref().map_or((0, 0), |h| (h.from, h.term));
                     let n = self.0.clone();
-                    run(&self.0, $op, async move {
+                    let client = r.h.as_ref().map_or(0, |h| h.client);
+                    run(&self.0, $op, client, async move {
                         let _fence = n.fence_enter(from, term).await?;
                         n.$local(r).await
                     })
@@ -850,7 +978,7 @@ macro_rules! peer_service {
                     .and_then(|c| c.h.as_ref())
                     .map_or((0, 0), |h| (h.from, h.term));
                 let n = self.0.clone();
-                run(&self.0, "peer_accept", async move {
+                run(&self.0, "peer_accept", 0, async move {
                     let _fence = n.fence_enter(from, term).await?;
                     n.p_accept_partition(chunks).await
                 })

@@ -1,0 +1,101 @@
+//! A client's lease session (`Leases`): its renewals and answers come in, renewals'
+//! answers and revocations go out (`super::grants` keeps the table), and the durable
+//! horizon beyond which no lease lasts is kept ahead of the sessions.
+
+use std::time::Duration;
+
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::StreamExt;
+use tonic::{Status, Streaming};
+
+use super::node::{Batch, Node, NodeRef, R};
+use crate::proto;
+use crate::rows::{single, TAG_LEASE_HORIZON};
+
+/// What a session sends its client.
+pub(crate) type Downs =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<proto::LeaseDown, Status>> + Send>>;
+
+/// Serves `client`'s session whose first message is `first` and the rest `inbound`.
+pub(crate) fn serve(
+    node: NodeRef,
+    client: u64,
+    first: proto::LeaseUp,
+    mut inbound: Streaming<proto::LeaseUp>,
+) -> Downs {
+    let (stream, rx) = node.grants.open(client);
+    heard(&node, client, &first);
+    let n = node.clone();
+    tokio::spawn(async move {
+        let mut stop = n.streams_stop();
+        loop {
+            tokio::select! {
+                m = inbound.message() => match m {
+                    Ok(Some(up)) => heard(&n, client, &up),
+                    Ok(None) | Err(_) => break,
+                },
+                _ = stop.wait_for(|s| *s) => break,
+            }
+        }
+        n.grants.closed(client, stream);
+    });
+    // Ends when the session's stream is closed in the table (the inbound side ended,
+    // the server stopped, or a later stream of the same client replaced it).
+    Box::pin(UnboundedReceiverStream::new(rx).map(Ok))
+}
+
+/// One message of a client's session.
+fn heard(node: &NodeRef, client: u64, up: &proto::LeaseUp) {
+    if up.revoked != 0 {
+        node.grants.answered(client, up.revoked);
+    }
+    if up.renew != 0 {
+        node.grants.renew(client, up.renew);
+        extend_horizon(node);
+    }
+}
+
+/// Makes a later horizon durable if one is due, in the background.
+fn extend_horizon(node: &NodeRef) {
+    let Some(ms) = node.grants.horizon_due() else {
+        return;
+    };
+    let n = node.clone();
+    tokio::spawn(async move {
+        let written = n
+            .blocking(move |n| {
+                n.write_horizon(ms)?;
+                n.durable()
+            })
+            .await;
+        if let Err(e) = &written {
+            tracing::info!(server = n.id, "lease horizon not written: {e:?}");
+        }
+        n.grants.horizon_written(written.ok().map(|_| ms));
+    });
+}
+
+impl Node {
+    /// Writes the lease horizon row (`ms` since the epoch).
+    fn write_horizon(&self, ms: i64) -> R<()> {
+        let mut b = Batch::new();
+        b.put_raw(&single(TAG_LEASE_HORIZON), &ms.to_le_bytes());
+        self.apply(b)
+    }
+
+    /// The lease horizon in the rows (0: none), read at recovery.
+    pub(crate) fn read_horizon(&self) -> R<i64> {
+        Ok(self
+            .get_raw(&single(TAG_LEASE_HORIZON))?
+            .and_then(|v| v.get(..8).map(|b| b.try_into().map(i64::from_le_bytes)))
+            .and_then(Result::ok)
+            .unwrap_or(0))
+    }
+}
+
+/// The lease time a session's first message is refused with when the server grants
+/// none.
+pub(crate) fn refusal(time: Duration) -> Option<Status> {
+    time.is_zero()
+        .then(|| Status::unimplemented("this server grants no leases (--lease-time 0)"))
+}
