@@ -294,8 +294,6 @@ impl Grants {
         t.streams += 1;
         let stream = t.streams;
         let now = Instant::now();
-        t.sessions
-            .retain(|_, s| matches!(s.link, Link::Open { .. }) || s.until > now);
         match t.sessions.get_mut(&client) {
             Some(s) => s.link = Link::Open { tx, stream },
             None => {
@@ -330,10 +328,17 @@ impl Grants {
         let Some(s) = t.sessions.get_mut(&client) else {
             return;
         };
+        let now = Instant::now();
         if !s.quiet() {
-            return;
+            if s.until > now {
+                return;
+            }
+            // Ran out with revocations unanswered (sent on a stream that broke, say):
+            // what they revoked is forgotten by now; the session starts afresh.
+            let sent = s.sent;
+            s.answered.send_replace(sent);
         }
-        s.until = Instant::now() + self.time;
+        s.until = now + self.time;
         if let Link::Open { tx, .. } = &s.link {
             let _ = tx.send(proto::LeaseDown {
                 renewed: n,
@@ -467,6 +472,30 @@ impl Grants {
                 .collect()
         };
         self.changed(keys.into_iter());
+    }
+
+    /// Forgets sessions that are closed and over, and the leases they held.
+    pub(crate) fn sweep(&self) {
+        let mut t = self.table.lock();
+        let now = Instant::now();
+        let before = t.sessions.len();
+        t.sessions
+            .retain(|_, s| matches!(s.link, Link::Open { .. }) || s.until > now);
+        if t.sessions.len() == before {
+            return;
+        }
+        let Table {
+            held,
+            sessions,
+            holds,
+            ..
+        } = &mut *t;
+        held.retain(|_, holders| {
+            let n = holders.len();
+            holders.retain(|c| sessions.contains_key(c));
+            *holds -= n - holders.len();
+            !holders.is_empty()
+        });
     }
 
     /// Sessions and holds, for the server's status.

@@ -83,6 +83,7 @@ impl Node {
             .set(st.intents.count(|i| matches!(i.op, Some(Op::Split(_)))) as f64);
         metrics::gauge!("cairn_intents_pending").set(st.intents.len() as f64);
         drop(st);
+        self.grants.sweep();
         let (sessions, held) = self.grants.counts();
         metrics::gauge!("cairn_lease_sessions").set(sessions as f64);
         metrics::gauge!("cairn_leases_held").set(held as f64);

@@ -24,14 +24,14 @@ pub(crate) fn serve(
     mut inbound: Streaming<proto::LeaseUp>,
 ) -> Downs {
     let (stream, rx) = node.grants.open(client);
-    heard(&node, client, &first);
+    heard(&node, (client, stream), &first);
     let n = node.clone();
     tokio::spawn(async move {
         let mut stop = n.streams_stop();
         loop {
             tokio::select! {
                 m = inbound.message() => match m {
-                    Ok(Some(up)) => heard(&n, client, &up),
+                    Ok(Some(up)) => heard(&n, (client, stream), &up),
                     Ok(None) | Err(_) => break,
                 },
                 _ = stop.wait_for(|s| *s) => break,
@@ -44,10 +44,16 @@ pub(crate) fn serve(
     Box::pin(UnboundedReceiverStream::new(rx).map(Ok))
 }
 
-/// One message of a client's session.
-fn heard(node: &NodeRef, client: u64, up: &proto::LeaseUp) {
+/// One message of stream `stream` of `client`'s session.
+fn heard(node: &NodeRef, (client, stream): (u64, u64), up: &proto::LeaseUp) {
     if up.revoked != 0 {
         node.grants.answered(client, up.revoked);
+    }
+    if node.serving().is_err() {
+        // A replica that lost the lead renews nothing: the stream ends, and the client
+        // opens its session again with the group's leader.
+        node.grants.closed(client, stream);
+        return;
     }
     if up.renew != 0 {
         node.grants.renew(client, up.renew);
