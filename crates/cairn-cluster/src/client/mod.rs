@@ -409,10 +409,13 @@ impl Client {
         );
         let ino = rep.ino;
         let (attr, attr_v) = match rep.attr.as_ref() {
-            Some(a) => (
-                msg_attr(a),
-                l.validity(s as usize, rep.lease_ms, &leases::Key::Inode(ino), since),
-            ),
+            // The lease covers the attributes only where the server is the inode's home
+            // (a directory made elsewhere comes with its attributes, unleased).
+            Some(a) => {
+                let lease = if home_of(ino) == s { rep.lease_ms } else { 0 };
+                let key = leases::Key::Inode(ino);
+                (msg_attr(a), l.validity(s as usize, lease, &key, since))
+            }
             None => self.getattr_leased(ino, deadline).await?,
         };
         Ok(Leased {
