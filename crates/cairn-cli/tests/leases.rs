@@ -26,11 +26,9 @@ use std::fs::OpenOptions;
 use std::io::{ErrorKind, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use cairn_cluster::ClusterConfig;
 
 use common::cluster::{Cluster, Rng};
 use common::net::{free_ports, Net};
@@ -51,56 +49,11 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 /// Starts `n` servers (groups of one) on 127.0.0.1, with `--lease-time` `lease_time`
 /// when given, and waits until they all answer.
 fn start(n: usize, lease_time: Option<&str>) -> Cluster {
-    let tmp = tempfile::tempdir().unwrap();
-    let net = Net::Loopback(free_ports(2 * n));
-    let text: String = (0..n)
-        .map(|i| format!("[[server]]\nid = {i}\naddr = \"{}\"\n\n", net.addr(i)))
-        .collect();
-    let servers = ClusterConfig::parse(&text).unwrap().servers().to_vec();
-    let file = cairn_cluster::tls::init_certs(
-        tmp.path(),
-        &servers,
-        &[cairn_cluster::tls::ClientCert::admin("0")],
-    )
-    .unwrap();
-    let cfg = ClusterConfig::load(&file).unwrap();
-    let mut c = Cluster {
-        servers: (0..n).map(|_| None).collect(),
-        net,
-        file,
-        cfg,
-        split_threshold: 8192,
-        sync: "never",
-        tmp,
+    let extra: Vec<&str> = match lease_time {
+        Some(t) => vec!["--lease-time", t],
+        None => Vec::new(),
     };
-    for i in 0..n {
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(c.log(i))
-            .unwrap();
-        let mut cmd = c.net.command(i);
-        cmd.arg("serve")
-            .arg("--dir")
-            .arg(c.store(i))
-            .arg("--listen")
-            .arg(c.net.addr(i).to_string())
-            .arg("--cluster")
-            .arg(&c.file)
-            .args(["--sync", c.sync])
-            .env("CAIRN_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
-        if let Some(t) = lease_time {
-            cmd.args(["--lease-time", t]);
-        }
-        c.servers[i] = Some(cmd.spawn().unwrap());
-    }
-    for i in 0..n {
-        c.wait_up(i);
-    }
-    c
+    Cluster::start_on(Net::Loopback(free_ports(2 * n)), n, 8192, "never", &extra)
 }
 
 /// Two mounts of `cluster` (`mnt-a`, `mnt-b` in a new directory), with `args` added;

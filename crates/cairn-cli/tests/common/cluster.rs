@@ -19,6 +19,8 @@ pub struct Cluster {
     pub split_threshold: u64,
     /// `--sync` of the servers.
     pub sync: &'static str,
+    /// More arguments of every `cairn serve` (`--lease-time 2` ...).
+    pub extra: Vec<String>,
     pub tmp: tempfile::TempDir,
 }
 
@@ -27,8 +29,18 @@ impl Cluster {
     /// `always` where acknowledged changes must survive a SIGKILL, else `never` (every
     /// change of a sequential client would wait for an fsync of its own).
     pub fn start(n: usize, split_threshold: u64, sync: &'static str) -> Cluster {
+        Cluster::start_on(Net::new(n), n, split_threshold, sync, &[])
+    }
+
+    /// As [`Cluster::start`], on `net`, each `cairn serve` given `extra` too.
+    pub fn start_on(
+        net: Net,
+        n: usize,
+        split_threshold: u64,
+        sync: &'static str,
+        extra: &[&str],
+    ) -> Cluster {
         let tmp = tempfile::tempdir().unwrap();
-        let net = Net::new(n);
         let text: String = (0..n)
             .map(|i| format!("[[server]]\nid = {i}\naddr = \"{}\"\n\n", net.addr(i)))
             .collect();
@@ -56,6 +68,7 @@ impl Cluster {
             cfg,
             split_threshold,
             sync,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
             tmp,
         };
         for i in 0..n {
@@ -98,6 +111,7 @@ impl Cluster {
             .args(["--sync", self.sync])
             .arg("--metrics")
             .arg(self.net.metrics_addr(i).to_string())
+            .args(&self.extra)
             .env("CAIRN_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
