@@ -29,7 +29,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-
 use common::cluster::{Cluster, Rng};
 use common::net::{free_ports, Net};
 use common::Mount;
