@@ -585,8 +585,20 @@ fn work_dir(a: &Path, b: &Path, name: &str) -> [PathBuf; 2] {
 /// Three servers (the default lease time), two mounts: see the file's doc.
 #[test]
 fn two_mounts_see_each_others_changes_at_once() {
+    see_each_others_changes(None, 300);
+}
+
+/// The same with leases of 0.3 s: the kernels' times run out during the sequence, and
+/// the mounts' clients answer what they keep under leases still renewed (or ask).
+#[test]
+fn two_mounts_see_each_others_changes_with_short_leases() {
+    see_each_others_changes(Some("0.3"), 1500);
+}
+
+/// Three servers (`--lease-time lease_time`), two mounts, the random sequence.
+fn see_each_others_changes(lease_time: Option<&str>, default_steps: usize) {
     let _one = one_at_a_time();
-    let cluster = start(3, None);
+    let cluster = start(3, lease_time);
     let Some((tmp, ma, mb)) = two_mounts(&cluster, &[]) else {
         return;
     };
@@ -597,7 +609,7 @@ fn two_mounts_see_each_others_changes_at_once() {
     let steps = std::env::var("CAIRN_LEASES_STEPS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
+        .unwrap_or(default_steps);
     if let Err(e) = random_sequence([&ws[0], &ws[1]], &mut rng, steps) {
         panic!(
             "{e}\n(run again with CAIRN_LEASES_SEED={seed})\nmount A's log:\n{}\nmount B's log:\n{}",

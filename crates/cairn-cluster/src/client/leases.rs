@@ -4,9 +4,17 @@
 //! answered under a lease may be kept by the kernel until the session's end as the
 //! client knows it: the send time of its last renewal the server granted, plus the
 //! lease time (the server counts from the renewal's receipt, later).
+//!
+//! The client also keeps what it was answered under a lease (`Kept`): once the
+//! kernel's time for an answer is out, the kernel asks the mount again, and while the
+//! lease holds (its session renewed, nothing revoked) the client answers itself, for a
+//! new stretch of the session, without a request. Its own changes drop what they touch
+//! from it (the servers revoke nothing of a client's own): names precisely; attributes
+//! of the inode changed, and after an unlink, rmdir, rename or link (whose inodes'
+//! link counts and times it does not all know) every attribute it kept.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
@@ -16,7 +24,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
-use cairn_fs::{Invalidator, Validity};
+use cairn_fs::{Attr, Invalidator, Validity};
 
 use super::group::Group;
 use super::Inner;
@@ -27,12 +35,32 @@ use crate::proto;
 const RECENT: usize = 4096;
 /// Pause before a session is opened again after it ended.
 const RECONNECT: Duration = Duration::from_millis(250);
+/// Names, and inodes' attributes, kept at most (all are dropped beyond).
+const KEPT: usize = 1 << 20;
+/// What a session must have left for what it leased to be handed out.
+const MARGIN: Duration = Duration::from_millis(20);
 
 /// A lease's subject, as the client names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Key {
     Name(u64, Vec<u8>),
     Inode(u64),
+    /// Every inode's attributes (the client's own change of some it does not know).
+    AllInodes,
+    /// Everything (a session ran out or ended: what was kept under it may have been
+    /// changed since without a word).
+    All,
+}
+
+impl Key {
+    /// Whether forgetting `self` forgets `key`.
+    fn covers(&self, key: &Key) -> bool {
+        match self {
+            Key::All => true,
+            Key::AllInodes => matches!(key, Key::Inode(_) | Key::AllInodes),
+            _ => self == key,
+        }
+    }
 }
 
 /// Where a session with one server stands.
@@ -62,9 +90,9 @@ pub(super) struct Leases {
     /// This client's id on its sessions (random, nonzero).
     id: u64,
     standing: Vec<Mutex<Standing>>,
-    /// Revocations handled so far, and the most recent ones.
+    /// Revocations handled so far, and the most recent ones with what is kept.
     epoch: AtomicU64,
-    recent: Mutex<VecDeque<(u64, Key)>>,
+    recent: Mutex<Kept>,
     inv: OnceLock<Arc<dyn Invalidator>>,
 }
 
@@ -75,7 +103,7 @@ impl Leases {
             id: super::group::request_token(),
             standing: (0..servers).map(|_| Mutex::new(Standing::Down)).collect(),
             epoch: AtomicU64::new(0),
-            recent: Mutex::new(VecDeque::new()),
+            recent: Mutex::new(Kept::default()),
             inv: OnceLock::new(),
         }
     }
@@ -116,13 +144,7 @@ impl Leases {
         if self.epoch() == since {
             return false;
         }
-        let r = self.recent.lock();
-        match r.front() {
-            Some((first, _)) if *first <= since + 1 => {
-                r.iter().any(|(e, k)| *e > since && k == key)
-            }
-            _ => true,
-        }
+        self.recent.lock().revoked_since(since, key)
     }
 
     /// Starts the sessions with every server (once): from now on requests carry this
@@ -163,7 +185,10 @@ impl Leases {
             else {
                 return;
             };
-            match self.session(s, conn, h.clone()).await {
+            let ended = self.session(s, conn, h.clone()).await;
+            // What was kept under the session may have changed since without a word.
+            self.forget(Key::All);
+            match ended {
                 Ended::Off => {
                     *self.standing[s].lock() = Standing::Off;
                     return;
@@ -216,6 +241,15 @@ impl Leases {
                     if down.renewed != 0 {
                         if let Some(sent) = renewals.granted(down.renewed) {
                             let lease = Duration::from_millis(down.lease_ms.into());
+                            let lapsed = matches!(
+                                *self.standing[s].lock(),
+                                Standing::Up(until) if until <= Instant::now()
+                            );
+                            if lapsed {
+                                // It ran out before this renewal: the server may have
+                                // let changes pass without revoking what was kept.
+                                self.forget(Key::All);
+                            }
                             *self.standing[s].lock() = Standing::Up(sent + lease);
                             if lease / 4 != every && !lease.is_zero() {
                                 every = lease / 4;
@@ -258,10 +292,7 @@ impl Leases {
             let mut r = self.recent.lock();
             for k in &keys {
                 let e = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
-                r.push_back((e, k.clone()));
-                if r.len() > RECENT {
-                    r.pop_front();
-                }
+                r.revoked(e, k);
             }
         }
         let Some(inv) = self.inv.get().cloned() else {
@@ -272,6 +303,7 @@ impl Leases {
                 match k {
                     Key::Name(dir, name) => inv.entry(dir, &name),
                     Key::Inode(ino) => inv.inode(ino),
+                    Key::AllInodes | Key::All => {}
                 }
             }
         })
@@ -280,6 +312,168 @@ impl Leases {
             tracing::warn!("forgetting revoked leases: {e}");
         }
     }
+}
+
+/// What the client keeps of answers under leases, and the latest revocations.
+#[derive(Default)]
+struct Kept {
+    revoked: VecDeque<(u64, Key)>,
+    /// A name's inode (`None`: absent) and the server that leased it.
+    names: HashMap<(u64, Vec<u8>), (usize, Option<u64>)>,
+    /// An inode's attributes and the server that leased them.
+    attrs: HashMap<u64, (usize, Attr)>,
+}
+
+impl Kept {
+    fn revoked_since(&self, since: u64, key: &Key) -> bool {
+        match self.revoked.front() {
+            Some((first, _)) if *first <= since + 1 => self
+                .revoked
+                .iter()
+                .any(|(e, k)| *e > since && k.covers(key)),
+            _ => true,
+        }
+    }
+
+    /// `k` was revoked as revocation `e`: noted, and forgotten.
+    fn revoked(&mut self, e: u64, k: &Key) {
+        self.revoked.push_back((e, k.clone()));
+        if self.revoked.len() > RECENT {
+            self.revoked.pop_front();
+        }
+        match k {
+            Key::Name(dir, name) => {
+                self.names.remove(&(*dir, name.clone()));
+            }
+            Key::Inode(ino) => {
+                self.attrs.remove(ino);
+            }
+            Key::AllInodes => self.attrs.clear(),
+            Key::All => {
+                self.names.clear();
+                self.attrs.clear();
+            }
+        }
+    }
+}
+
+impl Leases {
+    /// Whether `key` was revoked since epoch `since` (under the kept answers' lock).
+    fn revoked_in(&self, k: &Kept, since: u64, key: &Key) -> bool {
+        self.epoch() != since && k.revoked_since(since, key)
+    }
+
+    /// Keeps that `dir`/`name` is `found` (`None`: absent), as server `s` answered at
+    /// epoch `since` under a lease (`v`).
+    pub(super) fn keep_name(
+        &self,
+        s: usize,
+        (dir, name): (u64, &[u8]),
+        found: Option<u64>,
+        (v, since): (Validity, u64),
+    ) {
+        if !leased(v) {
+            return;
+        }
+        let mut k = self.recent.lock();
+        if self.revoked_in(&k, since, &Key::Name(dir, name.to_vec())) {
+            return;
+        }
+        if k.names.len() >= KEPT {
+            k.names.clear();
+        }
+        k.names.insert((dir, name.to_vec()), (s, found));
+    }
+
+    /// Keeps `attr` as server `s` answered it at epoch `since` under a lease (`v`).
+    pub(super) fn keep_attr(&self, s: usize, attr: &Attr, (v, since): (Validity, u64)) {
+        if !leased(v) {
+            return;
+        }
+        let mut k = self.recent.lock();
+        if self.revoked_in(&k, since, &Key::Inode(attr.ino)) {
+            return;
+        }
+        if k.attrs.len() >= KEPT {
+            k.attrs.clear();
+        }
+        k.attrs.insert(attr.ino, (s, attr.clone()));
+    }
+
+    /// How long server `s`'s session has left, if it is open and not about to end.
+    fn left(&self, s: usize) -> Option<Duration> {
+        match self.standing.get(s).map(|m| *m.lock()) {
+            Some(Standing::Up(until)) => {
+                let left = until.saturating_duration_since(Instant::now());
+                (left > MARGIN).then_some(left)
+            }
+            _ => None,
+        }
+    }
+
+    /// What the client keeps of `dir`/`name` — found (with its attributes kept too) or
+    /// absent (`None`) — with how long the kernel may keep the entry and the
+    /// attributes; `None` when it must ask a server.
+    pub(super) fn kept_name(
+        &self,
+        dir: u64,
+        name: &[u8],
+    ) -> Option<(Option<Attr>, Validity, Validity)> {
+        let k = self.recent.lock();
+        let (s, found) = *k.names.get(&(dir, name.to_vec()))?;
+        let entry = Validity::For(self.left(s)?);
+        match found {
+            None => Some((None, entry, Validity::For(Duration::ZERO))),
+            Some(ino) => {
+                let (a, attr) = k.attrs.get(&ino)?;
+                Some((Some(attr.clone()), entry, Validity::For(self.left(*a)?)))
+            }
+        }
+    }
+
+    /// The attributes of `ino` the client keeps, with how long the kernel may keep
+    /// them; `None` when it must ask a server.
+    pub(super) fn kept_attr(&self, ino: u64) -> Option<(Attr, Validity)> {
+        let k = self.recent.lock();
+        let (s, attr) = k.attrs.get(&ino)?;
+        Some((attr.clone(), Validity::For(self.left(*s)?)))
+    }
+
+    /// The client's own change of `key` (done): forgotten, and counted as a
+    /// revocation, so that an answer read before it is neither kept nor leased to the
+    /// kernel.
+    pub(super) fn forget(&self, key: Key) {
+        let mut k = self.recent.lock();
+        let e = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        k.revoked(e, &key);
+    }
+}
+
+/// The client's own change of `keys`, forgotten when this is dropped (after the change
+/// returned, whatever it returned).
+pub(super) struct OwnChange<'a> {
+    leases: &'a Leases,
+    keys: Vec<Key>,
+}
+
+impl Drop for OwnChange<'_> {
+    fn drop(&mut self) {
+        for k in self.keys.drain(..) {
+            self.leases.forget(k);
+        }
+    }
+}
+
+impl Leases {
+    /// An own change of `keys` begins: they are forgotten once it returned.
+    pub(super) fn own_change(&self, keys: Vec<Key>) -> OwnChange<'_> {
+        OwnChange { leases: self, keys }
+    }
+}
+
+/// Whether `v` is a lease with some time left.
+fn leased(v: Validity) -> bool {
+    matches!(v, Validity::For(d) if d > MARGIN)
 }
 
 /// How a session ended.

@@ -4,7 +4,8 @@
 use cairn_fs::{Attr, Cred, Errno, FsResult};
 
 use super::count::Rpc;
-use super::{group, Client, Creates, Leased};
+use super::fs::Leased;
+use super::{group, Client, Creates};
 use crate::giga::{home_of, name_hash, server_of};
 use crate::proto;
 
@@ -66,6 +67,12 @@ impl Client {
         name: &[u8],
         what: What<'_>,
     ) -> FsResult<Leased> {
+        // What was kept of the name goes now (the kernel holds the directory's lock: no
+        // lookup of it runs meanwhile), the new entry is kept as answered; the parent's
+        // link count and times change.
+        let l = &self.inner.leases;
+        l.forget(super::leases::Key::Name(parent, name.to_vec()));
+        let _own = l.own_change(vec![super::leases::Key::Inode(parent)]);
         let since = self.inner.leases.epoch();
         let d = self.deadline();
         let h = self.header(cred);
