@@ -266,7 +266,8 @@ impl FileSystem for Client {
     fn link(&self, cred: &Cred, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr> {
         let _own = self.own(vec![
             leases::Key::Name(newparent, newname.to_vec()),
-            leases::Key::AllInodes,
+            leases::Key::Inode(ino),
+            leases::Key::Inode(newparent),
         ]);
         let d = self.deadline();
         let h = self.header(cred);
@@ -293,18 +294,12 @@ impl FileSystem for Client {
     }
 
     fn unlink(&self, cred: &Cred, parent: u64, name: &[u8]) -> FsResult<()> {
-        let _own = self.own(vec![
-            leases::Key::Name(parent, name.to_vec()),
-            leases::Key::AllInodes,
-        ]);
+        let _own = self.own(self.inner.leases.touched(&[(parent, name)], &[parent]));
         self.remove(cred, parent, name, false)
     }
 
     fn rmdir(&self, cred: &Cred, parent: u64, name: &[u8]) -> FsResult<()> {
-        let _own = self.own(vec![
-            leases::Key::Name(parent, name.to_vec()),
-            leases::Key::AllInodes,
-        ]);
+        let _own = self.own(self.inner.leases.touched(&[(parent, name)], &[parent]));
         self.remove(cred, parent, name, true)
     }
 
@@ -317,11 +312,10 @@ impl FileSystem for Client {
         newname: &[u8],
         flags: u32,
     ) -> FsResult<()> {
-        let _own = self.own(vec![
-            leases::Key::Name(parent, name.to_vec()),
-            leases::Key::Name(newparent, newname.to_vec()),
-            leases::Key::AllInodes,
-        ]);
+        let _own = self.own(self.inner.leases.touched(
+            &[(parent, name), (newparent, newname)],
+            &[parent, newparent],
+        ));
         let d = self.deadline();
         let h = self.header(cred);
         let (name, newname) = (name.to_vec(), newname.to_vec());

@@ -439,6 +439,25 @@ impl Leases {
         Some((attr.clone(), Validity::For(self.left(*s)?)))
     }
 
+    /// What an own change of `names` in directories `parents` touches: the names, the
+    /// parents' attributes, and the attributes of the inodes the names led to — every
+    /// inode's where one of the names is not kept (its inode unknown: its link count
+    /// and times change too).
+    pub(super) fn touched(&self, names: &[(u64, &[u8])], parents: &[u64]) -> Vec<Key> {
+        let k = self.recent.lock();
+        let mut keys: Vec<Key> = parents.iter().map(|&p| Key::Inode(p)).collect();
+        for &(dir, name) in names {
+            keys.push(Key::Name(dir, name.to_vec()));
+            match k.names.get(&(dir, name.to_vec())) {
+                Some((_, Some(ino))) => keys.push(Key::Inode(*ino)),
+                // Absent under a lease: no inode (a rename's free destination).
+                Some((_, None)) => {}
+                None => keys.push(Key::AllInodes),
+            }
+        }
+        keys
+    }
+
     /// The client's own change of `key` (done): forgotten, and counted as a
     /// revocation, so that an answer read before it is neither kept nor leased to the
     /// kernel.
