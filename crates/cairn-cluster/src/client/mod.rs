@@ -215,7 +215,7 @@ impl Client {
 
     /// A client of cluster `cfg` inside the current tokio runtime (it must be called
     /// in one), reaching the servers through `dialer`. Its blocking
-    /// [`FileSystem`] calls must not be used from that runtime's thread; its async
+    /// [`cairn_fs::FileSystem`] calls must not be used from that runtime's thread; its async
     /// ones ([`Client::create_async`], [`Client::mkdir_async`]) may. Servers are not
     /// probed for their cluster file here (they refuse another's on each request).
     ///
