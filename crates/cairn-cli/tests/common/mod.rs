@@ -115,9 +115,19 @@ impl Mount {
 
     /// Mounts the cluster of `cluster_file` on `mp` (`cairn mount --cluster FILE MP`).
     pub fn cluster(cluster_file: &Path, mp: &Path, args: &[&str]) -> Option<Mount> {
+        Mount::cluster_env(cluster_file, mp, args, &[])
+    }
+
+    /// [`Mount::cluster`] with variables added to the mount process's environment.
+    pub fn cluster_env(
+        cluster_file: &Path,
+        mp: &Path,
+        args: &[&str],
+        env: &[(&str, &Path)],
+    ) -> Option<Mount> {
         let mut all: Vec<OsString> = vec!["--cluster".into(), cluster_file.into(), mp.into()];
         all.extend(args.iter().map(OsString::from));
-        Mount::spawn(&all, mp)
+        Mount::spawn_env(&all, mp, env)
     }
 
     /// Whether FUSE can be used here, as `cairn_fuse::unavailable` judges it (else the
@@ -132,11 +142,7 @@ impl Mount {
         }
     }
 
-    /// Runs `cairn mount ARGS` and waits until `mp` is mounted.
-    fn spawn(args: &[OsString], mp: &Path) -> Option<Mount> {
-        Mount::spawn_env(args, mp, &[])
-    }
-
+    /// Runs `cairn mount ARGS` with `env` added and waits until `mp` is mounted.
     fn spawn_env(args: &[OsString], mp: &Path, env: &[(&str, &Path)]) -> Option<Mount> {
         if !Mount::fuse_usable() {
             return None;

@@ -23,6 +23,14 @@ use crate::convert::msg_attr;
 use crate::giga::{home_of, name_hash, rev, rev_range, server_of};
 use crate::proto;
 
+/// A lookup's answer that the name is absent: from which server, under what lease, and
+/// the empty partition (index, depth) whose listing came with it.
+struct Absent {
+    server: usize,
+    lease_ms: u32,
+    empty: Option<(u32, u32)>,
+}
+
 /// Attributes a call answered, and how long the kernel may keep them and the entry
 /// that led to them.
 pub(super) struct Leased {
@@ -54,6 +62,75 @@ impl Client {
     /// An own change of `keys`: forgotten of what the client keeps once it returned.
     fn own(&self, keys: Vec<leases::Key>) -> leases::OwnChange<'_> {
         self.inner.leases.own_change(keys)
+    }
+
+    /// A lookup a server answers (what it leases is kept and noted for the mount).
+    fn lookup_asked(&self, cred: &Cred, parent: u64, name: &[u8]) -> FsResult<Attr> {
+        let d = self.deadline();
+        let req = proto::LookupReq {
+            h: self.header(cred),
+            dir: parent,
+            name: name.to_vec(),
+        };
+        let since = self.inner.leases.epoch();
+        // The lease on an absent name comes with the ENOENT (which `named` keeps).
+        let absent: Mutex<Option<Absent>> = Mutex::new(None);
+        let (home, n) = (home_of(parent), self.inner.cfg.len());
+        let got = self.block_raw(async {
+            let (rep, s) = self
+                .named(
+                    Rpc::Lookup,
+                    parent,
+                    name_hash(name),
+                    true,
+                    d,
+                    |mut c, t, i| {
+                        let mut r = tonic::Request::new(req.clone());
+                        r.set_timeout(t);
+                        let absent = &absent;
+                        async move {
+                            let res = c.lookup(r).await;
+                            if let Ok(rep) = &res {
+                                let rep = rep.get_ref();
+                                if rep
+                                    .status
+                                    .as_ref()
+                                    .is_some_and(|s| s.errno == libc::ENOENT as u32)
+                                {
+                                    *absent.lock() = Some(Absent {
+                                        server: server_of(home, i, n) as usize,
+                                        lease_ms: rep.lease_ms,
+                                        empty: rep.empty.map(|e| (e.index, e.depth)),
+                                    });
+                                }
+                            }
+                            res
+                        }
+                    },
+                )
+                .await?;
+            self.entry_attr_leased(rep, (s, since), (parent, name), d)
+                .await
+        });
+        match got {
+            Ok(l) => Ok(l.noted(parent, name)),
+            Err(Errno(libc::ENOENT)) => {
+                if let Some(a) = absent.lock().take() {
+                    let l = &self.inner.leases;
+                    let key = leases::Key::Name(parent, name.to_vec());
+                    let v = l.validity(a.server, a.lease_ms, &key, since);
+                    l.keep_name(a.server, (parent, name), None, (v, since));
+                    if let Some(part) = a.empty {
+                        let key = leases::Key::Listing(parent);
+                        let v = l.validity(a.server, a.lease_ms, &key, since);
+                        l.keep_listing(a.server, parent, part, (v, since));
+                    }
+                    leases::note_entry(parent, name, v);
+                }
+                Err(Errno(libc::ENOENT))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// A lookup answered from what the client keeps under leases, if it can be.
@@ -94,56 +171,7 @@ impl FileSystem for Client {
         if let Some(got) = self.kept_lookup(parent, name) {
             return got;
         }
-        let since = self.inner.leases.epoch();
-        // The lease on an absent name comes with the ENOENT (which `named` keeps).
-        let absent: Mutex<Option<(u32, u32)>> = Mutex::new(None);
-        let (home, n) = (home_of(parent), self.inner.cfg.len());
-        let got = self.block_raw(async {
-            let (rep, s) = self
-                .named_at(
-                    Rpc::Lookup,
-                    parent,
-                    name_hash(name),
-                    true,
-                    d,
-                    |mut c, t, i| {
-                        let mut r = tonic::Request::new(req.clone());
-                        r.set_timeout(t);
-                        let absent = &absent;
-                        async move {
-                            let res = c.lookup(r).await;
-                            if let Ok(rep) = &res {
-                                let rep = rep.get_ref();
-                                if rep
-                                    .status
-                                    .as_ref()
-                                    .is_some_and(|s| s.errno == libc::ENOENT as u32)
-                                {
-                                    *absent.lock() = Some((server_of(home, i, n), rep.lease_ms));
-                                }
-                            }
-                            res
-                        }
-                    },
-                )
-                .await?;
-            self.entry_attr_leased(rep, (s, since), (parent, name), d)
-                .await
-        });
-        match got {
-            Ok(l) => Ok(l.noted(parent, name)),
-            Err(Errno(libc::ENOENT)) => {
-                if let Some((s, ms)) = *absent.lock() {
-                    let l = &self.inner.leases;
-                    let key = leases::Key::Name(parent, name.to_vec());
-                    let v = l.validity(s as usize, ms, &key, since);
-                    l.keep_name(s as usize, (parent, name), None, (v, since));
-                    leases::note_entry(parent, name, v);
-                }
-                Err(Errno(libc::ENOENT))
-            }
-            Err(e) => Err(e),
-        }
+        self.lookup_asked(cred, parent, name)
     }
 
     fn entry_validity(&self, parent: u64, name: &[u8]) -> Validity {
@@ -276,7 +304,7 @@ impl FileSystem for Client {
         // Safe to send again with its token (see `group::request_token`).
         let token = group::request_token();
         self.block_raw(async {
-            let rep = self
+            let (rep, _) = self
                 .named(Rpc::Link, newparent, hash, true, d, |mut c, t, _| {
                     let mut r = tonic::Request::new(proto::LinkReq {
                         h: h.clone(),
@@ -312,6 +340,12 @@ impl FileSystem for Client {
         newname: &[u8],
         flags: u32,
     ) -> FsResult<()> {
+        if self.inner.leases.listed_only(newparent, newname) {
+            // The kernel moves the renamed entry to the new name, keeping it for as
+            // long as the old one: that needs a lease on the new name, which an
+            // absence answered from a listing is not (any answer will do).
+            let _ = self.lookup_asked(cred, newparent, newname);
+        }
         let _own = self.own(self.inner.leases.touched(
             &[(parent, name), (newparent, newname)],
             &[parent, newparent],
@@ -379,7 +413,7 @@ impl FileSystem for Client {
             for _ in 0..(1u64 << 25) {
                 let want = (limit - out.len()).min(READDIR_PAGE) as u32;
                 let (prev, name) = (pos.0, pos.1.clone());
-                let rep = self
+                let (rep, _) = self
                     .named(
                         Rpc::ReadDir,
                         ino,
@@ -464,18 +498,23 @@ impl FileSystem for Client {
         self.open_as(cred, ino, flags, true)
     }
 
+    /// Sent in the background: close(2) returned already, and the mount need not wait
+    /// either (the server only counts the inode's opens down, in any order with the
+    /// client's other requests). At most `RELEASES` at once; `close` waits for them.
     fn release(&self, cred: &Cred, ino: u64) -> FsResult<()> {
-        let d = self.deadline();
-        let h = self.header(cred);
-        self.block_raw(async {
-            self.at_home(Rpc::Release, ino, false, d, |mut c, t| {
-                let mut r = tonic::Request::new(proto::InoReq { h: h.clone(), ino });
-                r.set_timeout(t);
-                async move { c.release(r).await }
-            })
-            .await
-            .map(drop)
-        })
+        match self.inner.releases.clone().try_acquire_owned() {
+            Ok(permit) => {
+                let (c, cred) = (self.clone(), *cred);
+                self.inner.handle.spawn(async move {
+                    if let Err(e) = c.release_async(&cred, ino).await {
+                        tracing::debug!("release of {ino:#x}: {e:?}");
+                    }
+                    drop(permit);
+                });
+                Ok(())
+            }
+            Err(_) => self.block_raw(self.release_async(cred, ino)),
+        }
     }
 
     fn read(&self, cred: &Cred, ino: u64, offset: u64, size: usize) -> FsResult<Vec<u8>> {
@@ -640,6 +679,7 @@ impl FileSystem for Client {
     }
 
     fn close(self: Box<Self>) -> FsResult<()> {
+        self.releases_sent();
         Ok(())
     }
 }

@@ -44,6 +44,8 @@ const MARGIN: Duration = Duration::from_millis(20);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Key {
     Name(u64, Vec<u8>),
+    /// Every name of a directory a server holds (see [`Leases::keep_listing`]).
+    Listing(u64),
     Inode(u64),
     /// Every inode's attributes (the client's own change of some it does not know).
     AllInodes,
@@ -58,6 +60,8 @@ impl Key {
         match self {
             Key::All => true,
             Key::AllInodes => matches!(key, Key::Inode(_) | Key::AllInodes),
+            // A name of a directory changed: so did its listing.
+            Key::Name(dir, _) => self == key || *key == Key::Listing(*dir),
             _ => self == key,
         }
     }
@@ -283,6 +287,8 @@ impl Leases {
             .map(|k| {
                 if k.ino != 0 {
                     Key::Inode(k.ino)
+                } else if k.listing {
+                    Key::Listing(k.dir)
                 } else {
                     Key::Name(k.dir, k.name.clone())
                 }
@@ -303,7 +309,8 @@ impl Leases {
                 match k {
                     Key::Name(dir, name) => inv.entry(dir, &name),
                     Key::Inode(ino) => inv.inode(ino),
-                    Key::AllInodes | Key::All => {}
+                    // The kernel was told no absence on a listing's word alone.
+                    Key::Listing(_) | Key::AllInodes | Key::All => {}
                 }
             }
         })
@@ -322,6 +329,10 @@ struct Kept {
     names: HashMap<(u64, Vec<u8>), (usize, Option<u64>)>,
     /// An inode's attributes and the server that leased them.
     attrs: HashMap<u64, (usize, Attr)>,
+    /// Directories' partitions whose names the client knows all of, by the server that
+    /// leased their listing: (server, lowest and highest name position covered). A
+    /// name there that `names` does not keep is absent.
+    listings: HashMap<u64, Vec<(usize, u64, u64)>>,
 }
 
 impl Kept {
@@ -335,15 +346,17 @@ impl Kept {
         }
     }
 
-    /// `k` was revoked as revocation `e`: noted, and forgotten.
+    /// `k` was revoked as revocation `e`: noted, and forgotten (a name with its
+    /// directory's listings: the name may now be there, or its change have failed).
     fn revoked(&mut self, e: u64, k: &Key) {
-        self.revoked.push_back((e, k.clone()));
-        if self.revoked.len() > RECENT {
-            self.revoked.pop_front();
-        }
+        self.note(e, k);
         match k {
             Key::Name(dir, name) => {
                 self.names.remove(&(*dir, name.clone()));
+                self.listings.remove(dir);
+            }
+            Key::Listing(dir) => {
+                self.listings.remove(dir);
             }
             Key::Inode(ino) => {
                 self.attrs.remove(ino);
@@ -352,8 +365,28 @@ impl Kept {
             Key::All => {
                 self.names.clear();
                 self.attrs.clear();
+                self.listings.clear();
             }
         }
+    }
+
+    /// Notes revocation `e` of `k` (for answers in flight).
+    fn note(&mut self, e: u64, k: &Key) {
+        self.revoked.push_back((e, k.clone()));
+        if self.revoked.len() > RECENT {
+            self.revoked.pop_front();
+        }
+    }
+
+    /// Whether a listing kept says `dir`/`name` is absent (it keeps no such name), and
+    /// the server that leased the listing.
+    fn listed_absent(&self, dir: u64, name: &[u8]) -> Option<usize> {
+        let pos = crate::giga::rev(crate::giga::name_hash(name));
+        self.listings
+            .get(&dir)?
+            .iter()
+            .find(|&&(_, lo, hi)| lo <= pos && pos <= hi)
+            .map(|&(s, _, _)| s)
     }
 }
 
@@ -380,9 +413,60 @@ impl Leases {
             return;
         }
         if k.names.len() >= KEPT {
+            // The listings say what is absent by the names kept.
             k.names.clear();
+            k.listings.clear();
         }
         k.names.insert((dir, name.to_vec()), (s, found));
+    }
+
+    /// Keeps that server `s`'s partition `(index, depth)` of `dir` held no name when it
+    /// answered at epoch `since`, under a listing lease (`v`): from now on the client's
+    /// own creates there are all its names (they are kept; anything else revokes it).
+    pub(super) fn keep_listing(
+        &self,
+        s: usize,
+        dir: u64,
+        (index, depth): (u32, u32),
+        (v, since): (Validity, u64),
+    ) {
+        if !leased(v) || depth > crate::giga::MAX_DEPTH || u64::from(index) >> depth != 0 {
+            return;
+        }
+        let (lo, hi) = crate::giga::rev_range(index, depth);
+        let mut k = self.recent.lock();
+        if self.revoked_in(&k, since, &Key::Listing(dir)) {
+            return;
+        }
+        let ranges = k.listings.entry(dir).or_default();
+        if !ranges.contains(&(s, lo, hi)) {
+            ranges.push((s, lo, hi));
+        }
+    }
+
+    /// An own create of `dir`/`name` is sent: what was kept of the name goes (counted as
+    /// a revocation), the directory's listings stay — see [`Leases::created`].
+    pub(super) fn creating(&self, dir: u64, name: &[u8]) {
+        let mut k = self.recent.lock();
+        let e = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        let key = Key::Name(dir, name.to_vec());
+        k.note(e, &key);
+        k.names.remove(&(dir, name.to_vec()));
+    }
+
+    /// An own create of `dir`/`name` returned: unless the name is now kept as made, the
+    /// directory's listings no longer tell all its names.
+    pub(super) fn created(&self, dir: u64, name: &[u8]) {
+        let made = {
+            let k = self.recent.lock();
+            if !k.listings.contains_key(&dir) {
+                return;
+            }
+            matches!(k.names.get(&(dir, name.to_vec())), Some((_, Some(_))))
+        };
+        if !made {
+            self.forget(Key::Listing(dir));
+        }
     }
 
     /// Keeps `attr` as server `s` answered it at epoch `since` under a lease (`v`).
@@ -420,7 +504,14 @@ impl Leases {
         name: &[u8],
     ) -> Option<(Option<Attr>, Validity, Validity)> {
         let k = self.recent.lock();
-        let (s, found) = *k.names.get(&(dir, name.to_vec()))?;
+        let Some(&(s, found)) = k.names.get(&(dir, name.to_vec())) else {
+            // Absent by a listing: the kernel is told so for this call only (a revoked
+            // listing names no name for it to forget).
+            let s = k.listed_absent(dir, name)?;
+            self.left(s)?;
+            let none = Validity::For(Duration::ZERO);
+            return Some((None, none, none));
+        };
         let entry = Validity::For(self.left(s)?);
         match found {
             None => Some((None, entry, Validity::For(Duration::ZERO))),
@@ -429,6 +520,12 @@ impl Leases {
                 Some((Some(attr.clone()), entry, Validity::For(self.left(*a)?)))
             }
         }
+    }
+
+    /// Whether `dir`/`name` is absent only by a listing (no lease on the name itself).
+    pub(super) fn listed_only(&self, dir: u64, name: &[u8]) -> bool {
+        let k = self.recent.lock();
+        !k.names.contains_key(&(dir, name.to_vec())) && k.listed_absent(dir, name).is_some()
     }
 
     /// The attributes of `ino` the client keeps, with how long the kernel may keep

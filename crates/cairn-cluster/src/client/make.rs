@@ -71,7 +71,21 @@ impl Client {
         // lookup of it runs meanwhile), the new entry is kept as answered; the parent's
         // link count and times change.
         let l = &self.inner.leases;
-        l.forget(super::leases::Key::Name(parent, name.to_vec()));
+        l.creating(parent, name);
+        let made = self.make_sent(cred, parent, name, what).await;
+        l.created(parent, name);
+        made
+    }
+
+    /// The create of [`Client::make_leased`], once the name is forgotten.
+    async fn make_sent(
+        &self,
+        cred: &Cred,
+        parent: u64,
+        name: &[u8],
+        what: What<'_>,
+    ) -> FsResult<Leased> {
+        let l = &self.inner.leases;
         let _own = l.own_change(vec![super::leases::Key::Inode(parent)]);
         let since = self.inner.leases.epoch();
         let d = self.deadline();
@@ -90,7 +104,7 @@ impl Client {
         // one it made as made): after its reply was lost, it goes to another replica.
         let token = group::request_token();
         let (rep, at) = self
-            .named_at(Rpc::Make, parent, hash, true, d, |mut c, t, i| {
+            .named(Rpc::Make, parent, hash, true, d, |mut c, t, i| {
                 let req = proto::MakeReq {
                     token,
                     h: h.clone(),
@@ -193,6 +207,35 @@ impl Client {
             .as_ref()
             .map(crate::convert::msg_attr)
             .ok_or(Errno(libc::EIO))
+    }
+
+    /// RELEASE of `ino`.
+    pub(super) async fn release_async(&self, cred: &Cred, ino: u64) -> FsResult<()> {
+        let d = self.deadline();
+        let h = self.header(cred);
+        self.at_home(Rpc::Release, ino, false, d, |mut c, t| {
+            let mut r = tonic::Request::new(proto::InoReq { h: h.clone(), ino });
+            r.set_timeout(t);
+            async move { c.release(r).await }
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Waits (at most the request timeout) until the releases sent in the background
+    /// are answered.
+    pub(super) fn releases_sent(&self) {
+        let sem = self.inner.releases.clone();
+        let wait = self.inner.opts.timeout;
+        let all = super::RELEASES as u32;
+        self.block_raw(async move {
+            if tokio::time::timeout(wait, sem.acquire_many(all))
+                .await
+                .is_err()
+            {
+                tracing::warn!("releases still unanswered after {wait:?}");
+            }
+        });
     }
 
     /// UNLINK or RMDIR: one request to the name's partition.

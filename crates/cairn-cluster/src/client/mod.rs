@@ -108,6 +108,8 @@ const MAX_REDIRECTS: usize = 32;
 const IO_CHUNK: usize = 4 << 20;
 /// Entries asked for per listing call.
 const READDIR_PAGE: usize = 1024;
+/// Releases sent in the background at once (more wait for theirs).
+const RELEASES: usize = 64;
 /// Directories whose bitmaps are cached (the cache is emptied beyond).
 const BITMAP_CACHE: usize = 100_000;
 
@@ -128,6 +130,8 @@ struct Inner {
     sent: Counts,
     /// The lease sessions (a mount's client keeps them).
     leases: Arc<leases::Leases>,
+    /// Room for releases in the background.
+    releases: Arc<tokio::sync::Semaphore>,
 }
 
 impl Drop for Inner {
@@ -192,6 +196,7 @@ impl Client {
                 streams,
                 sent: Counts::default(),
                 leases: Arc::new(leases::Leases::new(cfg_len)),
+                releases: Arc::new(tokio::sync::Semaphore::new(RELEASES)),
             }),
         };
         c.probe()?;
@@ -248,6 +253,7 @@ impl Client {
                 streams,
                 sent: Counts::default(),
                 leases: Arc::new(leases::Leases::new(cfg_len)),
+                releases: Arc::new(tokio::sync::Semaphore::new(RELEASES)),
             }),
         })
     }

@@ -227,27 +227,8 @@ impl Client {
 
     /// A request about the name of hash `h` in `dir`, sent to its partition's server
     /// (following redirects). `f` gets the partition the client routes to.
+    /// Returns the reply and the server that answered.
     pub(super) async fn named<R, F, Fut>(
-        &self,
-        kind: Rpc,
-        dir: u64,
-        h: u64,
-        idem: bool,
-        deadline: Instant,
-        f: F,
-    ) -> FsResult<R>
-    where
-        R: Rep,
-        F: FnMut(MetaClient<Channel>, Duration, u32) -> Fut,
-        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
-    {
-        self.named_at(kind, dir, h, idem, deadline, f)
-            .await
-            .map(|(r, _)| r)
-    }
-
-    /// As [`Client::named`], with the server that answered.
-    pub(super) async fn named_at<R, F, Fut>(
         &self,
         kind: Rpc,
         dir: u64,

@@ -34,12 +34,16 @@ use crate::rows::{be64, TAG_CHUNK, TAG_ENTRY, TAG_INODE, TAG_XATTR};
 /// some end.
 const MAX_HOLDS: usize = 2_000_000;
 
-/// The subject of a lease: one name of a directory (whether it exists or not) or an
-/// inode's attributes and data.
+/// The subject of a lease: one name of a directory (whether it exists or not), every
+/// name of a directory this server holds, or an inode's attributes and data.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub(crate) enum Key {
     /// Name `.1` of directory `.0`.
     Name(u64, Box<[u8]>),
+    /// Every name of directory `.0` in the partitions here: granted with a lookup
+    /// answered by an empty partition, so that its holder knows the partition's names
+    /// are its own creates; revoked by any change of a name of the directory here.
+    Listing(u64),
     /// An inode's attributes (and the data its holders' kernels cached).
     Inode(u64),
 }
@@ -58,14 +62,18 @@ impl Key {
     fn to_msg(&self) -> proto::LeaseKey {
         match self {
             Key::Name(dir, name) => proto::LeaseKey {
-                ino: 0,
                 dir: *dir,
                 name: name.to_vec(),
+                ..Default::default()
+            },
+            Key::Listing(dir) => proto::LeaseKey {
+                dir: *dir,
+                listing: true,
+                ..Default::default()
             },
             Key::Inode(ino) => proto::LeaseKey {
                 ino: *ino,
-                dir: 0,
-                name: Vec::new(),
+                ..Default::default()
             },
         }
     }
@@ -111,6 +119,30 @@ struct Table {
     streams: u64,
     /// Changes so far (one step per [`Grants::changed`] with keys).
     epoch: u64,
+}
+
+impl Table {
+    /// Takes the holds on `k` of others than `client`: who they were.
+    fn take_others(&mut self, k: &Key, client: u64) -> Vec<u64> {
+        let Some(holders) = self.held.get_mut(k) else {
+            return Vec::new();
+        };
+        let before = holders.len();
+        let mut others = Vec::new();
+        holders.retain(|&h| {
+            let other = h != client;
+            if other {
+                others.push(h);
+            }
+            !other
+        });
+        let gone = before - holders.len();
+        if holders.is_empty() {
+            self.held.remove(k);
+        }
+        self.holds -= gone;
+        others
+    }
 }
 
 /// A revocation a change waits for: answered, or the holder's session over.
@@ -207,7 +239,7 @@ pub(crate) struct Grants {
     /// before may still be held).
     grace: Mutex<Option<Instant>>,
     /// The durable horizon (ms since the epoch): no lease lasts beyond it.
-    horizon_ms: Mutex<Horizon>,
+    horizon: Mutex<Horizon>,
 }
 
 /// The horizon row's state.
@@ -224,7 +256,7 @@ impl Grants {
             time,
             table: Mutex::new(Table::default()),
             grace: Mutex::new(None),
-            horizon_ms: Mutex::new(Horizon::default()),
+            horizon: Mutex::new(Horizon::default()),
         }
     }
 
@@ -245,7 +277,7 @@ impl Grants {
         }
         let left = horizon_ms - super::node::now_ms();
         *self.grace.lock() = (left > 0).then(|| Instant::now() + ms(left as u64));
-        *self.horizon_ms.lock() = Horizon {
+        *self.horizon.lock() = Horizon {
             durable_ms: horizon_ms,
             extending: false,
         };
@@ -269,7 +301,7 @@ impl Grants {
         }
         let t = self.time.as_millis() as i64;
         let now = super::node::now_ms();
-        let mut h = self.horizon_ms.lock();
+        let mut h = self.horizon.lock();
         if h.extending || h.durable_ms >= now + t + t / 4 {
             return None;
         }
@@ -279,7 +311,7 @@ impl Grants {
 
     /// The horizon `ms` is durable (`None`: writing it failed).
     pub(crate) fn horizon_written(&self, ms: Option<i64>) {
-        let mut h = self.horizon_ms.lock();
+        let mut h = self.horizon.lock();
         h.extending = false;
         if let Some(ms) = ms {
             h.durable_ms = h.durable_ms.max(ms);
@@ -378,7 +410,7 @@ impl Grants {
         }
         let own = current().map_or(0, |s| s.own.load(std::sync::atomic::Ordering::Relaxed));
         let now_ms = super::node::now_ms();
-        if self.horizon_ms.lock().durable_ms < now_ms + self.time.as_millis() as i64 {
+        if self.horizon.lock().durable_ms < now_ms + self.time.as_millis() as i64 {
             return 0;
         }
         let mut t = self.table.lock();
@@ -425,25 +457,15 @@ impl Grants {
             if t.held.is_empty() {
                 continue;
             }
-            let Some(holders) = t.held.get_mut(&k) else {
-                continue;
+            // A name's change also changes its directory's listing here.
+            let listing = match &k {
+                Key::Name(dir, _) => Some(Key::Listing(*dir)),
+                _ => None,
             };
-            let before = holders.len();
-            let mut others = Vec::new();
-            holders.retain(|&h| {
-                let other = h != client;
-                if other {
-                    others.push(h);
+            for k in std::iter::once(k).chain(listing) {
+                for h in t.take_others(&k, client) {
+                    by_client.entry(h).or_default().push(k.to_msg());
                 }
-                !other
-            });
-            let gone = before - holders.len();
-            if holders.is_empty() {
-                t.held.remove(&k);
-            }
-            t.holds -= gone;
-            for h in others {
-                by_client.entry(h).or_default().push(k.to_msg());
             }
         }
         if let Some(s) = &scope {
@@ -467,7 +489,7 @@ impl Grants {
             let t = self.table.lock();
             t.held
                 .keys()
-                .filter(|k| matches!(k, Key::Name(d, _) if *d == dir))
+                .filter(|k| matches!(k, Key::Name(d, _) | Key::Listing(d) if *d == dir))
                 .cloned()
                 .collect()
         };
@@ -627,6 +649,39 @@ mod tests {
             waited >= Duration::from_millis(350) && waited <= Duration::from_secs(2),
             "{waited:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_name_changed_by_another_revokes_its_directory_listing() {
+        let g = Grants::new(Duration::from_secs(5));
+        ready(&g);
+        let (_, mut rx) = g.open(7);
+        g.renew(7, 1);
+        let _ = rx.recv().await;
+        assert!(g.grant(7, vec![name(1, "a"), Key::Listing(1)], g.epoch()) > 0);
+        // The holder's own create in the directory keeps its listing.
+        in_scope(Scope::new(7), async {
+            g.changed(std::iter::once(name(1, "b")))
+        })
+        .await;
+        assert_eq!(g.counts().1, 2);
+        // Another's create of a name nobody leased revokes it.
+        in_scope(Scope::new(8), async {
+            g.changed(std::iter::once(name(1, "c")))
+        })
+        .await;
+        let down = rx.recv().await.expect("revocation");
+        assert_eq!(down.keys.len(), 1);
+        assert!(down.keys[0].listing && down.keys[0].dir == 1);
+        assert_eq!(g.counts().1, 1);
+        // A partition of the directory moving away revokes a listing too.
+        g.answered(7, down.seq);
+        g.renew(7, 2);
+        let _ = rx.recv().await;
+        assert!(g.grant(7, vec![Key::Listing(1)], g.epoch()) > 0);
+        g.changed_dir(1);
+        let down = rx.recv().await.expect("revocation");
+        assert!(down.keys.iter().any(|k| k.listing));
     }
 
     #[test]

@@ -116,6 +116,25 @@ impl Node {
         })
     }
 
+    /// The partition of `dir` that holds `name` here, as (index, depth), if it has no
+    /// entries: every name it covers is absent.
+    pub(crate) fn empty_partition(&self, dir: u64, name: &[u8]) -> Option<(u32, u32)> {
+        use std::ops::Bound;
+        let m = self.state();
+        let idx = self.locate(&m, dir, name_hash(name)).ok()?;
+        let depth = m.parts.get(dir, idx)?.depth;
+        // The rows say, not the partition's count (kept for splits, not exact).
+        let (lo, hi) = rev_range(idx, depth);
+        let mut last = entry_prefix(dir);
+        last.extend_from_slice(&hi.to_be_bytes());
+        let end = prefix_successor(&last).map_or(Bound::Unbounded, Bound::Excluded);
+        let first = entry_pos_key(dir, lo, b"");
+        match self.rows((Bound::Included(first), end)).next() {
+            None => Some((idx, depth)),
+            Some(_) => None,
+        }
+    }
+
     /// The create of request `r` ([`Node::make_applied`], so not synced yet); with
     /// `r.open` the new file is opened too, as [`Node::open`] with `created` opens it.
     /// A create sent again is not opened again (its first copy was), and is answered as

@@ -2,7 +2,7 @@
 //! answers and revocations go out (`super::grants` keeps the table), and the durable
 //! horizon beyond which no lease lasts is kept ahead of the sessions.
 
-use std::time::Duration;
+use super::grants::Key;
 
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
@@ -16,8 +16,29 @@ use crate::rows::{single, TAG_LEASE_HORIZON};
 pub(crate) type Downs =
     std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<proto::LeaseDown, Status>> + Send>>;
 
+/// Starts `client`'s session whose first message is `first` (its header checked) and
+/// the rest `inbound`.
+pub(crate) fn start(
+    node: NodeRef,
+    client: u64,
+    first: proto::LeaseUp,
+    inbound: Streaming<proto::LeaseUp>,
+) -> Result<Downs, Status> {
+    if client == 0 {
+        return Err(Status::invalid_argument(
+            "a lease session needs a client id",
+        ));
+    }
+    if node.grants.time().is_zero() {
+        return Err(Status::unimplemented(
+            "this server grants no leases (--lease-time 0)",
+        ));
+    }
+    Ok(serve(node, client, first, inbound))
+}
+
 /// Serves `client`'s session whose first message is `first` and the rest `inbound`.
-pub(crate) fn serve(
+fn serve(
     node: NodeRef,
     client: u64,
     first: proto::LeaseUp,
@@ -99,9 +120,19 @@ impl Node {
     }
 }
 
-/// The lease time a session's first message is refused with when the server grants
-/// none.
-pub(crate) fn refusal(time: Duration) -> Option<Status> {
-    time.is_zero()
-        .then(|| Status::unimplemented("this server grants no leases (--lease-time 0)"))
+/// The lease `client` gets on the entry `dir`/`name` it made, and on the new inode's
+/// attributes when they are here (none if anyone else changed anything since `since`).
+pub(crate) fn made_lease(
+    n: &Node,
+    client: u64,
+    dir: u64,
+    name: Vec<u8>,
+    a: &cairn_fs::Attr,
+    since: u64,
+) -> u32 {
+    let mut keys = vec![Key::Name(dir, name.into())];
+    if crate::giga::home_of(a.ino) == n.id {
+        keys.push(Key::Inode(a.ino));
+    }
+    n.grants.grant(client, keys, since)
 }

@@ -232,7 +232,7 @@ async fn make_items_in(
                 }
                 proto::EntryReply {
                     opened: m.opened,
-                    lease_ms: made_lease(&n, client, dir, name, &m.attr, since),
+                    lease_ms: super::sessions::made_lease(&n, client, dir, name, &m.attr, since),
                     ..entry_reply(&m.attr)
                 }
             }
@@ -288,23 +288,6 @@ fn timeset(t: Option<&proto::TimeSet>) -> Option<TimeSet> {
     }
 }
 
-/// The lease `client` gets on the entry `dir`/`name` it made, and on the new inode's
-/// attributes when they are here (none if anyone else changed anything since `since`).
-fn made_lease(
-    n: &Node,
-    client: u64,
-    dir: u64,
-    name: Vec<u8>,
-    a: &cairn_fs::Attr,
-    since: u64,
-) -> u32 {
-    let mut keys = vec![Key::Name(dir, name.into())];
-    if crate::giga::home_of(a.ino) == n.id {
-        keys.push(Key::Inode(a.ino));
-    }
-    n.grants.grant(client, keys, since)
-}
-
 /// The reply to a create, mknod, symlink, mkdir or link that made entry `a`.
 fn entry_reply(a: &cairn_fs::Attr) -> proto::EntryReply {
     proto::EntryReply {
@@ -314,6 +297,7 @@ fn entry_reply(a: &cairn_fs::Attr) -> proto::EntryReply {
         attr: Some(attr_msg(a)),
         opened: false,
         lease_ms: 0,
+        empty: None,
     }
 }
 
@@ -355,14 +339,25 @@ impl Meta for MetaSvc {
                         attr: f.attr.as_ref().map(attr_msg),
                         opened: false,
                         lease_ms: n.grants.grant(client, keys, since),
+                        empty: None,
                     })
                 }
-                // An absent name is leased too (the kernel remembers its absence).
-                Err(Fail::Errno(libc::ENOENT)) if !dots => Ok(proto::EntryReply {
-                    status: Some(Fail::Errno(libc::ENOENT).to_status()),
-                    lease_ms: n.grants.grant(client, vec![name()], since),
-                    ..Default::default()
-                }),
+                // An absent name is leased too (the kernel remembers its absence);
+                // in an empty partition, with the directory's listing here.
+                Err(Fail::Errno(libc::ENOENT)) if !dots => {
+                    let empty = n.empty_partition(r.dir, &r.name);
+                    let mut keys = vec![name()];
+                    keys.extend(empty.map(|_| Key::Listing(r.dir)));
+                    let lease_ms = n.grants.grant(client, keys, since);
+                    Ok(proto::EntryReply {
+                        status: Some(Fail::Errno(libc::ENOENT).to_status()),
+                        lease_ms,
+                        empty: empty
+                            .filter(|_| lease_ms > 0)
+                            .map(|(index, depth)| proto::EmptyPartition { index, depth }),
+                        ..Default::default()
+                    })
+                }
                 Err(f) => Err(f),
             }
         })
@@ -448,12 +443,12 @@ impl Meta for MetaSvc {
                 }
                 return Ok(proto::EntryReply {
                     opened: m.opened,
-                    lease_ms: made_lease(&n, client, dir, name, &m.attr, since),
+                    lease_ms: super::sessions::made_lease(&n, client, dir, name, &m.attr, since),
                     ..entry_reply(&m.attr)
                 });
             };
             Ok(proto::EntryReply {
-                lease_ms: made_lease(&n, client, dir, name, &a, since),
+                lease_ms: super::sessions::made_lease(&n, client, dir, name, &a, since),
                 ..entry_reply(&a)
             })
         })
@@ -880,20 +875,7 @@ impl Meta for MetaSvc {
             .ok_or_else(|| Status::invalid_argument("a lease session with no first message"))?;
         self.hdr(&who, first.h.as_ref())?;
         let client = client_of(first.h.as_ref());
-        if client == 0 {
-            return Err(Status::invalid_argument(
-                "a lease session needs a client id",
-            ));
-        }
-        if let Some(s) = super::sessions::refusal(self.0.grants.time()) {
-            return Err(s);
-        }
-        Ok(Response::new(super::sessions::serve(
-            self.0.clone(),
-            client,
-            first,
-            inbound,
-        )))
+        super::sessions::start(self.0.clone(), client, first, inbound).map(Response::new)
     }
 
     async fn change_replicas(

@@ -1,0 +1,142 @@
+//! Listing leases of cluster mounts, through the binary: `cairn serve` processes on
+//! loopback and `cairn mount --cluster` of them (skipped where FUSE can't be used).
+//!
+//! A mount that found a partition of a directory empty answers the kernel's lookups of
+//! new names there itself (a create is then one request, not two):
+//! - its creates in a directory it made send one `LOOKUP` in all (the first), and
+//!   every file is there afterwards, through either mount;
+//! - another mount's create, unlink or rename in that directory is seen by the first
+//!   at once (the listing is revoked before the change returns), and a name it holds is
+//!   refused as existing;
+//! - a file it renames to a name its listing said absent is moved in its kernel, and
+//!   another mount's rename over it shows at once.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs::OpenOptions;
+use std::io::ErrorKind;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use common::cluster::Cluster;
+use common::net::{free_ports, Net};
+use common::Mount;
+
+/// Files the test creates in its directory.
+const FILES: usize = 300;
+
+/// The requests a mount counted, written when it ends (`CAIRN_FUSE_STATS`).
+fn counts_after(m: Mount, stats: &Path) -> BTreeMap<String, u64> {
+    drop(m);
+    cairn_fuse::parse_counts(&std::fs::read_to_string(stats).unwrap())
+}
+
+/// Creates `name` exclusively; the error kind if it fails.
+fn create_new(p: &Path) -> Result<(), ErrorKind> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(p)
+        .map(drop)
+        .map_err(|e| e.kind())
+}
+
+fn exists(p: &Path) -> bool {
+    match std::fs::symlink_metadata(p) {
+        Ok(_) => true,
+        Err(e) if e.kind() == ErrorKind::NotFound => false,
+        Err(e) => panic!("{}: {e}", p.display()),
+    }
+}
+
+#[test]
+fn creates_in_an_empty_directory_ask_no_lookups_and_others_changes_show_at_once() {
+    let n = 3;
+    let cluster = Cluster::start_on(Net::Loopback(free_ports(2 * n)), n, 8192, "never", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b, stats) = (
+        tmp.path().join("mnt-a"),
+        tmp.path().join("mnt-b"),
+        tmp.path().join("stats-a"),
+    );
+    std::fs::create_dir(&a).unwrap();
+    std::fs::create_dir(&b).unwrap();
+    let env = [(cairn_fuse::STATS_ENV, stats.as_path())];
+    let Some(ma) = Mount::cluster_env(&cluster.file, &a, &[], &env) else {
+        return;
+    };
+    let Some(mb) = Mount::cluster(&cluster.file, &b, &[]) else {
+        return;
+    };
+
+    // The first mount makes a directory and files in it: its kernel asks it about
+    // each new name, and the servers are asked about the first only.
+    let d = a.join("d");
+    std::fs::create_dir(&d).unwrap();
+    for i in 0..FILES {
+        create_new(&d.join(format!("f{i}"))).unwrap();
+    }
+    for i in 0..FILES {
+        assert!(exists(&b.join("d").join(format!("f{i}"))), "f{i} through b");
+    }
+
+    // Another mount's changes there show in the first at once: the servers revoke
+    // its listing before they return.
+    create_new(&b.join("d/new")).unwrap();
+    assert!(exists(&d.join("new")), "b's create, through a");
+    assert_eq!(create_new(&d.join("new")), Err(ErrorKind::AlreadyExists));
+    std::fs::rename(b.join("d/f1"), b.join("d/moved")).unwrap();
+    assert!(
+        !exists(&d.join("f1")) && exists(&d.join("moved")),
+        "b's rename"
+    );
+    std::fs::remove_file(b.join("d/f2")).unwrap();
+    assert!(!exists(&d.join("f2")), "b's unlink, through a");
+    // A name nobody made is still absent, and can be made.
+    assert!(!exists(&d.join("other")));
+    create_new(&d.join("other")).unwrap();
+    assert!(exists(&b.join("d/other")));
+
+    // A file the first mount renames to a name its listing said absent: the kernel
+    // keeps the moved entry, and another mount replacing it is seen at once.
+    std::fs::create_dir(a.join("r")).unwrap();
+    assert!(!exists(&a.join("r/probe")), "a's listing of r");
+    std::fs::write(a.join("mine"), b"mine").unwrap();
+    std::fs::rename(a.join("mine"), a.join("r/moved")).unwrap();
+    assert_eq!(std::fs::read(a.join("r/moved")).unwrap(), b"mine");
+    std::fs::write(b.join("theirs"), b"theirs").unwrap();
+    std::fs::rename(b.join("theirs"), b.join("r/moved")).unwrap();
+    assert_eq!(
+        std::fs::read(a.join("r/moved")).unwrap(),
+        b"theirs",
+        "b's rename over a's renamed file, through a"
+    );
+
+    // The same in a fresh directory the second mount made and the first looked in.
+    std::fs::create_dir(b.join("e")).unwrap();
+    assert!(
+        !exists(&a.join("e/x")),
+        "absent: the first mount's listing of e"
+    );
+    create_new(&b.join("e/x")).unwrap();
+    assert!(exists(&a.join("e/x")), "b's create in e, through a");
+
+    let got = counts_after(ma, &stats);
+    drop(mb);
+    let sent = |k: &str| got.get(&format!("{}{k}", cairn_fuse::SENT_PREFIX)).copied();
+    let lookups = sent("LOOKUP").unwrap_or(0);
+    // d, the files, other, r and mine.
+    assert_eq!(sent("MAKE"), Some(FILES as u64 + 4), "{got:?}");
+    // The first absent name of d, then a's lookups after b's changes (of new, f1,
+    // moved, f2, other, e, e/x and the like): far fewer than one per create.
+    assert!(
+        lookups <= 20,
+        "{lookups} LOOKUPs sent for {FILES} creates: {got:?}"
+    );
+    assert!(
+        got.get("LOOKUP").copied().unwrap_or(0) >= FILES as u64,
+        "the kernel asked about each new name: {got:?}"
+    );
+}
