@@ -201,6 +201,9 @@ impl FileSystem for Client {
     }
 
     fn setattr(&self, cred: &Cred, ino: u64, s: &SetAttr) -> FsResult<Attr> {
+        // Its answer is not leased: nothing an earlier call on this thread was granted
+        // is to be handed out with it.
+        leases::clear();
         let _own = self.own(vec![leases::Key::Inode(ino)]);
         let d = self.deadline();
         let req = proto::SetAttrReq {
@@ -292,6 +295,8 @@ impl FileSystem for Client {
     }
 
     fn link(&self, cred: &Cred, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr> {
+        // Not leased either (see `setattr`).
+        leases::clear();
         let _own = self.own(vec![
             leases::Key::Name(newparent, newname.to_vec()),
             leases::Key::Inode(ino),
