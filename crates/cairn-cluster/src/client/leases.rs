@@ -333,6 +333,10 @@ struct Kept {
     /// leased their listing: (server, lowest and highest name position covered). A
     /// name there that `names` does not keep is absent.
     listings: HashMap<u64, Vec<(usize, u64, u64)>>,
+    /// Names the client's own creates made in directories it keeps listings of whose
+    /// replies carried no lease on the name: present (the listing's lease covers every
+    /// name of the directory there), though not answered from here.
+    made: HashMap<u64, std::collections::HashSet<Vec<u8>>>,
 }
 
 impl Kept {
@@ -353,11 +357,9 @@ impl Kept {
         match k {
             Key::Name(dir, name) => {
                 self.names.remove(&(*dir, name.clone()));
-                self.listings.remove(dir);
+                self.drop_listings(*dir);
             }
-            Key::Listing(dir) => {
-                self.listings.remove(dir);
-            }
+            Key::Listing(dir) => self.drop_listings(*dir),
             Key::Inode(ino) => {
                 self.attrs.remove(ino);
             }
@@ -366,8 +368,15 @@ impl Kept {
                 self.names.clear();
                 self.attrs.clear();
                 self.listings.clear();
+                self.made.clear();
             }
         }
+    }
+
+    /// Forgets `dir`'s listings, and the names made there that they vouched for.
+    fn drop_listings(&mut self, dir: u64) {
+        self.listings.remove(&dir);
+        self.made.remove(&dir);
     }
 
     /// Notes revocation `e` of `k` (for answers in flight).
@@ -381,6 +390,9 @@ impl Kept {
     /// Whether a listing kept says `dir`/`name` is absent (it keeps no such name), and
     /// the server that leased the listing.
     fn listed_absent(&self, dir: u64, name: &[u8]) -> Option<usize> {
+        if self.made.get(&dir).is_some_and(|m| m.contains(name)) {
+            return None;
+        }
         let pos = crate::giga::rev(crate::giga::name_hash(name));
         self.listings
             .get(&dir)?
@@ -416,6 +428,7 @@ impl Leases {
             // The listings say what is absent by the names kept.
             k.names.clear();
             k.listings.clear();
+            k.made.clear();
         }
         k.names.insert((dir, name.to_vec()), (s, found));
     }
@@ -454,19 +467,23 @@ impl Leases {
         k.names.remove(&(dir, name.to_vec()));
     }
 
-    /// An own create of `dir`/`name` returned: unless the name is now kept as made, the
-    /// directory's listings no longer tell all its names.
-    pub(super) fn created(&self, dir: u64, name: &[u8]) {
-        let made = {
-            let k = self.recent.lock();
+    /// An own create of `dir`/`name` returned, `made` (or failed: `false`). A name
+    /// made without a lease on it is noted as present under the directory's listings;
+    /// after a failure (its outcome may be unknown) they no longer tell all its names.
+    pub(super) fn created(&self, dir: u64, name: &[u8], made: bool) {
+        {
+            let mut k = self.recent.lock();
             if !k.listings.contains_key(&dir) {
                 return;
             }
-            matches!(k.names.get(&(dir, name.to_vec())), Some((_, Some(_))))
-        };
-        if !made {
-            self.forget(Key::Listing(dir));
+            if made {
+                if !matches!(k.names.get(&(dir, name.to_vec())), Some((_, Some(_)))) {
+                    k.made.entry(dir).or_default().insert(name.to_vec());
+                }
+                return;
+            }
         }
+        self.forget(Key::Listing(dir));
     }
 
     /// Keeps `attr` as server `s` answered it at epoch `since` under a lease (`v`).

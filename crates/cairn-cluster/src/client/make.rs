@@ -73,7 +73,7 @@ impl Client {
         let l = &self.inner.leases;
         l.creating(parent, name);
         let made = self.make_sent(cred, parent, name, what).await;
-        l.created(parent, name);
+        l.created(parent, name, made.is_ok());
         made
     }
 

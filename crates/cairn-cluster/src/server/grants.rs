@@ -17,7 +17,7 @@
 //! passed ([`Grants::set_grace`]).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -119,9 +119,75 @@ struct Table {
     streams: u64,
     /// Changes so far (one step per [`Grants::changed`] with keys).
     epoch: u64,
+    /// The keys of the latest changes, to tell whether a grant's keys changed since
+    /// they were read.
+    recent: VecDeque<Change>,
+    /// The latest epoch of a change whose keys are no longer all remembered.
+    forgotten: u64,
+}
+
+/// Changes whose keys are remembered ([`Table::recent`]); a grant read before the
+/// oldest of them is refused.
+const RECENT_CHANGES: usize = 8192;
+
+/// One key of a change: the change's epoch and scope (0: none), the key's hash, and
+/// for a name its directory (whose listing it changes).
+struct Change {
+    epoch: u64,
+    scope: u64,
+    key: u64,
+    dir: Option<u64>,
+}
+
+/// A key's hash, as remembered of changes (a collision only refuses a grant).
+fn key_hash(k: &Key) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(k)
 }
 
 impl Table {
+    /// Whether a change since epoch `since` by another scope than `scope` touched one
+    /// of `keys` (or one the table no longer remembers may have).
+    fn changed_since(&self, keys: &[Key], since: u64, scope: u64) -> bool {
+        if self.epoch == since {
+            return false;
+        }
+        if self.forgotten > since {
+            return true;
+        }
+        let hashes: Vec<u64> = keys.iter().map(key_hash).collect();
+        self.recent
+            .iter()
+            .rev()
+            .take_while(|c| c.epoch > since)
+            .filter(|c| c.scope == 0 || c.scope != scope)
+            .any(|c| {
+                hashes.contains(&c.key)
+                    || keys
+                        .iter()
+                        .any(|k| matches!(k, Key::Listing(d) if c.dir == Some(*d)))
+            })
+    }
+
+    /// Remembers key `k` of the change of epoch `self.epoch` in `scope`.
+    fn remember(&mut self, k: &Key, scope: u64) {
+        let dir = match k {
+            Key::Name(d, _) => Some(*d),
+            _ => None,
+        };
+        self.recent.push_back(Change {
+            epoch: self.epoch,
+            scope,
+            key: key_hash(k),
+            dir,
+        });
+        if self.recent.len() > RECENT_CHANGES {
+            if let Some(c) = self.recent.pop_front() {
+                self.forgotten = c.epoch;
+            }
+        }
+    }
+
     /// Takes the holds on `k` of others than `client`: who they were.
     fn take_others(&mut self, k: &Key, client: u64) -> Vec<u64> {
         let Some(holders) = self.held.get_mut(k) else {
@@ -159,9 +225,12 @@ pub(crate) struct Scope {
     pending: Mutex<Vec<Pending>>,
     /// Whether it changed anything leasable (then it also waits out a grace).
     changed: std::sync::atomic::AtomicBool,
-    /// Changes it made ([`Grants::epoch`] steps).
-    own: std::sync::atomic::AtomicU64,
+    /// Tells its changes from others' (nonzero, unique).
+    id: u64,
 }
+
+/// The last scope id given out.
+static SCOPES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl Scope {
     /// The scope of a request of `client` (0: none).
@@ -170,7 +239,7 @@ impl Scope {
             client,
             pending: Mutex::new(Vec::new()),
             changed: std::sync::atomic::AtomicBool::new(false),
-            own: std::sync::atomic::AtomicU64::new(0),
+            id: SCOPES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
         })
     }
 
@@ -302,7 +371,9 @@ impl Grants {
         let t = self.time.as_millis() as i64;
         let now = super::node::now_ms();
         let mut h = self.horizon.lock();
-        if h.extending || h.durable_ms >= now + t + t / 4 {
+        // Renewals come every T/4: each extends it, so that what is left at a grant
+        // stays above T (1.25 T at least) while the next one is written.
+        if h.extending || h.durable_ms >= now + t + t / 2 - t / 8 {
             return None;
         }
         h.extending = true;
@@ -400,21 +471,22 @@ impl Grants {
         self.table.lock().epoch
     }
 
-    /// Grants `client` leases on `keys`, read since [`Grants::epoch`] was `since`: if
-    /// anything but the current scope's own changes came since, what was read may be
-    /// older than a change that revoked nothing of it, and no lease is granted. Returns
-    /// how long the session has left in ms, 0 if nothing was granted.
+    /// Grants `client` leases on `keys`, read since [`Grants::epoch`] was `since`: if a
+    /// change of one of them (a name's: of its directory's listing too) other than the
+    /// current scope's own came since, what was read may be older than a change that
+    /// revoked nothing of it, and no lease is granted. Returns how long the session has
+    /// left in ms, 0 if nothing was granted.
     pub(crate) fn grant(&self, client: u64, keys: Vec<Key>, since: u64) -> u32 {
         if client == 0 || keys.is_empty() || self.time.is_zero() || self.grace().is_some() {
             return 0;
         }
-        let own = current().map_or(0, |s| s.own.load(std::sync::atomic::Ordering::Relaxed));
+        let scope = current().map_or(0, |s| s.id);
         let now_ms = super::node::now_ms();
         if self.horizon.lock().durable_ms < now_ms + self.time.as_millis() as i64 {
             return 0;
         }
         let mut t = self.table.lock();
-        if t.epoch != since + own {
+        if t.changed_since(&keys, since, scope) {
             return 0;
         }
         let now = Instant::now();
@@ -443,17 +515,16 @@ impl Grants {
     pub(crate) fn changed(&self, keys: impl Iterator<Item = Key>) {
         let scope = current();
         let client = scope.as_ref().map_or(0, |s| s.client);
+        let id = scope.as_ref().map_or(0, |s| s.id);
         let mut by_client: HashMap<u64, Vec<proto::LeaseKey>> = HashMap::new();
         let mut any = false;
         let mut t = self.table.lock();
         for k in keys {
             if !any {
                 t.epoch += 1;
-                if let Some(s) = &scope {
-                    s.own.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
             }
             any = true;
+            t.remember(&k, id);
             if t.held.is_empty() {
                 continue;
             }
@@ -682,6 +753,50 @@ mod tests {
         g.changed_dir(1);
         let down = rx.recv().await.expect("revocation");
         assert!(down.keys.iter().any(|k| k.listing));
+    }
+
+    #[tokio::test]
+    async fn only_a_change_of_what_is_granted_refuses_the_grant() {
+        let g = Grants::new(Duration::from_secs(5));
+        ready(&g);
+        let (_, mut rx) = g.open(7);
+        g.renew(7, 1);
+        let _ = rx.recv().await;
+        let other = |k: Key| {
+            let g = &g;
+            async move { in_scope(Scope::new(8), async { g.changed(std::iter::once(k)) }).await }
+        };
+        // Read, then another key changed: granted.
+        let since = g.epoch();
+        other(name(2, "x")).await;
+        other(Key::Inode(3)).await;
+        assert!(g.grant(7, vec![name(1, "a"), Key::Inode(4)], since) > 0);
+        // A change of a key granted, or of a name of a listing granted: refused.
+        let since = g.epoch();
+        other(Key::Inode(4)).await;
+        let down = rx.recv().await.expect("revocation of the inode's lease");
+        g.answered(7, down.seq);
+        assert_eq!(g.grant(7, vec![name(1, "b"), Key::Inode(4)], since), 0);
+        let since = g.epoch();
+        other(name(5, "y")).await;
+        assert_eq!(g.grant(7, vec![name(5, "z"), Key::Listing(5)], since), 0);
+        assert!(g.grant(7, vec![name(5, "z")], since) > 0);
+        // The grant's own scope's change of the key: granted.
+        let own = Scope::new(7);
+        let since = g.epoch();
+        let got = in_scope(own, async {
+            g.changed(std::iter::once(name(6, "n")));
+            g.grant(7, vec![name(6, "n"), Key::Listing(6)], since)
+        })
+        .await;
+        assert!(got > 0);
+        // Read before changes the table no longer remembers: refused.
+        let since = g.epoch();
+        for i in 0..=RECENT_CHANGES as u64 {
+            other(Key::Inode(100 + i)).await;
+        }
+        assert_eq!(g.grant(7, vec![Key::Inode(9)], since), 0);
+        assert!(g.grant(7, vec![Key::Inode(9)], g.epoch()) > 0);
     }
 
     #[test]
