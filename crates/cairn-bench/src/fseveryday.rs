@@ -32,6 +32,8 @@ pub struct Step {
 /// Writes a tree of `dirs` directories of 100 files under `work/tree-src` and packs it
 /// into `work/tree.tar`; the tarball's path and the number of files.
 pub fn make_tarball(work: &Path, dirs: u64) -> Result<(PathBuf, u64)> {
+    // The tools run in `work`: the paths they are given must not be relative to it.
+    let work = &std::fs::canonicalize(work)?;
     let src = work.join("tree-src");
     let _ = std::fs::remove_dir_all(&src);
     let mut files = 0u64;
