@@ -183,8 +183,10 @@ impl FileSystem for Client {
     }
 
     /// Starts the lease sessions with every server: from now on what a server answers
-    /// under a lease is kept by the mount's kernel until the lease ends or is revoked.
+    /// under a lease is kept by the mount's kernel until the lease ends or is revoked,
+    /// and releases go in the background (see `release`).
     fn set_invalidator(&self, inv: Arc<dyn Invalidator>) {
+        self.inner.mounted.store(true, Ordering::Relaxed);
         let h = proto::Header {
             cluster_id: self.inner.cfg.cluster_id(),
             cred: None,
@@ -503,10 +505,15 @@ impl FileSystem for Client {
         self.open_as(cred, ino, flags, true)
     }
 
-    /// Sent in the background: close(2) returned already, and the mount need not wait
-    /// either (the server only counts the inode's opens down, in any order with the
-    /// client's other requests). At most `RELEASES` at once; `close` waits for them.
+    /// For a mount, sent in the background: close(2) returned already, and the mount
+    /// need not wait either (the server only counts the inode's opens down, in any
+    /// order with the client's other requests). At most `RELEASES` at once; `close`
+    /// waits for them. A program's call returns once the release is done (an unlinked
+    /// file is then gone).
     fn release(&self, cred: &Cred, ino: u64) -> FsResult<()> {
+        if !self.inner.mounted.load(Ordering::Relaxed) {
+            return self.block_raw(self.release_async(cred, ino));
+        }
         match self.inner.releases.clone().try_acquire_owned() {
             Ok(permit) => {
                 let (c, cred) = (self.clone(), *cred);

@@ -132,6 +132,9 @@ struct Inner {
     leases: Arc<leases::Leases>,
     /// Room for releases in the background.
     releases: Arc<tokio::sync::Semaphore>,
+    /// Whether a mount serves the client (`FileSystem::set_invalidator` was called):
+    /// its releases go in the background.
+    mounted: AtomicBool,
 }
 
 impl Drop for Inner {
@@ -197,6 +200,7 @@ impl Client {
                 sent: Counts::default(),
                 leases: Arc::new(leases::Leases::new(cfg_len)),
                 releases: Arc::new(tokio::sync::Semaphore::new(RELEASES)),
+                mounted: AtomicBool::new(false),
             }),
         };
         c.probe()?;
@@ -254,6 +258,7 @@ impl Client {
                 sent: Counts::default(),
                 leases: Arc::new(leases::Leases::new(cfg_len)),
                 releases: Arc::new(tokio::sync::Semaphore::new(RELEASES)),
+                mounted: AtomicBool::new(false),
             }),
         })
     }
