@@ -150,13 +150,13 @@ impl Client {
 impl FileSystem for Client {
     fn lookup(&self, cred: &Cred, parent: u64, name: &[u8]) -> FsResult<Attr> {
         leases::clear();
-        let d = self.deadline();
-        let req = proto::LookupReq {
-            h: self.header(cred),
-            dir: parent,
-            name: name.to_vec(),
-        };
         if name == b"." || name == b".." {
+            let d = self.deadline();
+            let req = proto::LookupReq {
+                h: self.header(cred),
+                dir: parent,
+                name: name.to_vec(),
+            };
             return self.block_raw(async {
                 let rep = self
                     .at_home(Rpc::Lookup, parent, true, d, |mut c, t| {
