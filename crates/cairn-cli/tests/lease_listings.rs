@@ -10,6 +10,10 @@
 //!   refused as existing;
 //! - a file it renames to a name its listing said absent is moved in its kernel, and
 //!   another mount's rename over it shows at once.
+//!
+//! A listing carries the entries' attributes (READDIRPLUS), leased: a stat of every
+//! entry after it asks the mount nothing, and another mount's chmod, write, rename or
+//! unlink of a listed file is seen by the first at once.
 
 mod common;
 
@@ -94,8 +98,17 @@ fn creates_in_an_empty_directory_ask_no_lookups_and_others_changes_show_at_once(
     );
     std::fs::remove_file(b.join("d/f2")).unwrap();
     assert!(!exists(&d.join("f2")), "b's unlink, through a");
-    // A name nobody made is still absent, and can be made.
+    // A name nobody made is still absent, and can be made; one too long for any
+    // directory is refused as such, not answered absent by the listing.
     assert!(!exists(&d.join("other")));
+    let long = d.join("n".repeat(256));
+    let too_long = |e: std::io::Error| e.raw_os_error() == Some(libc::ENAMETOOLONG);
+    assert!(
+        std::fs::symlink_metadata(&long).is_err_and(too_long),
+        "lstat"
+    );
+    assert!(std::fs::remove_file(&long).is_err_and(too_long), "unlink");
+    assert!(std::fs::remove_dir(&long).is_err_and(too_long), "rmdir");
     create_new(&d.join("other")).unwrap();
     assert!(exists(&b.join("d/other")));
 
@@ -138,5 +151,81 @@ fn creates_in_an_empty_directory_ask_no_lookups_and_others_changes_show_at_once(
     assert!(
         got.get("LOOKUP").copied().unwrap_or(0) >= FILES as u64,
         "the kernel asked about each new name: {got:?}"
+    );
+}
+
+#[test]
+fn a_listing_leases_its_entries_and_others_changes_show_at_once() {
+    use std::os::unix::fs::PermissionsExt;
+    let n = 3;
+    let cluster = Cluster::start_on(Net::Loopback(free_ports(2 * n)), n, 8192, "never", &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b, stats) = (
+        tmp.path().join("mnt-a"),
+        tmp.path().join("mnt-b"),
+        tmp.path().join("stats-a"),
+    );
+    std::fs::create_dir(&a).unwrap();
+    std::fs::create_dir(&b).unwrap();
+    let env = [(cairn_fuse::STATS_ENV, stats.as_path())];
+    let Some(ma) = Mount::cluster_env(&cluster.file, &a, &[], &env) else {
+        return;
+    };
+    let Some(mb) = Mount::cluster(&cluster.file, &b, &[]) else {
+        return;
+    };
+
+    // The second mount makes the files: the first knows nothing of them.
+    std::fs::create_dir(b.join("l")).unwrap();
+    for i in 0..FILES {
+        std::fs::write(b.join(format!("l/f{i}")), vec![b'x'; i]).unwrap();
+    }
+    // The first lists the directory, then stats every entry: the listing brought
+    // them all, with their sizes.
+    let d = a.join("l");
+    let mut listed = 0;
+    for e in std::fs::read_dir(&d).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().into_string().unwrap();
+        let i: usize = name[1..].parse().unwrap();
+        assert_eq!(std::fs::symlink_metadata(e.path()).unwrap().len(), i as u64);
+        listed += 1;
+    }
+    assert_eq!(listed, FILES);
+
+    // The second mount's changes of listed files show in the first at once.
+    let perm = std::fs::Permissions::from_mode(0o600);
+    std::fs::set_permissions(b.join("l/f3"), perm).unwrap();
+    let mode = std::fs::symlink_metadata(d.join("f3"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o600, "b's chmod, through a");
+    std::fs::write(b.join("l/f4"), b"longer than four").unwrap();
+    assert_eq!(
+        std::fs::symlink_metadata(d.join("f4")).unwrap().len(),
+        16,
+        "b's write"
+    );
+    assert_eq!(std::fs::read(d.join("f4")).unwrap(), b"longer than four");
+    std::fs::rename(b.join("l/f5"), b.join("l/g5")).unwrap();
+    assert!(
+        !exists(&d.join("f5")) && exists(&d.join("g5")),
+        "b's rename"
+    );
+    std::fs::remove_file(b.join("l/f6")).unwrap();
+    assert!(!exists(&d.join("f6")), "b's unlink, through a");
+
+    let got = counts_after(ma, &stats);
+    drop(mb);
+    let fuse = |k: &str| got.get(k).copied().unwrap_or(0);
+    assert!(fuse("READDIRPLUS") >= 1, "{got:?}");
+    // The stats of the listed files asked the mount nothing (a few lookups come from
+    // the changes after them): without the listing's attributes, one LOOKUP each.
+    assert!(
+        fuse("LOOKUP") + fuse("GETATTR") <= 30,
+        "{} LOOKUPs and {} GETATTRs for {FILES} stats after a listing: {got:?}",
+        fuse("LOOKUP"),
+        fuse("GETATTR")
     );
 }

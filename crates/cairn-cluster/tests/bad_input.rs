@@ -278,6 +278,7 @@ fn malformed_oversized_and_unknown() {
         after_name: vec![b'q'; 1000],
         limit: 10,
         from_start: false,
+        plus: true,
     };
     let rep = raw_call(
         &c.cfg,
@@ -336,6 +337,7 @@ fn malformed_oversized_and_unknown() {
                 ino: 5,
                 kind: libc::S_IFREG,
                 token: 0,
+                attr: None,
             }],
             first: true,
             last: true,

@@ -682,6 +682,63 @@ fn readdir_cursor_and_changes() {
 }
 
 #[test]
+fn readdir_plus_carries_attributes_to_those_who_may_search() {
+    let (_d, fs) = fresh();
+    let fs = &fs;
+    let d = fs.mkdir(&R, ROOT, b"d", 0o755).unwrap();
+    for i in 0..60u32 {
+        let f = fs
+            .create(&R, d.ino, format!("f{i:02}").as_bytes(), 0o640)
+            .unwrap();
+        fs.write(&R, f.ino, 0, &vec![7u8; i as usize * 100])
+            .unwrap();
+        fs.release(&R, f.ino).unwrap();
+    }
+    fs.mkdir(&R, d.ino, b"sub", 0o700).unwrap();
+    assert!(fs.lists_attributes());
+    // The same names as a plain listing, each file with its attributes as a stat
+    // answers them (the files' inodes live with their entries).
+    let plus = fs.readdir_plus(&R, d.ino, None, usize::MAX).unwrap();
+    let mut got: Vec<Vec<u8>> = plus.iter().map(|e| e.entry.name.clone()).collect();
+    got.sort();
+    assert_eq!(got, names(&**fs, d.ino));
+    for e in &plus {
+        if e.entry.kind != libc::S_IFREG {
+            continue;
+        }
+        let a = e.attr.as_ref().expect("a file's attributes");
+        assert_eq!(*a, fs.getattr(e.entry.ino).unwrap());
+        let i: usize = std::str::from_utf8(&e.entry.name[1..])
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!((a.size, a.mode & 0o7777), (i as u64 * 100, 0o640));
+    }
+    // Paged: resumes after any name, as a plain listing does.
+    let first = fs.readdir_plus(&R, d.ino, None, 7).unwrap();
+    let rest = fs
+        .readdir_plus(&R, d.ino, Some(&first[6].entry.name), usize::MAX)
+        .unwrap();
+    assert_eq!(first.len() + rest.len(), plus.len());
+    // Someone who may read the directory but not search it gets the names only: a
+    // lookup would be refused them.
+    let no_search = SetAttr {
+        mode: Some(0o744),
+        ..Default::default()
+    };
+    fs.setattr(&R, d.ino, &no_search).unwrap();
+    assert_eq!(e(fs.lookup(&BOB, d.ino, b"f01")), libc::EACCES);
+    let bare = fs.readdir_plus(&BOB, d.ino, None, usize::MAX).unwrap();
+    assert_eq!(bare.len(), plus.len());
+    assert!(
+        bare.iter().all(|e| e.attr.is_none()),
+        "no attributes for BOB"
+    );
+    fs.readdir_plus(&BOB, ROOT, None, 1).unwrap();
+    assert_consistent(fs);
+}
+
+#[test]
 fn atime_follows_relatime() {
     let (_d, fs) = fresh();
     let fs = &fs;

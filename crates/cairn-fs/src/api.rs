@@ -24,6 +24,32 @@ pub enum Validity {
     For(Duration),
 }
 
+/// An entry of a listing with what the file system knows of its inode
+/// ([`FileSystem::readdir_plus`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntryPlus {
+    /// The entry.
+    pub entry: DirEntry,
+    /// Its inode's attributes, if the listing had them at hand.
+    pub attr: Option<Attr>,
+    /// How long the kernel may keep the entry (the name's inode).
+    pub entry_valid: Validity,
+    /// How long the kernel may keep the attributes.
+    pub attr_valid: Validity,
+}
+
+impl DirEntryPlus {
+    /// `entry` alone: no attributes, nothing for the kernel to keep.
+    pub fn bare(entry: DirEntry) -> DirEntryPlus {
+        DirEntryPlus {
+            entry,
+            attr: None,
+            entry_valid: Validity::For(Duration::ZERO),
+            attr_valid: Validity::For(Duration::ZERO),
+        }
+    }
+}
+
 /// Makes a mount's kernel forget what it cached. A mount hands one to its file system
 /// ([`FileSystem::set_invalidator`]) once it serves requests. Calls may come from any thread, at
 /// the same time; each returns once the kernel has forgotten (or had nothing to forget). They
@@ -96,6 +122,31 @@ pub trait FileSystem: Send + Sync {
         after: Option<&[u8]>,
         limit: usize,
     ) -> FsResult<Vec<DirEntry>>;
+
+    /// Whether listings should carry the entries' attributes ([`FileSystem::readdir_plus`]):
+    /// a mount then asks its kernel for `READDIRPLUS`, so that a listing followed by a
+    /// stat of each entry (`ls -l`, `du`) costs no request per entry. `false` by default.
+    fn lists_attributes(&self) -> bool {
+        false
+    }
+
+    /// As [`FileSystem::readdir`], with the attributes of the entries the file system
+    /// has at hand and how long the kernel may keep each entry and its attributes. An
+    /// entry without attributes is listed only (the kernel looks it up if it needs
+    /// more). By default, [`FileSystem::readdir`]'s entries without attributes.
+    fn readdir_plus(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> FsResult<Vec<DirEntryPlus>> {
+        Ok(self
+            .readdir(cred, ino, after, limit)?
+            .into_iter()
+            .map(DirEntryPlus::bare)
+            .collect())
+    }
 
     /// The parent of directory `ino` (the root is its own parent).
     fn parent_of(&self, ino: u64) -> FsResult<u64>;

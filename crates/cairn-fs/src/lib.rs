@@ -73,7 +73,7 @@ use layout::{
 use store::{Batch, Rows};
 use times::CachedDir;
 
-pub use api::{FileSystem, Invalidator, Validity};
+pub use api::{DirEntryPlus, FileSystem, Invalidator, Validity};
 pub use check::CheckReport;
 pub use errno::{Errno, FsResult};
 pub use inode::Attr;

@@ -52,6 +52,7 @@ pub(crate) mod op {
     pub const DESTROY: u32 = 38;
     pub const BATCH_FORGET: u32 = 42;
     pub const FALLOCATE: u32 = 43;
+    pub const READDIRPLUS: u32 = 44;
     pub const RENAME2: u32 = 45;
     pub const COPY_FILE_RANGE: u32 = 47;
 }
@@ -60,6 +61,9 @@ pub(crate) mod op {
 pub(crate) mod init {
     pub const ASYNC_READ: u64 = 1 << 0;
     pub const BIG_WRITES: u64 = 1 << 5;
+    /// Listings may be READDIRPLUS: entries with their attributes (every listing, as
+    /// `READDIRPLUS_AUTO` is not asked for).
+    pub const DO_READDIRPLUS: u64 = 1 << 13;
     /// The kernel caches writes and sends them later, in pages.
     pub const WRITEBACK_CACHE: u64 = 1 << 16;
     pub const MAX_PAGES: u64 = 1 << 22;
@@ -132,7 +136,7 @@ pub(crate) struct Attr {
 }
 
 #[repr(C)]
-#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub(crate) struct EntryOut {
     pub nodeid: u64,
     pub generation: u64,

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cairn_fs::{Cred, FileSystem, FsResult, SetAttr, Validity};
+use cairn_fs::{Cred, DirEntry, DirEntryPlus, FileSystem, FsResult, SetAttr, Validity};
 
 use crate::abi::{self, fattr as fa, InHeader};
 use crate::attr::{cred, fattr, kind, may_access, timeset};
@@ -24,8 +24,12 @@ use crate::request::Op;
 use crate::stats::{count, Op as Count};
 use crate::Timeouts;
 
-/// Entries fetched from the store per readdir call.
+/// Entries fetched from the store per readdir call, at most.
 const READDIR_BATCH: usize = 256;
+/// The smallest READDIR entry: a dirent and a one-byte name, padded.
+const ENTRY_MIN: usize = 32;
+/// The smallest READDIRPLUS entry: an entry, a dirent and a one-byte name, padded.
+const PLUS_ENTRY_MIN: usize = 160;
 
 /// State of an open directory: the names handed out by the last two readdir replies,
 /// by their offset cookies, so that the kernel can resume after any of them.
@@ -278,7 +282,8 @@ impl CairnFuse {
             }
             Op::Fsync | Op::Fsyncdir => empty(self.fs.fsync(ino)),
             Op::Opendir => self.opendir(h),
-            Op::Readdir { fh, offset, size } => self.readdir(ino, fh, offset, size),
+            Op::Readdir { fh, offset, size } => self.readdir(ino, fh, offset, size, false),
+            Op::ReaddirPlus { fh, offset, size } => self.readdir(ino, fh, offset, size, true),
             Op::Releasedir { fh } => {
                 self.dirs
                     .lock()
@@ -395,7 +400,9 @@ impl CairnFuse {
         Ok(reply::open(fh))
     }
 
-    fn readdir(&self, ino: u64, fh: u64, offset: u64, size: u32) -> Reply {
+    /// READDIR, or with `plus` READDIRPLUS: each entry with what the kernel may keep of
+    /// it, as the file system listed it ([`FileSystem::readdir_plus`]).
+    fn readdir(&self, ino: u64, fh: u64, offset: u64, size: u32, plus: bool) -> Reply {
         let handle = self
             .dirs
             .lock()
@@ -405,13 +412,34 @@ impl CairnFuse {
             .ok_or(libc::EBADF)?;
         let mut h = handle.lock().unwrap_or_else(|p| p.into_inner());
         let mut out = DirBuf::new(size as usize);
+        let add = |out: &mut DirBuf, e: &DirEntryPlus, cookie: u64| {
+            let (ino, kind, name) = (e.entry.ino, kind(e.entry.kind), &e.entry.name);
+            if !plus {
+                return out.add(ino, cookie, kind, name);
+            }
+            let kept = e.attr.as_ref().map(|a| {
+                let t = EntryTtl {
+                    entry: ttl(e.entry_valid, self.times.entry),
+                    attr: ttl(e.attr_valid, self.times.attr),
+                };
+                reply::entry_out(fattr(a), t)
+            });
+            out.add_plus(kept, (ino, cookie), kind, name)
+        };
+        let dot = |ino: u64, name: &[u8]| {
+            DirEntryPlus::bare(DirEntry {
+                name: name.to_vec(),
+                ino,
+                kind: libc::S_IFDIR,
+            })
+        };
         // Cookies 1 and 2 are "." and ".."; names get cookies from 3 on.
-        if offset < 1 && out.add(ino, 1, libc::S_IFDIR, b".") {
+        if offset < 1 && add(&mut out, &dot(ino, b"."), 1) {
             return Ok(out.into_bytes());
         }
         if offset < 2 {
             let parent = self.fs.parent_of(ino).unwrap_or(ino);
-            if out.add(parent, 2, libc::S_IFDIR, b"..") {
+            if add(&mut out, &dot(parent, b".."), 2) {
                 return Ok(out.into_bytes());
             }
         }
@@ -423,23 +451,31 @@ impl CairnFuse {
                 None => return Err(libc::EINVAL),
             }
         };
+        // About as many entries as the reply holds (fewer when names are long: those
+        // that do not fit are asked for again by the next call).
+        let smallest = if plus { PLUS_ENTRY_MIN } else { ENTRY_MIN };
+        let limit = (size as usize / smallest).clamp(1, READDIR_BATCH);
         let mut batch = HashMap::new();
         'outer: loop {
-            let entries = self
-                .fs
-                .readdir(&h.cred, ino, cursor.as_deref(), READDIR_BATCH)
-                .map_err(|e| e.0)?;
+            let entries = if plus {
+                self.fs.readdir_plus(&h.cred, ino, cursor.as_deref(), limit)
+            } else {
+                self.fs
+                    .readdir(&h.cred, ino, cursor.as_deref(), limit)
+                    .map(|v| v.into_iter().map(DirEntryPlus::bare).collect())
+            }
+            .map_err(|e| e.0)?;
             if entries.is_empty() {
                 break;
             }
             for e in entries {
                 let cookie = h.next_cookie;
-                if out.add(e.ino, cookie, kind(e.kind), &e.name) {
+                if add(&mut out, &e, cookie) {
                     break 'outer;
                 }
                 h.next_cookie += 1;
-                cursor = Some(e.name.clone());
-                batch.insert(cookie, e.name);
+                cursor = Some(e.entry.name.clone());
+                batch.insert(cookie, e.entry.name);
             }
         }
         if !batch.is_empty() {
@@ -486,6 +522,7 @@ fn counted(op: &Op<'_>) -> Option<Count> {
         Op::Fsync => Count::Fsync,
         Op::Opendir => Count::Opendir,
         Op::Readdir { .. } => Count::Readdir,
+        Op::ReaddirPlus { .. } => Count::ReaddirPlus,
         Op::Releasedir { .. } => Count::Releasedir,
         Op::Fsyncdir => Count::Fsyncdir,
         Op::Statfs => Count::Statfs,

@@ -445,7 +445,11 @@ impl Mount {
             watch,
         } = self;
         // The store is closed (and its error reported) even when serving failed.
-        let served = session::handshake(&fd, transport, writeback)
+        let wants = session::Wants {
+            writeback,
+            readdirplus: fs.lists_attributes(),
+        };
+        let served = session::handshake(&fd, transport, wants)
             .and_then(|conn| {
                 // From now on the kernel takes notifications: the file system may make
                 // it forget what it cached.

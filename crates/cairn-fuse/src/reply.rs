@@ -211,7 +211,8 @@ pub(crate) fn statfs(s: &cairn_fs::StatFs) -> Vec<u8> {
     .to_vec()
 }
 
-/// The entries of a READDIR reply, at most the size the kernel asked for.
+/// The entries of a READDIR or READDIRPLUS reply, at most the size the kernel asked
+/// for.
 pub(crate) struct DirBuf {
     buf: Vec<u8>,
     max: usize,
@@ -228,7 +229,25 @@ impl DirBuf {
     /// Adds an entry (`kind`: the `S_IFMT` bits of its mode); `true` when it did not
     /// fit, and was not added.
     pub(crate) fn add(&mut self, ino: u64, cookie: u64, mode: u32, name: &[u8]) -> bool {
-        let len = std::mem::size_of::<abi::Dirent>() + name.len();
+        self.push(&[], ino, cookie, mode, name)
+    }
+
+    /// Adds a READDIRPLUS entry: as [`DirBuf::add`], preceded by the entry the kernel
+    /// may keep (`None`: listed only, the kernel keeps nothing of it).
+    pub(crate) fn add_plus(
+        &mut self,
+        entry: Option<abi::EntryOut>,
+        (ino, cookie): (u64, u64),
+        mode: u32,
+        name: &[u8],
+    ) -> bool {
+        let e = entry.unwrap_or_default();
+        self.push(e.as_bytes(), ino, cookie, mode, name)
+    }
+
+    /// Adds `head`, a dirent and `name`, padded to 8 bytes; `true` when it did not fit.
+    fn push(&mut self, head: &[u8], ino: u64, cookie: u64, mode: u32, name: &[u8]) -> bool {
+        let len = head.len() + std::mem::size_of::<abi::Dirent>() + name.len();
         let padded = len.div_ceil(8) * 8;
         if self.buf.len() + padded > self.max {
             return true;
@@ -239,6 +258,7 @@ impl DirBuf {
             namelen: name.len() as u32,
             kind: (mode & libc::S_IFMT) >> 12,
         };
+        self.buf.extend_from_slice(head);
         self.buf.extend_from_slice(d.as_bytes());
         self.buf.extend_from_slice(name);
         self.buf.resize(self.buf.len() + padded - len, 0);
@@ -266,6 +286,33 @@ mod tests {
         let b = d.into_bytes();
         assert_eq!(b.len(), 32 + 40);
         assert_eq!(u32::from_ne_bytes(b[20..24].try_into().unwrap()), 4);
+    }
+
+    #[test]
+    fn plus_entries_carry_their_entry_before_the_dirent() {
+        let mut d = DirBuf::new(400);
+        let mut e = abi::EntryOut {
+            nodeid: 9,
+            entry_valid: 2,
+            ..Default::default()
+        };
+        e.attr.ino = 9;
+        assert!(!d.add_plus(Some(e), (9, 3), libc::S_IFREG, b"abc"));
+        assert!(!d.add_plus(None, (10, 4), libc::S_IFDIR, b"."));
+        assert!(
+            d.add_plus(None, (11, 5), libc::S_IFREG, b"x"),
+            "a third does not fit in 400"
+        );
+        let b = d.into_bytes();
+        // 128 bytes of entry, 24 of dirent, the name, padded: 160 each.
+        assert_eq!(b.len(), 2 * 160);
+        assert_eq!(u64::from_ne_bytes(b[0..8].try_into().unwrap()), 9);
+        assert_eq!(u64::from_ne_bytes(b[16..24].try_into().unwrap()), 2);
+        assert_eq!(u64::from_ne_bytes(b[128..136].try_into().unwrap()), 9);
+        assert_eq!(u64::from_ne_bytes(b[136..144].try_into().unwrap()), 3);
+        assert_eq!(&b[152..155], b"abc");
+        assert_eq!(u64::from_ne_bytes(b[160..168].try_into().unwrap()), 0);
+        assert_eq!(u64::from_ne_bytes(b[288..296].try_into().unwrap()), 10);
     }
 
     #[test]

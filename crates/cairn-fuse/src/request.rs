@@ -151,6 +151,13 @@ pub(crate) enum Op<'a> {
         offset: u64,
         size: u32,
     },
+    /// A listing whose entries carry their attributes (asked for only where the file
+    /// system lists them: `init::DO_READDIRPLUS`).
+    ReaddirPlus {
+        fh: u64,
+        offset: u64,
+        size: u32,
+    },
     Releasedir {
         fh: u64,
     },
@@ -298,6 +305,14 @@ fn decode_files(opcode: u32, mut b: Body<'_>) -> Result<Op<'_>, i32> {
         op::READDIR => {
             let r: abi::IoIn = b.take()?;
             Op::Readdir {
+                fh: r.fh,
+                offset: r.offset,
+                size: r.size,
+            }
+        }
+        op::READDIRPLUS => {
+            let r: abi::IoIn = b.take()?;
+            Op::ReaddirPlus {
                 fh: r.fh,
                 offset: r.offset,
                 size: r.size,

@@ -28,6 +28,15 @@ pub(crate) struct Conn {
     pub uring: bool,
 }
 
+/// What a mount asks of the kernel beside the protocol.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Wants {
+    /// The kernel caches writes (`writeback_cache`).
+    pub writeback: bool,
+    /// Listings are READDIRPLUS (the file system lists attributes).
+    pub readdirplus: bool,
+}
+
 /// Buffer for one request read from `/dev/fuse`: the largest write and its headers.
 fn read_buffer_size() -> usize {
     MAX_WRITE as usize + 64 * 1024
@@ -35,10 +44,10 @@ fn read_buffer_size() -> usize {
 
 /// Reads requests until INIT and answers it: the protocol version, 1 MiB requests,
 /// io_uring when `transport` allows it and the kernel offers it, and the kernel's
-/// write cache when `writeback` asks for it. Err when the kernel is too old, the
-/// session ends first, or `Transport::Uring` was asked for and the kernel does not
-/// offer it.
-pub(crate) fn handshake(fd: &OwnedFd, transport: Transport, writeback: bool) -> io::Result<Conn> {
+/// write cache when `wants.writeback` asks for it, READDIRPLUS when `wants.readdirplus`
+/// does. Err when the kernel is too old, the session ends first, or `Transport::Uring`
+/// was asked for and the kernel does not offer it.
+pub(crate) fn handshake(fd: &OwnedFd, transport: Transport, wants: Wants) -> io::Result<Conn> {
     let mut buf = vec![0u8; read_buffer_size()];
     loop {
         let n = match read_request(fd, &mut buf)? {
@@ -114,8 +123,11 @@ pub(crate) fn handshake(fd: &OwnedFd, transport: Transport, writeback: bool) -> 
         if uring {
             want |= init::INIT_EXT | init::OVER_IO_URING;
         }
-        if writeback {
+        if wants.writeback {
             want |= init::WRITEBACK_CACHE;
+        }
+        if wants.readdirplus {
+            want |= init::DO_READDIRPLUS;
         }
         let want = want & (flags | init::INIT_EXT);
         let out = abi::InitOut {

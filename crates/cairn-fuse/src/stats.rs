@@ -41,6 +41,7 @@ pub(crate) enum Op {
     Fsync,
     Opendir,
     Readdir,
+    ReaddirPlus,
     Releasedir,
     Fsyncdir,
     Statfs,
@@ -55,7 +56,7 @@ pub(crate) enum Op {
 }
 
 /// Names of the [`Op`]s, in order (the kernel's, without `FUSE_`).
-const OP_NAMES: [&str; 32] = [
+const OP_NAMES: [&str; 33] = [
     "LOOKUP",
     "FORGET",
     "BATCH_FORGET",
@@ -77,6 +78,7 @@ const OP_NAMES: [&str; 32] = [
     "FSYNC",
     "OPENDIR",
     "READDIR",
+    "READDIRPLUS",
     "RELEASEDIR",
     "FSYNCDIR",
     "STATFS",

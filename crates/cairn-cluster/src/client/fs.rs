@@ -11,16 +11,16 @@ use tokio::time::Instant;
 use parking_lot::Mutex;
 
 use cairn_fs::{
-    rules, Attr, Cred, DirEntry, Errno, FileSystem, FsResult, Invalidator, SetAttr, StatFs,
-    TimeSet, Validity,
+    rules, Attr, Cred, DirEntry, DirEntryPlus, Errno, FileSystem, FsResult, Invalidator, SetAttr,
+    StatFs, TimeSet, Validity,
 };
 
 use super::count::Rpc;
 use super::leases;
 use super::make::What;
-use super::{group, Client, IO_CHUNK, READDIR_PAGE};
+use super::{group, Client, IO_CHUNK};
 use crate::convert::msg_attr;
-use crate::giga::{home_of, name_hash, rev, rev_range, server_of};
+use crate::giga::{home_of, name_hash, server_of};
 use crate::proto;
 
 /// A lookup's answer that the name is absent: from which server, under what lease, and
@@ -168,6 +168,9 @@ impl FileSystem for Client {
                 self.entry_attr(rep, d).await
             });
         }
+        // A name no server would take is refused as a server would refuse it, not
+        // answered absent from a listing.
+        rules::check_name(name)?;
         if let Some(got) = self.kept_lookup(parent, name) {
             return got;
         }
@@ -403,78 +406,23 @@ impl FileSystem for Client {
         after: Option<&[u8]>,
         limit: usize,
     ) -> FsResult<Vec<DirEntry>> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let d = self.deadline();
-        let h = self.header(cred);
-        let mut pos: (u64, Vec<u8>) = match after {
-            Some(n) => (rev(name_hash(n)), n.to_vec()),
-            None => (0, Vec::new()),
-        };
-        let mut first = after.is_none();
-        self.block_raw(async {
-            let mut out: Vec<DirEntry> = Vec::new();
-            // Each round reads one partition (or the rest of one): bounded by the
-            // partitions a directory may have, and by the deadline.
-            for _ in 0..(1u64 << 25) {
-                let want = (limit - out.len()).min(READDIR_PAGE) as u32;
-                let (prev, name) = (pos.0, pos.1.clone());
-                let (rep, _) = self
-                    .named(
-                        Rpc::ReadDir,
-                        ino,
-                        pos.0.reverse_bits(),
-                        true,
-                        d,
-                        |mut c, t, i| {
-                            let mut r = tonic::Request::new(proto::ReadDirReq {
-                                h: h.clone(),
-                                dir: ino,
-                                partition: i,
-                                after_rev: prev,
-                                after_name: name.clone(),
-                                limit: want,
-                                from_start: first,
-                            });
-                            r.set_timeout(t);
-                            async move { c.read_dir(r).await }
-                        },
-                    )
-                    .await?;
-                first = false;
-                let last = rep.entries.last().map(|e| e.name.clone());
-                out.extend(rep.entries.into_iter().map(|e| DirEntry {
-                    name: e.name,
-                    ino: e.ino,
-                    kind: e.kind,
-                }));
-                if out.len() >= limit {
-                    return Ok(out);
-                }
-                if !rep.done {
-                    let Some(l) = last else {
-                        return Err(Errno(libc::EIO));
-                    };
-                    pos = (rev(name_hash(&l)), l);
-                    continue;
-                }
-                let (lo, hi) = rev_range(rep.partition, rep.depth);
-                if rep.depth > crate::giga::MAX_DEPTH || lo > prev || hi < prev {
-                    // The partition served must own the position asked for.
-                    tracing::error!("{ino:#x}: a listing reply for a partition off the position");
-                    return Err(Errno(libc::EIO));
-                }
-                if hi == u64::MAX {
-                    return Ok(out);
-                }
-                pos = (hi + 1, Vec::new());
-                if Instant::now() >= d {
-                    return Err(Errno(libc::EIO));
-                }
-            }
-            Err(Errno(libc::EIO))
-        })
+        let listed = self.list(cred, ino, after, limit, false)?;
+        Ok(listed.into_iter().map(|e| e.entry).collect())
+    }
+
+    /// Listings carry attributes: the kernel is asked for READDIRPLUS.
+    fn lists_attributes(&self) -> bool {
+        true
+    }
+
+    fn readdir_plus(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> FsResult<Vec<DirEntryPlus>> {
+        self.list(cred, ino, after, limit, true)
     }
 
     fn parent_of(&self, ino: u64) -> FsResult<u64> {

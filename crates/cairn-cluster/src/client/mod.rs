@@ -38,6 +38,7 @@ mod count;
 mod fs;
 pub(crate) mod group;
 mod leases;
+mod list;
 mod make;
 mod route;
 

@@ -7,7 +7,7 @@ use prost::Message;
 
 use super::node::{errno, Batch, Fail, Node, R};
 use super::state::State;
-use crate::convert::row_attr;
+use crate::convert::{attr_msg, row_attr};
 use crate::giga::{home_of, name_hash, rev_range};
 use crate::proto;
 use crate::proto::intent_row::Op;
@@ -440,21 +440,22 @@ impl Node {
     /// `dir`, after it, at most `limit`; with the partition and its depth, and whether
     /// it has no more. `cred` needs read permission on `dir`, or to own it
     /// ([`rules::check_data_access`], against this server's copy of its permissions).
+    /// With `r.plus`, each entry whose inode's home is here carries its attributes,
+    /// for a caller who may also search `dir` (as its lookups would need).
     pub(crate) fn readdir(
         &self,
         checks: bool,
         cred: &Cred,
-        dir: u64,
-        at: (u64, &[u8]),
-        limit: usize,
-        from_start: bool,
+        r: &proto::ReadDirReq,
     ) -> R<proto::ReadDirReply> {
-        let (after_rev, after_name) = at;
+        let (dir, after_rev, after_name) = (r.dir, r.after_rev, r.after_name.as_slice());
         if after_name.len() > cairn_fs::NAME_MAX {
             return errno(libc::EINVAL);
         }
-        rules::check_data_access(checks, cred, &self.dir_perms(dir)?, rules::MAY_READ)?;
-        let limit = limit.clamp(1, READDIR_MAX);
+        let perms = self.dir_perms(dir)?;
+        rules::check_data_access(checks, cred, &perms, rules::MAY_READ)?;
+        let plus = r.plus && rules::check_access(checks, cred, &perms, rules::MAY_EXEC).is_ok();
+        let limit = (r.limit as usize).clamp(1, READDIR_MAX);
         let m = self.state();
         let idx = self.locate(&m, dir, after_rev.reverse_bits())?;
         let depth = m.parts.get(dir, idx).ok_or(Fail::Busy)?.depth;
@@ -481,14 +482,22 @@ impl Node {
         let plen = entry_prefix(dir).len() + 8;
         for (k, v) in rows {
             let e = decode_entry(&v)?;
+            let attr = match plus {
+                true => self
+                    .local_attr(&self.state(), e.ino)?
+                    .as_ref()
+                    .map(attr_msg),
+                false => None,
+            };
             entries.push(proto::DirEntry {
                 name: k[plen..].to_vec(),
                 ino: e.ino,
                 kind: e.kind,
                 token: 0,
+                attr,
             });
         }
-        if from_start && home_of(dir) == self.id {
+        if r.from_start && home_of(dir) == self.id {
             self.touch_atime(dir)?;
         }
         Ok(proto::ReadDirReply {
@@ -497,6 +506,7 @@ impl Node {
             depth,
             done,
             partition: idx,
+            lease_ms: 0,
         })
     }
 }

@@ -296,6 +296,7 @@ impl Node {
                 ino: e.ino,
                 kind: e.kind,
                 token: e.token,
+                attr: None,
             });
             if bytes >= CHUNK_BYTES {
                 chunks.push(std::mem::take(&mut cur));

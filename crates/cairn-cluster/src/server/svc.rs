@@ -13,7 +13,7 @@ use cairn_fs::{Cred, SetAttr, TimeSet};
 
 use super::grants::{Key, Scope};
 use super::intent::Driving;
-use super::names::{LinkStep, UnlinkStep, READDIR_MAX};
+use super::names::{LinkStep, UnlinkStep};
 use super::node::{errno, Fail, Node, NodeRef, R};
 use super::peer::Reply;
 use crate::batch::MAX_BATCH;
@@ -623,11 +623,22 @@ impl Meta for MetaSvc {
         let (who, r) = who(req);
         let (checks, cred) = self.hdr(&who, r.h.as_ref())?;
         let n = self.0.clone();
-        run(&self.0, "readdir", client_of(r.h.as_ref()), async move {
-            let limit = (r.limit as usize).min(READDIR_MAX);
-            let at = (r.after_rev, r.after_name);
-            n.op(move |n| n.readdir(checks, &cred, r.dir, (at.0, &at.1), limit, r.from_start))
-                .await
+        let client = client_of(r.h.as_ref());
+        run(&self.0, "readdir", client, async move {
+            let since = n.grants.epoch();
+            let dir = r.dir;
+            let mut rep = n.op(move |n| n.readdir(checks, &cred, &r)).await?;
+            // The entries that carry attributes are leased: their names and inodes.
+            let keys: Vec<Key> = rep
+                .entries
+                .iter()
+                .filter(|e| e.attr.is_some())
+                .flat_map(|e| [Key::Name(dir, e.name.as_slice().into()), Key::Inode(e.ino)])
+                .collect();
+            if !keys.is_empty() {
+                rep.lease_ms = n.grants.grant(client, keys, since);
+            }
+            Ok(rep)
         })
         .await
     }
