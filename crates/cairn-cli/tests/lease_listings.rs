@@ -219,7 +219,11 @@ fn a_listing_leases_its_entries_and_others_changes_show_at_once() {
     let got = counts_after(ma, &stats);
     drop(mb);
     let fuse = |k: &str| got.get(k).copied().unwrap_or(0);
+    let sent = |k: &str| fuse(&format!("{}{k}", cairn_fuse::SENT_PREFIX));
     assert!(fuse("READDIRPLUS") >= 1, "{got:?}");
+    // The kernel's last call of a listing, which finds its end, asks the servers
+    // nothing.
+    assert!(sent("READDIR") < fuse("READDIRPLUS"), "{got:?}");
     // The stats of the listed files asked the mount nothing (a few lookups come from
     // the changes after them): without the listing's attributes, one LOOKUP each.
     assert!(

@@ -39,6 +39,9 @@ struct DirHandle {
     next_cookie: u64,
     recent: HashMap<u64, Vec<u8>>,
     older: HashMap<u64, Vec<u8>>,
+    /// The cookie after which the last listing ended: the kernel's next call, from
+    /// there, is answered empty without asking the file system.
+    end: Option<u64>,
 }
 
 /// The file system served to the kernel through FUSE.
@@ -392,6 +395,7 @@ impl CairnFuse {
             next_cookie: 3,
             recent: HashMap::new(),
             older: HashMap::new(),
+            end: None,
         };
         self.dirs
             .lock()
@@ -411,21 +415,12 @@ impl CairnFuse {
             .cloned()
             .ok_or(libc::EBADF)?;
         let mut h = handle.lock().unwrap_or_else(|p| p.into_inner());
+        if offset > 0 && h.end == Some(offset) {
+            // The listing ended there: the kernel's call that finds the end asks the
+            // file system nothing.
+            return Ok(Vec::new());
+        }
         let mut out = DirBuf::new(size as usize);
-        let add = |out: &mut DirBuf, e: &DirEntryPlus, cookie: u64| {
-            let (ino, kind, name) = (e.entry.ino, kind(e.entry.kind), &e.entry.name);
-            if !plus {
-                return out.add(ino, cookie, kind, name);
-            }
-            let kept = e.attr.as_ref().map(|a| {
-                let t = EntryTtl {
-                    entry: ttl(e.entry_valid, self.times.entry),
-                    attr: ttl(e.attr_valid, self.times.attr),
-                };
-                reply::entry_out(fattr(a), t)
-            });
-            out.add_plus(kept, (ino, cookie), kind, name)
-        };
         let dot = |ino: u64, name: &[u8]| {
             DirEntryPlus::bare(DirEntry {
                 name: name.to_vec(),
@@ -434,16 +429,16 @@ impl CairnFuse {
             })
         };
         // Cookies 1 and 2 are "." and ".."; names get cookies from 3 on.
-        if offset < 1 && add(&mut out, &dot(ino, b"."), 1) {
+        if offset < 1 && self.put(&mut out, &dot(ino, b"."), 1, plus) {
             return Ok(out.into_bytes());
         }
         if offset < 2 {
             let parent = self.fs.parent_of(ino).unwrap_or(ino);
-            if add(&mut out, &dot(parent, b".."), 2) {
+            if self.put(&mut out, &dot(parent, b".."), 2, plus) {
                 return Ok(out.into_bytes());
             }
         }
-        let mut cursor: Option<Vec<u8>> = if offset <= 2 {
+        let cursor: Option<Vec<u8>> = if offset <= 2 {
             None
         } else {
             match h.recent.get(&offset).or_else(|| h.older.get(&offset)) {
@@ -451,12 +446,33 @@ impl CairnFuse {
                 None => return Err(libc::EINVAL),
             }
         };
-        // About as many entries as the reply holds (fewer when names are long: those
-        // that do not fit are asked for again by the next call).
+        let listed = self.fill(&mut h, (ino, cursor), &mut out, plus)?;
+        h.end = match listed {
+            Listed::Ended(None) => Some(offset.max(2)),
+            Listed::Ended(last) => last,
+            Listed::More => None,
+        };
+        Ok(out.into_bytes())
+    }
+
+    /// Adds to `out` the entries of directory `ino` after `cursor`, as many as fit,
+    /// asking the file system for about as many as `out` has room for (its listing
+    /// ends where it returns fewer).
+    fn fill(
+        &self,
+        h: &mut DirHandle,
+        (ino, mut cursor): (u64, Option<Vec<u8>>),
+        out: &mut DirBuf,
+        plus: bool,
+    ) -> Result<Listed, i32> {
         let smallest = if plus { PLUS_ENTRY_MIN } else { ENTRY_MIN };
-        let limit = (size as usize / smallest).clamp(1, READDIR_BATCH);
         let mut batch = HashMap::new();
-        'outer: loop {
+        let mut last = None;
+        let listed = loop {
+            if out.room() < smallest {
+                break Listed::More;
+            }
+            let limit = (out.room() / smallest).clamp(1, READDIR_BATCH);
             let entries = if plus {
                 self.fs.readdir_plus(&h.cred, ino, cursor.as_deref(), limit)
             } else {
@@ -465,24 +481,56 @@ impl CairnFuse {
                     .map(|v| v.into_iter().map(DirEntryPlus::bare).collect())
             }
             .map_err(|e| e.0)?;
-            if entries.is_empty() {
-                break;
-            }
+            let ended = entries.len() < limit;
+            let mut full = false;
             for e in entries {
                 let cookie = h.next_cookie;
-                if add(&mut out, &e, cookie) {
-                    break 'outer;
+                if self.put(out, &e, cookie, plus) {
+                    full = true;
+                    break;
                 }
                 h.next_cookie += 1;
                 cursor = Some(e.entry.name.clone());
+                last = Some(cookie);
                 batch.insert(cookie, e.entry.name);
             }
-        }
+            match (full, ended) {
+                (true, _) => break Listed::More,
+                (false, true) => break Listed::Ended(last),
+                (false, false) => {}
+            }
+        };
         if !batch.is_empty() {
             h.older = std::mem::replace(&mut h.recent, batch);
         }
-        Ok(out.into_bytes())
+        Ok(listed)
     }
+
+    /// Adds entry `e` to `out` with `cookie`, with what the kernel may keep of it when
+    /// `plus`; `true` when it did not fit.
+    fn put(&self, out: &mut DirBuf, e: &DirEntryPlus, cookie: u64, plus: bool) -> bool {
+        let (ino, kind, name) = (e.entry.ino, kind(e.entry.kind), &e.entry.name);
+        if !plus {
+            return out.add(ino, cookie, kind, name);
+        }
+        let kept = e.attr.as_ref().map(|a| {
+            let t = EntryTtl {
+                entry: ttl(e.entry_valid, self.times.entry),
+                attr: ttl(e.attr_valid, self.times.attr),
+            };
+            reply::entry_out(fattr(a), t)
+        });
+        out.add_plus(kept, (ino, cookie), kind, name)
+    }
+}
+
+/// Where a reply's listing stopped.
+enum Listed {
+    /// At the end of the directory, after the entry with this cookie (`None`: no entry
+    /// in this reply).
+    Ended(Option<u64>),
+    /// Where the reply was full: more may follow.
+    More,
 }
 
 /// How long the kernel may keep an answer the file system said is valid `v`;

@@ -265,6 +265,11 @@ impl DirBuf {
         false
     }
 
+    /// The bytes left for entries.
+    pub(crate) fn room(&self) -> usize {
+        self.max.saturating_sub(self.buf.len())
+    }
+
     pub(crate) fn into_bytes(self) -> Vec<u8> {
         self.buf
     }
