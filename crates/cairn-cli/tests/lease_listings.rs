@@ -29,6 +29,8 @@ use common::Mount;
 
 /// Files the test creates in its directory.
 const FILES: usize = 300;
+/// Directories the listing test makes beside its files.
+const SUBDIRS: usize = 10;
 
 /// The requests a mount counted, written when it ends (`CAIRN_FUSE_STATS`).
 fn counts_after(m: Mount, stats: &Path) -> BTreeMap<String, u64> {
@@ -45,6 +47,16 @@ fn create_new(p: &Path) -> Result<(), ErrorKind> {
         .open(p)
         .map(drop)
         .map_err(|e| e.kind())
+}
+
+/// The names in directory `p`.
+fn names(p: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(p)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
 }
 
 fn exists(p: &Path) -> bool {
@@ -180,18 +192,29 @@ fn a_listing_leases_its_entries_and_others_changes_show_at_once() {
     for i in 0..FILES {
         std::fs::write(b.join(format!("l/f{i}")), vec![b'x'; i]).unwrap();
     }
-    // The first lists the directory, then stats every entry: the listing brought
-    // them all, with their sizes.
+    for i in 0..SUBDIRS {
+        std::fs::create_dir(b.join(format!("l/s{i}"))).unwrap();
+        std::fs::write(b.join(format!("l/s{i}/in")), b"in").unwrap();
+    }
+    // The first lists the directory, then stats every entry and lists each
+    // subdirectory: the listing brought them all, with their attributes (the
+    // directories' from their homes).
     let d = a.join("l");
     let mut listed = 0;
     for e in std::fs::read_dir(&d).unwrap() {
         let e = e.unwrap();
         let name = e.file_name().into_string().unwrap();
+        let m = std::fs::symlink_metadata(e.path()).unwrap();
         let i: usize = name[1..].parse().unwrap();
-        assert_eq!(std::fs::symlink_metadata(e.path()).unwrap().len(), i as u64);
+        if name.starts_with('s') {
+            assert!(m.is_dir());
+            assert_eq!(names(&e.path()), ["in"]);
+        } else {
+            assert_eq!(m.len(), i as u64);
+        }
         listed += 1;
     }
-    assert_eq!(listed, FILES);
+    assert_eq!(listed, FILES + SUBDIRS);
 
     // The second mount's changes of listed files show in the first at once.
     let perm = std::fs::Permissions::from_mode(0o600);
@@ -224,12 +247,16 @@ fn a_listing_leases_its_entries_and_others_changes_show_at_once() {
     // The kernel's last call of a listing, which finds its end, asks the servers
     // nothing.
     assert!(sent("READDIR") < fuse("READDIRPLUS"), "{got:?}");
-    // The stats of the listed files asked the mount nothing (a few lookups come from
-    // the changes after them): without the listing's attributes, one LOOKUP each.
+    // The stats of the listed entries asked the mount nothing (a few lookups come
+    // from the changes after them, and the subdirectories' own entries): without the
+    // listing's attributes, one LOOKUP each.
     assert!(
         fuse("LOOKUP") + fuse("GETATTR") <= 30,
         "{} LOOKUPs and {} GETATTRs for {FILES} stats after a listing: {got:?}",
         fuse("LOOKUP"),
         fuse("GETATTR")
     );
+    // Nor did opening the directories listed ask the servers: their attributes were
+    // kept under a lease.
+    assert!(sent("OPENDIR") <= 1, "{got:?}");
 }

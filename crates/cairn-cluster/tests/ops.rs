@@ -696,18 +696,18 @@ fn readdir_plus_carries_attributes_to_those_who_may_search() {
     }
     fs.mkdir(&R, d.ino, b"sub", 0o700).unwrap();
     assert!(fs.lists_attributes());
-    // The same names as a plain listing, each file with its attributes as a stat
-    // answers them (the files' inodes live with their entries).
+    // The same names as a plain listing, each with its attributes as a stat answers
+    // them (the files' from the server listing them, the directory's from its home).
     let plus = fs.readdir_plus(&R, d.ino, None, usize::MAX).unwrap();
     let mut got: Vec<Vec<u8>> = plus.iter().map(|e| e.entry.name.clone()).collect();
     got.sort();
     assert_eq!(got, names(&**fs, d.ino));
     for e in &plus {
+        let a = e.attr.as_ref().expect("attributes");
+        assert_eq!(*a, fs.getattr(e.entry.ino).unwrap());
         if e.entry.kind != libc::S_IFREG {
             continue;
         }
-        let a = e.attr.as_ref().expect("a file's attributes");
-        assert_eq!(*a, fs.getattr(e.entry.ino).unwrap());
         let i: usize = std::str::from_utf8(&e.entry.name[1..])
             .unwrap()
             .parse()

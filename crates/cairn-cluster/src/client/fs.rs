@@ -386,6 +386,15 @@ impl FileSystem for Client {
     }
 
     fn opendir(&self, cred: &Cred, ino: u64) -> FsResult<()> {
+        // Checked against the attributes kept under a lease, as the home would check
+        // them (the listing's requests are checked again by their servers).
+        if let Some((a, _)) = self.inner.leases.kept_attr(ino) {
+            if !a.is_dir() {
+                return Err(Errno(libc::ENOTDIR));
+            }
+            let checks = self.inner.checks.load(Ordering::Relaxed);
+            return rules::check_access(checks, cred, &a, rules::MAY_READ);
+        }
         let d = self.deadline();
         let h = self.header(cred);
         self.block_raw(async {

@@ -21,6 +21,8 @@ use crate::proto;
 /// Rounds a listing may take at most (one partition, or the rest of one, each): more
 /// than a directory's partitions.
 const MAX_ROUNDS: u64 = 1 << 25;
+/// Attribute requests a listing sends to inodes' homes at once.
+const HOME_ASKS: usize = 32;
 
 impl Client {
     /// Up to `limit` entries of directory `ino` after `after`; with `plus`, with their
@@ -75,7 +77,11 @@ impl Client {
                 first = false;
                 let last = rep.entries.last().map(|e| e.name.clone());
                 let (done, depth, partition) = (rep.done, rep.depth, rep.partition);
-                out.extend(self.listed(ino, rep, (s, since)));
+                let mut listed = self.listed(ino, rep, (s, since));
+                if plus {
+                    self.attrs_from_homes(&mut listed, d).await;
+                }
+                out.extend(listed);
                 if out.len() >= limit {
                     return Ok(out);
                 }
@@ -105,8 +111,10 @@ impl Client {
     }
 
     /// The entries of listing reply `rep` of `dir`, which server `s` answered to a
-    /// request sent at epoch `since`: those with attributes come with how long the
-    /// kernel may keep them, and what is leased of them is kept.
+    /// request sent at epoch `since`. Where the reply has attributes (`plus`) and the
+    /// names are leased (or leases are not kept: a program's client), each comes with
+    /// how long the kernel may keep it and is kept; so are the attributes the server
+    /// had (those of the inodes it is the home of).
     fn listed(
         &self,
         dir: u64,
@@ -114,8 +122,9 @@ impl Client {
         (s, since): (u32, u64),
     ) -> Vec<DirEntryPlus> {
         let l = &self.inner.leases;
-        let lease_ms = rep.lease_ms;
+        let (lease_ms, plus) = (rep.lease_ms, rep.plus);
         let none = Validity::For(Duration::ZERO);
+        let su = s as usize;
         rep.entries
             .into_iter()
             .map(|e| {
@@ -124,32 +133,58 @@ impl Client {
                     ino: e.ino,
                     kind: e.kind,
                 };
-                // Attributes count only from the inode's home (which is what leases them).
-                let Some(a) = e.attr.filter(|_| home_of(e.ino) == s) else {
-                    return DirEntryPlus::bare(entry);
-                };
-                let attr = msg_attr(&a);
                 let name_key = Key::Name(dir, entry.name.clone());
-                let entry_valid = l.validity(s as usize, lease_ms, &name_key, since);
-                let attr_valid = l.validity(s as usize, lease_ms, &Key::Inode(e.ino), since);
-                if entry_valid == none && attr_valid == none {
+                let entry_valid = l.validity(su, lease_ms, &name_key, since);
+                if !plus || entry_valid == none {
                     // Nothing the kernel could keep: listed only.
                     return DirEntryPlus::bare(entry);
                 }
-                l.keep_attr(s as usize, &attr, (attr_valid, since));
-                l.keep_name(
-                    s as usize,
-                    (dir, &entry.name),
-                    Some(e.ino),
-                    (entry_valid, since),
-                );
+                l.keep_name(su, (dir, &entry.name), Some(e.ino), (entry_valid, since));
+                // Attributes count only from the inode's home, which leases them; the
+                // others are asked of their homes (`attrs_from_homes`).
+                let (attr, attr_valid) = match e.attr.filter(|_| home_of(e.ino) == s) {
+                    Some(a) => {
+                        let attr = msg_attr(&a);
+                        let v = l.validity(su, lease_ms, &Key::Inode(e.ino), since);
+                        l.keep_attr(su, &attr, (v, since));
+                        (Some(attr), v)
+                    }
+                    None => (None, none),
+                };
                 DirEntryPlus {
                     entry,
-                    attr: Some(attr),
+                    attr,
                     entry_valid,
                     attr_valid,
                 }
             })
             .collect()
+    }
+
+    /// Asks the inodes' homes for the attributes of the listed entries whose names are
+    /// leased but whose inodes live elsewhere (directories, mostly), a few at a time in
+    /// parallel: the kernel then needs no LOOKUP of them either. An entry whose
+    /// attributes cannot be had stays listed only.
+    async fn attrs_from_homes(&self, entries: &mut [DirEntryPlus], deadline: Instant) {
+        let none = Validity::For(Duration::ZERO);
+        let wanted: Vec<usize> = (0..entries.len())
+            .filter(|&i| entries[i].attr.is_none() && entries[i].entry_valid != none)
+            .collect();
+        for chunk in wanted.chunks(HOME_ASKS) {
+            let mut asks = tokio::task::JoinSet::new();
+            for &i in chunk {
+                let (c, ino) = (self.clone(), entries[i].entry.ino);
+                asks.spawn(async move { (i, c.getattr_leased(ino, deadline).await) });
+            }
+            while let Some(done) = asks.join_next().await {
+                let Ok((i, Ok((attr, v)))) = done else {
+                    continue;
+                };
+                if attr.ino == entries[i].entry.ino {
+                    entries[i].attr = Some(attr);
+                    entries[i].attr_valid = v;
+                }
+            }
+        }
     }
 }

@@ -441,7 +441,8 @@ impl Node {
     /// it has no more. `cred` needs read permission on `dir`, or to own it
     /// ([`rules::check_data_access`], against this server's copy of its permissions).
     /// With `r.plus`, each entry whose inode's home is here carries its attributes,
-    /// for a caller who may also search `dir` (as its lookups would need).
+    /// for a caller who may also search `dir` (as its lookups would need; the reply's
+    /// `plus` says so).
     pub(crate) fn readdir(
         &self,
         checks: bool,
@@ -507,6 +508,7 @@ impl Node {
             done,
             partition: idx,
             lease_ms: 0,
+            plus,
         })
     }
 }

@@ -628,12 +628,14 @@ impl Meta for MetaSvc {
             let since = n.grants.epoch();
             let dir = r.dir;
             let mut rep = n.op(move |n| n.readdir(checks, &cred, &r)).await?;
-            // The entries that carry attributes are leased: their names and inodes.
-            let keys: Vec<Key> = rep
-                .entries
-                .iter()
-                .filter(|e| e.attr.is_some())
-                .flat_map(|e| [Key::Name(dir, e.name.as_slice().into()), Key::Inode(e.ino)])
+            // With attributes, the names listed are leased, and the inodes of those that
+            // carry them.
+            let names = rep.entries.iter().filter(|_| rep.plus);
+            let keys: Vec<Key> = names
+                .flat_map(|e| {
+                    let inode = e.attr.is_some().then_some(Key::Inode(e.ino));
+                    std::iter::once(Key::Name(dir, e.name.as_slice().into())).chain(inode)
+                })
                 .collect();
             if !keys.is_empty() {
                 rep.lease_ms = n.grants.grant(client, keys, since);
