@@ -256,7 +256,8 @@ fn a_listing_leases_its_entries_and_others_changes_show_at_once() {
         fuse("LOOKUP"),
         fuse("GETATTR")
     );
-    // Nor did opening the directories listed ask the servers: their attributes were
-    // kept under a lease.
+    // Nor did opening the directories listed, or their `..` entries, ask the
+    // servers: their attributes and entries were kept under leases.
     assert!(sent("OPENDIR") <= 1, "{got:?}");
+    assert!(sent("PARENTOF") <= 1, "{got:?}");
 }

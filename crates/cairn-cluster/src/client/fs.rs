@@ -435,6 +435,9 @@ impl FileSystem for Client {
     }
 
     fn parent_of(&self, ino: u64) -> FsResult<u64> {
+        if let Some(parent) = self.inner.leases.kept_parent(ino) {
+            return Ok(parent);
+        }
         let d = self.deadline();
         let h = self.header(&Cred::ROOT);
         self.block_raw(async {

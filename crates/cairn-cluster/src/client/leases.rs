@@ -337,6 +337,10 @@ struct Kept {
     /// replies carried no lease on the name: present (the listing's lease covers every
     /// name of the directory there), though not answered from here.
     made: HashMap<u64, std::collections::HashSet<Vec<u8>>>,
+    /// A directory's entry in its parent, as a lookup or listing found it: the parent
+    /// while `names` keeps that entry leading to the directory (a directory has one
+    /// entry; a rename of it revokes the name).
+    parents: HashMap<u64, (u64, Vec<u8>)>,
 }
 
 impl Kept {
@@ -369,6 +373,7 @@ impl Kept {
                 self.attrs.clear();
                 self.listings.clear();
                 self.made.clear();
+                self.parents.clear();
             }
         }
     }
@@ -429,6 +434,7 @@ impl Leases {
             k.names.clear();
             k.listings.clear();
             k.made.clear();
+            k.parents.clear();
         }
         k.names.insert((dir, name.to_vec()), (s, found));
     }
@@ -536,6 +542,26 @@ impl Leases {
                 let (a, attr) = k.attrs.get(&ino)?;
                 Some((Some(attr.clone()), entry, Validity::For(self.left(*a)?)))
             }
+        }
+    }
+
+    /// Notes that directory `child` is entry `name` of `dir` (as a lookup or listing
+    /// just kept it): its parent, while that entry is kept.
+    pub(super) fn keep_parent(&self, child: u64, (dir, name): (u64, &[u8])) {
+        let mut k = self.recent.lock();
+        if k.parents.len() >= KEPT {
+            k.parents.clear();
+        }
+        k.parents.insert(child, (dir, name.to_vec()));
+    }
+
+    /// The parent of directory `ino`, if the client keeps its entry under a lease.
+    pub(super) fn kept_parent(&self, ino: u64) -> Option<u64> {
+        let k = self.recent.lock();
+        let (dir, name) = k.parents.get(&ino)?;
+        match k.names.get(&(*dir, name.clone())) {
+            Some(&(s, Some(i))) if i == ino => self.left(s).map(|_| *dir),
+            _ => None,
         }
     }
 

@@ -140,6 +140,9 @@ impl Client {
                     return DirEntryPlus::bare(entry);
                 }
                 l.keep_name(su, (dir, &entry.name), Some(e.ino), (entry_valid, since));
+                if entry.kind == libc::S_IFDIR {
+                    l.keep_parent(e.ino, (dir, &entry.name));
+                }
                 // Attributes count only from the inode's home, which leases them; the
                 // others are asked of their homes (`attrs_from_homes`).
                 let (attr, attr_valid) = match e.attr.filter(|_| home_of(e.ino) == s) {
@@ -173,7 +176,14 @@ impl Client {
         for chunk in wanted.chunks(HOME_ASKS) {
             let mut asks = tokio::task::JoinSet::new();
             for &i in chunk {
-                let (c, ino) = (self.clone(), entries[i].entry.ino);
+                let ino = entries[i].entry.ino;
+                if let Some((attr, v)) = self.inner.leases.kept_attr(ino) {
+                    // Kept under a lease already: no request.
+                    entries[i].attr = Some(attr);
+                    entries[i].attr_valid = v;
+                    continue;
+                }
+                let c = self.clone();
                 asks.spawn(async move { (i, c.getattr_leased(ino, deadline).await) });
             }
             while let Some(done) = asks.join_next().await {

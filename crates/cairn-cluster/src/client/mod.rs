@@ -433,6 +433,9 @@ impl Client {
             None => self.getattr_leased(ino, deadline).await?,
         };
         l.keep_name(s as usize, (dir, name), Some(ino), (entry, since));
+        if attr.is_dir() {
+            l.keep_parent(ino, (dir, name));
+        }
         Ok(Leased {
             attr,
             entry,
