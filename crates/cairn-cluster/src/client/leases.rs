@@ -346,10 +346,14 @@ struct Kept {
 impl Kept {
     fn revoked_since(&self, since: u64, key: &Key) -> bool {
         match self.revoked.front() {
+            // Newest last (every epoch is taken under the lock that notes it): only
+            // the revocations after `since` are looked at.
             Some((first, _)) if *first <= since + 1 => self
                 .revoked
                 .iter()
-                .any(|(e, k)| *e > since && k.covers(key)),
+                .rev()
+                .take_while(|(e, _)| *e > since)
+                .any(|(_, k)| k.covers(key)),
             _ => true,
         }
     }
