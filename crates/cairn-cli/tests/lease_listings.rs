@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::ErrorKind;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::cluster::Cluster;
 use common::net::{free_ports, Net};
@@ -31,6 +31,46 @@ use common::Mount;
 const FILES: usize = 300;
 /// Directories the listing test makes beside its files.
 const SUBDIRS: usize = 10;
+
+/// A cluster of three servers and two mounts of it, the first counting its requests
+/// (`CAIRN_FUSE_STATS`, written to `stats` when it ends).
+struct Two {
+    cluster: Cluster,
+    _tmp: tempfile::TempDir,
+    a: PathBuf,
+    b: PathBuf,
+    stats: PathBuf,
+    ma: Mount,
+    mb: Mount,
+}
+
+impl Two {
+    /// `None` where FUSE can't be used (the skip is reported).
+    fn start() -> Option<Two> {
+        let n = 3;
+        let cluster = Cluster::start_on(Net::Loopback(free_ports(2 * n)), n, 8192, "never", &[]);
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b, stats) = (
+            tmp.path().join("mnt-a"),
+            tmp.path().join("mnt-b"),
+            tmp.path().join("stats-a"),
+        );
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        let env = [(cairn_fuse::STATS_ENV, stats.as_path())];
+        let ma = Mount::cluster_env(&cluster.file, &a, &[], &env)?;
+        let mb = Mount::cluster(&cluster.file, &b, &[])?;
+        Some(Two {
+            cluster,
+            _tmp: tmp,
+            a,
+            b,
+            stats,
+            ma,
+            mb,
+        })
+    }
+}
 
 /// The requests a mount counted, written when it ends (`CAIRN_FUSE_STATS`).
 fn counts_after(m: Mount, stats: &Path) -> BTreeMap<String, u64> {
@@ -69,21 +109,16 @@ fn exists(p: &Path) -> bool {
 
 #[test]
 fn creates_in_an_empty_directory_ask_no_lookups_and_others_changes_show_at_once() {
-    let n = 3;
-    let cluster = Cluster::start_on(Net::Loopback(free_ports(2 * n)), n, 8192, "never", &[]);
-    let tmp = tempfile::tempdir().unwrap();
-    let (a, b, stats) = (
-        tmp.path().join("mnt-a"),
-        tmp.path().join("mnt-b"),
-        tmp.path().join("stats-a"),
-    );
-    std::fs::create_dir(&a).unwrap();
-    std::fs::create_dir(&b).unwrap();
-    let env = [(cairn_fuse::STATS_ENV, stats.as_path())];
-    let Some(ma) = Mount::cluster_env(&cluster.file, &a, &[], &env) else {
-        return;
-    };
-    let Some(mb) = Mount::cluster(&cluster.file, &b, &[]) else {
+    let Some(Two {
+        cluster: _cluster,
+        _tmp,
+        a,
+        b,
+        stats,
+        ma,
+        mb,
+    }) = Two::start()
+    else {
         return;
     };
 
@@ -169,21 +204,16 @@ fn creates_in_an_empty_directory_ask_no_lookups_and_others_changes_show_at_once(
 #[test]
 fn a_listing_leases_its_entries_and_others_changes_show_at_once() {
     use std::os::unix::fs::PermissionsExt;
-    let n = 3;
-    let cluster = Cluster::start_on(Net::Loopback(free_ports(2 * n)), n, 8192, "never", &[]);
-    let tmp = tempfile::tempdir().unwrap();
-    let (a, b, stats) = (
-        tmp.path().join("mnt-a"),
-        tmp.path().join("mnt-b"),
-        tmp.path().join("stats-a"),
-    );
-    std::fs::create_dir(&a).unwrap();
-    std::fs::create_dir(&b).unwrap();
-    let env = [(cairn_fuse::STATS_ENV, stats.as_path())];
-    let Some(ma) = Mount::cluster_env(&cluster.file, &a, &[], &env) else {
-        return;
-    };
-    let Some(mb) = Mount::cluster(&cluster.file, &b, &[]) else {
+    let Some(Two {
+        cluster: _cluster,
+        _tmp,
+        a,
+        b,
+        stats,
+        ma,
+        mb,
+    }) = Two::start()
+    else {
         return;
     };
 

@@ -133,9 +133,12 @@ impl Client {
                     ino: e.ino,
                     kind: e.kind,
                 };
+                if !plus {
+                    return DirEntryPlus::bare(entry);
+                }
                 let name_key = Key::Name(dir, entry.name.clone());
                 let entry_valid = l.validity(su, lease_ms, &name_key, since);
-                if !plus || entry_valid == none {
+                if entry_valid == none {
                     // Nothing the kernel could keep: listed only.
                     return DirEntryPlus::bare(entry);
                 }

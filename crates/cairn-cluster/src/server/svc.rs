@@ -630,14 +630,15 @@ impl Meta for MetaSvc {
             let mut rep = n.op(move |n| n.readdir(checks, &cred, &r)).await?;
             // With attributes, the names listed are leased, and the inodes of those that
             // carry them.
-            let names = rep.entries.iter().filter(|_| rep.plus);
-            let keys: Vec<Key> = names
-                .flat_map(|e| {
-                    let inode = e.attr.is_some().then_some(Key::Inode(e.ino));
-                    std::iter::once(Key::Name(dir, e.name.as_slice().into())).chain(inode)
-                })
-                .collect();
-            if !keys.is_empty() {
+            if rep.plus && !rep.entries.is_empty() {
+                let keys: Vec<Key> = rep
+                    .entries
+                    .iter()
+                    .flat_map(|e| {
+                        let inode = e.attr.is_some().then_some(Key::Inode(e.ino));
+                        std::iter::once(Key::Name(dir, e.name.as_slice().into())).chain(inode)
+                    })
+                    .collect();
                 rep.lease_ms = n.grants.grant(client, keys, since);
             }
             Ok(rep)
