@@ -14,6 +14,10 @@
 //! A listing carries the entries' attributes (READDIRPLUS), leased: a stat of every
 //! entry after it asks the mount nothing, and another mount's chmod, write, rename or
 //! unlink of a listed file is seen by the first at once.
+//!
+//! A listing that brought every name of a directory is kept under the listing's lease:
+//! the mount lists it again without a request, and another mount's create, unlink,
+//! rename or chmod there shows in the next listing at once.
 
 mod common;
 
@@ -76,6 +80,21 @@ impl Two {
 fn counts_after(m: Mount, stats: &Path) -> BTreeMap<String, u64> {
     drop(m);
     cairn_fuse::parse_counts(&std::fs::read_to_string(stats).unwrap())
+}
+
+/// The requests a running mount counted so far (SIGUSR1 makes it write them).
+fn counts_now(m: &Mount, stats: &Path) -> BTreeMap<String, u64> {
+    let _ = std::fs::remove_file(stats);
+    // SAFETY: kill(2) has no memory effects; the pid is the mount's own child.
+    assert_eq!(unsafe { libc::kill(m.pid(), libc::SIGUSR1) }, 0);
+    for _ in 0..500 {
+        // The mount writes the file whole (a rename), once.
+        if let Ok(text) = std::fs::read_to_string(stats) {
+            return cairn_fuse::parse_counts(&text);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("the mount wrote no counts in 5 s");
 }
 
 /// Creates `name` exclusively; the error kind if it fails.
@@ -290,4 +309,85 @@ fn a_listing_leases_its_entries_and_others_changes_show_at_once() {
     // servers: their attributes and entries were kept under leases.
     assert!(sent("OPENDIR") <= 1, "{got:?}");
     assert!(sent("PARENTOF") <= 1, "{got:?}");
+}
+
+#[test]
+fn a_whole_listing_is_kept_and_others_changes_show_in_the_next() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(Two {
+        cluster: _cluster,
+        _tmp,
+        a,
+        b,
+        stats,
+        ma,
+        mb,
+    }) = Two::start()
+    else {
+        return;
+    };
+    // More entries than one kernel call takes: the listing is several calls.
+    let files = 700;
+    std::fs::create_dir(b.join("k")).unwrap();
+    for i in 0..files {
+        std::fs::write(b.join(format!("k/f{i}")), vec![b'y'; i]).unwrap();
+    }
+    std::fs::create_dir(b.join("k/sub")).unwrap();
+    let (ka, kb) = (a.join("k"), b.join("k"));
+    let sent = |c: &BTreeMap<String, u64>| {
+        let key = format!("{}READDIR", cairn_fuse::SENT_PREFIX);
+        c.get(&key).copied().unwrap_or(0)
+    };
+    let calls = |c: &BTreeMap<String, u64>| c.get("READDIRPLUS").copied().unwrap_or(0);
+
+    // The first listing asks the servers once (the directory is one partition),
+    // however many calls the kernel makes; the next ones ask nothing, and stats of
+    // the entries neither.
+    let start = counts_now(&ma, &stats);
+    let first = names(&ka);
+    assert_eq!(first.len(), files + 1);
+    let listed = counts_now(&ma, &stats);
+    assert!(calls(&listed) - calls(&start) >= 3, "{listed:?}");
+    assert_eq!(sent(&listed) - sent(&start), 1, "{listed:?}");
+    let before = sent(&listed);
+    for _ in 0..3 {
+        assert_eq!(names(&ka), first);
+        for i in 0..files {
+            let m = std::fs::symlink_metadata(ka.join(format!("f{i}"))).unwrap();
+            assert_eq!(m.len(), i as u64);
+        }
+    }
+    let after = sent(&counts_now(&ma, &stats));
+    assert_eq!(after, before, "listings of a kept listing sent READDIRs");
+
+    // The first mount's own create keeps it whole.
+    create_new(&ka.join("mine")).unwrap();
+    assert!(names(&ka).contains(&"mine".to_string()));
+
+    // Every change by the second mount shows in the first's next listing.
+    let same = |what: &str| assert_eq!(names(&ka), names(&kb), "after b's {what}");
+    create_new(&kb.join("theirs")).unwrap();
+    same("create");
+    std::fs::remove_file(kb.join("f1")).unwrap();
+    same("unlink");
+    std::fs::rename(kb.join("f2"), kb.join("g2")).unwrap();
+    same("rename");
+    std::fs::rename(kb.join("f3"), b.join("away")).unwrap();
+    same("rename out");
+    std::fs::create_dir(kb.join("sub2")).unwrap();
+    same("mkdir");
+    std::fs::remove_dir(kb.join("sub")).unwrap();
+    same("rmdir");
+    std::fs::set_permissions(kb.join("f4"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    names(&ka);
+    let mode = std::fs::symlink_metadata(ka.join("f4"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o600, "b's chmod, through a's listing");
+    let listed = names(&ka);
+    assert!(listed.contains(&"theirs".to_string()) && listed.contains(&"g2".to_string()));
+    assert!(!listed.contains(&"f1".to_string()) && !listed.contains(&"sub".to_string()));
+    drop(ma);
+    drop(mb);
 }

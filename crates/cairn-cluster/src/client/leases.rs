@@ -24,9 +24,10 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
-use cairn_fs::{Attr, Invalidator, Validity};
+use cairn_fs::{Attr, DirEntry, DirEntryPlus, Invalidator, Validity};
 
 use super::group::Group;
+use super::names::KeptNames;
 use super::Inner;
 use crate::proto;
 
@@ -326,7 +327,7 @@ impl Leases {
 struct Kept {
     revoked: VecDeque<(u64, Key)>,
     /// A name's inode (`None`: absent) and the server that leased it.
-    names: HashMap<(u64, Vec<u8>), (usize, Option<u64>)>,
+    names: KeptNames,
     /// An inode's attributes and the server that leased them.
     attrs: HashMap<u64, (usize, Attr)>,
     /// Directories' partitions whose names the client knows all of, by the server that
@@ -364,7 +365,7 @@ impl Kept {
         self.note(e, k);
         match k {
             Key::Name(dir, name) => {
-                self.names.remove(&(*dir, name.clone()));
+                self.names.remove(*dir, name);
                 self.drop_listings(*dir);
             }
             Key::Listing(dir) => self.drop_listings(*dir),
@@ -434,13 +435,12 @@ impl Leases {
             return;
         }
         if k.names.len() >= KEPT {
-            // The listings say what is absent by the names kept.
-            k.names.clear();
-            k.listings.clear();
-            k.made.clear();
-            k.parents.clear();
+            // Everything goes, as if revoked: the listings say what is there by the
+            // names kept, and one read before now must not be kept after it.
+            let e = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+            k.revoked(e, &Key::All);
         }
-        k.names.insert((dir, name.to_vec()), (s, found));
+        k.names.insert(dir, name, (s, found));
     }
 
     /// Keeps that server `s`'s partition `(index, depth)` of `dir` held no name when it
@@ -474,7 +474,7 @@ impl Leases {
         let e = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
         let key = Key::Name(dir, name.to_vec());
         k.note(e, &key);
-        k.names.remove(&(dir, name.to_vec()));
+        k.names.remove(dir, name);
     }
 
     /// An own create of `dir`/`name` returned, `made` (or failed: `false`). A name
@@ -487,7 +487,7 @@ impl Leases {
                 return;
             }
             if made {
-                if !matches!(k.names.get(&(dir, name.to_vec())), Some((_, Some(_)))) {
+                if !matches!(k.names.get(dir, name), Some((_, Some(_)))) {
                     k.made.entry(dir).or_default().insert(name.to_vec());
                 }
                 return;
@@ -531,7 +531,7 @@ impl Leases {
         name: &[u8],
     ) -> Option<(Option<Attr>, Validity, Validity)> {
         let k = self.recent.lock();
-        let Some(&(s, found)) = k.names.get(&(dir, name.to_vec())) else {
+        let Some((s, found)) = k.names.get(dir, name) else {
             // Absent by a listing: the kernel is told so for this call only (a revoked
             // listing names no name for it to forget).
             let s = k.listed_absent(dir, name)?;
@@ -549,6 +549,58 @@ impl Leases {
         }
     }
 
+    /// Up to `limit` entries of `dir` after position `after` (a position and a name),
+    /// answered from what is kept: only where a listing lease says the client knows
+    /// every name of the partition there, every name found is kept under a lease with
+    /// its attributes, and no own create of the directory went unleased. `end` is the
+    /// partition's last position when its names after `after` are all in `entries`.
+    /// `None`: a server must be asked.
+    pub(super) fn kept_listing(
+        &self,
+        dir: u64,
+        after: (u64, &[u8]),
+        limit: usize,
+        plus: bool,
+    ) -> Option<KeptListing> {
+        let k = self.recent.lock();
+        if k.made.get(&dir).is_some_and(|m| !m.is_empty()) {
+            return None;
+        }
+        let &(s, _, hi) = k
+            .listings
+            .get(&dir)?
+            .iter()
+            .find(|&&(_, lo, hi)| lo <= after.0 && after.0 <= hi)?;
+        self.left(s)?;
+        let mut entries = Vec::new();
+        for f in k.names.found_after(dir, after, hi) {
+            if entries.len() == limit {
+                return Some(KeptListing { entries, end: None });
+            }
+            let entry_left = self.left(f.server)?;
+            let (a, attr) = k.attrs.get(&f.ino)?;
+            let attr_left = self.left(*a)?;
+            let entry = DirEntry {
+                name: f.name.to_vec(),
+                ino: f.ino,
+                kind: attr.mode & libc::S_IFMT,
+            };
+            entries.push(match plus {
+                true => DirEntryPlus {
+                    entry,
+                    attr: Some(attr.clone()),
+                    entry_valid: Validity::For(entry_left),
+                    attr_valid: Validity::For(attr_left),
+                },
+                false => DirEntryPlus::bare(entry),
+            });
+        }
+        Some(KeptListing {
+            entries,
+            end: Some(hi),
+        })
+    }
+
     /// Notes that directory `child` is entry `name` of `dir` (as a lookup or listing
     /// just kept it): its parent, while that entry is kept.
     pub(super) fn keep_parent(&self, child: u64, (dir, name): (u64, &[u8])) {
@@ -563,8 +615,8 @@ impl Leases {
     pub(super) fn kept_parent(&self, ino: u64) -> Option<u64> {
         let k = self.recent.lock();
         let (dir, name) = k.parents.get(&ino)?;
-        match k.names.get(&(*dir, name.clone())) {
-            Some(&(s, Some(i))) if i == ino => self.left(s).map(|_| *dir),
+        match k.names.get(*dir, name) {
+            Some((s, Some(i))) if i == ino => self.left(s).map(|_| *dir),
             _ => None,
         }
     }
@@ -572,7 +624,7 @@ impl Leases {
     /// Whether `dir`/`name` is absent only by a listing (no lease on the name itself).
     pub(super) fn listed_only(&self, dir: u64, name: &[u8]) -> bool {
         let k = self.recent.lock();
-        !k.names.contains_key(&(dir, name.to_vec())) && k.listed_absent(dir, name).is_some()
+        k.names.get(dir, name).is_none() && k.listed_absent(dir, name).is_some()
     }
 
     /// The attributes of `ino` the client keeps, with how long the kernel may keep
@@ -592,8 +644,8 @@ impl Leases {
         let mut keys: Vec<Key> = parents.iter().map(|&p| Key::Inode(p)).collect();
         for &(dir, name) in names {
             keys.push(Key::Name(dir, name.to_vec()));
-            match k.names.get(&(dir, name.to_vec())) {
-                Some((_, Some(ino))) => keys.push(Key::Inode(*ino)),
+            match k.names.get(dir, name) {
+                Some((_, Some(ino))) => keys.push(Key::Inode(ino)),
                 // Absent under a lease: no inode (a rename's free destination).
                 Some((_, None)) => {}
                 None => keys.push(Key::AllInodes),
@@ -637,6 +689,14 @@ impl Leases {
 /// Whether `v` is a lease with some time left.
 fn leased(v: Validity) -> bool {
     matches!(v, Validity::For(d) if d > MARGIN)
+}
+
+/// A round of a listing answered from what the client keeps
+/// ([`Leases::kept_listing`]).
+pub(super) struct KeptListing {
+    pub(super) entries: Vec<DirEntryPlus>,
+    /// The last position of the partition listed, when the entries reach it.
+    pub(super) end: Option<u64>,
 }
 
 /// How a session ended.

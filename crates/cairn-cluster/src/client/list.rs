@@ -3,16 +3,18 @@
 //! names and inodes (DESIGN.md, "Leases": *Listings with attributes*). What is leased is
 //! kept like a lookup's answer, so that a listing followed by a stat of each entry
 //! (`ls -l`, `du`, `find -size`) costs one request per partition, not one per entry.
+//! A partition listed whole under a lease on its listing is kept too, and listed again
+//! from what is kept, with no request (*Listings kept*).
 
 use std::time::Duration;
 
 // tokio's clock: real time, or virtual time in the simulation (turmoil pauses it).
 use tokio::time::Instant;
 
-use cairn_fs::{Cred, DirEntry, DirEntryPlus, Errno, FsResult, Validity};
+use cairn_fs::{rules, Cred, DirEntry, DirEntryPlus, Errno, FsResult, Validity};
 
 use super::count::Rpc;
-use super::leases::Key;
+use super::leases::{KeptListing, Key};
 use super::{Client, READDIR_PAGE};
 use crate::convert::msg_attr;
 use crate::giga::{home_of, name_hash, rev, rev_range, MAX_DEPTH};
@@ -49,6 +51,27 @@ impl Client {
             let mut out: Vec<DirEntryPlus> = Vec::new();
             for _ in 0..MAX_ROUNDS {
                 let want = (limit - out.len()).min(READDIR_PAGE) as u32;
+                if let Some(kept) = self.kept_round(cred, ino, (pos.0, &pos.1), want, plus) {
+                    let last = kept.entries.last().map(|e| e.entry.name.clone());
+                    out.extend(kept.entries);
+                    if out.len() >= limit {
+                        return Ok(out);
+                    }
+                    pos = match (kept.end, last) {
+                        (Some(u64::MAX), _) => return Ok(out),
+                        (Some(hi), _) => (hi + 1, Vec::new()),
+                        (None, Some(l)) => (rev(name_hash(&l)), l),
+                        (None, None) => return Err(Errno(libc::EIO)),
+                    };
+                    continue;
+                }
+                // From a partition's start, a client keeping leases asks for all of
+                // it (a page): what the caller does not take now is kept, and its next
+                // calls are answered from there.
+                let ask = match plus && pos.1.is_empty() && self.inner.leases.id() != 0 {
+                    true => READDIR_PAGE as u32,
+                    false => want,
+                };
                 let (prev, name) = (pos.0, pos.1.clone());
                 let since = self.inner.leases.epoch();
                 let (rep, s) = self
@@ -65,7 +88,7 @@ impl Client {
                                 partition: i,
                                 after_rev: prev,
                                 after_name: name.clone(),
-                                limit: want,
+                                limit: ask,
                                 from_start: first,
                                 plus,
                             });
@@ -77,12 +100,21 @@ impl Client {
                 first = false;
                 let last = rep.entries.last().map(|e| e.name.clone());
                 let (done, depth, partition) = (rep.done, rep.depth, rep.partition);
+                let whole = rep.listing.then_some(rep.lease_ms);
                 let mut listed = self.listed(ino, rep, (s, since));
                 if plus {
                     self.attrs_from_homes(&mut listed, d).await;
                 }
+                if let Some(lease_ms) = whole {
+                    // Every name of the partition was listed under the lease: later
+                    // listings of it are answered from what is kept.
+                    let l = &self.inner.leases;
+                    let v = l.validity(s as usize, lease_ms, &Key::Listing(ino), since);
+                    l.keep_listing(s as usize, ino, (partition, depth), (v, since));
+                }
                 out.extend(listed);
                 if out.len() >= limit {
+                    out.truncate(limit);
                     return Ok(out);
                 }
                 if !done {
@@ -108,6 +140,26 @@ impl Client {
             }
             Err(Errno(libc::EIO))
         })
+    }
+
+    /// A round of a listing of `dir` answered from what is kept, for a caller the
+    /// directory's kept attributes let read and search it (any other is answered by
+    /// the servers, which check it).
+    fn kept_round(
+        &self,
+        cred: &Cred,
+        dir: u64,
+        after: (u64, &[u8]),
+        want: u32,
+        plus: bool,
+    ) -> Option<KeptListing> {
+        let l = &self.inner.leases;
+        let (a, _) = l.kept_attr(dir)?;
+        let may = rules::check_access(true, cred, &a, rules::MAY_READ | rules::MAY_EXEC);
+        if !a.is_dir() || may.is_err() {
+            return None;
+        }
+        l.kept_listing(dir, after, want as usize, plus)
     }
 
     /// The entries of listing reply `rep` of `dir`, which server `s` answered to a

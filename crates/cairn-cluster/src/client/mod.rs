@@ -40,6 +40,7 @@ pub(crate) mod group;
 mod leases;
 mod list;
 mod make;
+mod names;
 mod route;
 
 /// How a client behaves.

@@ -460,7 +460,7 @@ impl Node {
         let m = self.state();
         let idx = self.locate(&m, dir, after_rev.reverse_bits())?;
         let depth = m.parts.get(dir, idx).ok_or(Fail::Busy)?.depth;
-        let (_, hi) = rev_range(idx, depth);
+        let (lo, hi) = rev_range(idx, depth);
         let start = entry_pos_key(dir, after_rev, after_name);
         let mut end_prefix = entry_prefix(dir);
         end_prefix.extend_from_slice(&hi.to_be_bytes());
@@ -478,6 +478,9 @@ impl Node {
         }
         drop(m);
         let done = rows.len() <= limit;
+        // Every name of the partition: from its start (no name sorts before `lo` and
+        // the empty name) to its end.
+        let whole = plus && done && after_rev == lo && after_name.is_empty();
         rows.truncate(limit);
         let mut entries = Vec::with_capacity(rows.len());
         let plen = entry_prefix(dir).len() + 8;
@@ -509,6 +512,7 @@ impl Node {
             partition: idx,
             lease_ms: 0,
             plus,
+            listing: whole,
         })
     }
 }

@@ -136,3 +136,29 @@ pub(crate) fn made_lease(
     }
     n.grants.grant(client, keys, since)
 }
+
+/// The lease `client` gets with listing reply `rep` of `dir` (read since `since`):
+/// with attributes, on the names listed and the inodes whose attributes it carries,
+/// and on the directory's listing here when the reply holds every name of its
+/// partition. Without a lease the reply does not claim the listing.
+pub(crate) fn listing_lease(
+    n: &Node,
+    client: u64,
+    dir: u64,
+    rep: &mut proto::ReadDirReply,
+    since: u64,
+) {
+    if rep.plus && (rep.listing || !rep.entries.is_empty()) {
+        let keys: Vec<Key> = rep
+            .entries
+            .iter()
+            .flat_map(|e| {
+                let inode = e.attr.is_some().then_some(Key::Inode(e.ino));
+                std::iter::once(Key::Name(dir, e.name.as_slice().into())).chain(inode)
+            })
+            .chain(rep.listing.then_some(Key::Listing(dir)))
+            .collect();
+        rep.lease_ms = n.grants.grant(client, keys, since);
+    }
+    rep.listing &= rep.lease_ms > 0;
+}

@@ -628,19 +628,7 @@ impl Meta for MetaSvc {
             let since = n.grants.epoch();
             let dir = r.dir;
             let mut rep = n.op(move |n| n.readdir(checks, &cred, &r)).await?;
-            // With attributes, the names listed are leased, and the inodes of those that
-            // carry them.
-            if rep.plus && !rep.entries.is_empty() {
-                let keys: Vec<Key> = rep
-                    .entries
-                    .iter()
-                    .flat_map(|e| {
-                        let inode = e.attr.is_some().then_some(Key::Inode(e.ino));
-                        std::iter::once(Key::Name(dir, e.name.as_slice().into())).chain(inode)
-                    })
-                    .collect();
-                rep.lease_ms = n.grants.grant(client, keys, since);
-            }
+            super::sessions::listing_lease(&n, client, dir, &mut rep, since);
             Ok(rep)
         })
         .await
