@@ -360,9 +360,25 @@ fn a_whole_listing_is_kept_and_others_changes_show_in_the_next() {
     let after = sent(&counts_now(&ma, &stats));
     assert_eq!(after, before, "listings of a kept listing sent READDIRs");
 
-    // The first mount's own create keeps it whole.
+    // The first mount's own create keeps it whole; so does its own chmod of an
+    // entry, whose new attributes it keeps (no listing is asked for again).
     create_new(&ka.join("mine")).unwrap();
     assert!(names(&ka).contains(&"mine".to_string()));
+    let before = sent(&counts_now(&ma, &stats));
+    std::fs::set_permissions(ka.join("f5"), std::fs::Permissions::from_mode(0o640)).unwrap();
+    assert!(names(&ka).contains(&"f5".to_string()));
+    let mode = std::fs::symlink_metadata(kb.join("f5"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o640, "a's chmod, through b");
+    let mode = std::fs::symlink_metadata(ka.join("f5"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o640, "a's chmod, through a");
+    let after = sent(&counts_now(&ma, &stats));
+    assert_eq!(after, before, "a listing after an own chmod sent READDIRs");
 
     // Every change by the second mount shows in the first's next listing.
     let same = |what: &str| assert_eq!(names(&ka), names(&kb), "after b's {what}");

@@ -206,10 +206,11 @@ impl FileSystem for Client {
     }
 
     fn setattr(&self, cred: &Cred, ino: u64, s: &SetAttr) -> FsResult<Attr> {
-        // Its answer is not leased: nothing an earlier call on this thread was granted
-        // is to be handed out with it.
+        // Nothing an earlier call on this thread was granted is to be handed out with
+        // its answer; what was kept of the inode goes once it returned, and the
+        // attributes it returns are kept if leased.
         leases::clear();
-        let _own = self.own(vec![leases::Key::Inode(ino)]);
+        let since = self.inner.leases.epoch();
         let d = self.deadline();
         let req = proto::SetAttrReq {
             h: self.header(cred),
@@ -230,8 +231,20 @@ impl FileSystem for Client {
                     r.set_timeout(t);
                     async move { c.set_attr(r).await }
                 })
-                .await?;
-            rep.attr.as_ref().map(msg_attr).ok_or(Errno(libc::EIO))
+                .await;
+            let l = &self.inner.leases;
+            let Some(a) = rep
+                .as_ref()
+                .ok()
+                .and_then(|r| r.attr.as_ref().map(msg_attr))
+            else {
+                l.forget(leases::Key::Inode(ino));
+                return rep.and(Err(Errno(libc::EIO)));
+            };
+            let lease_ms = rep.map_or(0, |r| r.lease_ms);
+            let v = l.changed_attr(home_of(ino) as usize, &a, lease_ms, since);
+            leases::note_attr(ino, v);
+            Ok(a)
         })
     }
 

@@ -346,6 +346,11 @@ struct Kept {
 
 impl Kept {
     fn revoked_since(&self, since: u64, key: &Key) -> bool {
+        self.revoked_since_but(since, key, 0)
+    }
+
+    /// As [`Kept::revoked_since`], not counting revocation `except` (an own change's).
+    fn revoked_since_but(&self, since: u64, key: &Key, except: u64) -> bool {
         match self.revoked.front() {
             // Newest last (every epoch is taken under the lock that notes it): only
             // the revocations after `since` are looked at.
@@ -354,7 +359,7 @@ impl Kept {
                 .iter()
                 .rev()
                 .take_while(|(e, _)| *e > since)
-                .any(|(_, k)| k.covers(key)),
+                .any(|(e, k)| *e != except && k.covers(key)),
             _ => true,
         }
     }
@@ -509,6 +514,34 @@ impl Leases {
             k.attrs.clear();
         }
         k.attrs.insert(attr.ino, (s, attr.clone()));
+    }
+
+    /// An own change of `attr.ino`'s attributes returned `attr`, which server `s`
+    /// leased (`lease_ms`) to a request sent at epoch `since`: what was kept of the
+    /// inode is forgotten (as [`Leases::forget`] does), then `attr` kept unless another
+    /// revocation of it came since. Returns how long the kernel may keep it.
+    pub(super) fn changed_attr(
+        &self,
+        s: usize,
+        attr: &Attr,
+        lease_ms: u32,
+        since: u64,
+    ) -> Validity {
+        let key = Key::Inode(attr.ino);
+        let mut k = self.recent.lock();
+        let own = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        k.revoked(own, &key);
+        let Some(left) = self.left(s) else {
+            return self.unleased();
+        };
+        if lease_ms == 0 || k.revoked_since_but(since, &key, own) {
+            return Validity::For(Duration::ZERO);
+        }
+        if k.attrs.len() >= KEPT {
+            k.attrs.clear();
+        }
+        k.attrs.insert(attr.ino, (s, attr.clone()));
+        Validity::For(left)
     }
 
     /// How long server `s`'s session has left, if it is open and not about to end.

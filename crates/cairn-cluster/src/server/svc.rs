@@ -400,7 +400,9 @@ impl Meta for MetaSvc {
             mtime: timeset(r.mtime.as_ref()),
         };
         let n = self.0.clone();
-        run(&self.0, "setattr", client_of(r.h.as_ref()), async move {
+        let client = client_of(r.h.as_ref());
+        run(&self.0, "setattr", client, async move {
+            let since = n.grants.epoch();
             let (a, intent) = n
                 .op(move |n| n.setattr_full(checks, &cred, r.ino, &s, r.token))
                 .await?;
@@ -408,7 +410,12 @@ impl Meta for MetaSvc {
                 n.intent_durable().await?;
                 n.drive_now(id).await;
             }
-            Ok(attr_reply(a))
+            // The caller's client keeps the attributes it made (leased as a stat's).
+            let lease_ms = n.grants.grant(client, vec![Key::Inode(a.ino)], since);
+            Ok(proto::AttrReply {
+                lease_ms,
+                ..attr_reply(a)
+            })
         })
         .await
     }
