@@ -233,18 +233,22 @@ impl FileSystem for Client {
                 })
                 .await;
             let l = &self.inner.leases;
-            let Some(a) = rep
-                .as_ref()
-                .ok()
-                .and_then(|r| r.attr.as_ref().map(msg_attr))
-            else {
-                l.forget(leases::Key::Inode(ino));
-                return rep.and(Err(Errno(libc::EIO)));
-            };
-            let lease_ms = rep.map_or(0, |r| r.lease_ms);
-            let v = l.changed_attr(home_of(ino) as usize, &a, lease_ms, since);
-            leases::note_attr(ino, v);
-            Ok(a)
+            let got = rep.and_then(|r| match r.attr.as_ref() {
+                Some(a) => Ok((msg_attr(a), r.lease_ms)),
+                None => Err(Errno(libc::EIO)),
+            });
+            match got {
+                Ok((a, lease_ms)) => {
+                    let v = l.changed_attr(home_of(ino) as usize, &a, lease_ms, since);
+                    leases::note_attr(ino, v);
+                    Ok(a)
+                }
+                Err(e) => {
+                    // Its outcome unknown: what was kept of the inode goes.
+                    l.forget(leases::Key::Inode(ino));
+                    Err(e)
+                }
+            }
         })
     }
 

@@ -388,6 +388,14 @@ impl Kept {
         }
     }
 
+    /// Keeps `attr` as server `s` leased it (all are dropped beyond [`KEPT`]).
+    fn put_attr(&mut self, s: usize, attr: &Attr) {
+        if self.attrs.len() >= KEPT {
+            self.attrs.clear();
+        }
+        self.attrs.insert(attr.ino, (s, attr.clone()));
+    }
+
     /// Forgets `dir`'s listings, and the names made there that they vouched for.
     fn drop_listings(&mut self, dir: u64) {
         self.listings.remove(&dir);
@@ -510,10 +518,7 @@ impl Leases {
         if self.revoked_in(&k, since, &Key::Inode(attr.ino)) {
             return;
         }
-        if k.attrs.len() >= KEPT {
-            k.attrs.clear();
-        }
-        k.attrs.insert(attr.ino, (s, attr.clone()));
+        k.put_attr(s, attr);
     }
 
     /// An own change of `attr.ino`'s attributes returned `attr`, which server `s`
@@ -537,10 +542,7 @@ impl Leases {
         if lease_ms == 0 || k.revoked_since_but(since, &key, own) {
             return Validity::For(Duration::ZERO);
         }
-        if k.attrs.len() >= KEPT {
-            k.attrs.clear();
-        }
-        k.attrs.insert(attr.ino, (s, attr.clone()));
+        k.put_attr(s, attr);
         Validity::For(left)
     }
 

@@ -26,6 +26,19 @@ const MAX_ROUNDS: u64 = 1 << 25;
 /// Attribute requests a listing sends to inodes' homes at once.
 const HOME_ASKS: usize = 32;
 
+/// Where a listing goes on after a round whose entries ended with name `last` and,
+/// when they reached the end of their partition, `end` (its last position): `None`
+/// once the directory is done.
+fn next_pos(end: Option<u64>, last: Option<Vec<u8>>) -> FsResult<Option<(u64, Vec<u8>)>> {
+    match (end, last) {
+        (Some(u64::MAX), _) => Ok(None),
+        (Some(hi), _) => Ok(Some((hi + 1, Vec::new()))),
+        (None, Some(l)) => Ok(Some((rev(name_hash(&l)), l))),
+        // A round short of its partition's end returned nothing to go on from.
+        (None, None) => Err(Errno(libc::EIO)),
+    }
+}
+
 impl Client {
     /// Up to `limit` entries of directory `ino` after `after`; with `plus`, with their
     /// attributes where their servers have them (and leased, kept).
@@ -57,12 +70,10 @@ impl Client {
                     if out.len() >= limit {
                         return Ok(out);
                     }
-                    pos = match (kept.end, last) {
-                        (Some(u64::MAX), _) => return Ok(out),
-                        (Some(hi), _) => (hi + 1, Vec::new()),
-                        (None, Some(l)) => (rev(name_hash(&l)), l),
-                        (None, None) => return Err(Errno(libc::EIO)),
-                    };
+                    match next_pos(kept.end, last)? {
+                        Some(next) => pos = next,
+                        None => return Ok(out),
+                    }
                     continue;
                 }
                 // From a partition's start, a client keeping leases asks for all of
@@ -117,24 +128,25 @@ impl Client {
                     out.truncate(limit);
                     return Ok(out);
                 }
-                if !done {
-                    let Some(l) = last else {
-                        return Err(Errno(libc::EIO));
-                    };
-                    pos = (rev(name_hash(&l)), l);
-                    continue;
+                let end = match done {
+                    false => None,
+                    true => {
+                        let (lo, hi) = rev_range(partition, depth);
+                        if depth > MAX_DEPTH || lo > prev || hi < prev {
+                            // The partition served must own the position asked for.
+                            tracing::error!(
+                                "{ino:#x}: a listing reply for a partition off the position"
+                            );
+                            return Err(Errno(libc::EIO));
+                        }
+                        Some(hi)
+                    }
+                };
+                match next_pos(end, last)? {
+                    Some(next) => pos = next,
+                    None => return Ok(out),
                 }
-                let (lo, hi) = rev_range(partition, depth);
-                if depth > MAX_DEPTH || lo > prev || hi < prev {
-                    // The partition served must own the position asked for.
-                    tracing::error!("{ino:#x}: a listing reply for a partition off the position");
-                    return Err(Errno(libc::EIO));
-                }
-                if hi == u64::MAX {
-                    return Ok(out);
-                }
-                pos = (hi + 1, Vec::new());
-                if Instant::now() >= d {
+                if done && Instant::now() >= d {
                     return Err(Errno(libc::EIO));
                 }
             }
